@@ -1,0 +1,116 @@
+// Package config holds the one TOML configuration file that every nri-vgpu
+// binary reads (/etc/nri-vgpu/config.toml). Every key has a default, so an
+// empty file is a valid configuration.
+package config
+
+// DefaultPath is where the binaries look when neither --config nor
+// NRI_VGPU_CONFIG names a file.
+const DefaultPath = "/etc/nri-vgpu/config.toml"
+
+// EnvPath is the environment variable that names the config file when no
+// --config flag is given.
+const EnvPath = "NRI_VGPU_CONFIG"
+
+// Config is the whole file.
+type Config struct {
+	DevicePlugin DevicePlugin `toml:"device_plugin"`
+	GPU          GPU          `toml:"gpu"`
+	Driver       Driver       `toml:"driver"`
+	Paths        Paths        `toml:"paths"`
+	NRI          NRI          `toml:"nri"`
+	Runtime      Runtime      `toml:"runtime"`
+	Metrics      Metrics      `toml:"metrics"`
+
+	// Source is the file the configuration was read from ("" for defaults).
+	Source string `toml:"-"`
+}
+
+// DevicePlugin configures how GPUs are split into slices (Contract 1).
+type DevicePlugin struct {
+	ResourceName     string          `toml:"resource_name"`     // default "nvidia.com/gpu"
+	SplitCount       int             `toml:"split_count"`       // default 10, 1..1024
+	MemoryScaling    float64         `toml:"memory_scaling"`    // default 1.0, (0, 10]
+	CoresScaling     float64         `toml:"cores_scaling"`     // default 1.0, (0, 10]
+	AllocationPolicy string          `toml:"allocation_policy"` // "binpack" (default) | "spread"
+	SocketDir        string          `toml:"socket_dir"`        // default "/var/lib/kubelet/device-plugins"
+	Models           []ModelOverride `toml:"model"`
+}
+
+// ModelOverride sets a different split count for GPUs whose NVML product name
+// equals Name.
+type ModelOverride struct {
+	Name       string `toml:"name"`
+	SplitCount int    `toml:"split_count"`
+}
+
+// Policies for DevicePlugin.AllocationPolicy.
+const (
+	PolicyBinpack = "binpack"
+	PolicySpread  = "spread"
+)
+
+// GPU selects the inventory backend.
+type GPU struct {
+	Backend   string         `toml:"backend"` // "nvml" (default) | "simulated"
+	Simulated []SimulatedGPU `toml:"simulated"`
+}
+
+// Backends for GPU.Backend.
+const (
+	BackendNVML      = "nvml"
+	BackendSimulated = "simulated"
+)
+
+// SimulatedGPU describes one GPU of the simulated backend.
+type SimulatedGPU struct {
+	UUID     string `toml:"uuid"`
+	Name     string `toml:"name"`
+	Memory   Bytes  `toml:"memory"` // integer bytes or a quantity string such as "16GiB"
+	Minor    int    `toml:"minor"`
+	PCIBusID string `toml:"pci_bus_id"` // optional; derived from the minor when empty
+	Healthy  *bool  `toml:"healthy"`    // default true
+}
+
+// IsHealthy reports the configured health (true when unset).
+func (g SimulatedGPU) IsHealthy() bool { return g.Healthy == nil || *g.Healthy }
+
+// Driver configures how the driver's user-space files reach a container.
+type Driver struct {
+	Injection string   `toml:"injection"` // "auto" (default) | "cdi" | "nvidia-runtime" | "none"
+	CDIDirs   []string `toml:"cdi_dirs"`  // default ["/etc/cdi", "/var/run/cdi"]
+	DevRoot   string   `toml:"dev_root"`  // default "/"
+}
+
+// Injection modes for Driver.Injection.
+const (
+	InjectionAuto          = "auto"
+	InjectionCDI           = "cdi"
+	InjectionNVIDIARuntime = "nvidia-runtime"
+	InjectionNone          = "none"
+)
+
+// Paths are the host directories and files the binaries use.
+type Paths struct {
+	StateDir string `toml:"state_dir"` // default "/var/lib/nri-vgpu"
+	RunDir   string `toml:"run_dir"`   // default "/run/nri-vgpu"
+	ShimPath string `toml:"shim_path"` // default "/usr/lib/nri-vgpu/libvgpu-shim.so"
+}
+
+// NRI configures the NRI plugin.
+type NRI struct {
+	PluginIndex     string `toml:"plugin_index"` // default "10"; two digits
+	SocketPath      string `toml:"socket_path"`  // default "/var/run/nri/nri.sock"
+	HideUnrequested bool   `toml:"hide_unrequested"`
+}
+
+// Runtime configures the OCI runtime wrapper.
+type Runtime struct {
+	// Next lists the runtimes to exec after editing the bundle; the first one
+	// found (absolute path, or on PATH) is used.
+	Next []string `toml:"next"` // default ["nvidia-container-runtime", "runc"]
+}
+
+// Metrics configures the Prometheus endpoint.
+type Metrics struct {
+	Listen string `toml:"listen"` // empty = off
+}
