@@ -11,7 +11,8 @@ const DefaultPath = "/etc/nri-vgpu/config.toml"
 // --config flag is given.
 const EnvPath = "NRI_VGPU_CONFIG"
 
-// Config is the whole file.
+// Config is the whole file. Parse and Load return it validated; a Config
+// changed in code can be checked again with Validate.
 type Config struct {
 	DevicePlugin DevicePlugin `toml:"device_plugin"`
 	GPU          GPU          `toml:"gpu"`
@@ -35,6 +36,29 @@ type DevicePlugin struct {
 	SocketDir        string          `toml:"socket_dir"`        // default "/var/lib/kubelet/device-plugins"
 	Models           []ModelOverride `toml:"model"`
 }
+
+// SplitCountFor returns the split count for GPUs whose NVML product name is
+// model: the split_count of the [[device_plugin.model]] entry with exactly
+// that name, else the global split_count.
+func (d DevicePlugin) SplitCountFor(model string) int {
+	for _, m := range d.Models {
+		if m.Name == model {
+			return m.SplitCount
+		}
+	}
+	return d.SplitCount
+}
+
+// Bounds of DevicePlugin.SplitCount and ModelOverride.SplitCount. Above 1024
+// slices kubelet's device list and the per-slice memory become unwieldy.
+const (
+	MinSplitCount = 1
+	MaxSplitCount = 1024
+)
+
+// MaxScaling bounds DevicePlugin.MemoryScaling and CoresScaling: more than
+// ten times oversubscription is a typo, not a plan.
+const MaxScaling = 10.0
 
 // ModelOverride sets a different split count for GPUs whose NVML product name
 // equals Name.
@@ -113,4 +137,43 @@ type Runtime struct {
 // Metrics configures the Prometheus endpoint.
 type Metrics struct {
 	Listen string `toml:"listen"` // empty = off
+}
+
+// Default returns the configuration used for every key that a file leaves
+// out. Each call returns a new value that the caller may change.
+func Default() *Config {
+	return &Config{
+		DevicePlugin: DevicePlugin{
+			ResourceName:     "nvidia.com/gpu",
+			SplitCount:       10,
+			MemoryScaling:    1.0,
+			CoresScaling:     1.0,
+			AllocationPolicy: PolicyBinpack,
+			SocketDir:        "/var/lib/kubelet/device-plugins",
+		},
+		GPU: GPU{
+			Backend: BackendNVML,
+		},
+		Driver: Driver{
+			Injection: InjectionAuto,
+			CDIDirs:   []string{"/etc/cdi", "/var/run/cdi"},
+			DevRoot:   "/",
+		},
+		Paths: Paths{
+			StateDir: "/var/lib/nri-vgpu",
+			RunDir:   "/run/nri-vgpu",
+			ShimPath: "/usr/lib/nri-vgpu/libvgpu-shim.so",
+		},
+		NRI: NRI{
+			PluginIndex:     "10",
+			SocketPath:      "/var/run/nri/nri.sock",
+			HideUnrequested: true,
+		},
+		Runtime: Runtime{
+			Next: []string{"nvidia-container-runtime", "runc"},
+		},
+		Metrics: Metrics{
+			Listen: "",
+		},
+	}
 }

@@ -1,0 +1,271 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Validate checks every value and returns all problems found, joined; nil
+// when the configuration is usable. Parse and Load call it, with the line of
+// each key; called on a Config built in code, errors name the key only.
+func (c *Config) Validate() error { return c.validate(nil) }
+
+// checker collects problems, each located by its key path.
+type checker struct {
+	file string
+	loc  *locator
+	errs []*Error
+}
+
+func (ck *checker) add(path, format string, args ...any) {
+	ck.errs = append(ck.errs, &Error{
+		File: ck.file,
+		Line: ck.loc.line(path),
+		Key:  path,
+		Err:  fmt.Errorf(format, args...),
+	})
+}
+
+func (c *Config) validate(loc *locator) error {
+	ck := &checker{file: c.Source, loc: loc}
+	c.DevicePlugin.validate(ck)
+	c.GPU.validate(ck, &c.DevicePlugin)
+	c.Driver.validate(ck)
+	c.Paths.validate(ck)
+	c.NRI.validate(ck)
+	c.Runtime.validate(ck)
+	c.Metrics.validate(ck)
+	// Report in file order, as a compiler would.
+	sort.SliceStable(ck.errs, func(i, j int) bool {
+		return ck.errs[i].Line < ck.errs[j].Line
+	})
+	errs := make([]error, len(ck.errs))
+	for i, e := range ck.errs {
+		errs[i] = e
+	}
+	return errors.Join(errs...)
+}
+
+func (d *DevicePlugin) validate(ck *checker) {
+	if err := checkResourceName(d.ResourceName); err != nil {
+		ck.add("device_plugin.resource_name", "%w", err)
+	}
+	checkSplitCount(ck, "device_plugin.split_count", d.SplitCount)
+	checkScaling(ck, "device_plugin.memory_scaling", d.MemoryScaling)
+	checkScaling(ck, "device_plugin.cores_scaling", d.CoresScaling)
+	checkOneOf(ck, "device_plugin.allocation_policy", d.AllocationPolicy, PolicyBinpack, PolicySpread)
+	checkAbs(ck, "device_plugin.socket_dir", d.SocketDir)
+	seen := make(map[string]int)
+	for i, m := range d.Models {
+		p := indexPath("device_plugin.model", i)
+		switch first, dup := seen[m.Name]; {
+		case m.Name == "":
+			ck.add(p+".name", `must be set to an NVML product name such as "NVIDIA A100-SXM4-40GB"`)
+		case dup:
+			ck.add(p+".name", "%q is already overridden by device_plugin.model[%d]", m.Name, first)
+		default:
+			seen[m.Name] = i
+		}
+		checkSplitCount(ck, p+".split_count", m.SplitCount)
+	}
+}
+
+func checkSplitCount(ck *checker, path string, n int) {
+	if n < MinSplitCount || n > MaxSplitCount {
+		ck.add(path, "must be from %d to %d, not %d", MinSplitCount, MaxSplitCount, n)
+	}
+}
+
+func checkScaling(ck *checker, path string, v float64) {
+	// Written so that NaN fails too.
+	if !(v > 0 && v <= MaxScaling) {
+		ck.add(path, "must be more than 0 and at most %g, not %g", MaxScaling, v)
+	}
+}
+
+// Kubernetes extended resource names: "<DNS subdomain>/<name>", outside the
+// kubernetes.io domain (k8s.io/apimachinery validation, restated here to
+// fail at start rather than at kubelet registration).
+var (
+	dnsSubdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	resourceName = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
+)
+
+func checkResourceName(s string) error {
+	bad := func(why string) error {
+		return fmt.Errorf(`%q is not an extended resource name such as "nvidia.com/gpu": %s`, s, why)
+	}
+	domain, name, ok := strings.Cut(s, "/")
+	switch {
+	case !ok || strings.Contains(name, "/"):
+		return bad(`want exactly one "/" between a domain and a name`)
+	case len(domain) > 253 || !dnsSubdomain.MatchString(domain):
+		return bad("the domain must be a lower-case DNS name")
+	case domain == "kubernetes.io" || strings.HasSuffix(domain, ".kubernetes.io"):
+		return bad("the kubernetes.io domain is reserved")
+	case len(name) > 63 || !resourceName.MatchString(name):
+		return bad("the name must be at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit")
+	}
+	return nil
+}
+
+// uuidPattern accepts NVML UUIDs ("GPU-" and hex groups) and anything of the
+// same alphabet, which keeps device IDs ("<uuid>::<slice>"), limits files
+// and file names unambiguous.
+var uuidPattern = regexp.MustCompile(`^GPU-[0-9A-Za-z][0-9A-Za-z-]*$`)
+
+// pciBusIDPattern is NVML's form, "00000000:07:00.0" (4- or 8-digit domain).
+var pciBusIDPattern = regexp.MustCompile(`^([0-9a-fA-F]{4}|[0-9a-fA-F]{8}):[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$`)
+
+// MaxMinor is the largest minor of a /dev/nvidia<minor> GPU node; 255 is
+// /dev/nvidiactl.
+const MaxMinor = 254
+
+func (g *GPU) validate(ck *checker, dp *DevicePlugin) {
+	checkOneOf(ck, "gpu.backend", g.Backend, BackendNVML, BackendSimulated)
+	if g.Backend == BackendSimulated && len(g.Simulated) == 0 {
+		ck.add("gpu.backend", `is "simulated" but no [[gpu.simulated]] GPU is described`)
+	}
+	uuids := make(map[string]int)
+	minors := make(map[int]int)
+	buses := make(map[string]int)
+	for i, s := range g.Simulated {
+		p := indexPath("gpu.simulated", i)
+		if !uuidPattern.MatchString(s.UUID) {
+			ck.add(p+".uuid", `must look like "GPU-8e1c3f5a-0d2b-4c6e-9f71-2a3b4c5d6e7f" ("GPU-" then letters, digits and "-"), not %q`, s.UUID)
+		} else if first, dup := uuids[s.UUID]; dup {
+			ck.add(p+".uuid", "%q is already used by gpu.simulated[%d]", s.UUID, first)
+		} else {
+			uuids[s.UUID] = i
+		}
+		if strings.TrimSpace(s.Name) == "" {
+			ck.add(p+".name", `must be set to a product name such as "NVIDIA A100-SXM4-40GB"`)
+		}
+		if s.Minor < 0 || s.Minor > MaxMinor {
+			ck.add(p+".minor", "must be from 0 to %d, not %d", MaxMinor, s.Minor)
+		} else if first, dup := minors[s.Minor]; dup {
+			ck.add(p+".minor", "%d is already used by gpu.simulated[%d]", s.Minor, first)
+		} else {
+			minors[s.Minor] = i
+		}
+		if s.PCIBusID != "" {
+			if !pciBusIDPattern.MatchString(s.PCIBusID) {
+				ck.add(p+".pci_bus_id", `must look like "00000000:07:00.0", not %q`, s.PCIBusID)
+			} else if first, dup := buses[strings.ToLower(s.PCIBusID)]; dup {
+				ck.add(p+".pci_bus_id", "%q is already used by gpu.simulated[%d]", s.PCIBusID, first)
+			} else {
+				buses[strings.ToLower(s.PCIBusID)] = i
+			}
+		}
+		checkSimulatedMemory(ck, p+".memory", uint64(s.Memory), dp.SplitCountFor(s.Name), dp.MemoryScaling)
+	}
+}
+
+// checkSimulatedMemory rejects memory that is 0 or too small to split: a
+// slice is rounded down to a whole MiB, and a slice of 0 bytes would be
+// written as 0 in the limits file, which means "no limit".
+func checkSimulatedMemory(ck *checker, path string, memory uint64, split int, scaling float64) {
+	if memory == 0 {
+		ck.add(path, `must be more than 0; write bytes or a quantity such as "40GiB"`)
+		return
+	}
+	if split < MinSplitCount || split > MaxSplitCount || !(scaling > 0 && scaling <= MaxScaling) {
+		return // reported on its own key
+	}
+	const mib = 1 << 20
+	if slice := scaling * float64(memory) / float64(split); slice < mib {
+		ck.add(path, "%s split into %d slices (memory_scaling %g) leaves less than 1MiB per slice", Bytes(memory), split, scaling)
+	}
+}
+
+func (d *Driver) validate(ck *checker) {
+	checkOneOf(ck, "driver.injection", d.Injection, InjectionAuto, InjectionCDI, InjectionNVIDIARuntime, InjectionNone)
+	if d.Injection == InjectionCDI && len(d.CDIDirs) == 0 {
+		ck.add("driver.cdi_dirs", `is empty, but driver.injection = "cdi" needs the directories of the NVIDIA CDI spec`)
+	}
+	for i, dir := range d.CDIDirs {
+		checkAbs(ck, indexPath("driver.cdi_dirs", i), dir)
+	}
+	checkAbs(ck, "driver.dev_root", d.DevRoot)
+}
+
+func (p *Paths) validate(ck *checker) {
+	checkAbs(ck, "paths.state_dir", p.StateDir)
+	checkAbs(ck, "paths.run_dir", p.RunDir)
+	checkAbs(ck, "paths.shim_path", p.ShimPath)
+}
+
+func (n *NRI) validate(ck *checker) {
+	if len(n.PluginIndex) != 2 || !isDigit(n.PluginIndex[0]) || !isDigit(n.PluginIndex[1]) {
+		ck.add("nri.plugin_index", `must be two digits such as "10" (NRI orders plugins by it), not %q`, n.PluginIndex)
+	}
+	checkAbs(ck, "nri.socket_path", n.SocketPath)
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+// runtimeSelf is the wrapper's own name: naming it in runtime.next would make
+// it exec itself forever.
+const runtimeSelf = "nri-vgpu-runtime"
+
+func (r *Runtime) validate(ck *checker) {
+	if len(r.Next) == 0 {
+		ck.add("runtime.next", `is empty; list the runtimes to run after nri-vgpu-runtime, e.g. ["nvidia-container-runtime", "runc"]`)
+	}
+	for i, next := range r.Next {
+		p := indexPath("runtime.next", i)
+		switch {
+		case next == "" || strings.TrimSpace(next) != next:
+			ck.add(p, "must be a program name or an absolute path, not %q", next)
+		case strings.Contains(next, "/") && !filepath.IsAbs(next):
+			ck.add(p, "%q is a relative path; write a name looked up on PATH or an absolute path", next)
+		case filepath.Base(next) == runtimeSelf:
+			ck.add(p, "%q is this wrapper itself; name the runtime it should run instead", next)
+		}
+	}
+}
+
+func (m *Metrics) validate(ck *checker) {
+	if m.Listen == "" {
+		return
+	}
+	_, port, err := net.SplitHostPort(m.Listen)
+	if err != nil {
+		ck.add("metrics.listen", `must be "host:port" or ":port" (empty turns metrics off), not %q`, m.Listen)
+		return
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		ck.add("metrics.listen", "port %q of %q is not a number from 0 to 65535", port, m.Listen)
+	}
+}
+
+func checkOneOf(ck *checker, path, v string, allowed ...string) {
+	for _, a := range allowed {
+		if v == a {
+			return
+		}
+	}
+	ck.add(path, "must be one of %s, not %q", quoteList(allowed), v)
+}
+
+func quoteList(vs []string) string {
+	q := make([]string, len(vs))
+	for i, v := range vs {
+		q[i] = strconv.Quote(v)
+	}
+	return strings.Join(q, ", ")
+}
+
+// checkAbs requires an absolute path: the binaries run as services whose
+// working directory is not something to rely on.
+func checkAbs(ck *checker, path, v string) {
+	if !filepath.IsAbs(v) {
+		ck.add(path, "must be an absolute path, not %q", v)
+	}
+}

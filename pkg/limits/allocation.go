@@ -1,0 +1,465 @@
+package limits
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// KeyFileName is the allocation key's file name inside the state directory.
+const KeyFileName = "allocation.key"
+
+// KeySize is the length of the allocation key in bytes.
+const KeySize = 32
+
+// MaxAllocationSize bounds an annotation value. The largest valid allocation
+// (MaxLimitsGPUs GPUs, the longest UUIDs, the largest numbers) encodes to
+// under 4.3 KiB.
+const MaxAllocationSize = 8 << 10
+
+// MaxMinor is the largest device minor number Linux can represent (20 bits).
+const MaxMinor = 1<<20 - 1
+
+// Key is the secret shared by the device plugin, which signs allocations,
+// and the NRI plugin and runtime wrapper, which verify them.
+type Key [KeySize]byte
+
+// ErrRejected is wrapped by every error Verify, CheckGPUs and Bindings.Bind
+// return for an allocation that must not be honoured. Their messages start
+// with "allocation rejected: " and go on to name the reason.
+var ErrRejected = errors.New("allocation rejected")
+
+// The reasons an allocation is rejected (Contract 2). Each is also
+// errors.Is(err, ErrRejected).
+var (
+	ErrMalformed  error = &reason{"malformed"}
+	ErrBadMAC     error = &reason{"bad MAC"}
+	ErrVersion    error = &reason{"unknown version"}
+	ErrUnknownGPU error = &reason{"unknown GPU"}
+	ErrReplay     error = &reason{"allocation ID bound to another pod"}
+)
+
+// reason is a sentinel rejection reason.
+type reason struct{ name string }
+
+func (r *reason) Error() string { return ErrRejected.Error() + ": " + r.name }
+func (r *reason) Unwrap() error { return ErrRejected }
+
+// rejection is one rejected allocation: a reason and the message that
+// details it, optionally with the underlying error.
+type rejection struct {
+	reason error
+	msg    string // after "allocation rejected: "
+	cause  error
+}
+
+func (e *rejection) Error() string { return ErrRejected.Error() + ": " + e.msg }
+
+func (e *rejection) Unwrap() []error {
+	if e.cause == nil {
+		return []error{e.reason}
+	}
+	return []error{e.reason, e.cause}
+}
+
+func malformed(format string, args ...any) error {
+	return &rejection{reason: ErrMalformed, msg: "malformed: " + fmt.Sprintf(format, args...)}
+}
+
+func malformedCause(cause error, format string, args ...any) error {
+	return &rejection{reason: ErrMalformed, msg: "malformed: " + fmt.Sprintf(format, args...) + ": " + cause.Error(), cause: cause}
+}
+
+// LoadKey reads the allocation key from <stateDir>/allocation.key. The file
+// must hold exactly KeySize bytes and must not be accessible to group or
+// others.
+func LoadKey(stateDir string) (Key, error) {
+	path := filepath.Join(stateDir, KeyFileName)
+	var key Key
+	f, err := os.Open(path)
+	if err != nil {
+		return key, fmt.Errorf("allocation key: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return key, fmt.Errorf("allocation key: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return key, fmt.Errorf("allocation key %s: not a regular file (%s)", path, fi.Mode().Type())
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return key, fmt.Errorf("allocation key %s: mode %04o lets group or others read it; it must be 0600", path, perm)
+	}
+	// Read one byte more than a key so that a longer file is detected even
+	// if it grows after the Stat.
+	data, err := io.ReadAll(io.LimitReader(f, KeySize+1))
+	if err != nil {
+		return key, fmt.Errorf("allocation key %s: %w", path, err)
+	}
+	if len(data) != KeySize {
+		what := fmt.Sprintf("%d bytes", len(data))
+		if len(data) > KeySize {
+			what = "more than 32 bytes"
+		}
+		return key, fmt.Errorf("allocation key %s: holds %s, want exactly %d; it is not a key nri-vgpu wrote (remove it to have a new one made, which invalidates the allocations of running containers)", path, what, KeySize)
+	}
+	copy(key[:], data)
+	return key, nil
+}
+
+// LoadOrCreateKey loads the allocation key, first creating it with KeySize
+// random bytes if it does not exist yet. It is safe for concurrent use by any
+// number of goroutines and processes: all of them end up with the same key.
+//
+// The key is written to a temporary file in the state directory, synced, and
+// then hard-linked to its final name. A link never replaces an existing file,
+// so whoever links first wins and everyone else reads the winner's key; a
+// reader can never see a partly written key, and an existing key (or garbage
+// in its place) is never truncated or overwritten. The state directory is
+// created with mode 0700 when missing.
+func LoadOrCreateKey(stateDir string) (Key, error) {
+	key, err := LoadKey(stateDir)
+	if err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return key, err
+	}
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return Key{}, fmt.Errorf("allocation key: create state directory: %w", err)
+	}
+	if _, err := rand.Read(key[:]); err != nil {
+		return Key{}, fmt.Errorf("allocation key: %w", err)
+	}
+	path := filepath.Join(stateDir, KeyFileName)
+	tmp, err := os.CreateTemp(stateDir, "."+KeyFileName+".tmp-*") // mode 0600
+	if err != nil {
+		return Key{}, fmt.Errorf("allocation key: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(key[:]); err != nil {
+		tmp.Close()
+		return Key{}, fmt.Errorf("allocation key: write %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return Key{}, fmt.Errorf("allocation key: sync %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Close(); err != nil {
+		return Key{}, fmt.Errorf("allocation key: write %s: %w", tmp.Name(), err)
+	}
+	if err := os.Link(tmp.Name(), path); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			// Another process or goroutine created the key first.
+			return LoadKey(stateDir)
+		}
+		return Key{}, fmt.Errorf("allocation key: %w", err)
+	}
+	// Make the new directory entry durable, so that a key that has signed
+	// allocations does not vanish in a crash. Best effort: some file
+	// systems do not support syncing directories.
+	if d, err := os.Open(stateDir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return key, nil
+}
+
+// NewAllocationID returns a fresh allocation ID: 128 random bits as 32
+// lower-case hex characters.
+func NewAllocationID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("allocation ID: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// Sign returns the annotation value for a:
+// base64url(payload) "." base64url(HMAC-SHA256(key, payload)), unpadded, where
+// payload is a's JSON encoding. a must pass the checks Verify makes (its V
+// must be AllocationVersion), so that the device plugin learns of a bad
+// allocation when it makes it, not when a container fails to start.
+func Sign(key Key, a *Allocation) (string, error) {
+	if a == nil {
+		return "", errors.New("sign allocation: nil allocation")
+	}
+	if a.V != AllocationVersion {
+		return "", fmt.Errorf("sign allocation: version %d, this build issues %d", a.V, AllocationVersion)
+	}
+	if err := validateAllocation(a); err != nil {
+		return "", fmt.Errorf("sign allocation: %w", err)
+	}
+	payload, err := json.Marshal(a)
+	if err != nil {
+		return "", fmt.Errorf("sign allocation: %w", err)
+	}
+	v := encode(key, payload)
+	if len(v) > MaxAllocationSize {
+		return "", fmt.Errorf("sign allocation: annotation value is %d bytes, at most %d", len(v), MaxAllocationSize)
+	}
+	return v, nil
+}
+
+func encode(key Key, payload []byte) string {
+	enc := base64.RawURLEncoding
+	return enc.EncodeToString(payload) + "." + enc.EncodeToString(mac(key, payload))
+}
+
+func mac(key Key, payload []byte) []byte {
+	m := hmac.New(sha256.New, key[:])
+	m.Write(payload)
+	return m.Sum(nil)
+}
+
+// Verify checks an annotation value made by Sign and returns its allocation.
+// Every error wraps ErrRejected and one of ErrMalformed, ErrBadMAC or
+// ErrVersion.
+//
+// The encoding is checked exactly: two unpadded base64url parts joined by one
+// dot, nothing else, at most MaxAllocationSize bytes. The MAC is checked (in
+// constant time) before the payload is parsed. The payload must be a JSON
+// object whose "v" is AllocationVersion, with no fields but the known ones, in
+// the canonical form Sign writes, and with sane values (see Sign). The
+// canonical form means an allocation has exactly one valid value per key.
+//
+// Verify does not check the GPUs against the node (CheckGPUs) nor the ID
+// against other pods (Bindings).
+func Verify(key Key, value string) (*Allocation, error) {
+	if len(value) > MaxAllocationSize {
+		return nil, malformed("value is %d bytes, at most %d", len(value), MaxAllocationSize)
+	}
+	encPayload, encMAC, ok := strings.Cut(value, ".")
+	if !ok || strings.Contains(encMAC, ".") {
+		return nil, malformed("want <payload>.<MAC>, found %d dots", strings.Count(value, "."))
+	}
+	payload, err := decodePart("payload", encPayload)
+	if err != nil {
+		return nil, err
+	}
+	sum, err := decodePart("MAC", encMAC)
+	if err != nil {
+		return nil, err
+	}
+	if len(sum) != sha256.Size {
+		return nil, malformed("MAC is %d bytes, want %d", len(sum), sha256.Size)
+	}
+	if !hmac.Equal(sum, mac(key, payload)) {
+		return nil, &rejection{reason: ErrBadMAC, msg: "bad MAC"}
+	}
+
+	// The version decides the schema, so read it before decoding strictly:
+	// a later version may add fields this build does not know.
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(payload, &fields); err != nil {
+		if _, syntax := errors.AsType[*json.SyntaxError](err); syntax {
+			return nil, malformedCause(err, "payload is not JSON")
+		}
+		return nil, malformedCause(err, "payload is not a JSON object")
+	}
+	if fields == nil {
+		return nil, malformed("payload is null, not a JSON object")
+	}
+	rawV, ok := fields["v"]
+	if !ok {
+		return nil, malformed("payload has no version (\"v\")")
+	}
+	var v int
+	if err := json.Unmarshal(rawV, &v); err != nil {
+		return nil, malformedCause(err, "version %s is not an integer", rawV)
+	}
+	if v != AllocationVersion {
+		return nil, &rejection{reason: ErrVersion, msg: fmt.Sprintf("unknown version %d (this build knows %d)", v, AllocationVersion)}
+	}
+
+	a := new(Allocation)
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(a); err != nil {
+		return nil, malformedCause(err, "payload does not match version %d", AllocationVersion)
+	}
+	if err := validateAllocation(a); err != nil {
+		return nil, &rejection{reason: ErrMalformed, msg: "malformed: " + err.Error(), cause: err}
+	}
+	// Field names differing in case, duplicate fields, whitespace, escapes:
+	// encoding/json accepts them all. Only the bytes Sign writes are valid.
+	canonical, err := json.Marshal(a)
+	if err != nil {
+		return nil, malformedCause(err, "payload cannot be re-encoded")
+	}
+	if !bytes.Equal(canonical, payload) {
+		return nil, malformed("payload is not in canonical form")
+	}
+	return a, nil
+}
+
+// decodePart decodes one unpadded base64url part. Go's decoder skips CR and
+// LF, and padding would give a value two spellings, so the alphabet is
+// checked first; Strict rejects non-zero trailing bits for the same reason.
+func decodePart(name, s string) ([]byte, error) {
+	if s == "" {
+		return nil, malformed("empty %s", name)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return nil, malformed("%s: character %s at offset %d is not unpadded base64url", name, quoteByte(c), i)
+		}
+	}
+	b, err := base64.RawURLEncoding.Strict().DecodeString(s)
+	if err != nil {
+		return nil, malformedCause(err, "%s is not canonical base64url", name)
+	}
+	return b, nil
+}
+
+// validateAllocation checks the payload's values, except the version.
+func validateAllocation(a *Allocation) error {
+	if !isAllocationID(a.ID) {
+		return fmt.Errorf("id %q is not 32 lower-case hex characters", a.ID)
+	}
+	if a.Issued <= 0 {
+		return fmt.Errorf("issued time %d is not a positive unix time", a.Issued)
+	}
+	if len(a.GPUs) == 0 {
+		return errors.New("no GPUs")
+	}
+	if len(a.GPUs) > MaxLimitsGPUs {
+		return fmt.Errorf("%d GPUs, at most %d", len(a.GPUs), MaxLimitsGPUs)
+	}
+	for i, g := range a.GPUs {
+		if err := ValidateUUID(g.UUID); err != nil {
+			return fmt.Errorf("gpus[%d]: %w", i, err)
+		}
+		for _, prev := range a.GPUs[:i] {
+			if prev.UUID == g.UUID {
+				return fmt.Errorf("gpus[%d]: GPU %s listed twice", i, g.UUID)
+			}
+		}
+		switch {
+		case g.Minor < 0 || g.Minor > MaxMinor:
+			return fmt.Errorf("gpus[%d] (%s): minor %d outside 0..%d", i, g.UUID, g.Minor, MaxMinor)
+		case g.Slices < 1:
+			return fmt.Errorf("gpus[%d] (%s): %d slices, at least 1", i, g.UUID, g.Slices)
+		case g.Memory == 0:
+			return fmt.Errorf("gpus[%d] (%s): memory 0, must be positive", i, g.UUID)
+		case g.Cores < 1 || g.Cores > 100:
+			return fmt.Errorf("gpus[%d] (%s): cores %d outside 1..100", i, g.UUID, g.Cores)
+		}
+	}
+	return nil
+}
+
+func isAllocationID(id string) bool {
+	if len(id) != 32 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// CheckGPUs rejects an allocation that names a GPU for which known returns
+// false, with ErrUnknownGPU naming the first such UUID.
+func CheckGPUs(a *Allocation, known func(uuid string) bool) error {
+	for _, g := range a.GPUs {
+		if !known(g.UUID) {
+			return &rejection{reason: ErrUnknownGPU, msg: "unknown GPU " + g.UUID}
+		}
+	}
+	return nil
+}
+
+// Bindings remembers which pod first presented each allocation ID, so that a
+// signed annotation copied into another pod is refused (Contract 2). It is
+// safe for concurrent use. The zero value is not usable; call NewBindings.
+type Bindings struct {
+	mu   sync.Mutex
+	byID map[string]string // allocation ID -> pod UID
+}
+
+// NewBindings returns an empty set of bindings.
+func NewBindings() *Bindings {
+	return &Bindings{byID: make(map[string]string)}
+}
+
+// Bind binds id to podUID, or accepts it when it is already bound to podUID
+// (a restarted container presents its allocation again). It returns
+// ErrReplay naming the other pod when id is bound to a different pod.
+func (b *Bindings) Bind(id, podUID string) error {
+	if podUID == "" {
+		return fmt.Errorf("bind allocation %s: empty pod UID", id)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch owner, ok := b.byID[id]; {
+	case !ok:
+		b.byID[id] = podUID
+	case owner != podUID:
+		return &rejection{reason: ErrReplay, msg: fmt.Sprintf("id %s already bound to pod %s", id, owner)}
+	}
+	return nil
+}
+
+// Release forgets id if it is bound to podUID; a binding to another pod is
+// kept.
+func (b *Bindings) Release(id, podUID string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.byID[id] == podUID {
+		delete(b.byID, id)
+	}
+}
+
+// ReleasePod forgets every ID bound to podUID, for when a pod is removed and
+// the IDs of its containers are not at hand.
+func (b *Bindings) ReleasePod(podUID string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for id, owner := range b.byID {
+		if owner == podUID {
+			delete(b.byID, id)
+		}
+	}
+}
+
+// Owner returns the pod UID id is bound to.
+func (b *Bindings) Owner(id string) (podUID string, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	podUID, ok = b.byID[id]
+	return podUID, ok
+}
+
+// IDs returns the bound allocation IDs, sorted.
+func (b *Bindings) IDs() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ids := make([]string, 0, len(b.byID))
+	for id := range b.byID {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Len returns the number of bound IDs.
+func (b *Bindings) Len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.byID)
+}
