@@ -1,0 +1,438 @@
+package gpu
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// IgnoredXIDs are the XID critical errors that do not make a GPU unhealthy:
+// they are caused by an application (a faulting kernel, a bad memory access,
+// a hung context) and do not need a GPU reset. The list is the one NVIDIA's
+// Kubernetes device plugin uses.
+//
+//	13  graphics engine exception
+//	31  GPU memory page fault
+//	43  GPU stopped processing (the faulting channel was reset)
+//	45  preemptive cleanup, due to previous errors
+//	68  video processor (NVDEC) exception
+//	109 context switch timeout
+var IgnoredXIDs = []uint64{13, 31, 43, 45, 68, 109}
+
+// healthEventMask is what WatchHealth registers for, intersected with what
+// each device supports.
+const healthEventMask = uint64(nvml.EventTypeXidCriticalError | nvml.EventTypeDoubleBitEccError)
+
+// defaultEventTimeout bounds each EventSetWait: the longest WatchHealth takes
+// to notice that its context is done or that the backend was closed.
+const defaultEventTimeout = 5 * time.Second
+
+// noDriverHint is appended to driver errors: the fix is either installing the
+// driver or not using NVML at all.
+const noDriverHint = `(is the NVIDIA driver installed? for a machine without GPUs set gpu.backend = "simulated")`
+
+// NVML is the backend for real GPUs. It loads libnvidia-ml.so.1 on first use
+// (go-nvml dlopens it at Init), so binaries start on machines without the
+// driver. GPUs in MIG mode are skipped with a warning: MIG partitions are out
+// of scope.
+//
+// The inventory is read once, at the first successful call: NVML's device
+// set does not change while it is initialized. Health changes are recorded
+// by WatchHealth; a GPU that became unhealthy stays so, because every error
+// that is not ignored (see IgnoredXIDs) needs a GPU reset, which restarts the
+// driver and therefore this process's view of it.
+type NVML struct {
+	lib nvml.Interface
+	// eventTimeout is the EventSetWait timeout; tests shorten it.
+	eventTimeout time.Duration
+
+	mu          sync.Mutex
+	initialized bool // lib.Init succeeded; Close must call lib.Shutdown
+	closed      bool
+	devices     []nvmlDevice // nil until enumerated
+	done        chan struct{}
+	watchers    sync.WaitGroup
+}
+
+type nvmlDevice struct {
+	Device
+	handle nvml.Device
+}
+
+var _ Backend = (*NVML)(nil)
+
+// NewNVML returns an NVML backend on lib: nvml.New() in production, a mock in
+// tests. Nothing is loaded until the first call.
+func NewNVML(lib nvml.Interface) *NVML {
+	return &NVML{lib: lib, eventTimeout: defaultEventTimeout, done: make(chan struct{})}
+}
+
+// Name returns "nvml".
+func (n *NVML) Name() string { return "nvml" }
+
+// Devices lists the GPUs that are not in MIG mode, by NVML index, with their
+// current health. If the driver cannot be found, the error wraps ErrNoDriver.
+func (n *NVML) Devices() ([]Device, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.readyLocked(); err != nil {
+		return nil, err
+	}
+	out := make([]Device, len(n.devices))
+	for i, d := range n.devices {
+		out[i] = d.Device
+	}
+	return out, nil
+}
+
+// readyLocked initializes NVML and enumerates the devices if that has not
+// been done yet. A failure is not remembered: a later call tries again, so a
+// driver that is installed after the process started is picked up.
+func (n *NVML) readyLocked() error {
+	if n.closed {
+		return ErrClosed
+	}
+	if !n.initialized {
+		if err := initError(n.lib.Init()); err != nil {
+			return err
+		}
+		n.initialized = true
+	}
+	if n.devices == nil {
+		devs, err := n.enumerate()
+		if err != nil {
+			return err
+		}
+		n.devices = devs
+	}
+	return nil
+}
+
+// initError turns the result of nvmlInit into an error; the driver-missing
+// cases wrap ErrNoDriver and say what to do.
+func initError(ret nvml.Return) error {
+	switch ret {
+	case nvml.SUCCESS:
+		return nil
+	case nvml.ERROR_LIBRARY_NOT_FOUND:
+		return fmt.Errorf("%w: libnvidia-ml.so.1 could not be loaded %s", ErrNoDriver, noDriverHint)
+	case nvml.ERROR_DRIVER_NOT_LOADED:
+		return fmt.Errorf("%w: libnvidia-ml.so.1 was loaded but the NVIDIA kernel driver is not running %s", ErrNoDriver, noDriverHint)
+	default:
+		return fmt.Errorf("initializing NVML: %w", ret)
+	}
+}
+
+func (n *NVML) enumerate() ([]nvmlDevice, error) {
+	count, ret := n.lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("NVML: counting GPUs: %w", ret)
+	}
+	devs := make([]nvmlDevice, 0, count)
+	for i := range count {
+		h, ret := n.lib.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("NVML: GPU %d: getting its handle: %w", i, ret)
+		}
+		d, err := describe(i, h)
+		if err != nil {
+			return nil, fmt.Errorf("NVML: GPU %d: %w", i, err)
+		}
+		if d == nil {
+			continue
+		}
+		devs = append(devs, *d)
+	}
+	return devs, nil
+}
+
+// describe reads what the inventory needs about one GPU; it returns nil for a
+// GPU that is skipped (MIG mode).
+func describe(index int, h nvml.Device) (*nvmlDevice, error) {
+	uuid, ret := h.GetUUID()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("getting its UUID: %w", ret)
+	}
+	mig, _, ret := h.GetMigMode()
+	switch {
+	case ret == nvml.ERROR_NOT_SUPPORTED:
+		// Not MIG-capable.
+	case ret != nvml.SUCCESS:
+		return nil, fmt.Errorf("%s: getting its MIG mode: %w", uuid, ret)
+	case mig == nvml.DEVICE_MIG_ENABLE:
+		slog.Warn("skipping GPU in MIG mode: MIG partitions are not supported; disable MIG to share this GPU",
+			"index", index, "uuid", uuid)
+		return nil, nil
+	}
+	name, ret := h.GetName()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("%s: getting its name: %w", uuid, ret)
+	}
+	mem, ret := h.GetMemoryInfo()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("%s: getting its memory size: %w", uuid, ret)
+	}
+	minor, ret := h.GetMinorNumber()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("%s: getting its minor number: %w", uuid, ret)
+	}
+	pci, ret := h.GetPciInfo()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("%s: getting its PCI info: %w", uuid, ret)
+	}
+	return &nvmlDevice{
+		Device: Device{
+			Index:    index,
+			UUID:     uuid,
+			Name:     name,
+			Memory:   mem.Total,
+			Minor:    minor,
+			PCIBusID: pciBusID(pci),
+			Healthy:  true,
+		},
+		handle: h,
+	}, nil
+}
+
+// pciBusID formats NVML's PCI address. The BusId string is authoritative; the
+// numeric fields are the fallback when it is empty.
+func pciBusID(p nvml.PciInfo) string {
+	raw := cString(p.BusId[:])
+	if raw == "" {
+		return fmt.Sprintf("%04x:%02x:%02x.0", p.Domain, p.Bus, p.Device)
+	}
+	id, err := NormalizePCIBusID(raw)
+	if err != nil {
+		// Only cosmetic: keep what the driver said rather than failing
+		// the inventory.
+		slog.Warn("NVML reported an unexpected PCI bus id", "bus_id", raw, "error", err)
+		return raw
+	}
+	return id
+}
+
+func cString(b []uint8) string {
+	if i := slices.Index(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	return string(b)
+}
+
+// WatchHealth registers for XID critical errors and double-bit ECC errors on
+// every GPU (where the GPU supports them) and reports each one that is not in
+// IgnoredXIDs: the GPU becomes unhealthy and an event is sent. An event that
+// names no GPU marks every GPU unhealthy. It returns nil when ctx is done or
+// the backend is closed, within one EventSetWait timeout (5 s).
+func (n *NVML) WatchHealth(ctx context.Context, events chan<- HealthEvent) error {
+	n.mu.Lock()
+	if err := n.readyLocked(); err != nil {
+		n.mu.Unlock()
+		return err
+	}
+	// Close waits for watchers before it shuts NVML down, so no NVML call
+	// below races with nvmlShutdown.
+	n.watchers.Add(1)
+	defer n.watchers.Done()
+	devs := slices.Clone(n.devices)
+	n.mu.Unlock()
+
+	set, ret := n.lib.EventSetCreate()
+	if ret != nvml.SUCCESS {
+		return fmt.Errorf("NVML: creating an event set: %w", ret)
+	}
+	defer func() {
+		if ret := set.Free(); ret != nvml.SUCCESS {
+			slog.Warn("NVML: freeing the event set failed", "error", ret)
+		}
+	}()
+
+	w := &nvmlWatch{n: n, ctx: ctx, events: events, devs: devs}
+	for _, d := range devs {
+		if reason := register(d, set); reason != "" {
+			if !w.report([]string{d.UUID}, reason) {
+				return nil
+			}
+		}
+	}
+
+	waitFailing := false // reports a run of failed waits once
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-n.done:
+			return nil
+		default:
+		}
+		ev, ret := set.Wait(uint32(n.eventTimeout.Milliseconds()))
+		switch ret {
+		case nvml.ERROR_TIMEOUT:
+			waitFailing = false
+		case nvml.SUCCESS:
+			waitFailing = false
+			if !w.handle(ev) {
+				return nil
+			}
+		default:
+			// As NVIDIA's device plugin does: if health cannot be
+			// observed, no GPU can be trusted.
+			if !waitFailing {
+				waitFailing = true
+				slog.Error("NVML: waiting for events failed; marking every GPU unhealthy", "error", ret)
+				if !w.report(w.allUUIDs(), fmt.Sprintf("NVML event wait failed: %v", ret)) {
+					return nil
+				}
+			}
+			// Wait before trying again, so a persistent error does not
+			// spin.
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-n.done:
+				return nil
+			case <-time.After(n.eventTimeout):
+			}
+		}
+	}
+}
+
+// register subscribes set to d's health events. It returns "" on success or
+// when d cannot report health events at all (logged), and the reason to mark
+// d unhealthy when registration failed otherwise.
+func register(d nvmlDevice, set nvml.EventSet) string {
+	supported, ret := d.handle.GetSupportedEventTypes()
+	if ret == nvml.ERROR_NOT_SUPPORTED {
+		slog.Warn("GPU does not report health events; it is not monitored", "uuid", d.UUID)
+		return ""
+	}
+	if ret != nvml.SUCCESS {
+		slog.Error("NVML: getting the supported event types failed; marking the GPU unhealthy", "uuid", d.UUID, "error", ret)
+		return fmt.Sprintf("health events unavailable: %v", ret)
+	}
+	mask := healthEventMask & supported
+	if mask == 0 {
+		slog.Warn("GPU reports neither XID nor ECC events; it is not monitored", "uuid", d.UUID)
+		return ""
+	}
+	if mask&nvml.EventTypeXidCriticalError == 0 {
+		slog.Warn("GPU does not report XID critical errors; only ECC errors are monitored", "uuid", d.UUID)
+	}
+	ret = d.handle.RegisterEvents(mask, set)
+	if ret == nvml.ERROR_NOT_SUPPORTED {
+		slog.Warn("GPU does not report health events; it is not monitored", "uuid", d.UUID)
+		return ""
+	}
+	if ret != nvml.SUCCESS {
+		slog.Error("NVML: registering for health events failed; marking the GPU unhealthy", "uuid", d.UUID, "error", ret)
+		return fmt.Sprintf("health events unavailable: %v", ret)
+	}
+	return ""
+}
+
+// nvmlWatch is the state of one WatchHealth call.
+type nvmlWatch struct {
+	n      *NVML
+	ctx    context.Context
+	events chan<- HealthEvent
+	devs   []nvmlDevice
+}
+
+// handle processes one NVML event; it returns false when the watch must stop.
+func (w *nvmlWatch) handle(ev nvml.EventData) bool {
+	var reason string
+	switch {
+	case ev.EventType&nvml.EventTypeXidCriticalError != 0:
+		if slices.Contains(IgnoredXIDs, ev.EventData) {
+			slog.Info("ignoring application XID", "xid", ev.EventData)
+			return true
+		}
+		reason = fmt.Sprintf("XID %d", ev.EventData)
+	case ev.EventType&nvml.EventTypeDoubleBitEccError != 0:
+		reason = "double-bit ECC error"
+	default:
+		slog.Debug("ignoring NVML event", "type", ev.EventType, "data", ev.EventData)
+		return true
+	}
+
+	if ev.Device == nil {
+		slog.Error("GPU error reported for no particular GPU; marking every GPU unhealthy", "reason", reason)
+		return w.report(w.allUUIDs(), reason)
+	}
+	uuid, ret := ev.Device.GetUUID()
+	if ret != nvml.SUCCESS {
+		// The real library reports a device-less event with a null
+		// handle, on which GetUUID fails; so does a GPU that fell off
+		// the bus. Either way no GPU can be singled out.
+		slog.Error("GPU error on a GPU that cannot be identified; marking every GPU unhealthy",
+			"reason", reason, "error", ret)
+		return w.report(w.allUUIDs(), reason)
+	}
+	if !slices.ContainsFunc(w.devs, func(d nvmlDevice) bool { return d.UUID == uuid }) {
+		slog.Warn("GPU error on a GPU outside the inventory", "uuid", uuid, "reason", reason)
+		return true
+	}
+	slog.Error("GPU error; marking the GPU unhealthy", "uuid", uuid, "reason", reason)
+	return w.report([]string{uuid}, reason)
+}
+
+func (w *nvmlWatch) allUUIDs() []string {
+	out := make([]string, len(w.devs))
+	for i, d := range w.devs {
+		out[i] = d.UUID
+	}
+	return out
+}
+
+// report marks the GPUs unhealthy and sends one event for each. Every
+// observed error is sent, also for a GPU that is already unhealthy, so each
+// watcher hears every reason. It returns false when the watch must stop.
+func (w *nvmlWatch) report(uuids []string, reason string) bool {
+	w.n.mu.Lock()
+	for i := range w.n.devices {
+		if slices.Contains(uuids, w.n.devices[i].UUID) {
+			w.n.devices[i].Healthy = false
+		}
+	}
+	w.n.mu.Unlock()
+	for _, u := range uuids {
+		select {
+		case w.events <- HealthEvent{UUID: u, Healthy: false, Reason: reason}:
+		case <-w.ctx.Done():
+			return false
+		case <-w.n.done:
+			return false
+		}
+	}
+	return true
+}
+
+// Close stops every WatchHealth call, waits for them to return (at most one
+// EventSetWait timeout) and shuts NVML down. Later calls fail with ErrClosed.
+func (n *NVML) Close() error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closed = true
+	close(n.done)
+	n.mu.Unlock()
+
+	n.watchers.Wait()
+
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.initialized {
+		return nil
+	}
+	n.initialized = false
+	if ret := n.lib.Shutdown(); ret != nvml.SUCCESS {
+		return fmt.Errorf("NVML: shutting down: %w", ret)
+	}
+	return nil
+}
