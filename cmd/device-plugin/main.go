@@ -1,0 +1,157 @@
+// Command nri-vgpu-device-plugin is the kubelet device plugin of nri-vgpu: it
+// advertises every GPU of the node as slices of the configured resource and
+// answers each allocation with a signed annotation that the NRI plugin turns
+// into device nodes and quotas.
+//
+// Signals: SIGTERM and SIGINT stop it cleanly (exit 0); SIGHUP reloads the
+// simulated GPU list from the configuration file.
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"reflect"
+	"strings"
+	"syscall"
+
+	"github.com/nri-vgpu/nri-vgpu/internal/deviceplugin"
+	"github.com/nri-vgpu/nri-vgpu/internal/version"
+	"github.com/nri-vgpu/nri-vgpu/pkg/config"
+	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
+)
+
+const name = "nri-vgpu-device-plugin"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	code := run(ctx, os.Args[1:], os.Stderr, hup)
+	stop()
+	os.Exit(code)
+}
+
+// run is the whole program; it returns the exit status: 0 after a clean
+// stop, 1 when it cannot serve, 2 for bad usage.
+func run(ctx context.Context, args []string, stderr io.Writer, reload <-chan os.Signal) int {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "configuration file (default: $"+config.EnvPath+", else "+config.DefaultPath+")")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "%s: unexpected arguments %q\n", name, fs.Args())
+		return 2
+	}
+	if *showVersion {
+		fmt.Fprintf(stderr, "%s %s\n", name, version.Version)
+		return 0
+	}
+	logger, err := newLogger(stderr, *logLevel, *logFormat)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 2
+	}
+	// The GPU backends log through the default logger.
+	slog.SetDefault(logger)
+
+	cfg, err := config.LoadResolved(*configPath)
+	if err != nil {
+		logger.Error("cannot load the configuration", "error", err)
+		return 1
+	}
+	logger.Info("starting", "program", name, "version", version.Version, "config", cmp.Or(cfg.Source, "(defaults)"),
+		"resource", cfg.DevicePlugin.ResourceName, "backend", cfg.GPU.Backend, "socket_dir", cfg.DevicePlugin.SocketDir)
+
+	backend, err := gpu.New(cfg)
+	if err != nil {
+		logger.Error("cannot set up the GPU backend", "error", err)
+		return 1
+	}
+	defer backend.Close()
+
+	plugin, err := deviceplugin.New(deviceplugin.Options{Config: cfg, Backend: backend, Logger: logger})
+	if errors.Is(err, gpu.ErrNoDriver) {
+		logger.Error("no NVIDIA driver on this node; nothing to advertise. Install the driver, or set gpu.backend = \"simulated\" to test without GPUs", "error", err)
+		return 1
+	}
+	if err != nil {
+		logger.Error("cannot start the device plugin", "error", err)
+		return 1
+	}
+
+	go reloadOnSignal(ctx, reload, *configPath, cfg, backend, plugin, logger)
+
+	if err := plugin.Run(ctx); err != nil {
+		logger.Error("device plugin failed", "error", err)
+		return 1
+	}
+	logger.Info("stopped")
+	return 0
+}
+
+// reloadOnSignal re-reads the configuration on each signal. Only the
+// simulated GPU list is applied live (so a test can change GPU health);
+// everything else takes effect on restart, and a warning says so.
+func reloadOnSignal(ctx context.Context, sig <-chan os.Signal, configPath string, current *config.Config,
+	backend gpu.Backend, plugin *deviceplugin.Plugin, logger *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-sig:
+		}
+		cfg, err := config.LoadResolved(configPath)
+		if err != nil {
+			logger.Error("reload: keeping the running configuration", "error", err)
+			continue
+		}
+		if !reflect.DeepEqual(cfg.DevicePlugin, current.DevicePlugin) || cfg.Paths.StateDir != current.Paths.StateDir ||
+			cfg.GPU.Backend != current.GPU.Backend {
+			logger.Warn("reload: device_plugin, paths.state_dir and gpu.backend changes take effect on restart")
+		}
+		sim, ok := backend.(*gpu.Simulated)
+		if !ok || cfg.GPU.Backend != config.BackendSimulated {
+			logger.Info("reload: nothing to apply live (only simulated GPUs are reloaded)")
+			continue
+		}
+		if err := gpu.ValidateSimulated(cfg.GPU.Simulated); err != nil {
+			logger.Error("reload: invalid gpu.simulated; keeping the running GPUs", "error", err)
+			continue
+		}
+		sim.Update(cfg.GPU.Simulated)
+		if err := plugin.Refresh(); err != nil {
+			logger.Error("reload: re-reading the GPUs failed", "error", err)
+			continue
+		}
+		logger.Info("reload: simulated GPUs updated", "gpus", len(cfg.GPU.Simulated))
+	}
+}
+
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch strings.ToLower(format) {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	default:
+		return nil, fmt.Errorf("--log-format %q: want text or json", format)
+	}
+}

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/nri-vgpu/nri-vgpu/internal/kubelettest"
+	"github.com/nri-vgpu/nri-vgpu/internal/version"
+	"github.com/nri-vgpu/nri-vgpu/pkg/config"
+	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
+)
+
+const waitTimeout = 10 * time.Second
+
+// syncBuffer is the program's stderr, written by its goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// shortDir fits unix socket paths (108 bytes), unlike t.TempDir at times.
+func shortDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "dpm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+func writeConfig(t *testing.T, path, body string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	tests := []struct {
+		args []string
+		code int
+		out  string
+	}{
+		{[]string{"--bogus"}, 2, "flag provided but not defined: -bogus"},
+		{[]string{"--log-level", "loud"}, 2, `--log-level "loud"`},
+		{[]string{"--log-format", "xml"}, 2, `--log-format "xml"`},
+		{[]string{"extra"}, 2, `unexpected arguments ["extra"]`},
+		{[]string{"--version"}, 0, name + " " + version.Version},
+		{[]string{"--config", "/nonexistent/config.toml"}, 1, "cannot load the configuration"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			var out syncBuffer
+			if code := run(context.Background(), tt.args, &out, nil); code != tt.code {
+				t.Errorf("exit %d, want %d; output:\n%s", code, tt.code, out.String())
+			}
+			if !strings.Contains(out.String(), tt.out) {
+				t.Errorf("output %q does not contain %q", out.String(), tt.out)
+			}
+		})
+	}
+}
+
+func TestNoDriver(t *testing.T) {
+	dir := shortDir(t)
+	cfg := config.Default()
+	if b, err := gpu.New(cfg); err == nil {
+		_, err = b.Devices()
+		_ = b.Close()
+		if !errors.Is(err, gpu.ErrNoDriver) {
+			t.Skipf("this machine has an NVIDIA driver (Devices: %v)", err)
+		}
+	}
+	path := filepath.Join(dir, "config.toml")
+	writeConfig(t, path, fmt.Sprintf("[device_plugin]\nsocket_dir = %q\n[paths]\nstate_dir = %q\n[gpu]\nbackend = \"nvml\"\n", dir, dir))
+	var out syncBuffer
+	if code := run(context.Background(), []string{"--config", path}, &out, nil); code != 1 {
+		t.Fatalf("exit %d, want 1; output:\n%s", code, out.String())
+	}
+	if !strings.Contains(out.String(), "no NVIDIA driver on this node") {
+		t.Errorf("output does not explain the missing driver:\n%s", out.String())
+	}
+}
+
+// TestRunSimulated runs the program against a fake kubelet: it registers,
+// lists the configured GPUs, applies a reload (SIGHUP) and stops cleanly.
+func TestRunSimulated(t *testing.T) {
+	dir := shortDir(t)
+	path := filepath.Join(dir, "config.toml")
+	base := fmt.Sprintf(`[device_plugin]
+socket_dir = %q
+split_count = 2
+[paths]
+state_dir = %q
+[gpu]
+backend = "simulated"
+[[gpu.simulated]]
+uuid = "GPU-aaaa"
+name = "Sim"
+memory = "16GiB"
+minor = 0
+`, dir, filepath.Join(dir, "state"))
+	writeConfig(t, path, base)
+
+	k, err := kubelettest.Start(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Stop()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reload := make(chan os.Signal, 1)
+	var out syncBuffer
+	exit := make(chan int, 1)
+	go func() { exit <- run(ctx, []string{"--config", path, "--log-format", "json"}, &out, reload) }()
+
+	wctx, wcancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer wcancel()
+	reg, err := k.WaitRegistration(wctx)
+	if err != nil {
+		t.Fatalf("%v; output:\n%s", err, out.String())
+	}
+	defer reg.Close()
+	l, err := reg.NextList(wctx)
+	if err != nil || len(l) != 2 {
+		t.Fatalf("first list %v, %v", l, err)
+	}
+
+	// Mark the GPU unhealthy in the file and reload.
+	writeConfig(t, path, base+"healthy = false\n")
+	reload <- syscall.SIGHUP
+	if _, err := reg.WaitList(wctx, func(l []*pluginapi.Device) bool {
+		return len(l) == 2 && l[0].Health == pluginapi.Unhealthy && l[1].Health == pluginapi.Unhealthy
+	}); err != nil {
+		t.Fatalf("after reload: %v; output:\n%s", err, out.String())
+	}
+
+	cancel()
+	select {
+	case code := <-exit:
+		if code != 0 {
+			t.Errorf("exit %d, want 0; output:\n%s", code, out.String())
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("run did not return after cancel")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "nri-vgpu-nvidia.com_gpu.sock")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("plugin socket after stop: %v", err)
+	}
+	if s := out.String(); !strings.Contains(s, `"version":"`+version.Version+`"`) || !strings.Contains(s, `"msg":"stopped"`) {
+		t.Errorf("log lacks the version or the stop line:\n%s", s)
+	}
+}
