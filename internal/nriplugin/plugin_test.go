@@ -1,0 +1,418 @@
+package nriplugin
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
+	"github.com/nri-vgpu/nri-vgpu/pkg/oci/ocitest"
+)
+
+func i64(v int64) *int64 { return &v }
+
+// specFor is the spec containerd would run: a CRI-like base with the
+// adjustment applied by NRI's runtime-side code.
+func specFor(t *testing.T, adj *api.ContainerAdjustment) *specs.Spec {
+	t.Helper()
+	s := &specs.Spec{
+		Process: &specs.Process{Env: []string{"PATH=/usr/bin", "NVIDIA_VISIBLE_DEVICES=all"}},
+		Mounts:  []specs.Mount{{Destination: "/proc", Type: "proc", Source: "proc"}},
+		Linux: &specs.Linux{Resources: &specs.LinuxResources{Devices: []specs.LinuxDeviceCgroup{
+			{Allow: false, Access: "rwm"},
+			{Allow: true, Type: "c", Major: i64(1), Minor: i64(3), Access: "rwm"},
+		}}},
+	}
+	if err := ocitest.ApplyAdjustment(s, adj); err != nil {
+		t.Fatalf("applying the adjustment: %v", err)
+	}
+	return s
+}
+
+func access(t *testing.T, s *specs.Spec, major, minor int64) string {
+	t.Helper()
+	p := ocitest.Probe{Type: "c", Major: major, Minor: minor}
+	acc, err := ocitest.DeviceAccess(s.Linux.Resources.Devices, []ocitest.Probe{p})
+	if err != nil {
+		t.Fatalf("the runtime would refuse the device rules: %v", err)
+	}
+	return acc[p]
+}
+
+func envOf(s *specs.Spec, key string) string {
+	for _, kv := range s.Process.Env {
+		if k, v, _ := strings.Cut(kv, "="); k == key {
+			return v
+		}
+	}
+	return ""
+}
+
+func mountAt(s *specs.Spec, dst string) (specs.Mount, bool) {
+	for _, m := range s.Mounts {
+		if m.Destination == dst {
+			return m, true
+		}
+	}
+	return specs.Mount{}, false
+}
+
+func TestGPUContainerGetsEveryEdit(t *testing.T) {
+	h := newHarness(t, newConfig(t))
+	ann, a := sign(t, h.key, gpu0, gpu1)
+	p := pod("sb1", "uid-1")
+	adj, err := h.create(p, container("c1", p, ann))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := specFor(t, adj)
+
+	devs := map[string]specs.LinuxDevice{}
+	for _, d := range s.Linux.Devices {
+		devs[d.Path] = d
+	}
+	for path, mm := range map[string][2]int64{
+		"/dev/nvidiactl": {195, 255}, "/dev/nvidia-uvm": {ocitest.UVMMajor, 0}, "/dev/nvidia-uvm-tools": {ocitest.UVMMajor, 1},
+		"/dev/nvidia0": {195, 0}, "/dev/nvidia1": {195, 1},
+		"/dev/nvidia-modeset": {195, 254}, "/dev/dri/card1": {226, 1}, "/dev/dri/renderD129": {226, 129}, // from the CDI spec
+	} {
+		d, ok := devs[path]
+		if !ok {
+			t.Errorf("device %s missing", path)
+			continue
+		}
+		if d.Major != mm[0] || d.Minor != mm[1] {
+			t.Errorf("device %s = %d:%d, want %d:%d", path, d.Major, d.Minor, mm[0], mm[1])
+		}
+		if got := access(t, s, mm[0], mm[1]); got != "rwm" {
+			t.Errorf("cgroup access to %s = %q, want rwm", path, got)
+		}
+	}
+	if got := envOf(s, oci.EnvVisibleDevices); got != "void" {
+		t.Errorf("%s = %q, want void (CDI injection)", oci.EnvVisibleDevices, got)
+	}
+	if n := len(s.Hooks.CreateContainer); n != 5 {
+		t.Errorf("createContainer hooks = %d, want 5 (CDI update-ldcache, create-symlinks, ...)", n)
+	}
+	dir := filepath.Join(h.cfg.Paths.RunDir, "containers", "c1")
+	for dst, src := range map[string]string{
+		"/usr/local/nri-vgpu/libvgpu-shim.so":            h.cfg.Paths.ShimPath,
+		"/etc/ld.so.preload":                             filepath.Join(h.cfg.Paths.RunDir, "ld.so.preload"),
+		"/run/nri-vgpu/limits":                           filepath.Join(dir, "limits"),
+		"/run/nri-vgpu/region":                           filepath.Join(dir, "region"),
+		"/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15": "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15",
+	} {
+		m, ok := mountAt(s, dst)
+		if !ok || m.Source != src {
+			t.Errorf("mount %s = %+v, want source %s", dst, m, src)
+		}
+	}
+
+	lf, err := limits.ReadLimitsFile(filepath.Join(dir, "limits"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := limits.LimitsFromAllocation(a, "", ""); !slices.Equal(lf.GPUs, want.GPUs) {
+		t.Errorf("limits file GPUs = %+v, want %+v", lf.GPUs, want.GPUs)
+	}
+	if st, err := os.Stat(filepath.Join(dir, "region")); err != nil || st.Mode().Perm() != 0o777 {
+		t.Errorf("region dir: %v, %v; want mode 0777", st, err)
+	}
+}
+
+func TestContainerWithoutAllocationIsStripped(t *testing.T) {
+	h := newHarness(t, newConfig(t))
+	p := pod("sb1", "uid-1")
+	c := container("plain", p, "")
+	// The container arrives with a GPU node of its own (another plugin, a
+	// device mapping): the deny rules must take it away.
+	c.Linux.Devices = []*api.LinuxDevice{{Path: "/dev/nvidia0", Type: "c", Major: 195, Minor: 0}}
+	c.Linux.Resources.Devices = append(c.Linux.Resources.Devices, &api.LinuxDeviceCgroup{Allow: true, Type: "c", Major: api.Int64(int64(195)), Minor: api.Int64(int64(0)), Access: "rw"})
+	adj, err := h.create(p, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := specFor(t, adj)
+	s.Linux.Resources.Devices = append([]specs.LinuxDeviceCgroup{
+		{Allow: false, Access: "rwm"},
+		{Allow: true, Type: "c", Major: i64(195), Minor: i64(0), Access: "rw"},
+	}, s.Linux.Resources.Devices...)
+	if got := envOf(s, oci.EnvVisibleDevices); got != "void" {
+		t.Errorf("%s = %q, want void", oci.EnvVisibleDevices, got)
+	}
+	for _, mm := range [][2]int64{{195, 0}, {195, 1}, {195, 255}, {195, 9}, {ocitest.UVMMajor, 0}, {ocitest.UVMMajor, 1}} {
+		if got := access(t, s, mm[0], mm[1]); strings.ContainsAny(got, "rw") {
+			t.Errorf("container without allocation can open %d:%d (%q)", mm[0], mm[1], got)
+		}
+	}
+	if got := access(t, s, 1, 3); got != "rwm" {
+		t.Errorf("/dev/null access = %q, want rwm", got)
+	}
+	if _, ok := mountAt(s, "/etc/ld.so.preload"); ok {
+		t.Error("container without allocation got the preload mount")
+	}
+	if ids, _ := oci.ListContainerDirs(h.cfg); len(ids) != 0 {
+		t.Errorf("host directories created for a container without allocation: %v", ids)
+	}
+}
+
+func TestHideExceptions(t *testing.T) {
+	t.Run("privileged", func(t *testing.T) {
+		h := newHarness(t, newConfig(t))
+		p := pod("sb1", "uid-1")
+		c := container("priv", p, "")
+		c.Linux.Resources.Devices = []*api.LinuxDeviceCgroup{{Allow: true, Access: "rwm"}}
+		adj, err := h.create(p, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(adj.GetEnv()) != 0 || len(adj.GetLinux().GetResources().GetDevices()) != 0 {
+			t.Errorf("privileged container adjusted: %v", adj)
+		}
+	})
+	t.Run("every char device allowed", func(t *testing.T) {
+		h := newHarness(t, newConfig(t))
+		p := pod("sb1", "uid-1")
+		c := container("dind", p, "")
+		c.Linux.Resources.Devices = append(c.Linux.Resources.Devices, &api.LinuxDeviceCgroup{Allow: true, Type: "c", Access: "rwm"})
+		adj, err := h.create(p, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(adj.GetLinux().GetResources().GetDevices()) != 0 {
+			t.Errorf("deny rules for a container allowed c *:* (the runtime would refuse them): %v", adj)
+		}
+	})
+	t.Run("hide_unrequested = false", func(t *testing.T) {
+		cfg := newConfig(t)
+		cfg.NRI.HideUnrequested = false
+		h := newHarness(t, cfg)
+		p := pod("sb1", "uid-1")
+		adj, err := h.create(p, container("plain", p, ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(adj.GetEnv()) != 0 || len(adj.GetLinux().GetResources().GetDevices()) != 0 {
+			t.Errorf("container adjusted with hide_unrequested = false: %v", adj)
+		}
+	})
+}
+
+// badJSON is a correctly MACed annotation whose payload is not JSON.
+func badJSON(key limits.Key) string {
+	payload := []byte(`{"v":1,"id":`)
+	m := hmac.New(sha256.New, key[:])
+	m.Write(payload)
+	enc := base64.RawURLEncoding
+	return enc.EncodeToString(payload) + "." + enc.EncodeToString(m.Sum(nil))
+}
+
+func TestRejections(t *testing.T) {
+	h := newHarness(t, newConfig(t))
+	var otherKey limits.Key
+	otherKey[0] = 1
+	forged, _ := sign(t, otherKey, gpu0)
+	unknown, _ := sign(t, h.key, limits.AllocatedGPU{UUID: "GPU-99999999-9999-4999-8999-999999999999", Minor: 9, Slices: 1, Memory: 1 << 30, Cores: 10})
+	badVersion := func() string {
+		v, _ := sign(t, h.key, gpu0)
+		return v[:len(v)-3] + "AAA" // a different MAC: must not pass as anything but a bad MAC
+	}()
+	replayed, _ := sign(t, h.key, gpu1)
+	p1, p2 := pod("sb1", "uid-1"), pod("sb2", "uid-2")
+	if _, err := h.create(p1, container("owner", p1, replayed)); err != nil {
+		t.Fatalf("first use of the allocation: %v", err)
+	}
+
+	tests := []struct {
+		name, annotation string
+		pod              *api.PodSandbox
+		want             string
+	}{
+		{"forged MAC", forged, p1, "nri-vgpu: allocation rejected: bad MAC"},
+		{"tampered MAC", badVersion, p1, "nri-vgpu: allocation rejected: bad MAC"},
+		{"unknown GPU", unknown, p1, "nri-vgpu: allocation rejected: unknown GPU GPU-99999999"},
+		{"bad JSON", badJSON(h.key), p1, "nri-vgpu: allocation rejected: malformed: payload is not JSON"},
+		{"not an annotation", "garbage", p1, "nri-vgpu: allocation rejected: malformed"},
+		{"replay from another pod", replayed, p2, "nri-vgpu: allocation rejected: id "},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id := "rej" + string(rune('a'+i))
+			_, err := h.create(tt.pod, container(id, tt.pod, tt.annotation))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("CreateContainer error = %v, want one containing %q", err, tt.want)
+			}
+			if _, err := os.Stat(oci.ContainerDir(h.cfg, id)); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("rejected container has a host directory (%v)", err)
+			}
+		})
+	}
+}
+
+func TestSameContainerRestartedIsAccepted(t *testing.T) {
+	h := newHarness(t, newConfig(t))
+	ann, _ := sign(t, h.key, gpu0)
+	p := pod("sb1", "uid-1")
+	if _, err := h.create(p, container("c1", p, ann)); err != nil {
+		t.Fatal(err)
+	}
+	// kubelet restarts a failed container as a new container of the same
+	// pod, with the same annotation; runtimes may also reuse the ID.
+	for _, id := range []string{"c1-restart", "c1"} {
+		if _, err := h.create(p, container(id, p, ann)); err != nil {
+			t.Errorf("restart as %s rejected: %v", id, err)
+		}
+	}
+}
+
+func TestPluginRestartRebuildsState(t *testing.T) {
+	h := newHarness(t, newConfig(t))
+	ann, _ := sign(t, h.key, gpu0)
+	p1, p2 := pod("sb1", "uid-1"), pod("sb2", "uid-2")
+	if _, err := h.create(p1, container("c1", p1, ann)); err != nil {
+		t.Fatal(err)
+	}
+	limitsPath := filepath.Join(oci.ContainerDir(h.cfg, "c1"), "limits")
+	before, err := os.ReadFile(limitsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	h.stopPlugin()
+	h.startPlugin() // a new process: empty bindings until Synchronize
+
+	if n := h.plugin.trackedCount(); n != 1 {
+		t.Errorf("after restart the plugin tracks %d vGPU containers, want 1", n)
+	}
+	after, err := os.ReadFile(limitsPath)
+	if err != nil || string(after) != string(before) {
+		t.Errorf("limits file after restart = %q (%v), want it unchanged", after, err)
+	}
+	if _, err := h.create(p2, container("thief", p2, ann)); err == nil || !strings.Contains(err.Error(), "allocation rejected") {
+		t.Errorf("replay after plugin restart: err = %v, want rejected", err)
+	}
+	if _, err := h.create(p1, container("c1-again", p1, ann)); err != nil {
+		t.Errorf("same pod after plugin restart: %v", err)
+	}
+}
+
+func TestRuntimeRestartReconnects(t *testing.T) {
+	cfg := newConfig(t)
+	backend := cfg.NRI.SocketPath + ".runtime"
+	px := startProxy(t, cfg.NRI.SocketPath, backend)
+	h := newHarnessOn(t, cfg, backend)
+	// containerd exits: its side of every connection goes away.
+	h.r.Stop()
+	px.dropAll()
+	h.startRuntime()
+	h.waitSynced() // the plugin dialed again, with backoff
+	ann, _ := sign(t, h.key, gpu1)
+	p := pod("sb1", "uid-1")
+	if _, err := h.create(p, container("c1", p, ann)); err != nil {
+		t.Fatalf("after reconnecting: %v", err)
+	}
+}
+
+func TestRemoveAndSweep(t *testing.T) {
+	h := newHarness(t, newConfig(t))
+	ann, _ := sign(t, h.key, gpu0)
+	p := pod("sb1", "uid-1")
+	c := container("c1", p, ann)
+	if _, err := h.create(p, c); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.remove(p, c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(oci.ContainerDir(h.cfg, "c1")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("RemoveContainer left the directory (%v)", err)
+	}
+
+	// Orphans: a container removed while the plugin was away, and a
+	// directory of the runtime wrapper, which is not the plugin's to sweep.
+	keep := container("c2", p, ann)
+	if _, err := h.create(p, keep); err != nil {
+		t.Fatal(err)
+	}
+	lf := limits.LimitsFromAllocation(&limits.Allocation{GPUs: []limits.AllocatedGPU{gpu0}}, "", "")
+	for id, source := range map[string]string{"ghost": Source, "docker1": "runtime"} {
+		if err := oci.Prepare(h.cfg, &oci.ContainerInfo{ID: id, Source: source}, lf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(oci.ContainerDir(h.cfg, "half-made"), 0o755); err != nil { // no container.json
+		t.Fatal(err)
+	}
+	h.stopPlugin()
+	h.startPlugin()
+	ids, _ := oci.ListContainerDirs(h.cfg)
+	slices.Sort(ids)
+	if want := []string{"c2", "docker1"}; !slices.Equal(ids, want) {
+		t.Errorf("after the sweep the container dirs are %v, want %v", ids, want)
+	}
+}
+
+func TestRemovePodReleasesBindings(t *testing.T) {
+	h := newHarness(t, newConfig(t))
+	ann, a := sign(t, h.key, gpu0)
+	p := pod("sb1", "uid-1")
+	if _, err := h.create(p, container("c1", p, ann)); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.r.RemovePodSandbox(t.Context(), &api.RemovePodSandboxRequest{Pod: p}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		h.plugin.mu.Lock()
+		_, bound := h.plugin.bindings.Owner(a.ID)
+		h.plugin.mu.Unlock()
+		if !bound {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("allocation still bound after its pod was removed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestNewValidatesOptions(t *testing.T) {
+	cfg := newConfig(t)
+	host := oci.NewHost(cfg, false)
+	inv := NewBackendInventory(cfg)
+	var key limits.Key
+	key[3] = 7
+	tests := []struct {
+		name string
+		opts Options
+		want string
+	}{
+		{"no config", Options{Key: key, Host: host, Inventory: inv}, "required"},
+		{"no host", Options{Config: cfg, Key: key, Inventory: inv}, "required"},
+		{"no inventory", Options{Config: cfg, Key: key, Host: host}, "required"},
+		{"zero key", Options{Config: cfg, Host: host, Inventory: inv}, "allocation key"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := New(tt.opts); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("New = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+	if _, err := New(Options{Config: cfg, Key: key, Host: host, Inventory: inv}); err != nil {
+		t.Errorf("New with every option: %v", err)
+	}
+}

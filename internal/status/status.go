@@ -1,0 +1,201 @@
+// Package status reports, per GPU, the vGPU containers of the node with
+// their slices, memory limit, memory in use and SM share, from the host
+// files the NRI plugin and the runtime wrapper write under run_dir (the
+// limits files, container.json, the usage regions). It is `nri-vgpu status`.
+package status
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"text/tabwriter"
+
+	"github.com/nri-vgpu/nri-vgpu/pkg/config"
+	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
+	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
+	"github.com/nri-vgpu/nri-vgpu/pkg/region"
+)
+
+// Report is the node's vGPU state.
+type Report struct {
+	GPUs []GPU `json:"gpus"`
+	// Warnings name container directories that could not be read fully.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// GPU is one physical GPU and the containers holding slices of it.
+type GPU struct {
+	Index      *int        `json:"index,omitempty"` // nil when the GPU is not in the inventory
+	UUID       string      `json:"uuid"`
+	Name       string      `json:"name,omitempty"`
+	Memory     uint64      `json:"memory,omitempty"` // total bytes
+	Containers []Container `json:"containers"`
+}
+
+// Container is one container's share of a GPU.
+type Container struct {
+	ID          string `json:"id"`
+	Name        string `json:"name,omitempty"`
+	Pod         string `json:"pod,omitempty"`
+	Slices      int    `json:"slices,omitempty"` // 0 when unknown
+	MemoryLimit uint64 `json:"memoryLimit"`      // bytes; 0 = no limit
+	// MemoryUsed is what the container's processes hold on this GPU, from
+	// its usage region; nil when no process has used the GPU yet (no
+	// region) or the region cannot be read.
+	MemoryUsed *uint64 `json:"memoryUsed,omitempty"`
+	Cores      int     `json:"cores"`
+}
+
+// UsageFunc reads a container's usage region (the "usage" file inside
+// regionDir) and returns the bytes in use per GPU UUID. A region that does
+// not exist yet returns an error wrapping fs.ErrNotExist.
+type UsageFunc func(regionDir string) (map[string]uint64, error)
+
+// Collect builds the report from run_dir. devices is the node's inventory
+// (nil when it cannot be read: GPUs then appear by UUID only); usage may be
+// nil, leaving memory in use unknown.
+func Collect(cfg *config.Config, devices []gpu.Device, usage UsageFunc) (*Report, error) {
+	ids, err := oci.ListContainerDirs(cfg)
+	if err != nil {
+		return nil, err
+	}
+	r := &Report{}
+	held := map[string][]Container{} // GPU UUID -> containers
+	for _, id := range ids {
+		dir := oci.ContainerDir(cfg, id)
+		lf, err := limits.ReadLimitsFile(filepath.Join(dir, oci.LimitsFileName))
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				r.Warnings = append(r.Warnings, fmt.Sprintf("container %s: %v", id, err))
+			}
+			continue
+		}
+		c := Container{ID: id}
+		slicesOf := map[string]int{}
+		if info, err := oci.ReadContainerInfo(dir); err == nil {
+			c.Name, c.Pod = info.Name, info.Pod
+			for _, g := range info.GPUs {
+				slicesOf[g.UUID] = g.Slices
+			}
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			r.Warnings = append(r.Warnings, fmt.Sprintf("container %s: %v", id, err))
+		}
+		var used map[string]uint64
+		if usage != nil {
+			used, err = usage(filepath.Join(dir, oci.RegionDirName))
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				r.Warnings = append(r.Warnings, fmt.Sprintf("container %s: usage region: %v", id, err))
+			}
+		}
+		for _, l := range lf.GPUs {
+			cc := c
+			cc.Slices, cc.MemoryLimit, cc.Cores = slicesOf[l.UUID], l.Memory, l.Cores
+			if u, ok := used[l.UUID]; ok {
+				cc.MemoryUsed = &u
+			}
+			held[l.UUID] = append(held[l.UUID], cc)
+		}
+	}
+	for _, d := range devices {
+		idx := d.Index
+		cs := held[d.UUID]
+		if cs == nil {
+			cs = []Container{} // "containers": [] in JSON, not null
+		}
+		r.GPUs = append(r.GPUs, GPU{Index: &idx, UUID: d.UUID, Name: d.Name, Memory: d.Memory, Containers: cs})
+		delete(held, d.UUID)
+	}
+	// GPUs named by limits files but not in the inventory (gone, or the
+	// inventory could not be read), by UUID.
+	for _, uuid := range slices.Sorted(maps.Keys(held)) {
+		r.GPUs = append(r.GPUs, GPU{UUID: uuid, Containers: held[uuid]})
+	}
+	for i := range r.GPUs {
+		slices.SortFunc(r.GPUs[i].Containers, func(a, b Container) int {
+			return cmp.Or(cmp.Compare(a.Pod, b.Pod), cmp.Compare(a.Name, b.Name), cmp.Compare(a.ID, b.ID))
+		})
+	}
+	return r, nil
+}
+
+// WriteJSON writes the report as indented JSON.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteTable writes the report for people: one section per GPU.
+func (r *Report) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	if len(r.GPUs) == 0 {
+		fmt.Fprintln(tw, "no GPUs and no vGPU containers")
+	}
+	for i, g := range r.GPUs {
+		if i > 0 {
+			fmt.Fprintln(tw)
+		}
+		idx := "?"
+		if g.Index != nil {
+			idx = strconv.Itoa(*g.Index)
+		}
+		total := "-"
+		if g.Memory > 0 {
+			total = limits.FormatBytes(g.Memory)
+		}
+		used := 0
+		for _, c := range g.Containers {
+			used += c.Slices
+		}
+		fmt.Fprintf(tw, "GPU %s\t%s\t%s\t%s\tcontainers: %d\tslices in use: %d\n", idx, g.UUID, cmp.Or(g.Name, "(not in the inventory)"), total, len(g.Containers), used)
+		if len(g.Containers) == 0 {
+			continue
+		}
+		fmt.Fprintln(tw, "  CONTAINER\tPOD\tNAME\tSLICES\tMEMORY LIMIT\tMEMORY USED\tCORES")
+		for _, c := range g.Containers {
+			id := c.ID
+			if len(id) > 12 {
+				id = id[:12]
+			}
+			sl := "-"
+			if c.Slices > 0 {
+				sl = strconv.Itoa(c.Slices)
+			}
+			limit := "none"
+			if c.MemoryLimit > 0 {
+				limit = limits.FormatBytes(c.MemoryLimit)
+			}
+			usedMem := "-"
+			if c.MemoryUsed != nil {
+				usedMem = limits.FormatBytes(*c.MemoryUsed)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%d%%\n", id, cmp.Or(c.Pod, "-"), cmp.Or(c.Name, "-"), sl, limit, usedMem, c.Cores)
+		}
+	}
+	for _, warn := range r.Warnings {
+		fmt.Fprintf(tw, "warning: %s\n", warn)
+	}
+	return tw.Flush()
+}
+
+// RegionUsage is the UsageFunc over the usage regions the shim writes
+// (Contract 5): the bytes in use per GPU UUID of one container.
+func RegionUsage(regionDir string) (map[string]uint64, error) {
+	u, err := region.ReadUsage(filepath.Join(regionDir, region.FileName))
+	if err != nil {
+		return nil, err
+	}
+	used := make(map[string]uint64, len(u.Devices))
+	for _, d := range u.Devices {
+		used[d.UUID] = d.Used
+	}
+	return used, nil
+}

@@ -1,0 +1,145 @@
+package status
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nri-vgpu/nri-vgpu/pkg/config"
+	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
+	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
+	"github.com/nri-vgpu/nri-vgpu/pkg/region"
+)
+
+const (
+	uuidA    = "GPU-aaaaaaaa-0000-4000-8000-000000000001"
+	uuidB    = "GPU-bbbbbbbb-0000-4000-8000-000000000002"
+	uuidGone = "GPU-cccccccc-0000-4000-8000-000000000003"
+)
+
+func prepare(t *testing.T, cfg *config.Config, id, pod string, gpus ...limits.AllocatedGPU) {
+	t.Helper()
+	a := &limits.Allocation{GPUs: gpus}
+	info := &oci.ContainerInfo{ID: id, Name: "ctr-" + id, Pod: pod, GPUs: gpus, Source: "nri"}
+	if err := oci.Prepare(cfg, info, limits.LimitsFromAllocation(a, "", "")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCollect(t *testing.T) {
+	cfg := config.Default()
+	cfg.Paths.RunDir = t.TempDir()
+	cfg.Paths.ShimPath = filepath.Join(t.TempDir(), "libvgpu-shim.so")
+	if err := os.WriteFile(cfg.Paths.ShimPath, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	prepare(t, cfg, "c1", "ml/a", limits.AllocatedGPU{UUID: uuidA, Slices: 2, Memory: 8 << 30, Cores: 20})
+	prepare(t, cfg, "c2", "ml/b",
+		limits.AllocatedGPU{UUID: uuidA, Slices: 5, Memory: 20 << 30, Cores: 50},
+		limits.AllocatedGPU{UUID: uuidGone, Slices: 1, Memory: 4 << 30, Cores: 10})
+	// A directory whose limits file is not written yet is skipped quietly.
+	if err := os.MkdirAll(oci.ContainerDir(cfg, "creating"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	devices := []gpu.Device{
+		{Index: 0, UUID: uuidA, Name: "NVIDIA A100-SXM4-40GB", Memory: 40 << 30},
+		{Index: 1, UUID: uuidB, Name: "NVIDIA A100-SXM4-40GB", Memory: 40 << 30},
+	}
+	usage := func(dir string) (map[string]uint64, error) {
+		switch filepath.Base(filepath.Dir(dir)) {
+		case "c1":
+			return map[string]uint64{uuidA: 3 << 30}, nil
+		case "c2":
+			return nil, fmt.Errorf("usage region: %w", fs.ErrNotExist) // no process ran yet
+		}
+		return nil, fmt.Errorf("unexpected region %s", dir)
+	}
+	r, err := Collect(cfg, devices, usage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Warnings) != 0 {
+		t.Errorf("warnings: %v", r.Warnings)
+	}
+	if len(r.GPUs) != 3 {
+		t.Fatalf("GPUs = %+v, want A, B and the one gone from the inventory", r.GPUs)
+	}
+	a, b, gone := r.GPUs[0], r.GPUs[1], r.GPUs[2]
+	if a.UUID != uuidA || len(a.Containers) != 2 || b.UUID != uuidB || len(b.Containers) != 0 || gone.UUID != uuidGone || gone.Index != nil {
+		t.Fatalf("GPUs = %+v", r.GPUs)
+	}
+	c1 := a.Containers[0]
+	if c1.ID != "c1" || c1.Pod != "ml/a" || c1.Slices != 2 || c1.MemoryLimit != 8<<30 || c1.Cores != 20 || c1.MemoryUsed == nil || *c1.MemoryUsed != 3<<30 {
+		t.Errorf("c1 on A = %+v", c1)
+	}
+	if c2 := a.Containers[1]; c2.ID != "c2" || c2.MemoryUsed != nil || c2.Slices != 5 {
+		t.Errorf("c2 on A = %+v", c2)
+	}
+
+	var table bytes.Buffer
+	if err := r.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"GPU 0", uuidA, "containers: 2", "slices in use: 7",
+		"CONTAINER", "MEMORY LIMIT", "MEMORY USED",
+		"ml/a", "8GiB", "3GiB", "20%",
+		"GPU 1", "containers: 0",
+		"GPU ?", uuidGone, "(not in the inventory)",
+	} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, table.String())
+		}
+	}
+
+	var js bytes.Buffer
+	if err := r.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	if len(back.GPUs) != 3 || back.GPUs[1].Containers == nil {
+		t.Errorf("JSON round trip = %+v (an idle GPU must list [] containers)", back)
+	}
+}
+
+func TestCollectWarnsOnBrokenFiles(t *testing.T) {
+	cfg := config.Default()
+	cfg.Paths.RunDir = t.TempDir()
+	dir := oci.ContainerDir(cfg, "bad")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, oci.LimitsFileName), []byte("version=99\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Collect(cfg, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Warnings) != 1 || !strings.Contains(r.Warnings[0], "container bad") {
+		t.Errorf("warnings = %v, want one naming container bad", r.Warnings)
+	}
+}
+
+func TestRegionUsage(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := RegionUsage(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("RegionUsage without a region = %v, want fs.ErrNotExist (no process ran yet)", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, region.FileName), []byte("not a region"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RegionUsage(dir); err == nil || errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("RegionUsage of a broken region = %v, want an error other than not-exist", err)
+	}
+}

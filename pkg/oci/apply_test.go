@@ -1,0 +1,231 @@
+package oci
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/containerd/nri/pkg/api"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/nri-vgpu/nri-vgpu/pkg/config"
+	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/oci/ocitest"
+)
+
+func i64(v int64) *int64 { return &v }
+
+// baseSpec is a container spec as containerd's CRI plugin and Docker write
+// them: everything denied, a few devices allowed, mknod of any char/block
+// device allowed (Docker), an image env asking for every GPU.
+func baseSpec() *specs.Spec {
+	mode := os.FileMode(0o666)
+	return &specs.Spec{
+		Process: &specs.Process{Env: []string{"PATH=/usr/local/bin:/usr/bin", "NVIDIA_VISIBLE_DEVICES=all", "CUDA_VERSION=12.4"}},
+		Mounts: []specs.Mount{
+			{Destination: "/proc", Type: "proc", Source: "proc"},
+			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs"},
+			{Destination: "/etc/hosts", Type: "bind", Source: "/var/lib/c/hosts", Options: []string{"rbind", "rprivate", "rw"}},
+			{Destination: "/etc/ld.so.preload", Type: "bind", Source: "/elsewhere/preload", Options: []string{"rbind", "rw"}},
+		},
+		Linux: &specs.Linux{
+			Devices: []specs.LinuxDevice{
+				{Path: "/dev/fuse", Type: "c", Major: 10, Minor: 229, FileMode: &mode},
+				{Path: "/dev/nvidia0", Type: "c", Major: 195, Minor: 0, FileMode: &mode},
+			},
+			Resources: &specs.LinuxResources{Devices: []specs.LinuxDeviceCgroup{
+				{Allow: false, Access: "rwm"},
+				{Allow: true, Type: "c", Access: "m"},
+				{Allow: true, Type: "b", Access: "m"},
+				{Allow: true, Type: "c", Major: i64(1), Minor: i64(3), Access: "rwm"},
+				{Allow: true, Type: "c", Major: i64(10), Minor: i64(229), Access: "rwm"},
+				{Allow: true, Type: "c", Major: i64(195), Minor: i64(0), Access: "rw"},
+			}},
+		},
+	}
+}
+
+// probes are the devices whose cgroup access the comparison checks.
+func probes(s ...*specs.Spec) []ocitest.Probe {
+	ps := []ocitest.Probe{
+		{Type: "c", Major: 195, Minor: 0}, {Type: "c", Major: 195, Minor: 1}, {Type: "c", Major: 195, Minor: 7},
+		{Type: "c", Major: 195, Minor: 254}, {Type: "c", Major: 195, Minor: 255},
+		{Type: "c", Major: ocitest.UVMMajor, Minor: 0}, {Type: "c", Major: ocitest.UVMMajor, Minor: 1},
+		{Type: "c", Major: 510, Minor: 1}, {Type: "c", Major: 226, Minor: 1}, {Type: "c", Major: 1, Minor: 3},
+		{Type: "c", Major: 10, Minor: 229}, {Type: "b", Major: 8, Minor: 0},
+	}
+	for _, sp := range s {
+		for _, d := range sp.Linux.Devices {
+			ps = append(ps, ocitest.Probe{Type: cgroupType(d.Type), Major: d.Major, Minor: d.Minor})
+		}
+	}
+	return ps
+}
+
+// The edits applied through an NRI adjustment (with NRI's own runtime-side
+// code, as containerd applies it) and applied to the spec directly must give
+// the same container: same env, hooks, device nodes, mounts, and the same
+// effective device access. Runtimes evaluate the device rules, so the rule
+// lists are compared by what they allow, not entry by entry (the NRI path
+// also carries the runtime's implicit "rw" rule for every added device).
+func TestAppliersAgree(t *testing.T) {
+	type tc struct {
+		name  string
+		edits func(e env) (*Edits, error)
+	}
+	tests := []tc{
+		{"cdi, two GPUs", func(e env) (*Edits, error) { return Compute(alloc(gpu0, gpu1), e.cfg, e.host, ctrID) }},
+		{"nvidia-runtime", func(e env) (*Edits, error) {
+			e.cfg.Driver.Injection = config.InjectionNVIDIARuntime
+			return Compute(alloc(gpu1), e.cfg, e.host, ctrID)
+		}},
+		{"hide", func(e env) (*Edits, error) { return Hide(e.cfg, e.host) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, config.InjectionAuto, true, ocitest.StandardNodes)
+			if err := os.WriteFile(e.host.ProcDevices, []byte("Character devices:\n195 nvidia-frontend\n511 nvidia-uvm\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			edits, err := tt.edits(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			viaNRI := baseSpec()
+			adj := &api.ContainerAdjustment{}
+			edits.ApplyToAdjustment(adj)
+			if err := ocitest.ApplyAdjustment(viaNRI, adj); err != nil {
+				t.Fatalf("NRI applying the adjustment: %v", err)
+			}
+			direct := baseSpec()
+			if err := edits.ApplyToSpec(direct); err != nil {
+				t.Fatal(err)
+			}
+
+			if !reflect.DeepEqual(viaNRI.Process.Env, direct.Process.Env) {
+				t.Errorf("env:\n NRI:  %v\n spec: %v", viaNRI.Process.Env, direct.Process.Env)
+			}
+			if !reflect.DeepEqual(viaNRI.Hooks, direct.Hooks) {
+				t.Errorf("hooks:\n NRI:  %+v\n spec: %+v", viaNRI.Hooks, direct.Hooks)
+			}
+			if !reflect.DeepEqual(viaNRI.Mounts, direct.Mounts) {
+				t.Errorf("mounts:\n NRI:  %+v\n spec: %+v", viaNRI.Mounts, direct.Mounts)
+			}
+			if !reflect.DeepEqual(viaNRI.Linux.Devices, direct.Linux.Devices) {
+				t.Errorf("devices:\n NRI:  %+v\n spec: %+v", viaNRI.Linux.Devices, direct.Linux.Devices)
+			}
+			ps := probes(viaNRI, direct)
+			accNRI, err := ocitest.DeviceAccess(viaNRI.Linux.Resources.Devices, ps)
+			if err != nil {
+				t.Fatalf("runtime would refuse the NRI device rules: %v", err)
+			}
+			accSpec, err := ocitest.DeviceAccess(direct.Linux.Resources.Devices, ps)
+			if err != nil {
+				t.Fatalf("runtime would refuse the spec's device rules: %v", err)
+			}
+			if !reflect.DeepEqual(accNRI, accSpec) {
+				t.Errorf("device access differs:\n NRI:  %v\n spec: %v", accNRI, accSpec)
+			}
+
+			// And the container is what the edits mean.
+			if tt.name == "hide" {
+				for _, p := range ps {
+					nvidia := p.Major == 195 || p.Major == ocitest.UVMMajor || p.Major == 510
+					if nvidia && strings.ContainsAny(accSpec[p], "rw") {
+						t.Errorf("hidden container can open %v: %q", p, accSpec[p])
+					}
+				}
+				if v, _ := envValue(direct.Process.Env, EnvVisibleDevices); v != "void" {
+					t.Errorf("hidden container has %s=%s", EnvVisibleDevices, v)
+				}
+				if got := accSpec[ocitest.Probe{Type: "c", Major: 1, Minor: 3}]; got != "rwm" {
+					t.Errorf("/dev/null access = %q, want rwm", got)
+				}
+			} else {
+				for _, d := range edits.Devices {
+					p := ocitest.Probe{Type: "c", Major: d.Major, Minor: d.Minor}
+					if accSpec[p] != "rwm" {
+						t.Errorf("vGPU container access to %s = %q, want rwm", d.Path, accSpec[p])
+					}
+				}
+				if m, ok := findMount(direct.Mounts, ContainerPreloadPath); !ok || m.Source != PreloadPath(e.cfg) {
+					t.Errorf("preload mount = %+v, want ours replacing the image's", m)
+				}
+			}
+		})
+	}
+}
+
+func TestPrepare(t *testing.T) {
+	e := newEnv(t, config.InjectionNone, false, ocitest.StandardNodes)
+	lf := limits.LimitsFromAllocation(alloc(gpu0), "", "")
+	info := &ContainerInfo{ID: ctrID, Name: "train", Pod: "ml/job-0", PodUID: "uid-1", AllocationID: alloc(gpu0).ID, GPUs: alloc(gpu0).GPUs}
+	old := setUmask(0o077)
+	defer setUmask(old)
+	if err := Prepare(e.cfg, info, lf); err != nil {
+		t.Fatal(err)
+	}
+	dir := ContainerDir(e.cfg, ctrID)
+	got, err := limits.ReadLimitsFile(filepath.Join(dir, LimitsFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, lf) {
+		t.Errorf("limits file = %+v, want %+v", got, lf)
+	}
+	st, err := os.Stat(filepath.Join(dir, RegionDirName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o777 || st.Mode()&os.ModeSticky != 0 {
+		t.Errorf("region dir mode = %v, want 0777 without sticky bit", st.Mode())
+	}
+	preload, err := os.ReadFile(PreloadPath(e.cfg))
+	if err != nil || string(preload) != ContainerShimPath+"\n" {
+		t.Errorf("preload file = %q (%v), want %q", preload, err, ContainerShimPath+"\n")
+	}
+	ri, err := ReadContainerInfo(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ri.Pod != "ml/job-0" || len(ri.GPUs) != 1 || ri.GPUs[0].Slices != 2 {
+		t.Errorf("container info = %+v", ri)
+	}
+
+	// A restart prepares again over the existing directory.
+	if err := Prepare(e.cfg, info, lf); err != nil {
+		t.Fatalf("second Prepare: %v", err)
+	}
+
+	// Sweep keeps what is asked for and removes the rest.
+	info2 := *info
+	info2.ID = "other"
+	if err := Prepare(e.cfg, &info2, lf); err != nil {
+		t.Fatal(err)
+	}
+	removed, err := SweepContainerDirs(e.cfg, func(id string) bool { return id == ctrID })
+	if err != nil || len(removed) != 1 || removed[0] != "other" {
+		t.Errorf("sweep removed %v (%v), want [other]", removed, err)
+	}
+	if err := RemoveContainerDir(e.cfg, ctrID); err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := ListContainerDirs(e.cfg); len(ids) != 0 {
+		t.Errorf("container dirs left: %v", ids)
+	}
+}
+
+func TestPrepareErrors(t *testing.T) {
+	e := newEnv(t, config.InjectionNone, false, ocitest.StandardNodes)
+	lf := limits.LimitsFromAllocation(alloc(gpu0), "", "")
+	if err := Prepare(e.cfg, &ContainerInfo{ID: ".."}, lf); err == nil || !strings.Contains(err.Error(), "invalid container ID") {
+		t.Errorf("Prepare(..) = %v, want invalid container ID", err)
+	}
+	e.cfg.Paths.ShimPath = filepath.Join(t.TempDir(), "missing.so")
+	if err := Prepare(e.cfg, &ContainerInfo{ID: ctrID}, lf); err == nil || !strings.Contains(err.Error(), "shim_path") {
+		t.Errorf("Prepare without shim = %v, want an error naming shim_path", err)
+	}
+}

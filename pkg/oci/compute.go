@@ -1,0 +1,359 @@
+package oci
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/nri-vgpu/nri-vgpu/pkg/config"
+	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+)
+
+// Paths inside a vGPU container (Contract 3). The shim reads only these.
+const (
+	ContainerShimPath    = "/usr/local/nri-vgpu/libvgpu-shim.so"
+	ContainerPreloadPath = "/etc/ld.so.preload"
+	ContainerLimitsPath  = "/run/nri-vgpu/limits"
+	ContainerRegionDir   = "/run/nri-vgpu/region"
+)
+
+// EnvVisibleDevices is the variable nvidia-container-runtime reads to decide
+// which GPUs to inject; "void" means none.
+const EnvVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
+
+// Mount options. The shim must stay executable (it is mapped into every
+// process), so only the data files get noexec.
+var (
+	optsLibraryRO = []string{"rbind", "ro", "nosuid", "nodev"}
+	optsDataRO    = []string{"rbind", "ro", "nosuid", "nodev", "noexec"}
+	optsDataRW    = []string{"rbind", "rw", "nosuid", "nodev", "noexec"}
+)
+
+// Device access granted to the nodes of an allocation, and the access a
+// hidden container is denied. Deny rules leave out "m" (mknod): runtimes
+// refuse a rule that punches a hole into a wildcard rule holding the same
+// permission, and many default specs allow "c *:* m". Without "r" and "w"
+// a node cannot be opened, which is what matters.
+const (
+	accessAllow = "rwm"
+	accessDeny  = "rw"
+)
+
+// Compute returns the edits that give a container its allocation: device
+// nodes and their cgroup rules, driver files per driver.injection, the shim,
+// the preload file, the limits file and the usage region (Contract 3).
+// It reads host facts but writes nothing; see Prepare for the host files
+// the edits point at.
+func Compute(alloc *limits.Allocation, cfg *config.Config, host Host, containerID string) (*Edits, error) {
+	if alloc == nil || len(alloc.GPUs) == 0 {
+		return nil, errors.New("compute edits: allocation has no GPUs")
+	}
+	if err := ValidContainerID(containerID); err != nil {
+		return nil, err
+	}
+	e := &Edits{}
+
+	// Device nodes: the control and UVM nodes, then one per GPU.
+	type node struct {
+		path     string
+		required bool
+	}
+	nodes := []node{{"/dev/nvidiactl", true}, {"/dev/nvidia-uvm", false}, {"/dev/nvidia-uvm-tools", false}}
+	for _, g := range alloc.GPUs {
+		if g.Minor < 0 {
+			return nil, fmt.Errorf("compute edits: GPU %s: invalid minor %d", g.UUID, g.Minor)
+		}
+		nodes = append(nodes, node{"/dev/nvidia" + strconv.Itoa(g.Minor), true})
+	}
+	for _, n := range nodes {
+		d, err := host.DeviceNode(n.path)
+		if err != nil {
+			if !n.required && errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			return nil, fmt.Errorf("compute edits: device node %s: %w", n.path, err)
+		}
+		e.addDevice(d, accessAllow)
+	}
+
+	// Driver files.
+	mode, gpuSpecs, err := injectionMode(cfg, host, e)
+	if err != nil {
+		return nil, err
+	}
+	switch mode {
+	case config.InjectionCDI:
+		if err := addCDIEdits(e, gpuSpecs, alloc, host); err != nil {
+			return nil, err
+		}
+		// Keep nvidia-container-runtime, if it is the runtime, from adding
+		// GPUs the allocation does not hold (images set "all").
+		e.setEnv(EnvVisibleDevices, "void")
+	case config.InjectionNVIDIARuntime:
+		uuids := make([]string, len(alloc.GPUs))
+		for i, g := range alloc.GPUs {
+			uuids[i] = g.UUID
+		}
+		e.setEnv(EnvVisibleDevices, strings.Join(uuids, ","))
+	case config.InjectionNone:
+		e.setEnv(EnvVisibleDevices, "void")
+	}
+
+	// The shim, the preload file that loads it, the limits, the region.
+	dir := ContainerDir(cfg, containerID)
+	e.addMount(bindMount(cfg.Paths.ShimPath, ContainerShimPath, optsLibraryRO))
+	e.addMount(bindMount(PreloadPath(cfg), ContainerPreloadPath, optsDataRO))
+	e.addMount(bindMount(filepath.Join(dir, LimitsFileName), ContainerLimitsPath, optsDataRO))
+	e.addMount(bindMount(filepath.Join(dir, RegionDirName), ContainerRegionDir, optsDataRW))
+	return e, nil
+}
+
+// Hide returns the edits that take GPU access away from a container that has
+// no allocation: NVIDIA_VISIBLE_DEVICES=void (so nvidia-container-runtime
+// injects nothing), the host's NVIDIA device nodes removed, and device-cgroup
+// rules denying every NVIDIA major and node. The deny rules are what holds on
+// NRI, which does not pass the removal of a device on to the runtime.
+func Hide(cfg *config.Config, host Host) (*Edits, error) {
+	_ = cfg // the edits depend only on the host today; cfg keeps the signature stable
+	e := &Edits{}
+	e.setEnv(EnvVisibleDevices, "void")
+	majors, err := host.NVIDIAMajors()
+	if err != nil {
+		return nil, fmt.Errorf("hide GPUs: %w", err)
+	}
+	nodes, err := host.NVIDIADeviceNodes()
+	if err != nil {
+		return nil, fmt.Errorf("hide GPUs: %w", err)
+	}
+	for _, m := range majors {
+		major := m
+		e.DeviceRules = append(e.DeviceRules, specs.LinuxDeviceCgroup{Allow: false, Type: "c", Major: &major, Access: accessDeny})
+	}
+	// Wildcard denies do not take back an allow rule for one node (the
+	// cgroup keeps exceptions per exact major:minor), so deny each node too.
+	for _, d := range nodes {
+		major, minor := d.Major, d.Minor
+		e.DeviceRules = append(e.DeviceRules, specs.LinuxDeviceCgroup{Allow: false, Type: "c", Major: &major, Minor: &minor, Access: accessDeny})
+		e.RemoveDevices = append(e.RemoveDevices, d.Path)
+	}
+	return e, nil
+}
+
+// AllowsAllDevices reports whether device-cgroup rules let the container open
+// every character device: privileged containers (the last rule for all
+// devices allows) and containers with an allow rule for "c *:*" with read
+// or write access. Hide must not be applied to those: they asked for every
+// device, and runtimes refuse a deny rule that punches a hole into a
+// wildcard allow rule.
+func AllowsAllDevices(rules []specs.LinuxDeviceCgroup) bool {
+	all, char := false, false
+	for _, r := range rules {
+		if r.Major != nil || r.Minor != nil {
+			continue
+		}
+		switch r.Type {
+		case "", "a":
+			all, char = r.Allow, false
+		case "c":
+			if strings.ContainsAny(r.Access, "rw") {
+				char = r.Allow
+			}
+		}
+	}
+	return all || char
+}
+
+func bindMount(src, dst string, opts []string) specs.Mount {
+	return specs.Mount{Destination: dst, Type: "bind", Source: src, Options: slices.Clone(opts)}
+}
+
+// injectionMode resolves driver.injection; for cdi it also returns the specs.
+func injectionMode(cfg *config.Config, host Host, e *Edits) (string, []*cdi.Spec, error) {
+	mode := cfg.Driver.Injection
+	switch mode {
+	case config.InjectionNVIDIARuntime, config.InjectionNone:
+		return mode, nil, nil
+	case config.InjectionCDI, config.InjectionAuto, "":
+	default:
+		return "", nil, fmt.Errorf("compute edits: unknown driver.injection %q", mode)
+	}
+	gpuSpecs, err := host.CDISpecs()
+	if len(gpuSpecs) > 0 {
+		if err != nil {
+			e.Warnings = append(e.Warnings, err.Error())
+		}
+		return config.InjectionCDI, gpuSpecs, nil
+	}
+	if mode == config.InjectionCDI {
+		msg := fmt.Sprintf("compute edits: driver.injection = \"cdi\" but no %s CDI spec in %s", CDIKind, strings.Join(cfg.Driver.CDIDirs, ", "))
+		if err != nil {
+			return "", nil, fmt.Errorf("%s: %w", msg, err)
+		}
+		return "", nil, errors.New(msg + " (generate one with `nvidia-ctk cdi generate`)")
+	}
+	if err != nil {
+		e.Warnings = append(e.Warnings, fmt.Sprintf("no usable %s CDI spec, falling back to nvidia-runtime injection: %v", CDIKind, err))
+	}
+	return config.InjectionNVIDIARuntime, nil, nil
+}
+
+// addCDIEdits translates the CDI container edits of the allocated GPUs, and
+// the spec-level edits of the specs they come from, into e. It does what the
+// CDI library's ContainerEdits.Apply does to a spec, but with device nodes
+// looked up through host (dev_root) and without touching a spec, so that the
+// same edits can go to an NRI adjustment.
+func addCDIEdits(e *Edits, gpuSpecs []*cdi.Spec, alloc *limits.Allocation, host Host) error {
+	// Spec-level edits come before the first device of that spec, as the
+	// CDI library orders them.
+	var (
+		all  []*cdispec.ContainerEdits
+		used []*cdi.Spec
+	)
+	for _, g := range alloc.GPUs {
+		spec, dev, err := findCDIDevice(gpuSpecs, g)
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(used, spec) {
+			used = append(used, spec)
+			all = append(all, &spec.ContainerEdits)
+		}
+		all = append(all, &dev.ContainerEdits)
+	}
+	for _, ce := range all {
+		if err := translateCDI(e, ce, host); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// findCDIDevice finds the CDI device of GPU g: the device named by its UUID
+// (device-name-strategy uuid), else the one whole-GPU device whose nodes
+// include /dev/nvidia<minor> (device-name-strategy index, where the name is
+// the NVML index, which the allocation does not carry).
+func findCDIDevice(gpuSpecs []*cdi.Spec, g limits.AllocatedGPU) (*cdi.Spec, *cdispec.Device, error) {
+	for _, s := range gpuSpecs {
+		for i := range s.Devices {
+			if s.Devices[i].Name == g.UUID {
+				return s, &s.Devices[i], nil
+			}
+		}
+	}
+	node := "/dev/nvidia" + strconv.Itoa(g.Minor)
+	for _, s := range gpuSpecs {
+		var found *cdispec.Device
+		for i := range s.Devices {
+			d := &s.Devices[i]
+			if d.Name == "all" || strings.Contains(d.Name, ":") { // "all", MIG devices ("0:1")
+				continue
+			}
+			if !slices.ContainsFunc(d.ContainerEdits.DeviceNodes, func(n *cdispec.DeviceNode) bool { return n.Path == node }) {
+				continue
+			}
+			if found != nil {
+				return nil, nil, fmt.Errorf("compute edits: CDI spec %s: devices %q and %q both hold %s; name the GPU by UUID", s.GetPath(), found.Name, d.Name, node)
+			}
+			found = d
+		}
+		if found != nil {
+			return s, found, nil
+		}
+	}
+	return nil, nil, fmt.Errorf("compute edits: no %s CDI device for GPU %s (named by UUID or holding %s)", CDIKind, g.UUID, node)
+}
+
+// translateCDI adds one set of CDI container edits to e.
+func translateCDI(e *Edits, ce *cdispec.ContainerEdits, host Host) error {
+	for _, kv := range ce.Env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return fmt.Errorf("compute edits: CDI env entry %q is not KEY=VALUE", kv)
+		}
+		e.setEnv(k, v)
+	}
+	for _, n := range ce.DeviceNodes {
+		d, access, err := cdiDeviceNode(n, host)
+		if err != nil {
+			return err
+		}
+		e.addDevice(d, access)
+	}
+	for _, m := range ce.Mounts {
+		e.addMount(specs.Mount{Destination: m.ContainerPath, Type: m.Type, Source: m.HostPath, Options: slices.Clone(m.Options)})
+	}
+	for _, h := range ce.Hooks {
+		hook := specs.Hook{Path: h.Path, Args: slices.Clone(h.Args), Env: slices.Clone(h.Env), Timeout: h.Timeout}
+		switch h.HookName {
+		case cdi.PrestartHook:
+			//lint:ignore SA1019 prestart hooks are deprecated in the OCI spec but still run, and CDI specs may use them
+			e.Hooks.Prestart = append(e.Hooks.Prestart, hook)
+		case cdi.CreateRuntimeHook:
+			e.Hooks.CreateRuntime = append(e.Hooks.CreateRuntime, hook)
+		case cdi.CreateContainerHook:
+			e.Hooks.CreateContainer = append(e.Hooks.CreateContainer, hook)
+		case cdi.StartContainerHook:
+			e.Hooks.StartContainer = append(e.Hooks.StartContainer, hook)
+		case cdi.PoststartHook:
+			e.Hooks.Poststart = append(e.Hooks.Poststart, hook)
+		case cdi.PoststopHook:
+			e.Hooks.Poststop = append(e.Hooks.Poststop, hook)
+		default:
+			return fmt.Errorf("compute edits: CDI hook %s: unknown hook name %q", h.Path, h.HookName)
+		}
+	}
+	if len(ce.AdditionalGIDs) > 0 {
+		e.Warnings = append(e.Warnings, fmt.Sprintf("CDI additionalGids %v not applied: NRI adjustments cannot add groups", ce.AdditionalGIDs))
+	}
+	if ce.IntelRdt != nil || len(ce.NetDevices) > 0 {
+		e.Warnings = append(e.Warnings, "CDI intelRdt/netDevices edits not applied: not GPU edits")
+	}
+	return nil
+}
+
+// cdiDeviceNode resolves a CDI device node the way the CDI library does:
+// type, major and minor from the host node unless the spec gives them.
+func cdiDeviceNode(n *cdispec.DeviceNode, host Host) (specs.LinuxDevice, string, error) {
+	hostPath := n.HostPath
+	if hostPath == "" {
+		hostPath = n.Path
+	}
+	d := specs.LinuxDevice{Path: n.Path, Type: n.Type, Major: n.Major, Minor: n.Minor, FileMode: n.FileMode, UID: n.UID, GID: n.GID}
+	minimal := n.Type != "" && (n.Major != 0 || n.Type == "p")
+	hd, err := host.DeviceNode(hostPath)
+	switch {
+	case err != nil && !minimal:
+		return d, "", fmt.Errorf("compute edits: CDI device node %s (host %s): %w", n.Path, hostPath, err)
+	case err == nil:
+		if d.FileMode == nil {
+			d.FileMode = hd.FileMode
+		}
+		if !minimal {
+			if d.Type != "" && cgroupType(d.Type) != hd.Type {
+				return d, "", fmt.Errorf("compute edits: CDI device node %s: type %q but host node %s is %q", n.Path, d.Type, hostPath, hd.Type)
+			}
+			if d.Type == "" {
+				d.Type = hd.Type
+			}
+			if d.Type != "p" && d.Major == 0 {
+				d.Major, d.Minor = hd.Major, hd.Minor
+			}
+		}
+	}
+	access := n.Permissions
+	switch access {
+	case "":
+		access = accessAllow
+	case cdi.NoPermissions:
+		access = ""
+	}
+	return d, access, nil
+}

@@ -1,0 +1,225 @@
+package oci
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/containerd/nri/pkg/api"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// Edits is the edit set of one container: what Compute or Hide decided,
+// independent of how it reaches the container. Apply it with
+// ApplyToAdjustment (NRI) or ApplyToSpec (an OCI bundle's config.json).
+//
+// The appliers follow the order in which the NRI runtime side applies an
+// adjustment to a spec (environment, hooks, device nodes, device-cgroup rules,
+// mounts), so that both produce the same container.
+type Edits struct {
+	// Env holds KEY=VALUE entries, at most one per key. A key the container
+	// already has is replaced in place; new keys are appended in order.
+	Env []string
+	// Devices are the device nodes to create in the container. A node the
+	// container already has at the same path is replaced.
+	Devices []specs.LinuxDevice
+	// DeviceRules are device-cgroup rules appended after the container's own
+	// rules. For every device in Devices there is an allow rule here.
+	DeviceRules []specs.LinuxDeviceCgroup
+	// RemoveDevices are container paths of device nodes to drop from the
+	// container. NRI runtimes do not pass such removals on, which is why Hide
+	// also denies the devices in DeviceRules.
+	RemoveDevices []string
+	// Mounts are added to the container, replacing any mount with the same
+	// destination.
+	Mounts []specs.Mount
+	// Hooks are appended to the container's hooks of the same stage.
+	Hooks specs.Hooks
+	// Warnings name edits that could not be expressed (for the caller to
+	// log); they do not make the container unsafe.
+	Warnings []string
+}
+
+// setEnv sets key=value, replacing an earlier value of key in place.
+func (e *Edits) setEnv(key, value string) {
+	kv := key + "=" + value
+	for i, cur := range e.Env {
+		if k, _, _ := strings.Cut(cur, "="); k == key {
+			e.Env[i] = kv
+			return
+		}
+	}
+	e.Env = append(e.Env, kv)
+}
+
+// addDevice adds a device node and, for block and character devices, its
+// allow rule with the given access ("" = no rule).
+func (e *Edits) addDevice(d specs.LinuxDevice, access string) {
+	e.Devices = slices.DeleteFunc(e.Devices, func(cur specs.LinuxDevice) bool { return cur.Path == d.Path })
+	e.Devices = append(e.Devices, d)
+	if access == "" || (d.Type != "c" && d.Type != "b" && d.Type != "u") {
+		return
+	}
+	major, minor := d.Major, d.Minor
+	e.DeviceRules = append(e.DeviceRules, specs.LinuxDeviceCgroup{
+		Allow: true, Type: cgroupType(d.Type), Major: &major, Minor: &minor, Access: access,
+	})
+}
+
+// addMount adds m, replacing an earlier mount with the same destination.
+func (e *Edits) addMount(m specs.Mount) {
+	m.Destination = filepath.Clean(m.Destination)
+	e.Mounts = slices.DeleteFunc(e.Mounts, func(cur specs.Mount) bool { return cur.Destination == m.Destination })
+	e.Mounts = append(e.Mounts, m)
+}
+
+// cgroupType maps a device node type to its device-cgroup type: "u"
+// (unbuffered character device) is "c" to the cgroup.
+func cgroupType(t string) string {
+	if t == "u" {
+		return "c"
+	}
+	return t
+}
+
+// ApplyToAdjustment records the edits in an NRI container adjustment.
+func (e *Edits) ApplyToAdjustment(adj *api.ContainerAdjustment) {
+	for _, kv := range e.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		adj.AddEnv(k, v)
+	}
+	if hooks := api.FromOCIHooks(&e.Hooks); hooks.Hooks() != nil {
+		adj.AddHooks(hooks)
+	}
+	for _, p := range e.RemoveDevices {
+		adj.RemoveDevice(p)
+	}
+	for _, d := range api.FromOCILinuxDevices(e.Devices) {
+		// The runtime adds an allow rule ("rw") for every device it is
+		// given; DeviceRules below carry the intended access.
+		adj.AddDevice(d)
+	}
+	if len(e.DeviceRules) > 0 {
+		if adj.Linux == nil {
+			adj.Linux = &api.LinuxContainerAdjustment{}
+		}
+		if adj.Linux.Resources == nil {
+			adj.Linux.Resources = &api.LinuxResources{}
+		}
+		for _, r := range e.DeviceRules {
+			adj.Linux.Resources.Devices = append(adj.Linux.Resources.Devices, &api.LinuxDeviceCgroup{
+				Allow:  r.Allow,
+				Type:   r.Type,
+				Major:  api.Int64(r.Major),
+				Minor:  api.Int64(r.Minor),
+				Access: r.Access,
+			})
+		}
+	}
+	for _, m := range api.FromOCIMounts(e.Mounts) {
+		adj.AddMount(m)
+	}
+}
+
+// ApplyToSpec edits an OCI runtime spec in place, the way an NRI runtime
+// applies the adjustment made by ApplyToAdjustment.
+func (e *Edits) ApplyToSpec(spec *specs.Spec) error {
+	if spec == nil {
+		return fmt.Errorf("apply edits: nil OCI spec")
+	}
+	if len(e.Env) > 0 {
+		if spec.Process == nil {
+			spec.Process = &specs.Process{}
+		}
+		spec.Process.Env = mergeEnv(spec.Process.Env, e.Env)
+	}
+	if !hooksEmpty(&e.Hooks) {
+		if spec.Hooks == nil {
+			spec.Hooks = &specs.Hooks{}
+		}
+		h := spec.Hooks
+		//lint:ignore SA1019 prestart hooks are deprecated in the OCI spec but still run, and CDI specs may use them
+		h.Prestart = append(h.Prestart, e.Hooks.Prestart...)
+		h.CreateRuntime = append(h.CreateRuntime, e.Hooks.CreateRuntime...)
+		h.CreateContainer = append(h.CreateContainer, e.Hooks.CreateContainer...)
+		h.StartContainer = append(h.StartContainer, e.Hooks.StartContainer...)
+		h.Poststart = append(h.Poststart, e.Hooks.Poststart...)
+		h.Poststop = append(h.Poststop, e.Hooks.Poststop...)
+	}
+	if len(e.RemoveDevices) > 0 || len(e.Devices) > 0 || len(e.DeviceRules) > 0 {
+		if spec.Linux == nil {
+			spec.Linux = &specs.Linux{}
+		}
+	}
+	for _, p := range e.RemoveDevices {
+		spec.Linux.Devices = removeDevice(spec.Linux.Devices, p)
+	}
+	for _, d := range e.Devices {
+		spec.Linux.Devices = append(removeDevice(spec.Linux.Devices, d.Path), d)
+	}
+	if len(e.DeviceRules) > 0 {
+		if spec.Linux.Resources == nil {
+			spec.Linux.Resources = &specs.LinuxResources{}
+		}
+		spec.Linux.Resources.Devices = append(spec.Linux.Resources.Devices, e.DeviceRules...)
+	}
+	if len(e.Mounts) > 0 {
+		for _, m := range e.Mounts {
+			spec.Mounts = slices.DeleteFunc(spec.Mounts, func(cur specs.Mount) bool { return cur.Destination == m.Destination })
+			m.Options = slices.Clone(m.Options)
+			spec.Mounts = append(spec.Mounts, m)
+		}
+		SortMounts(spec.Mounts)
+	}
+	return nil
+}
+
+// mergeEnv replaces the keys of add that env already has in place and
+// appends the others in order.
+func mergeEnv(env, add []string) []string {
+	out := slices.Clone(env)
+	for _, kv := range add {
+		key, _, _ := strings.Cut(kv, "=")
+		replaced := false
+		for i, cur := range out {
+			if k, _, _ := strings.Cut(cur, "="); k == key {
+				out[i] = kv
+				replaced = true
+				break
+			}
+		}
+		if !replaced {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+func removeDevice(devs []specs.LinuxDevice, path string) []specs.LinuxDevice {
+	return slices.DeleteFunc(devs, func(d specs.LinuxDevice) bool { return d.Path == path })
+}
+
+func hooksEmpty(h *specs.Hooks) bool {
+	//lint:ignore SA1019 prestart hooks are deprecated in the OCI spec but still run, and CDI specs may use them
+	return len(h.Prestart) == 0 && len(h.CreateRuntime) == 0 && len(h.CreateContainer) == 0 &&
+		len(h.StartContainer) == 0 && len(h.Poststart) == 0 && len(h.Poststop) == 0
+}
+
+// SortMounts orders mounts so that a mount never comes before the mount of a
+// parent directory: by the depth of the destination, then by destination.
+// NRI runtimes and Docker sort the same way after adding mounts.
+func SortMounts(mounts []specs.Mount) {
+	depth := func(m specs.Mount) int {
+		return strings.Count(filepath.Clean(m.Destination), string(os.PathSeparator))
+	}
+	sort.SliceStable(mounts, func(i, j int) bool {
+		di, dj := depth(mounts[i]), depth(mounts[j])
+		if di != dj {
+			return di < dj
+		}
+		return mounts[i].Destination < mounts[j].Destination
+	})
+}

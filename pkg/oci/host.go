@@ -1,0 +1,220 @@
+package oci
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/nri-vgpu/nri-vgpu/pkg/config"
+)
+
+// NVIDIAMajor is the character-device major of /dev/nvidiactl and the
+// /dev/nvidia<minor> GPU nodes; other NVIDIA majors (nvidia-uvm, nvidia-caps)
+// are assigned by the kernel when the driver loads.
+const NVIDIAMajor = 195
+
+// CDIVendor and CDIClass name the CDI devices of NVIDIA GPUs, as
+// `nvidia-ctk cdi generate` writes them (kind nvidia.com/gpu).
+const (
+	CDIVendor = "nvidia.com"
+	CDIClass  = "gpu"
+	CDIKind   = CDIVendor + "/" + CDIClass
+)
+
+// Host is what Compute and Hide need to know about the node.
+type Host interface {
+	// DeviceNode describes the host's device node at hostPath (an absolute
+	// path as seen on the host, such as "/dev/nvidiactl"). The returned
+	// device has Path = hostPath. A missing node is an error wrapping
+	// fs.ErrNotExist.
+	DeviceNode(hostPath string) (specs.LinuxDevice, error)
+	// NVIDIADeviceNodes lists the host's NVIDIA device nodes (/dev/nvidia*
+	// and /dev/nvidia-caps/*), sorted by path.
+	NVIDIADeviceNodes() ([]specs.LinuxDevice, error)
+	// NVIDIAMajors lists the character-device majors of the NVIDIA driver:
+	// 195 and the dynamic ones (nvidia-uvm, nvidia-caps, ...), sorted.
+	NVIDIAMajors() ([]int64, error)
+	// CDISpecs returns the valid CDI specs of kind nvidia.com/gpu, highest
+	// priority first. The error reports spec files that failed to load; the
+	// specs returned are usable even then.
+	CDISpecs() ([]*cdi.Spec, error)
+}
+
+// HostFS is the Host of a real node: device nodes under the configured
+// dev_root, /proc/devices, and the CDI spec directories.
+type HostFS struct {
+	// DevRoot is the host's root as this process sees it ("/" unless the
+	// process runs in a container with the host's root mounted elsewhere).
+	DevRoot string
+	// ProcDevices is the kernel's device-major table, /proc/devices.
+	ProcDevices string
+
+	cache *cdi.Cache
+}
+
+// NewHost returns the Host described by cfg. With watchCDI the CDI spec
+// directories are watched and re-read when they change (long-running
+// daemons); without it they are read once, now (one-shot commands).
+func NewHost(cfg *config.Config, watchCDI bool) *HostFS {
+	root := cfg.Driver.DevRoot
+	if root == "" {
+		root = "/"
+	}
+	cache, _ := cdi.NewCache( // the error is always nil (documented)
+		cdi.WithSpecDirs(cfg.Driver.CDIDirs...),
+		cdi.WithAutoRefresh(watchCDI),
+	)
+	return &HostFS{DevRoot: root, ProcDevices: "/proc/devices", cache: cache}
+}
+
+// Close stops watching the CDI spec directories.
+func (h *HostFS) Close() error {
+	return h.cache.Configure(cdi.WithAutoRefresh(false))
+}
+
+func (h *HostFS) hostPath(p string) string {
+	return filepath.Join(h.DevRoot, filepath.Clean("/"+p))
+}
+
+// DeviceNode implements Host.
+func (h *HostFS) DeviceNode(hostPath string) (specs.LinuxDevice, error) {
+	full := h.hostPath(hostPath)
+	var st unix.Stat_t
+	if err := unix.Lstat(full, &st); err != nil {
+		return specs.LinuxDevice{}, &fs.PathError{Op: "stat device node", Path: full, Err: err}
+	}
+	var typ string
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFCHR:
+		typ = "c"
+	case unix.S_IFBLK:
+		typ = "b"
+	case unix.S_IFIFO:
+		typ = "p"
+	default:
+		return specs.LinuxDevice{}, fmt.Errorf("%s: not a device node", full)
+	}
+	mode := os.FileMode(st.Mode & 0o777)
+	uid, gid := st.Uid, st.Gid
+	d := specs.LinuxDevice{
+		Path:     hostPath,
+		Type:     typ,
+		FileMode: &mode,
+		UID:      &uid,
+		GID:      &gid,
+	}
+	if typ != "p" {
+		rdev := uint64(st.Rdev) //nolint:unconvert // Rdev is uint32 on some architectures
+		d.Major, d.Minor = int64(unix.Major(rdev)), int64(unix.Minor(rdev))
+	}
+	return d, nil
+}
+
+// NVIDIADeviceNodes implements Host.
+func (h *HostFS) NVIDIADeviceNodes() ([]specs.LinuxDevice, error) {
+	var paths []string
+	for _, pattern := range []string{"/dev/nvidia*", "/dev/nvidia-caps/*"} {
+		m, err := filepath.Glob(h.hostPath(pattern))
+		if err != nil {
+			return nil, fmt.Errorf("list NVIDIA device nodes: %w", err)
+		}
+		paths = append(paths, m...)
+	}
+	var devs []specs.LinuxDevice
+	for _, full := range paths {
+		rel, err := filepath.Rel(h.DevRoot, full)
+		if err != nil {
+			return nil, fmt.Errorf("list NVIDIA device nodes: %w", err)
+		}
+		d, err := h.DeviceNode("/" + rel)
+		if err != nil {
+			continue // directories (nvidia-caps) and nodes that vanished
+		}
+		if d.Type == "c" {
+			devs = append(devs, d)
+		}
+	}
+	slices.SortFunc(devs, func(a, b specs.LinuxDevice) int { return strings.Compare(a.Path, b.Path) })
+	return devs, nil
+}
+
+// NVIDIAMajors implements Host.
+func (h *HostFS) NVIDIAMajors() ([]int64, error) {
+	majors := []int64{NVIDIAMajor}
+	data, err := os.ReadFile(h.ProcDevices)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("read device majors: %w", err)
+	}
+	majors = append(majors, parseProcDevices(data)...)
+	nodes, err := h.NVIDIADeviceNodes()
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range nodes {
+		majors = append(majors, d.Major)
+	}
+	slices.Sort(majors)
+	return slices.Compact(majors), nil
+}
+
+// parseProcDevices returns the majors of the character devices whose driver
+// name starts with "nvidia" in /proc/devices content.
+func parseProcDevices(data []byte) []int64 {
+	var majors []int64
+	inChar := false
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		switch {
+		case line == "Character devices:":
+			inChar = true
+			continue
+		case strings.HasSuffix(line, "devices:"):
+			inChar = false
+			continue
+		}
+		if !inChar {
+			continue
+		}
+		num, name, ok := strings.Cut(line, " ")
+		if !ok || !strings.HasPrefix(strings.TrimSpace(name), "nvidia") {
+			continue
+		}
+		if m, err := strconv.ParseInt(num, 10, 64); err == nil {
+			majors = append(majors, m)
+		}
+	}
+	return majors
+}
+
+// CDISpecs implements Host.
+func (h *HostFS) CDISpecs() ([]*cdi.Spec, error) {
+	if err := h.cache.Refresh(); err != nil {
+		// Refresh reports every broken spec file; the valid ones are still
+		// in the cache, so carry on and report the error with the result.
+		return h.gpuSpecs(), fmt.Errorf("CDI spec directories: %w", err)
+	}
+	return h.gpuSpecs(), nil
+}
+
+func (h *HostFS) gpuSpecs() []*cdi.Spec {
+	var out []*cdi.Spec
+	for _, s := range h.cache.GetVendorSpecs(CDIVendor) {
+		if s.GetClass() == CDIClass {
+			out = append(out, s)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b *cdi.Spec) int { return b.GetPriority() - a.GetPriority() })
+	return out
+}

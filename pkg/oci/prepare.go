@@ -1,0 +1,230 @@
+package oci
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nri-vgpu/nri-vgpu/pkg/config"
+	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+)
+
+// Host layout under run_dir:
+//
+//	<run_dir>/ld.so.preload                  the preload file, one line: ContainerShimPath
+//	<run_dir>/containers/<id>/limits         the container's limits file (Contract 4)
+//	<run_dir>/containers/<id>/region/        the container's usage region (Contract 5)
+//	<run_dir>/containers/<id>/container.json ContainerInfo, for operators
+const (
+	PreloadFileName   = "ld.so.preload"
+	ContainersDirName = "containers"
+	LimitsFileName    = "limits"
+	RegionDirName     = "region"
+	InfoFileName      = "container.json"
+)
+
+// PreloadPath is the host file mounted at /etc/ld.so.preload.
+func PreloadPath(cfg *config.Config) string {
+	return filepath.Join(cfg.Paths.RunDir, PreloadFileName)
+}
+
+// ContainersDir is the directory holding one directory per vGPU container.
+func ContainersDir(cfg *config.Config) string {
+	return filepath.Join(cfg.Paths.RunDir, ContainersDirName)
+}
+
+// ContainerDir is the host directory of one container. The ID must satisfy
+// ValidContainerID.
+func ContainerDir(cfg *config.Config, containerID string) string {
+	return filepath.Join(ContainersDir(cfg), containerID)
+}
+
+// ValidContainerID checks that id can name a directory: runtimes use hex
+// IDs, but the ID comes from outside, so nothing that could leave the
+// containers directory is accepted.
+func ValidContainerID(id string) error {
+	if id == "" || len(id) > 255 || id == "." || id == ".." || strings.ContainsAny(id, "/\x00") {
+		return fmt.Errorf("invalid container ID %q", id)
+	}
+	return nil
+}
+
+// ContainerInfo is what container.json records about a vGPU container, so
+// that `nri-vgpu status` can name it and show its slices.
+type ContainerInfo struct {
+	ID           string                `json:"id"`
+	Name         string                `json:"name,omitempty"`
+	Pod          string                `json:"pod,omitempty"` // namespace/name
+	PodUID       string                `json:"podUID,omitempty"`
+	AllocationID string                `json:"allocationID"`
+	GPUs         []limits.AllocatedGPU `json:"gpus"`
+	// Source names the component that prepared the directory ("nri" for the
+	// NRI plugin), so that each sweeps only its own.
+	Source  string    `json:"source"`
+	Created time.Time `json:"created"`
+}
+
+// Prepare creates on the host what the edits of a vGPU container point at:
+// the preload file (if missing or different), the container's directory with
+// its limits file (written atomically) and its usage region directory (mode
+// 0777, so that any user in the container can create the region), and
+// container.json. The shim library must exist: a container must never start
+// without its limits, and a missing bind-mount source would fail it later
+// with a less clear message.
+func Prepare(cfg *config.Config, info *ContainerInfo, lf *limits.LimitsFile) error {
+	if err := ValidContainerID(info.ID); err != nil {
+		return err
+	}
+	if st, err := os.Stat(cfg.Paths.ShimPath); err != nil {
+		return fmt.Errorf("shim library (paths.shim_path): %w", err)
+	} else if !st.Mode().IsRegular() {
+		return fmt.Errorf("shim library (paths.shim_path) %s is not a regular file", cfg.Paths.ShimPath)
+	}
+	if err := EnsurePreloadFile(cfg); err != nil {
+		return err
+	}
+	dir := ContainerDir(cfg, info.ID)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("container directory: %w", err)
+	}
+	if err := limits.WriteLimitsFile(filepath.Join(dir, LimitsFileName), lf); err != nil {
+		return err
+	}
+	region := filepath.Join(dir, RegionDirName)
+	if err := os.Mkdir(region, 0o777); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("usage region directory: %w", err)
+	}
+	// The umask applied at mkdir; chmod sets the mode itself (no sticky bit:
+	// processes of different users share the one region file).
+	if err := os.Chmod(region, 0o777); err != nil {
+		return fmt.Errorf("usage region directory: %w", err)
+	}
+	data, err := json.MarshalIndent(info, "", "  ")
+	if err != nil {
+		return fmt.Errorf("container info: %w", err)
+	}
+	if err := writeFileAtomic(filepath.Join(dir, InfoFileName), append(data, '\n'), 0o644); err != nil {
+		return fmt.Errorf("container info: %w", err)
+	}
+	return nil
+}
+
+// EnsurePreloadFile writes <run_dir>/ld.so.preload unless it already holds
+// exactly the shim's container path. The file is shared by every container
+// and replaced atomically, so a container being created never sees it empty.
+func EnsurePreloadFile(cfg *config.Config) error {
+	want := []byte(ContainerShimPath + "\n")
+	path := PreloadPath(cfg)
+	if got, err := os.ReadFile(path); err == nil && bytes.Equal(got, want) {
+		return nil
+	}
+	if err := os.MkdirAll(cfg.Paths.RunDir, 0o755); err != nil {
+		return fmt.Errorf("preload file: %w", err)
+	}
+	if err := writeFileAtomic(path, want, 0o644); err != nil {
+		return fmt.Errorf("preload file: %w", err)
+	}
+	return nil
+}
+
+// ReadContainerInfo reads container.json of a container directory.
+func ReadContainerInfo(dir string) (*ContainerInfo, error) {
+	data, err := os.ReadFile(filepath.Join(dir, InfoFileName))
+	if err != nil {
+		return nil, fmt.Errorf("container info: %w", err)
+	}
+	var info ContainerInfo
+	if err := json.Unmarshal(data, &info); err != nil {
+		return nil, fmt.Errorf("container info %s: %w", filepath.Join(dir, InfoFileName), err)
+	}
+	return &info, nil
+}
+
+// RemoveContainerDir deletes the host directory of a container; a missing
+// directory is not an error.
+func RemoveContainerDir(cfg *config.Config, containerID string) error {
+	if err := ValidContainerID(containerID); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(ContainerDir(cfg, containerID)); err != nil {
+		return fmt.Errorf("remove container directory: %w", err)
+	}
+	return nil
+}
+
+// ListContainerDirs returns the IDs of the container directories under run_dir.
+func ListContainerDirs(cfg *config.Config) ([]string, error) {
+	entries, err := os.ReadDir(ContainersDir(cfg))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list container directories: %w", err)
+	}
+	var ids []string
+	for _, e := range entries {
+		if e.IsDir() && ValidContainerID(e.Name()) == nil {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids, nil
+}
+
+// SweepContainerDirs deletes the directories of containers for which keep
+// returns false, and returns the IDs it removed.
+func SweepContainerDirs(cfg *config.Config, keep func(id string) bool) ([]string, error) {
+	ids, err := ListContainerDirs(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, id := range ids {
+		if keep(id) {
+			continue
+		}
+		if err := RemoveContainerDir(cfg, id); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, id)
+	}
+	return removed, errors.Join(errs...)
+}
+
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err := tmp.Write(data); err != nil {
+		return err
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	ok = true
+	return nil
+}
