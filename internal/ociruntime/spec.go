@@ -1,0 +1,136 @@
+package ociruntime
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// SpecFileName is the runtime spec inside an OCI bundle.
+const SpecFileName = "config.json"
+
+// Modifier is one edit of a container's runtime spec. Modifiers are small
+// values composed with Modifiers, so that each edit can be built and tested
+// on its own and the bundle is read and written once.
+type Modifier interface {
+	Modify(*specs.Spec) error
+}
+
+// ModifierFunc adapts a function to Modifier.
+type ModifierFunc func(*specs.Spec) error
+
+// Modify implements Modifier.
+func (f ModifierFunc) Modify(s *specs.Spec) error { return f(s) }
+
+// Modifiers applies its elements in order and stops at the first error.
+type Modifiers []Modifier
+
+// Modify implements Modifier.
+func (ms Modifiers) Modify(s *specs.Spec) error {
+	for _, m := range ms {
+		if err := m.Modify(s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Spec is the runtime spec of a bundle, loaded to be modified and written
+// back.
+type Spec struct {
+	path string
+	spec *specs.Spec
+	mode os.FileMode
+	uid  int
+	gid  int
+}
+
+// LoadSpec reads <bundle>/config.json ("" is the current directory).
+func LoadSpec(bundle string) (*Spec, error) {
+	if bundle == "" {
+		bundle = "."
+	}
+	path := filepath.Join(bundle, SpecFileName)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read runtime spec: %w", err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("read runtime spec: %w", err)
+	}
+	var s specs.Spec
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("runtime spec %s: %w", path, err)
+	}
+	out := &Spec{path: path, spec: &s, mode: st.Mode().Perm(), uid: -1, gid: -1}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		out.uid, out.gid = int(sys.Uid), int(sys.Gid)
+	}
+	return out, nil
+}
+
+// Path is the spec file.
+func (s *Spec) Path() string { return s.path }
+
+// Spec returns the loaded spec, for reading.
+func (s *Spec) Spec() *specs.Spec { return s.spec }
+
+// Env returns the container's environment.
+func (s *Spec) Env() []string {
+	if s.spec.Process == nil {
+		return nil
+	}
+	return s.spec.Process.Env
+}
+
+// Modify applies m to the loaded spec; nothing is written until Flush.
+func (s *Spec) Modify(m Modifier) error { return m.Modify(s.spec) }
+
+// Flush writes the spec back atomically: to a temporary file in the bundle
+// with the original file's mode and owner, then renamed over it, so that
+// the next runtime never reads a partial spec.
+func (s *Spec) Flush() error {
+	data, err := json.Marshal(s.spec)
+	if err != nil {
+		return fmt.Errorf("write runtime spec: %w", err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(s.path), "."+SpecFileName+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write runtime spec: %w", err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err := tmp.Write(data); err != nil {
+		return fmt.Errorf("write runtime spec %s: %w", tmp.Name(), err)
+	}
+	// Chmod on the descriptor: the umask does not apply, unlike at creation.
+	if err := tmp.Chmod(s.mode); err != nil {
+		return fmt.Errorf("write runtime spec: %w", err)
+	}
+	if s.uid >= 0 && (s.uid != os.Geteuid() || s.gid != os.Getegid()) {
+		if err := tmp.Chown(s.uid, s.gid); err != nil {
+			return fmt.Errorf("write runtime spec: %w", err)
+		}
+	}
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("write runtime spec %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write runtime spec %s: %w", tmp.Name(), err)
+	}
+	if err := os.Rename(tmp.Name(), s.path); err != nil {
+		return fmt.Errorf("write runtime spec: %w", err)
+	}
+	ok = true
+	return nil
+}

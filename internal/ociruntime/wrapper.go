@@ -1,0 +1,292 @@
+// Package ociruntime is nri-vgpu-runtime, the OCI runtime wrapper that gives
+// Docker containers their vGPU (Contract 6 of the design). Docker runs it
+// with runc's command line; on create it reads the container's request from
+// its environment, admits it against the node's ledger, applies the same
+// edits as the NRI plugin (pkg/oci) to the bundle's config.json, and execs
+// the next runtime with the command line unchanged. Every other verb goes
+// straight to the next runtime; delete first removes the container's host
+// directory and ledger entry.
+package ociruntime
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/nri-vgpu/nri-vgpu/internal/ledger"
+	"github.com/nri-vgpu/nri-vgpu/pkg/config"
+	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
+	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
+)
+
+// Name is the program's name, which starts every message it writes.
+const Name = "nri-vgpu-runtime"
+
+// Source marks the container directories this wrapper prepares
+// (oci.ContainerInfo.Source), so that the NRI plugin leaves them alone.
+const Source = "nri-vgpu-runtime"
+
+// Wrapper is one invocation of the runtime wrapper. Zero-valued hooks take
+// the real node's: tests replace them.
+type Wrapper struct {
+	Config *config.Config
+	// Log receives what the wrapper did (the runtime log, see openRuntimeLog).
+	Log *slog.Logger
+
+	// Devices lists the node's GPUs (default: the configured gpu backend).
+	Devices func() ([]gpu.Device, error)
+	// Host is the node as pkg/oci sees it (default: oci.NewHost).
+	Host oci.Host
+	// Exec replaces the process with the next runtime; it returns only on
+	// failure (default: syscall.Exec).
+	Exec func(path string, argv, env []string) error
+	// Environ is the environment passed to the next runtime (default:
+	// os.Environ).
+	Environ func() []string
+	// Path is the PATH the next runtime is looked up in, and Self the
+	// wrapper's own executable, which is never exec'd.
+	Path, Self string
+	// Now is the clock (default: time.Now).
+	Now func() time.Time
+}
+
+// Run handles one command line: the work of create or delete, then the
+// exec of the next runtime with argv unchanged. It returns only on error,
+// or, with a test's Exec, after "exec".
+func (w *Wrapper) Run(a *Args) error {
+	w.defaults()
+	next, err := FindNext(w.Config.Runtime.Next, w.Path, w.Self)
+	if err != nil {
+		return err
+	}
+	w.Log.Debug("invoked", "argv", a.Argv, "next", next)
+	var undo func()
+	switch a.Verb {
+	case "create":
+		if undo, err = w.create(a); err != nil {
+			return err
+		}
+	case "delete":
+		w.delete(a)
+	}
+	argv := []string{next}
+	if len(a.Argv) > 1 {
+		argv = append(argv, a.Argv[1:]...)
+	}
+	if err := w.Exec(next, argv, w.Environ()); err != nil {
+		if undo != nil {
+			undo()
+		}
+		return fmt.Errorf("exec next runtime %s: %w", next, err)
+	}
+	return nil
+}
+
+func (w *Wrapper) defaults() {
+	if w.Log == nil {
+		w.Log = slog.New(slog.DiscardHandler)
+	}
+	if w.Devices == nil {
+		w.Devices = func() ([]gpu.Device, error) { return listGPUs(w.Config) }
+	}
+	if w.Exec == nil {
+		w.Exec = syscall.Exec
+	}
+	if w.Environ == nil {
+		w.Environ = os.Environ
+	}
+	if w.Now == nil {
+		w.Now = time.Now
+	}
+}
+
+func listGPUs(cfg *config.Config) ([]gpu.Device, error) {
+	b, err := gpu.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	return b.Devices()
+}
+
+// create edits the bundle of a container that asks for vGPUs. It returns a
+// function that takes the reservation back if the next runtime cannot be
+// started; nil (and no error) for a container that asks for none, whose
+// bundle is left as it is.
+func (w *Wrapper) create(a *Args) (undo func(), err error) {
+	id := a.ContainerID
+	if id == "" {
+		return nil, nil // not a create the next runtime accepts; let it say so
+	}
+	spec, err := LoadSpec(a.Bundle)
+	if err != nil {
+		return nil, err
+	}
+	req, err := RequestFromEnv(spec.Env())
+	if err != nil || req == nil {
+		return nil, err
+	}
+	if err := oci.ValidContainerID(id); err != nil {
+		return nil, err
+	}
+	cfg := w.Config
+	devices, err := w.Devices()
+	if err != nil {
+		return nil, fmt.Errorf("list the node's GPUs for %s: %w", EnvDevices, err)
+	}
+	now := w.Now()
+	grant, err := req.Resolve(devices, cfg, id, now)
+	if err != nil {
+		return nil, err
+	}
+	host := w.Host
+	if host == nil {
+		h := oci.NewHost(cfg, false)
+		defer h.Close()
+		host = h
+	}
+	edits, err := oci.Compute(grant.Allocation, cfg, host, id)
+	if err != nil {
+		return nil, err
+	}
+	for _, warning := range edits.Warnings {
+		w.Log.Warn(warning, "container", id)
+	}
+	if err := spec.Modify(Modifiers{ModifierFunc(edits.ApplyToSpec)}); err != nil {
+		return nil, err
+	}
+
+	info := &oci.ContainerInfo{
+		ID:           id,
+		AllocationID: grant.Allocation.ID,
+		GPUs:         grant.Allocation.GPUs,
+		Source:       Source,
+		Created:      now.UTC(),
+	}
+	lf := limits.LimitsFromAllocation(grant.Allocation, "", "")
+	l := w.ledger()
+	err = l.Update(func(s *ledger.State) error {
+		w.sync(s)
+		if err := s.Check(id, grant.Reservations, grant.Capacity); err != nil {
+			return err
+		}
+		// Prepared under the lock: a concurrent create's Sync must not see
+		// the reservation without its directory, nor the reverse.
+		if err := oci.Prepare(cfg, info, lf); err != nil {
+			return err
+		}
+		s.Add(ledger.Entry{ID: id, Source: Source, Created: now.UTC(), RuntimeRoot: a.Root, GPUs: grant.Reservations})
+		return nil
+	})
+	if err != nil {
+		var over *ledger.OversubscribedError
+		if !errors.As(err, &over) {
+			// Whatever part of the directory was made is not accounted.
+			if rmErr := oci.RemoveContainerDir(cfg, id); rmErr != nil {
+				w.Log.Warn("cannot remove the container directory", "container", id, "err", rmErr)
+			}
+		}
+		return nil, err
+	}
+	undo = func() { w.release(id) }
+	if err := spec.Flush(); err != nil {
+		undo()
+		return nil, err
+	}
+	for _, g := range grant.Allocation.GPUs {
+		w.Log.Info("vGPU container", "container", id, "gpu", g.UUID,
+			"memory", limits.FormatBytes(g.Memory), "cores", g.Cores)
+	}
+	return undo, nil
+}
+
+// ledger is the node's ledger, logging to the runtime log.
+func (w *Wrapper) ledger() *ledger.Ledger {
+	l := ledger.New(w.Config.Paths.StateDir)
+	l.Log = w.Log
+	return l
+}
+
+// sync reconciles the ledger with the host directories and logs what that
+// changed.
+func (w *Wrapper) sync(s *ledger.State) {
+	res, err := s.Sync(w.Config, Source)
+	if err != nil {
+		// Without the directory listing the ledger is all there is; it
+		// errs on the side of refusing.
+		w.Log.Warn("cannot reconcile the ledger with the container directories", "err", err)
+		return
+	}
+	if len(res.Added)+len(res.Dropped)+len(res.Gone) > 0 {
+		w.Log.Info("ledger reconciled", "added", res.Added, "dropped", res.Dropped, "gone", res.Gone)
+	}
+	for _, err := range res.Errors {
+		w.Log.Warn("cannot remove the directory of a gone container", "err", err)
+	}
+}
+
+// release removes a container's host directory and ledger entry.
+func (w *Wrapper) release(id string) {
+	err := w.ledger().Update(func(s *ledger.State) error {
+		if err := oci.RemoveContainerDir(w.Config, id); err != nil {
+			return err
+		}
+		s.Remove(id)
+		return nil
+	})
+	if err != nil {
+		w.Log.Warn("cannot release the container's GPUs", "container", id, "err", err)
+	}
+}
+
+// delete releases a container prepared by this wrapper. It never fails the
+// delete: a container must always be deletable, and an entry left behind
+// is dropped by the next create's Sync once the directory is gone.
+func (w *Wrapper) delete(a *Args) {
+	id := a.ContainerID
+	if oci.ValidContainerID(id) != nil {
+		return
+	}
+	dir := oci.ContainerDir(w.Config, id)
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return // not a vGPU container (or already released)
+	}
+	if info, err := oci.ReadContainerInfo(dir); err == nil && info.Source != Source {
+		return // prepared by the NRI plugin, which removes its own
+	}
+	w.release(id)
+	w.Log.Debug("released", "container", id)
+}
+
+// Main is the program: it returns the exit status. Errors go to stderr and,
+// as runc's do, to the runtime log, from which Docker shows them.
+func Main(argv []string, stderr io.Writer) int {
+	a := ParseArgs(argv)
+	log, closeLog := openRuntimeLog(a)
+	defer closeLog.Close()
+	fail := func(err error) int {
+		msg := Name + ": " + err.Error()
+		fmt.Fprintln(stderr, msg)
+		log.Error(msg)
+		return 1
+	}
+	cfg, err := config.LoadResolved("")
+	if err != nil {
+		return fail(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fail(fmt.Errorf("locate this executable: %w", err))
+	}
+	w := &Wrapper{Config: cfg, Log: log, Path: os.Getenv("PATH"), Self: self}
+	if err := w.Run(a); err != nil {
+		return fail(err)
+	}
+	return 0
+}

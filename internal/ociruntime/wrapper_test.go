@@ -1,0 +1,637 @@
+package ociruntime
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/nri-vgpu/nri-vgpu/internal/ledger"
+	"github.com/nri-vgpu/nri-vgpu/pkg/config"
+	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
+	"github.com/nri-vgpu/nri-vgpu/pkg/oci/ocitest"
+)
+
+// envMain makes the test binary act as nri-vgpu-runtime, so that the
+// subprocess tests run the real Main with the real syscall.Exec.
+const envMain = "OCIRUNTIME_TEST_AS_WRAPPER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envMain) == "1" {
+		os.Exit(Main(os.Args, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// fakeRuntime is the next runtime of the tests: it records its argv, one
+// argument per line, and the spec it was handed ($FAKE_RUNTIME_SPEC), into
+// $FAKE_RUNTIME_RECORD, then exits with $FAKE_RUNTIME_EXIT (default 0).
+const fakeRuntime = `#!/bin/sh
+rec=${FAKE_RUNTIME_RECORD:?}
+printf '%s\n' "$0" "$@" > "$rec/argv"
+if [ -n "$FAKE_RUNTIME_SPEC" ] && [ -f "$FAKE_RUNTIME_SPEC" ]; then
+	cp "$FAKE_RUNTIME_SPEC" "$rec/config.json"
+fi
+exit "${FAKE_RUNTIME_EXIT:-0}"
+`
+
+// testEnv is a node: fake device nodes, two simulated GPUs (16 and 8 GiB),
+// run and state directories, a shim file, the config as a file, and the
+// fake next runtime in its own PATH directory.
+type testEnv struct {
+	cfg     *config.Config
+	cfgPath string
+	binDir  string // holds fake-runc
+	next    string // binDir/fake-runc
+}
+
+func newTestEnv(t *testing.T, injection string) *testEnv {
+	t.Helper()
+	devRoot := ocitest.FakeDevRoot(t, ocitest.StandardNodes)
+	dir := t.TempDir()
+	binDir := filepath.Join(dir, "bin")
+	for _, d := range []string{binDir, filepath.Join(dir, "cdi")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := filepath.Join(binDir, "fake-runc")
+	if err := os.WriteFile(next, []byte(fakeRuntime), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	shim := filepath.Join(dir, "libvgpu-shim.so")
+	if err := os.WriteFile(shim, []byte("\x7fELF"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	toml := fmt.Sprintf(`
+[gpu]
+backend = "simulated"
+[[gpu.simulated]]
+uuid = %q
+name = "Sim"
+memory = "16GiB"
+minor = 0
+[[gpu.simulated]]
+uuid = %q
+name = "Sim"
+memory = "8GiB"
+minor = 1
+
+[driver]
+injection = %q
+dev_root = %q
+cdi_dirs = [%q]
+
+[paths]
+state_dir = %q
+run_dir = %q
+shim_path = %q
+
+[runtime]
+next = ["not-installed-runtime", "fake-runc"]
+`, uuid0, uuid1, injection, devRoot, filepath.Join(dir, "cdi"), filepath.Join(dir, "state"), filepath.Join(dir, "run"), shim)
+	cfgPath := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(cfgPath, []byte(toml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testEnv{cfg: cfg, cfgPath: cfgPath, binDir: binDir, next: next}
+}
+
+// baseSpec is a container spec shaped like Docker's.
+func baseSpec(env ...string) *specs.Spec {
+	mode := os.FileMode(0o666)
+	return &specs.Spec{
+		Version: "1.0.2-dev",
+		Process: &specs.Process{
+			Args: []string{"sh"},
+			Env:  append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOSTNAME=0123456789ab"}, env...),
+			Cwd:  "/",
+		},
+		Root:     &specs.Root{Path: "/var/lib/docker/rootfs"},
+		Hostname: "0123456789ab",
+		Mounts: []specs.Mount{
+			{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		},
+		Linux: &specs.Linux{
+			Devices: []specs.LinuxDevice{{Path: "/dev/fuse", Type: "c", Major: 10, Minor: 229, FileMode: &mode}},
+			Resources: &specs.LinuxResources{Devices: []specs.LinuxDeviceCgroup{
+				{Allow: false, Access: "rwm"},
+				{Allow: true, Type: "c", Access: "m"},
+			}},
+		},
+	}
+}
+
+// writeBundle writes spec as <new dir>/config.json with mode 0600 (Docker
+// writes 0644; a different mode shows that it is preserved) and returns the
+// bundle directory and the file's bytes.
+func writeBundle(t *testing.T, spec *specs.Spec) (string, []byte) {
+	t.Helper()
+	bundle := t.TempDir()
+	data, err := json.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bundle, SpecFileName), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return bundle, data
+}
+
+// execRecord is what the stubbed exec saw.
+type execRecord struct {
+	called bool
+	path   string
+	argv   []string
+	spec   []byte // the bundle's config.json at the time of the exec
+}
+
+// wrapper returns an in-process wrapper over e whose exec records instead
+// of replacing the test process; specPath is read at exec time.
+func (e *testEnv) wrapper(rec *execRecord, specPath string) *Wrapper {
+	return &Wrapper{
+		Config: e.cfg,
+		Path:   e.binDir + ":/usr/bin:/bin",
+		Self:   "/nonexistent/nri-vgpu-runtime",
+		Now:    func() time.Time { return time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC) },
+		Exec: func(path string, argv, _ []string) error {
+			rec.called, rec.path, rec.argv = true, path, argv
+			if specPath != "" {
+				rec.spec, _ = os.ReadFile(specPath)
+			}
+			return nil
+		},
+	}
+}
+
+const ctrID = "a2fba5934a2e447f1a513088e8841cdf66caa93945ebbe6f5b7aef5961a7a471"
+
+// expectedSpec is what the NRI path's edits make of spec for the request:
+// the wrapper must produce exactly this.
+func expectedSpec(t *testing.T, e *testEnv, spec *specs.Spec, env []string) []byte {
+	t.Helper()
+	req, err := RequestFromEnv(env)
+	if err != nil || req == nil {
+		t.Fatalf("request %v: %v", req, err)
+	}
+	devs, err := listGPUs(e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := req.Resolve(devs, e.cfg, ctrID, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := oci.NewHost(e.cfg, false)
+	defer host.Close()
+	edits, err := oci.Compute(g.Allocation, e.cfg, host, ctrID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := edits.ApplyToSpec(spec); err != nil {
+		t.Fatal(err)
+	}
+	data, err := json.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func TestCreate(t *testing.T) {
+	argvForms := []struct {
+		name string
+		argv func(bundle string) []string
+		root string
+	}{
+		{"docker", func(b string) []string {
+			return []string{"--root", "/run/docker/runtime-runc/moby", "--log", filepath.Join(b, "log.json"), "--log-format", "json",
+				"create", "--bundle", b, "--pid-file", filepath.Join(b, "init.pid"), ctrID}
+		}, "/run/docker/runtime-runc/moby"},
+		{"--bundle=", func(b string) []string { return []string{"--systemd-cgroup", "create", "--bundle=" + b, ctrID} }, ""},
+		{"-b", func(b string) []string {
+			return []string{"create", "--console-socket", "/s.sock", "-b", b, "--no-pivot", ctrID}
+		}, ""},
+		{"-b=", func(b string) []string { return []string{"--root=/r", "create", "-b=" + b, ctrID} }, "/r"},
+		{"working directory", func(string) []string { return []string{"create", "--pid-file", "init.pid", ctrID} }, ""},
+	}
+	requests := []struct {
+		name      string
+		injection string
+		env       []string
+		want      []limits.GPULimit
+	}{
+		{
+			name:      "memory on GPU 0",
+			injection: "none",
+			env:       []string{"NVIDIA_VISIBLE_DEVICES=0", "NRI_VGPU_MEMORY=1GiB"},
+			want:      []limits.GPULimit{{UUID: uuid0, Memory: 1 << 30, Cores: 100}},
+		},
+		{
+			name:      "whole GPU by UUID for nvidia-container-runtime",
+			injection: "nvidia-runtime",
+			env:       []string{"NVIDIA_VISIBLE_DEVICES=" + uuid1},
+			want:      []limits.GPULimit{{UUID: uuid1, Memory: 8 << 30, Cores: 100}},
+		},
+		{
+			name:      "all GPUs, a share of each",
+			injection: "auto",
+			env:       []string{"NVIDIA_VISIBLE_DEVICES=all", "NRI_VGPU_MEMORY=50%", "NRI_VGPU_CORES=30%"},
+			want:      []limits.GPULimit{{UUID: uuid0, Memory: 8 << 30, Cores: 30}, {UUID: uuid1, Memory: 4 << 30, Cores: 30}},
+		},
+	}
+	for _, form := range argvForms {
+		for _, r := range requests {
+			t.Run(form.name+"/"+r.name, func(t *testing.T) {
+				e := newTestEnv(t, r.injection)
+				bundle, _ := writeBundle(t, baseSpec(r.env...))
+				specPath := filepath.Join(bundle, SpecFileName)
+				if form.name == "working directory" {
+					t.Chdir(bundle)
+				}
+				argv := append([]string{"/usr/bin/nri-vgpu-runtime"}, form.argv(bundle)...)
+				var rec execRecord
+				if err := e.wrapper(&rec, specPath).Run(ParseArgs(argv)); err != nil {
+					t.Fatalf("Run: %v", err)
+				}
+
+				// The next runtime gets the command line untouched.
+				if rec.path != e.next || !slices.Equal(rec.argv, append([]string{e.next}, argv[1:]...)) {
+					t.Errorf("exec %s %q, want %s with the arguments unchanged", rec.path, rec.argv, e.next)
+				}
+				// The spec it reads is the NRI path's edit of the original.
+				if want := expectedSpec(t, e, baseSpec(r.env...), r.env); !bytes.Equal(rec.spec, want) {
+					t.Errorf("spec seen by the next runtime\n got %s\nwant %s", rec.spec, want)
+				}
+				if st, err := os.Stat(specPath); err != nil || st.Mode().Perm() != 0o600 {
+					t.Errorf("config.json mode changed: %v %v", st.Mode(), err)
+				}
+
+				dir := oci.ContainerDir(e.cfg, ctrID)
+				lf, err := limits.ReadLimitsFile(filepath.Join(dir, oci.LimitsFileName))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(lf.GPUs, r.want) {
+					t.Errorf("limits %+v, want %+v", lf.GPUs, r.want)
+				}
+				if st, err := os.Stat(filepath.Join(dir, oci.RegionDirName)); err != nil || st.Mode().Perm() != 0o777 {
+					t.Errorf("region directory: %v %v", st, err)
+				}
+				info, err := oci.ReadContainerInfo(dir)
+				if err != nil || info.Source != Source || info.ID != ctrID {
+					t.Errorf("container.json %+v: %v", info, err)
+				}
+				s, err := ledger.New(e.cfg.Paths.StateDir).Read()
+				if err != nil {
+					t.Fatal(err)
+				}
+				entry := s.Containers[ctrID]
+				if entry == nil || entry.RuntimeRoot != form.root || entry.Source != Source || len(entry.GPUs) != len(r.want) {
+					t.Errorf("ledger entry %+v", entry)
+				}
+			})
+		}
+	}
+}
+
+// TestCreateWithoutRequest checks that a container asking for no GPU is
+// left exactly as it is, and nothing is recorded for it.
+func TestCreateWithoutRequest(t *testing.T) {
+	for _, env := range [][]string{nil, {"NVIDIA_VISIBLE_DEVICES=void"}, {"NVIDIA_VISIBLE_DEVICES=none"}, {"NVIDIA_VISIBLE_DEVICES="}} {
+		t.Run(fmt.Sprint(env), func(t *testing.T) {
+			e := newTestEnv(t, "none")
+			bundle, orig := writeBundle(t, baseSpec(env...))
+			specPath := filepath.Join(bundle, SpecFileName)
+			argv := []string{"nri-vgpu-runtime", "create", "--bundle", bundle, ctrID}
+			var rec execRecord
+			if err := e.wrapper(&rec, specPath).Run(ParseArgs(argv)); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(rec.spec, orig) {
+				t.Errorf("spec changed:\n%s\nwas\n%s", rec.spec, orig)
+			}
+			if !slices.Equal(rec.argv[1:], argv[1:]) {
+				t.Errorf("argv %q", rec.argv)
+			}
+			if _, err := os.Stat(oci.ContainerDir(e.cfg, ctrID)); !os.IsNotExist(err) {
+				t.Errorf("container directory made for a container without GPUs: %v", err)
+			}
+		})
+	}
+}
+
+// TestCreateRefused checks requests that must fail: the message names the
+// variable or says what is free, the next runtime is not run, the bundle
+// is untouched and nothing is left on the host.
+func TestCreateRefused(t *testing.T) {
+	tests := []struct {
+		name string
+		env  []string
+		want string
+	}{
+		{"bad memory", []string{"NVIDIA_VISIBLE_DEVICES=0", "NRI_VGPU_MEMORY=lots"}, `NRI_VGPU_MEMORY="lots": invalid memory quantity`},
+		{"bad cores", []string{"NVIDIA_VISIBLE_DEVICES=0", "NRI_VGPU_CORES=0"}, `NRI_VGPU_CORES="0"`},
+		{"unknown GPU", []string{"NVIDIA_VISIBLE_DEVICES=2"}, `NVIDIA_VISIBLE_DEVICES="2": no GPU "2" on this node`},
+		{"quota without GPU", []string{"NRI_VGPU_MEMORY=1GiB"}, `NRI_VGPU_MEMORY="1GiB": NVIDIA_VISIBLE_DEVICES names no GPU`},
+		{"more than the GPU", []string{"NVIDIA_VISIBLE_DEVICES=1", "NRI_VGPU_MEMORY=9GiB"}, `NRI_VGPU_MEMORY="9GiB": more than GPU 1`},
+		{"oversubscribed", []string{"NVIDIA_VISIBLE_DEVICES=0", "NRI_VGPU_MEMORY=8GiB"},
+			"not enough GPU capacity left: GPU 0 (" + uuid0 + "): 6GiB of 16GiB memory and 100% of cores free; asked for 8GiB (1 other container holds the rest)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newTestEnv(t, "none")
+			// Another container holds 10GiB of GPU 0.
+			holder, _ := writeBundle(t, baseSpec("NVIDIA_VISIBLE_DEVICES=0", "NRI_VGPU_MEMORY=10GiB"))
+			var rec execRecord
+			if err := e.wrapper(&rec, "").Run(ParseArgs([]string{"x", "create", "--bundle", holder, "holder"})); err != nil {
+				t.Fatal(err)
+			}
+
+			bundle, orig := writeBundle(t, baseSpec(tt.env...))
+			rec = execRecord{}
+			err := e.wrapper(&rec, "").Run(ParseArgs([]string{"x", "create", "--bundle", bundle, ctrID}))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Run error\n got %v\nwant one containing %q", err, tt.want)
+			}
+			if rec.called {
+				t.Error("the next runtime was run for a refused container")
+			}
+			if data, _ := os.ReadFile(filepath.Join(bundle, SpecFileName)); !bytes.Equal(data, orig) {
+				t.Error("the bundle of a refused container was changed")
+			}
+			if _, err := os.Stat(oci.ContainerDir(e.cfg, ctrID)); !os.IsNotExist(err) {
+				t.Errorf("container directory left for a refused container: %v", err)
+			}
+			s, err := ledger.New(e.cfg.Paths.StateDir).Read()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := s.IDs(); !slices.Equal(got, []string{"holder"}) {
+				t.Errorf("ledger holds %v, want only the holder", got)
+			}
+		})
+	}
+}
+
+// TestDeleteReleases checks that delete frees what create reserved, so that
+// the same request fits again, and passes the command line on.
+func TestDeleteReleases(t *testing.T) {
+	e := newTestEnv(t, "none")
+	env := []string{"NVIDIA_VISIBLE_DEVICES=1", "NRI_VGPU_MEMORY=6GiB", "NRI_VGPU_CORES=60"}
+	create := func(id string) error {
+		bundle, _ := writeBundle(t, baseSpec(env...))
+		var rec execRecord
+		return e.wrapper(&rec, "").Run(ParseArgs([]string{"x", "create", "--bundle", bundle, id}))
+	}
+	if err := create("first"); err != nil {
+		t.Fatal(err)
+	}
+	var over *ledger.OversubscribedError
+	if err := create("second"); !errors.As(err, &over) {
+		t.Fatalf("second create while the first holds the GPU: %v", err)
+	}
+	argv := []string{"x", "--root", "/r", "delete", "--force", "first"}
+	var rec execRecord
+	if err := e.wrapper(&rec, "").Run(ParseArgs(argv)); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rec.argv, append([]string{e.next}, argv[1:]...)) {
+		t.Errorf("delete exec'd %q", rec.argv)
+	}
+	if _, err := os.Stat(oci.ContainerDir(e.cfg, "first")); !os.IsNotExist(err) {
+		t.Errorf("container directory after delete: %v", err)
+	}
+	if err := create("second"); err != nil {
+		t.Fatalf("create after the holder's delete: %v", err)
+	}
+}
+
+// TestDeleteLeavesOthers checks that delete does not touch what it did not
+// prepare: a container directory of the NRI plugin, or nothing at all.
+func TestDeleteLeavesOthers(t *testing.T) {
+	e := newTestEnv(t, "none")
+	info := &oci.ContainerInfo{ID: "nri-ctr", AllocationID: "00112233445566778899aabbccddeeff", Source: "nri",
+		GPUs: []limits.AllocatedGPU{{UUID: uuid0, Slices: 1, Memory: 1 << 30, Cores: 10}}}
+	if err := oci.Prepare(e.cfg, info, &limits.LimitsFile{GPUs: []limits.GPULimit{{UUID: uuid0, Memory: 1 << 30, Cores: 10}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"nri-ctr", "never-created", "../escape"} {
+		var rec execRecord
+		if err := e.wrapper(&rec, "").Run(ParseArgs([]string{"x", "delete", id})); err != nil || !rec.called {
+			t.Fatalf("delete %s: %v (exec'd: %v)", id, err, rec.called)
+		}
+	}
+	if _, err := os.Stat(oci.ContainerDir(e.cfg, "nri-ctr")); err != nil {
+		t.Errorf("the NRI plugin's directory was removed: %v", err)
+	}
+}
+
+// TestPassThrough checks that verbs other than create and delete reach the
+// next runtime with their arguments untouched and touch nothing.
+func TestPassThrough(t *testing.T) {
+	e := newTestEnv(t, "none")
+	for _, args := range [][]string{
+		{"--root", "/r", "--log", "/nonexistent/log.json", "--log-format", "json", "start", ctrID},
+		{"--root", "/r", "kill", ctrID, "9"},
+		{"state", ctrID},
+		{"exec", "--process", "/tmp/p.json", "--detach", ctrID},
+		{"--version"},
+		{},
+		{"features"},
+		{"run", "--bundle", "/nonexistent", ctrID},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			argv := append([]string{"nri-vgpu-runtime"}, args...)
+			var rec execRecord
+			if err := e.wrapper(&rec, "").Run(ParseArgs(argv)); err != nil {
+				t.Fatal(err)
+			}
+			if rec.path != e.next || !slices.Equal(rec.argv, append([]string{e.next}, args...)) {
+				t.Errorf("exec %s %q", rec.path, rec.argv)
+			}
+		})
+	}
+	if _, err := os.Stat(e.cfg.Paths.StateDir); !os.IsNotExist(err) {
+		t.Errorf("pass-through verbs touched the state directory: %v", err)
+	}
+}
+
+// TestExecFailureReleases checks that a reservation is taken back when the
+// next runtime cannot be started.
+func TestExecFailureReleases(t *testing.T) {
+	e := newTestEnv(t, "none")
+	bundle, _ := writeBundle(t, baseSpec("NVIDIA_VISIBLE_DEVICES=0"))
+	var rec execRecord
+	w := e.wrapper(&rec, "")
+	w.Exec = func(string, []string, []string) error { return errors.New("exec format error") }
+	err := w.Run(ParseArgs([]string{"x", "create", "--bundle", bundle, ctrID}))
+	if err == nil || !strings.Contains(err.Error(), "exec next runtime "+e.next) {
+		t.Fatalf("Run error %v", err)
+	}
+	if _, err := os.Stat(oci.ContainerDir(e.cfg, ctrID)); !os.IsNotExist(err) {
+		t.Errorf("container directory after a failed exec: %v", err)
+	}
+	if s, _ := ledger.New(e.cfg.Paths.StateDir).Read(); len(s.Containers) != 0 {
+		t.Errorf("ledger after a failed exec: %v", s.IDs())
+	}
+}
+
+// runMain runs the test binary as nri-vgpu-runtime with args, the config
+// of e, and PATH = path; the fake runtime records into a new directory,
+// which is returned with the combined output.
+func runMain(t *testing.T, e *testEnv, path string, specPath string, args ...string) (rec string, out []byte, err error) {
+	t.Helper()
+	rec = t.TempDir()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), envMain+"=1", "NRI_VGPU_CONFIG="+e.cfgPath, "PATH="+path,
+		"FAKE_RUNTIME_RECORD="+rec, "FAKE_RUNTIME_SPEC="+specPath)
+	out, err = cmd.CombinedOutput()
+	return rec, out, err
+}
+
+// TestMainExecsNextRuntime runs the wrapper as a process, exec'ing the fake
+// runtime found on PATH, past a copy of the wrapper itself that comes first.
+func TestMainExecsNextRuntime(t *testing.T) {
+	e := newTestEnv(t, "none")
+	// The wrapper installed under the next runtime's name, earlier on PATH:
+	// it must be skipped, not exec'd forever.
+	selfDir := t.TempDir()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(self, filepath.Join(selfDir, "fake-runc")); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"NVIDIA_VISIBLE_DEVICES=0", "NRI_VGPU_MEMORY=2GiB", "NRI_VGPU_CORES=25"}
+	bundle, _ := writeBundle(t, baseSpec(env...))
+	specPath := filepath.Join(bundle, SpecFileName)
+	args := []string{"--root", "/run/r", "--log", filepath.Join(bundle, "log.json"), "--log-format", "json", "create", "--bundle", bundle, ctrID}
+	rec, out, err := runMain(t, e, selfDir+":"+e.binDir+":/usr/bin:/bin", specPath, args...)
+	if err != nil {
+		t.Fatalf("wrapper: %v\n%s", err, out)
+	}
+	if len(out) != 0 {
+		t.Errorf("wrapper wrote %q; during create its stderr is the container's", out)
+	}
+	argv, err := os.ReadFile(filepath.Join(rec, "argv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.Join(append([]string{e.next}, args...), "\n") + "\n"; string(argv) != want {
+		t.Errorf("next runtime's argv\n got %q\nwant %q", argv, want)
+	}
+	seen, err := os.ReadFile(filepath.Join(rec, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := expectedSpec(t, e, baseSpec(env...), env); !bytes.Equal(seen, want) {
+		t.Errorf("spec seen by the next runtime\n got %s\nwant %s", seen, want)
+	}
+	// The runtime log holds JSON lines only: containerd parses them.
+	for _, l := range logLines(t, filepath.Join(bundle, "log.json")) {
+		if l["level"] != "info" || !strings.HasPrefix(l["msg"].(string), Name+": ") {
+			t.Errorf("runtime log entry %v", l)
+		}
+	}
+}
+
+// logLines decodes a JSON runtime log.
+func logLines(t *testing.T, path string) []map[string]any {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []map[string]any
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("runtime log line %q: %v", sc.Text(), err)
+		}
+		if _, err := time.Parse(time.RFC3339Nano, fmt.Sprint(m["time"])); err != nil {
+			t.Errorf("runtime log time: %v", err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// TestMainReportsErrors checks the two channels of an error: stderr, and
+// the runtime log's last "error" entry, which containerd's runc shim puts
+// into the error `docker run` prints.
+func TestMainReportsErrors(t *testing.T) {
+	e := newTestEnv(t, "none")
+	bundle, _ := writeBundle(t, baseSpec("NVIDIA_VISIBLE_DEVICES=0", "NRI_VGPU_MEMORY=lots"))
+	logPath := filepath.Join(bundle, "log.json")
+	rec, out, err := runMain(t, e, e.binDir+":/usr/bin:/bin", "",
+		"--log", logPath, "--log-format", "json", "create", "--bundle", bundle, ctrID)
+	var exitErr *exec.ExitError
+	if !errors.As(err, &exitErr) || exitErr.ExitCode() != 1 {
+		t.Fatalf("wrapper: %v, want exit status 1\n%s", err, out)
+	}
+	want := `nri-vgpu-runtime: NRI_VGPU_MEMORY="lots": invalid memory quantity`
+	if !strings.HasPrefix(string(out), want) {
+		t.Errorf("stderr %q, want it to start with %q", out, want)
+	}
+	lines := logLines(t, logPath)
+	if len(lines) == 0 || lines[len(lines)-1]["level"] != "error" || !strings.HasPrefix(lines[len(lines)-1]["msg"].(string), want) {
+		t.Errorf("runtime log %v, want a last error entry starting with %q", lines, want)
+	}
+	if _, err := os.Stat(filepath.Join(rec, "argv")); !os.IsNotExist(err) {
+		t.Error("the next runtime ran after an error")
+	}
+
+	// A text-format log gets logrus' text shape.
+	textLog := filepath.Join(bundle, "log.txt")
+	if _, _, err := runMain(t, e, e.binDir, "", "--log", textLog, "create", "--bundle", bundle, ctrID); err == nil {
+		t.Fatal("wrapper succeeded")
+	}
+	data, err := os.ReadFile(textLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), `level=error msg="nri-vgpu-runtime: NRI_VGPU_MEMORY=\"lots\"`) {
+		t.Errorf("text runtime log %q", data)
+	}
+}
+
+// TestMainConfigErrors checks that a broken configuration stops every verb
+// with a message naming the file, and that no next runtime is an error too.
+func TestMainConfigErrors(t *testing.T) {
+	e := newTestEnv(t, "none")
+	if err := os.WriteFile(e.cfgPath, []byte("[runtime]\nnext = 3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, out, err := runMain(t, e, e.binDir, "", "start", ctrID)
+	if err == nil || !strings.HasPrefix(string(out), "nri-vgpu-runtime: "+e.cfgPath+":2") {
+		t.Errorf("broken config: %v, %q", err, out)
+	}
+	if err := os.WriteFile(e.cfgPath, []byte("[runtime]\nnext = [\"no-such-runtime\"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, out, err = runMain(t, e, e.binDir, "", "start", ctrID)
+	if err == nil || !strings.Contains(string(out), "no next runtime found: none of no-such-runtime is installed") {
+		t.Errorf("no next runtime: %v, %q", err, out)
+	}
+}
