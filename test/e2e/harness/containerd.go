@@ -1,0 +1,699 @@
+// Package harness runs a real containerd (with runc and NRI) in a temporary
+// root for end-to-end tests, and offers a CRI client with the few helpers the
+// tests need. Everything it starts lives under one temporary directory and is
+// torn down by Close, which goes on past errors: pods are removed through
+// CRI, containerd is stopped, leftover containers (runc) and shims are
+// killed, mounts under the directory are detached, and the directory is
+// removed.
+//
+// It needs root, Debian's runc, and containerd v2.4 binaries as installed by
+// hack/e2e-deps.sh.
+package harness
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"text/template"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// EnvBinDir names the directory of containerd, ctr and
+// containerd-shim-runc-v2; without it, the cache directory of
+// hack/e2e-deps.sh is used.
+const EnvBinDir = "NRI_VGPU_E2E_BIN"
+
+// ContainerdVersion is the containerd that hack/e2e-deps.sh installs.
+const ContainerdVersion = "v2.4.2"
+
+// Namespace is the containerd namespace of CRI.
+const Namespace = "k8s.io"
+
+// Options configure Start.
+type Options struct {
+	// BinDir holds containerd, ctr and containerd-shim-runc-v2 (default:
+	// DefaultBinDir()).
+	BinDir string
+	// Runc is the runc binary (default: runc on PATH, else /usr/sbin/runc).
+	Runc string
+	// Images are docker-archive tarballs imported into the k8s.io namespace.
+	Images []string
+	// SandboxImage is the pause image's reference; it must be in Images.
+	SandboxImage string
+	// NRIPlugins are pre-registered: containerd starts them itself.
+	NRIPlugins []NRIPlugin
+	// NRISocket is where containerd serves external NRI plugins (default:
+	// Dir/nri/nri.sock). Set it when a plugin's configuration must name the
+	// socket before containerd starts.
+	NRISocket string
+	// Logf reports progress; nil discards it.
+	Logf func(format string, args ...any)
+}
+
+// NRIPlugin is a plugin placed in containerd's NRI plugin directory.
+type NRIPlugin struct {
+	// Name is the file name in the plugin directory: "NN-name", where NN is
+	// the plugin index.
+	Name string
+	// Path is the plugin binary.
+	Path string
+	// Env is added to the plugin's environment. containerd starts plugins
+	// with nothing but NRI_PLUGIN_{NAME,IDX,SOCKET}; the plugin directory
+	// gets a small wrapper script that sets Env and sends the plugin's
+	// output to PluginLog(Name).
+	Env []string
+	// Config, when set, is written to the plugin config directory as
+	// Name.conf; containerd hands it to the plugin in Configure.
+	Config string
+}
+
+// Containerd is a running containerd with its CRI clients.
+type Containerd struct {
+	// Dir is the temporary directory everything lives in.
+	Dir        string
+	Address    string // containerd's gRPC socket
+	ConfigPath string
+	LogPath    string // containerd's log
+	NRISocket  string
+	// NRIPluginDir and NRIConfigDir are containerd's plugin_path and
+	// plugin_config_path.
+	NRIPluginDir string
+	NRIConfigDir string
+	RuncRoot     string
+
+	Runtime runtimeapi.RuntimeServiceClient
+	Images  runtimeapi.ImageServiceClient
+
+	opts Options
+	logf func(format string, args ...any)
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	conn    *grpc.ClientConn
+	logFile *os.File
+	closed  bool
+}
+
+// DefaultBinDir is $NRI_VGPU_E2E_BIN, else where hack/e2e-deps.sh installs
+// containerd (its NRI_VGPU_E2E_CACHE, else /var/cache/nri-vgpu-e2e as root or
+// ~/.cache/nri-vgpu-e2e).
+func DefaultBinDir() string {
+	if d := os.Getenv(EnvBinDir); d != "" {
+		return d
+	}
+	cache := os.Getenv("NRI_VGPU_E2E_CACHE")
+	if cache == "" {
+		if os.Geteuid() == 0 {
+			cache = "/var/cache/nri-vgpu-e2e"
+		} else if d, err := os.UserCacheDir(); err == nil {
+			cache = filepath.Join(d, "nri-vgpu-e2e")
+		}
+	}
+	return filepath.Join(cache, "containerd-"+ContainerdVersion, "bin")
+}
+
+// Preflight reports what is missing to run containerd here, or nil.
+func Preflight(binDir, runc string) error {
+	var problems []string
+	if os.Geteuid() != 0 {
+		problems = append(problems, "must run as root")
+	}
+	for _, b := range []string{"containerd", "ctr", "containerd-shim-runc-v2"} {
+		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
+			problems = append(problems, fmt.Sprintf("%s not found in %s", b, binDir))
+		}
+	}
+	if _, err := os.Stat(runc); err != nil {
+		problems = append(problems, fmt.Sprintf("runc not found (%s)", runc))
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("harness: cannot run containerd: %s (hack/e2e-deps.sh installs what is missing)", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// DefaultRunc is runc on PATH, else Debian's /usr/sbin/runc.
+func DefaultRunc() string {
+	if p, err := exec.LookPath("runc"); err == nil {
+		return p
+	}
+	return "/usr/sbin/runc"
+}
+
+// Start creates a temporary root, writes containerd's config, pre-registers
+// the NRI plugins, starts containerd, waits for CRI to answer and imports the
+// images. On an error everything started so far is cleaned up.
+func Start(ctx context.Context, opts Options) (*Containerd, error) {
+	if opts.BinDir == "" {
+		opts.BinDir = DefaultBinDir()
+	}
+	if opts.Runc == "" {
+		opts.Runc = DefaultRunc()
+	}
+	if opts.SandboxImage == "" {
+		return nil, errors.New("harness: Options.SandboxImage is required")
+	}
+	if err := Preflight(opts.BinDir, opts.Runc); err != nil {
+		return nil, err
+	}
+	// A short path: unix socket paths are limited to 108 bytes, and
+	// containerd nests sockets below its state directory.
+	dir, err := MkdirTemp("ctd")
+	if err != nil {
+		return nil, err
+	}
+	c := &Containerd{
+		Dir:          dir,
+		Address:      filepath.Join(dir, "containerd.sock"),
+		ConfigPath:   filepath.Join(dir, "config.toml"),
+		LogPath:      filepath.Join(dir, "logs", "containerd.log"),
+		NRISocket:    filepath.Join(dir, "nri", "nri.sock"),
+		NRIPluginDir: filepath.Join(dir, "nri", "plugins"),
+		NRIConfigDir: filepath.Join(dir, "nri", "conf.d"),
+		RuncRoot:     filepath.Join(dir, "runc"),
+		opts:         opts,
+		logf:         opts.Logf,
+	}
+	if c.logf == nil {
+		c.logf = func(string, ...any) {}
+	}
+	if opts.NRISocket != "" {
+		c.NRISocket = opts.NRISocket
+	}
+	if err := c.setup(); err != nil {
+		return nil, errors.Join(err, c.Close())
+	}
+	if err := c.start(ctx); err != nil {
+		return nil, errors.Join(err, c.Close())
+	}
+	for _, img := range opts.Images {
+		if err := c.Import(ctx, img); err != nil {
+			return nil, errors.Join(err, c.Close())
+		}
+	}
+	return c, nil
+}
+
+func (c *Containerd) setup() error {
+	for _, d := range []string{"root", "state", "logs", "runc", "cni/bin", "cni/conf", "cdi", "opt",
+		"nri/plugins", "nri/conf.d"} {
+		if err := os.MkdirAll(filepath.Join(c.Dir, d), 0o755); err != nil {
+			return fmt.Errorf("harness: %w", err)
+		}
+	}
+	var cfg bytes.Buffer
+	if err := configTemplate.Execute(&cfg, map[string]string{
+		"Dir":          c.Dir,
+		"Address":      c.Address,
+		"Runc":         c.opts.Runc,
+		"RuncRoot":     c.RuncRoot,
+		"SandboxImage": c.opts.SandboxImage,
+		"NRISocket":    c.NRISocket,
+		"NRIPluginDir": c.NRIPluginDir,
+		"NRIConfigDir": c.NRIConfigDir,
+	}); err != nil {
+		return fmt.Errorf("harness: containerd config: %w", err)
+	}
+	if err := os.WriteFile(c.ConfigPath, cfg.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("harness: %w", err)
+	}
+	for _, p := range c.opts.NRIPlugins {
+		if err := c.installPlugin(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// installPlugin writes the wrapper script that containerd starts as the
+// plugin.
+func (c *Containerd) installPlugin(p NRIPlugin) error {
+	idx, base, ok := strings.Cut(p.Name, "-")
+	if !ok || len(idx) != 2 || !isDigit(idx[0]) || !isDigit(idx[1]) || base == "" {
+		return fmt.Errorf("harness: NRI plugin name %q: want NN-name", p.Name)
+	}
+	if _, err := os.Stat(p.Path); err != nil {
+		return fmt.Errorf("harness: NRI plugin %s: %w", p.Name, err)
+	}
+	var script strings.Builder
+	script.WriteString("#!/bin/sh\n# Started by containerd as NRI plugin " + p.Name + ".\n")
+	for _, kv := range p.Env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("harness: NRI plugin %s: env entry %q is not KEY=value", p.Name, kv)
+		}
+		fmt.Fprintf(&script, "export %s=%s\n", k, shellQuote(v))
+	}
+	fmt.Fprintf(&script, "exec %s \"$@\" >>%s 2>&1\n", shellQuote(p.Path), shellQuote(c.PluginLog(p.Name)))
+	if err := os.WriteFile(filepath.Join(c.NRIPluginDir, p.Name), []byte(script.String()), 0o755); err != nil {
+		return fmt.Errorf("harness: NRI plugin %s: %w", p.Name, err)
+	}
+	if p.Config != "" {
+		if err := os.WriteFile(filepath.Join(c.NRIConfigDir, p.Name+".conf"), []byte(p.Config), 0o644); err != nil {
+			return fmt.Errorf("harness: NRI plugin %s config: %w", p.Name, err)
+		}
+	}
+	return nil
+}
+
+// PluginLog is where the output of the pre-registered NRI plugin name goes.
+func (c *Containerd) PluginLog(name string) string {
+	return filepath.Join(c.Dir, "logs", "nri-"+name+".log")
+}
+
+func isDigit(b byte) bool { return b >= '0' && b <= '9' }
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// start runs containerd and waits until CRI answers.
+func (c *Containerd) start(ctx context.Context) error {
+	logFile, err := os.OpenFile(c.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("harness: containerd log: %w", err)
+	}
+	cmd := exec.Command(filepath.Join(c.opts.BinDir, "containerd"), "--config", c.ConfigPath)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// The shim is looked up on PATH; runc is named in the config.
+	cmd.Env = append(os.Environ(), "PATH="+c.opts.BinDir+":"+os.Getenv("PATH"))
+	// Its own process group, so that a Ctrl-C of the test does not reach it
+	// before Close has removed the pods.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return fmt.Errorf("harness: starting containerd: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	c.mu.Lock()
+	c.cmd, c.exited, c.logFile = cmd, exited, logFile
+	c.mu.Unlock()
+	c.logf("containerd started (pid %d, root %s)", cmd.Process.Pid, c.Dir)
+
+	conn, err := grpc.NewClient("unix://"+c.Address, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("harness: CRI client: %w", err)
+	}
+	c.mu.Lock()
+	c.conn = conn
+	c.Runtime = runtimeapi.NewRuntimeServiceClient(conn)
+	c.Images = runtimeapi.NewImageServiceClient(conn)
+	c.mu.Unlock()
+
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		vctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := c.Runtime.Version(vctx, &runtimeapi.VersionRequest{})
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("harness: containerd exited during start-up: %s", c.LogTail(30))
+		case <-ctx.Done():
+			return fmt.Errorf("harness: waiting for CRI: %w", ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("harness: CRI did not answer within 60s (last error: %v): %s", err, c.LogTail(30))
+		}
+	}
+}
+
+// stop ends containerd (SIGTERM, SIGKILL after 15 s) without touching the
+// containers, which outlive it as they do in production.
+func (c *Containerd) stop() error {
+	c.mu.Lock()
+	cmd, exited, conn, logFile := c.cmd, c.exited, c.conn, c.logFile
+	c.cmd, c.conn, c.logFile = nil, nil, nil
+	c.mu.Unlock()
+	if conn != nil {
+		_ = conn.Close()
+	}
+	if cmd == nil {
+		return nil
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	var err error
+	select {
+	case <-exited:
+	case <-time.After(15 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exited
+		err = errors.New("harness: containerd did not stop within 15s of SIGTERM; killed")
+	}
+	if logFile != nil {
+		logFile.Close()
+	}
+	c.logf("containerd stopped")
+	return err
+}
+
+// Restart stops containerd and starts it again on the same root and config;
+// containers keep running, pre-registered NRI plugins are started again by
+// containerd, and the CRI clients are replaced.
+func (c *Containerd) Restart(ctx context.Context) error {
+	if err := c.stop(); err != nil {
+		return err
+	}
+	return c.start(ctx)
+}
+
+// Alive reports whether the containerd process is running.
+func (c *Containerd) Alive() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cmd == nil {
+		return false
+	}
+	select {
+	case <-c.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Import loads a docker-archive tarball into the k8s.io namespace with ctr.
+func (c *Containerd) Import(ctx context.Context, tarball string) error {
+	out, err := exec.CommandContext(ctx, filepath.Join(c.opts.BinDir, "ctr"),
+		"--address", c.Address, "--namespace", Namespace, "images", "import", tarball).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("harness: ctr images import %s: %w: %s", tarball, err, strings.TrimSpace(string(out)))
+	}
+	c.logf("imported %s", filepath.Base(tarball))
+	return nil
+}
+
+// LogTail returns the last n lines of containerd's log.
+func (c *Containerd) LogTail(n int) string { return Tail(c.LogPath, n) }
+
+// Tail returns the last n lines of the file at path (or why it cannot).
+func Tail(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(%v)", err)
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// ExecResult is the outcome of a command run in a container.
+type ExecResult struct {
+	Stdout, Stderr string
+	ExitCode       int32
+}
+
+// Exec runs cmd in the container through CRI ExecSync (30 s limit). A
+// non-zero exit is not an error: check ExitCode.
+func (c *Containerd) Exec(ctx context.Context, containerID string, cmd ...string) (ExecResult, error) {
+	resp, err := c.Runtime.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: containerID, Cmd: cmd, Timeout: 30})
+	if err != nil {
+		return ExecResult{}, fmt.Errorf("harness: exec %q in %.12s: %w", cmd, containerID, err)
+	}
+	return ExecResult{Stdout: string(resp.Stdout), Stderr: string(resp.Stderr), ExitCode: resp.ExitCode}, nil
+}
+
+// RemoveAllPods stops and removes every pod sandbox (and so its containers)
+// that containerd knows.
+func (c *Containerd) RemoveAllPods(ctx context.Context) error {
+	resp, err := c.Runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		return fmt.Errorf("harness: listing pods: %w", err)
+	}
+	var errs []error
+	for _, sb := range resp.Items {
+		if _, err := c.Runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
+			errs = append(errs, fmt.Errorf("stopping pod %s: %w", sb.Metadata.GetName(), err))
+		}
+		if _, err := c.Runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
+			errs = append(errs, fmt.Errorf("removing pod %s: %w", sb.Metadata.GetName(), err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("harness: %w", err)
+	}
+	return nil
+}
+
+// Close tears everything down and removes Dir; see the package comment. It
+// returns every problem it met but always goes to the end.
+func (c *Containerd) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.mu.Unlock()
+	var errs []error
+	if c.Alive() {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		if err := c.RemoveAllPods(ctx); err != nil {
+			errs = append(errs, err)
+		}
+		cancel()
+	}
+	if err := c.stop(); err != nil {
+		errs = append(errs, err)
+	}
+	errs = append(errs, c.killLeftovers()...)
+	if err := unmountUnder(c.Dir); err != nil {
+		errs = append(errs, err)
+	}
+	if err := os.RemoveAll(c.Dir); err != nil {
+		errs = append(errs, fmt.Errorf("harness: removing %s: %w", c.Dir, err))
+	}
+	return errors.Join(errs...)
+}
+
+// killLeftovers force-deletes containers runc still has under our root and
+// kills the shims serving our containerd: both outlive containerd, and a
+// failed test may leave some behind.
+func (c *Containerd) killLeftovers() []error {
+	var errs []error
+	if out, err := exec.Command(c.opts.Runc, "--root", c.RuncRoot+"/"+Namespace, "list", "-q").Output(); err == nil {
+		for _, id := range strings.Fields(string(out)) {
+			if o, err := exec.Command(c.opts.Runc, "--root", c.RuncRoot+"/"+Namespace, "delete", "--force", id).CombinedOutput(); err != nil {
+				errs = append(errs, fmt.Errorf("harness: runc delete --force %s: %w: %s", id, err, strings.TrimSpace(string(o))))
+			}
+		}
+	}
+	for _, sh := range shimsOf(c.Address) {
+		if err := syscall.Kill(sh.pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, fmt.Errorf("harness: killing shim %d: %w", sh.pid, err))
+		}
+		if err := removeShimSocket(sh.socket); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// A shim that died already cannot have removed its socket either; each
+	// task's bundle names it in bootstrap.json.
+	files, _ := filepath.Glob(filepath.Join(c.Dir, "state", "io.containerd.runtime.v2.task", "*", "*", "bootstrap.json"))
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		var bootstrap struct {
+			Address string `json:"address"`
+		}
+		if json.Unmarshal(raw, &bootstrap) != nil {
+			continue
+		}
+		if err := removeShimSocket(strings.TrimPrefix(bootstrap.Address, "unix://")); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// shimProcess is a containerd-shim-runc-v2 process and its socket.
+type shimProcess struct {
+	pid    int
+	socket string
+}
+
+// shimsOf finds the containerd-shim-runc-v2 processes started for the
+// containerd at address (their command line names it), with the socket each
+// serves: /run/containerd/s/<sha256 of address/namespace/id>, as the shim
+// names it.
+func shimsOf(address string) []shimProcess {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var shims []shimProcess
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+		if len(args) == 0 || filepath.Base(args[0]) != "containerd-shim-runc-v2" {
+			continue
+		}
+		flags := map[string]string{}
+		for i := 1; i+1 < len(args); i++ {
+			if strings.HasPrefix(args[i], "-") {
+				flags[strings.TrimLeft(args[i], "-")] = args[i+1]
+			}
+		}
+		if flags["address"] != address {
+			continue
+		}
+		sp := shimProcess{pid: pid}
+		if flags["namespace"] != "" && flags["id"] != "" {
+			sum := sha256.Sum256([]byte(filepath.Join(address, flags["namespace"], flags["id"])))
+			sp.socket = filepath.Join(shimSocketDir, hex.EncodeToString(sum[:]))
+		}
+		shims = append(shims, sp)
+	}
+	return shims
+}
+
+// shimSocketDir is where shims put their sockets, whatever containerd's
+// config says.
+const shimSocketDir = "/run/containerd/s"
+
+// removeShimSocket removes a socket file a killed shim left in shimSocketDir.
+func removeShimSocket(sock string) error {
+	if filepath.Dir(sock) != shimSocketDir {
+		return nil
+	}
+	fi, err := os.Lstat(sock)
+	if err != nil || fi.Mode().Type() != os.ModeSocket {
+		return nil
+	}
+	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("harness: removing shim socket %s: %w", sock, err)
+	}
+	return nil
+}
+
+// unmountUnder detaches every mount point at or below dir, deepest first.
+func unmountUnder(dir string) error {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return fmt.Errorf("harness: %w", err)
+	}
+	var points []string
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMountPath(fields[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			points = append(points, mp)
+		}
+	}
+	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
+	var errs []error
+	for _, mp := range points {
+		if err := syscall.Unmount(mp, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
+			errs = append(errs, fmt.Errorf("harness: unmounting %s: %w", mp, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// unescapeMountPath undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMountPath(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// configTemplate is containerd's config (version 3). Settings this needs on
+// a root-without-CAP_SYS_RESOURCE, cgroup v1, no-AppArmor machine:
+// restrict_oom_score_adj (else every sandbox fails on oom_score_adj),
+// disable_apparmor, cgroupfs (no systemd), runc state under our root, a
+// locally imported pause image, and NRI on with its socket, plugin and
+// config directories in our root. CNI and CDI point at empty directories so
+// that nothing of the host's leaks in; pods use the host network.
+var configTemplate = template.Must(template.New("config").Parse(`version = 3
+root = "{{.Dir}}/root"
+state = "{{.Dir}}/state"
+
+[grpc]
+  address = "{{.Address}}"
+
+[ttrpc]
+  address = "{{.Address}}.ttrpc"
+
+[debug]
+  level = "debug"
+
+[plugins.'io.containerd.internal.v1.opt']
+  path = "{{.Dir}}/opt"
+
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "{{.SandboxImage}}"
+
+[plugins.'io.containerd.cri.v1.runtime']
+  restrict_oom_score_adj = true
+  disable_apparmor = true
+  enable_cdi = true
+  cdi_spec_dirs = ["{{.Dir}}/cdi"]
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["{{.Dir}}/cni/bin"]
+    conf_dir = "{{.Dir}}/cni/conf"
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        BinaryName = "{{.Runc}}"
+        Root = "{{.RuncRoot}}"
+        SystemdCgroup = false
+
+[plugins.'io.containerd.nri.v1.nri']
+  disable = false
+  socket_path = "{{.NRISocket}}"
+  plugin_path = "{{.NRIPluginDir}}"
+  plugin_config_path = "{{.NRIConfigDir}}"
+  plugin_registration_timeout = "5s"
+  plugin_request_timeout = "5s"
+`))

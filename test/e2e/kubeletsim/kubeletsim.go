@@ -1,0 +1,404 @@
+// Package kubeletsim is a kubelet for end-to-end tests: the part of it that a
+// device plugin and a CRI runtime see, and no more. It serves the device
+// plugin Registration socket, dials each registered plugin back, keeps the
+// device list and health that ListAndWatch streams, allocates devices to a
+// pod's containers the way kubelet's device manager does
+// (GetPreferredAllocation, then Allocate, one container at a time), and runs
+// the pod through CRI with the Allocate response placed where kubelet places
+// it (annotations in ContainerConfig.Annotations, next to kubelet's own).
+package kubeletsim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// SocketName is the Registration socket's file name in the socket directory,
+// as kubelet names it.
+const SocketName = "kubelet.sock"
+
+// dialTimeout bounds how long Register waits for the plugin's own socket,
+// like kubelet's 10 s connection timeout. A variable for tests.
+var dialTimeout = 10 * time.Second
+
+// Kubelet is the simulated kubelet. Create it with New; it is safe for
+// concurrent use.
+type Kubelet struct {
+	dir    string
+	logDir string
+	log    *slog.Logger
+
+	mu        sync.Mutex
+	server    *grpc.Server
+	listener  net.Listener
+	resources map[string]*resource
+	// changed is closed and replaced whenever a resource's registration,
+	// devices or health change, to wake up WaitFor.
+	changed chan struct{}
+	closed  bool
+}
+
+// resource is one extended resource and the plugin endpoint that serves it.
+type resource struct {
+	name     string
+	endpoint string // socket file name in dir
+	conn     *grpc.ClientConn
+	client   pluginapi.DevicePluginClient
+	options  *pluginapi.DevicePluginOptions
+	cancel   context.CancelFunc
+	// connected is false once ListAndWatch ended: kubelet then treats every
+	// device of the resource as unhealthy until the plugin registers again.
+	connected bool
+	devices   map[string]*pluginapi.Device // by ID, as last streamed
+	order     []string                     // device IDs in streamed order
+	// allocated maps a device ID to the pod UID holding it.
+	allocated map[string]string
+	// streams counts ListAndWatch updates received, for WaitFor.
+	streams int
+}
+
+// Options configure a Kubelet.
+type Options struct {
+	// SocketDir holds the Registration socket (kubelet.sock) and the
+	// plugins' own sockets: kubelet's /var/lib/kubelet/device-plugins.
+	// Required.
+	SocketDir string
+	// PodLogDir is the root of the pods' log directories (kubelet's
+	// /var/log/pods); the runtime writes container logs there. Default:
+	// SocketDir/../pod-logs.
+	PodLogDir string
+	// Logger; nil discards logs.
+	Logger *slog.Logger
+}
+
+// New starts serving the Registration socket at SocketDir/kubelet.sock.
+func New(opts Options) (*Kubelet, error) {
+	if opts.SocketDir == "" {
+		return nil, errors.New("kubeletsim: Options.SocketDir is required")
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	logDir := opts.PodLogDir
+	if logDir == "" {
+		logDir = filepath.Join(filepath.Dir(filepath.Clean(opts.SocketDir)), "pod-logs")
+	}
+	for _, d := range []string{opts.SocketDir, logDir} {
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			return nil, fmt.Errorf("kubeletsim: %w", err)
+		}
+	}
+	k := &Kubelet{
+		dir:       opts.SocketDir,
+		logDir:    logDir,
+		log:       logger.With("component", "kubeletsim"),
+		resources: map[string]*resource{},
+		changed:   make(chan struct{}),
+	}
+	if err := k.serve(); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// SocketDir is the directory of the Registration socket and plugin sockets.
+func (k *Kubelet) SocketDir() string { return k.dir }
+
+// SocketPath is the Registration socket.
+func (k *Kubelet) SocketPath() string { return filepath.Join(k.dir, SocketName) }
+
+func (k *Kubelet) serve() error {
+	sock := k.SocketPath()
+	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("kubeletsim: removing stale %s: %w", sock, err)
+	}
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		return fmt.Errorf("kubeletsim: listening on %s: %w", sock, err)
+	}
+	srv := grpc.NewServer()
+	pluginapi.RegisterRegistrationServer(srv, &registration{k: k})
+	k.mu.Lock()
+	k.server, k.listener = srv, lis
+	k.mu.Unlock()
+	go func() {
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			k.log.Error("registration server stopped", "error", err)
+		}
+	}()
+	return nil
+}
+
+// Restart does what a kubelet restart does to device plugins: the
+// Registration socket goes away and comes back, and every plugin connection
+// is dropped, so plugins must notice and register again. Allocations are
+// kept (kubelet checkpoints them).
+func (k *Kubelet) Restart() error {
+	k.mu.Lock()
+	srv := k.server
+	for _, r := range k.resources {
+		r.disconnect()
+	}
+	k.notifyLocked()
+	k.mu.Unlock()
+	srv.Stop()
+	return k.serve()
+}
+
+// Close stops serving and drops every plugin connection.
+func (k *Kubelet) Close() error {
+	k.mu.Lock()
+	if k.closed {
+		k.mu.Unlock()
+		return nil
+	}
+	k.closed = true
+	srv := k.server
+	for _, r := range k.resources {
+		r.disconnect()
+	}
+	k.notifyLocked()
+	k.mu.Unlock()
+	srv.Stop()
+	if err := os.Remove(k.SocketPath()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("kubeletsim: removing %s: %w", k.SocketPath(), err)
+	}
+	return nil
+}
+
+func (r *resource) disconnect() {
+	if r.cancel != nil {
+		r.cancel()
+	}
+	if r.conn != nil {
+		_ = r.conn.Close()
+	}
+	r.connected = false
+}
+
+// notifyLocked wakes every WaitFor. k.mu must be held.
+func (k *Kubelet) notifyLocked() {
+	close(k.changed)
+	k.changed = make(chan struct{})
+}
+
+type registration struct {
+	pluginapi.UnimplementedRegistrationServer
+	k *Kubelet
+}
+
+// Register validates the request as kubelet does, connects to the plugin's
+// endpoint and asks for its options before answering (a plugin must serve
+// before it registers), then consumes ListAndWatch in the background.
+func (s *registration) Register(ctx context.Context, req *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
+	k := s.k
+	if !slices.Contains(pluginapi.SupportedVersions[:], req.Version) {
+		return nil, fmt.Errorf("kubeletsim: unsupported device plugin API version %q (supported: %v)", req.Version, pluginapi.SupportedVersions)
+	}
+	if !isExtendedResourceName(req.ResourceName) {
+		return nil, fmt.Errorf("kubeletsim: %q is not an extended resource name (domain/name, domain not kubernetes.io)", req.ResourceName)
+	}
+	if req.Endpoint == "" || strings.Contains(req.Endpoint, "/") {
+		return nil, fmt.Errorf("kubeletsim: endpoint %q must be a socket file name in %s", req.Endpoint, k.dir)
+	}
+	sock := filepath.Join(k.dir, req.Endpoint)
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("kubeletsim: dialing plugin %s at %s: %w", req.ResourceName, sock, err)
+	}
+	client := pluginapi.NewDevicePluginClient(conn)
+	optCtx, cancelOpt := context.WithTimeout(ctx, dialTimeout)
+	defer cancelOpt()
+	opts, err := client.GetDevicePluginOptions(optCtx, &pluginapi.Empty{}, grpc.WaitForReady(true))
+	if err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("kubeletsim: GetDevicePluginOptions of %s at %s: %w", req.ResourceName, sock, err)
+	}
+	streamCtx, cancel := context.WithCancel(context.Background())
+	stream, err := client.ListAndWatch(streamCtx, &pluginapi.Empty{})
+	if err != nil {
+		cancel()
+		_ = conn.Close()
+		return nil, fmt.Errorf("kubeletsim: ListAndWatch of %s: %w", req.ResourceName, err)
+	}
+
+	k.mu.Lock()
+	if k.closed {
+		k.mu.Unlock()
+		cancel()
+		_ = conn.Close()
+		return nil, errors.New("kubeletsim: closed")
+	}
+	r := k.resources[req.ResourceName]
+	if r == nil {
+		r = &resource{name: req.ResourceName, allocated: map[string]string{}}
+		k.resources[req.ResourceName] = r
+	} else {
+		// A plugin registering again (it restarted) replaces the old
+		// endpoint; allocations survive, the device list is re-streamed.
+		r.disconnect()
+	}
+	r.endpoint, r.conn, r.client, r.options, r.cancel = req.Endpoint, conn, client, opts, cancel
+	r.connected = true
+	r.devices, r.order = map[string]*pluginapi.Device{}, nil
+	k.notifyLocked()
+	k.mu.Unlock()
+	k.log.Info("device plugin registered", "resource", req.ResourceName, "endpoint", req.Endpoint,
+		"preferredAllocation", opts.GetGetPreferredAllocationAvailable(), "preStartRequired", opts.GetPreStartRequired())
+
+	go k.watch(r, conn, stream)
+	return &pluginapi.Empty{}, nil
+}
+
+// watch consumes one ListAndWatch stream until it ends.
+func (k *Kubelet) watch(r *resource, conn *grpc.ClientConn, stream grpc.ServerStreamingClient[pluginapi.ListAndWatchResponse]) {
+	for {
+		resp, err := stream.Recv()
+		k.mu.Lock()
+		if r.conn != conn {
+			// A newer registration replaced this stream.
+			k.mu.Unlock()
+			return
+		}
+		if err != nil {
+			r.connected = false
+			k.notifyLocked()
+			k.mu.Unlock()
+			k.log.Info("ListAndWatch ended; devices are unhealthy until the plugin registers again",
+				"resource", r.name, "error", err)
+			return
+		}
+		r.devices, r.order = map[string]*pluginapi.Device{}, nil
+		for _, d := range resp.Devices {
+			r.devices[d.ID] = d
+			r.order = append(r.order, d.ID)
+		}
+		r.streams++
+		healthy := r.healthyLocked()
+		k.notifyLocked()
+		k.mu.Unlock()
+		k.log.Debug("ListAndWatch update", "resource", r.name, "devices", len(resp.Devices), "healthy", len(healthy))
+	}
+}
+
+// healthyLocked returns the IDs of the healthy devices of a connected plugin.
+func (r *resource) healthyLocked() []string {
+	if !r.connected {
+		return nil
+	}
+	var ids []string
+	for _, id := range r.order {
+		if r.devices[id].Health == pluginapi.Healthy {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// isExtendedResourceName mirrors kubelet's check: a qualified name with a
+// domain prefix that is not kubernetes.io's, and not a requests. quota name.
+func isExtendedResourceName(n string) bool {
+	domain, name, ok := strings.Cut(n, "/")
+	if !ok || domain == "" || name == "" || strings.Contains(name, "/") {
+		return false
+	}
+	if domain == "kubernetes.io" || strings.HasSuffix(domain, ".kubernetes.io") {
+		return false
+	}
+	return !strings.HasPrefix(n, "requests.")
+}
+
+// Device is one device as the plugin last reported it.
+type Device struct {
+	ID      string
+	Healthy bool
+	// PodUID holds the device, "" when free.
+	PodUID string
+}
+
+// Devices returns the devices of resource in the order the plugin streamed
+// them. A device of a disconnected plugin is reported unhealthy.
+func (k *Kubelet) Devices(resourceName string) []Device {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.snapshotLocked(resourceName).Devices
+}
+
+// Snapshot is what WaitFor conditions look at.
+type Snapshot struct {
+	// Registered: a plugin registered for the resource and its ListAndWatch
+	// stream is open.
+	Registered bool
+	// Updates counts the ListAndWatch responses received since the process
+	// started (across registrations).
+	Updates int
+	// Devices as in Kubelet.Devices.
+	Devices []Device
+}
+
+// Healthy counts the healthy devices.
+func (s Snapshot) Healthy() int {
+	n := 0
+	for _, d := range s.Devices {
+		if d.Healthy {
+			n++
+		}
+	}
+	return n
+}
+
+// WaitFor blocks until cond holds for resource, or ctx ends (the error then
+// says what the last state was).
+func (k *Kubelet) WaitFor(ctx context.Context, resourceName string, cond func(Snapshot) bool) error {
+	for {
+		k.mu.Lock()
+		snap := k.snapshotLocked(resourceName)
+		ch := k.changed
+		k.mu.Unlock()
+		if cond(snap) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kubeletsim: waiting for %s (registered=%v, %d devices, %d healthy): %w",
+				resourceName, snap.Registered, len(snap.Devices), snap.Healthy(), ctx.Err())
+		case <-ch:
+		}
+	}
+}
+
+// WaitForDevices waits until a plugin for resource is registered and reports
+// at least n healthy devices.
+func (k *Kubelet) WaitForDevices(ctx context.Context, resourceName string, n int) error {
+	return k.WaitFor(ctx, resourceName, func(s Snapshot) bool { return s.Registered && s.Healthy() >= n })
+}
+
+func (k *Kubelet) snapshotLocked(resourceName string) Snapshot {
+	r := k.resources[resourceName]
+	if r == nil {
+		return Snapshot{}
+	}
+	s := Snapshot{Registered: r.connected, Updates: r.streams}
+	for _, id := range r.order {
+		s.Devices = append(s.Devices, Device{
+			ID:      id,
+			Healthy: r.connected && r.devices[id].Health == pluginapi.Healthy,
+			PodUID:  r.allocated[id],
+		})
+	}
+	return s
+}

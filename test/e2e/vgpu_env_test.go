@@ -1,0 +1,366 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nri-vgpu/nri-vgpu/test/e2e/harness"
+	"github.com/nri-vgpu/nri-vgpu/test/e2e/image"
+	"github.com/nri-vgpu/nri-vgpu/test/e2e/kubeletsim"
+)
+
+const (
+	resourceName = "nvidia.com/gpu"
+	// allocationAnnotation is Contract 2's annotation.
+	allocationAnnotation = "nri-vgpu.io/allocation"
+	// nriPluginName is nri-vgpu's file name in containerd's NRI plugin
+	// directory (index 10, the config default).
+	nriPluginName = "10-nri-vgpu"
+	// uvmMajor is the fake nvidia-uvm major: the kernel assigns the real one
+	// dynamically, and this one is in the dynamic range and unused here.
+	uvmMajor = 511
+	// splitCount slices per simulated GPU.
+	splitCount = 4
+)
+
+// simGPU is one simulated GPU of the test node.
+type simGPU struct {
+	UUID   string
+	Name   string
+	Memory uint64
+	Minor  int
+}
+
+// testGPUs are the node's simulated GPUs: two 16 GiB GPUs, so a slice is
+// 4 GiB and 25 % of SM time.
+var testGPUs = []simGPU{
+	{UUID: "GPU-e2e00000-0000-4000-8000-000000000000", Name: "NVIDIA A100-SXM4-40GB", Memory: 16 << 30, Minor: 0},
+	{UUID: "GPU-e2e00000-0000-4000-8000-000000000001", Name: "NVIDIA A100-SXM4-40GB", Memory: 16 << 30, Minor: 1},
+}
+
+// binaries are nri-vgpu's programs, built from this tree once per run.
+var binaries struct {
+	nriPlugin, devicePlugin string
+	// nriErr and dpErr say why a binary could not be built; the tests that
+	// need it then fail with that.
+	nriErr, dpErr error
+}
+
+// buildBinaries builds cmd/nri-vgpu and cmd/device-plugin into dir.
+func buildBinaries(ctx context.Context, dir string) {
+	binaries.nriPlugin = filepath.Join(dir, "nri-vgpu")
+	binaries.devicePlugin = filepath.Join(dir, "nri-vgpu-device-plugin")
+	binaries.nriErr = harness.GoBuild(ctx, "./cmd/nri-vgpu", binaries.nriPlugin, false)
+	binaries.dpErr = harness.GoBuild(ctx, "./cmd/device-plugin", binaries.devicePlugin, false)
+}
+
+// shimPath is the shim library under test, built by `make -C shim`.
+func shimPath(t *testing.T) string {
+	t.Helper()
+	root, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(root, "shim", "build", "libvgpu-shim.so")
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("the shim is not built (make -C shim): %v", err)
+	}
+	return p
+}
+
+// vgpu is a node running nri-vgpu: containerd with nri-vgpu pre-registered,
+// the device plugin registered with the kubelet simulator, and host
+// directories (dev root with fake NVIDIA nodes, run and state dirs) under
+// the containerd's temporary root.
+type vgpu struct {
+	c          *harness.Containerd
+	kubelet    *kubeletsim.Kubelet
+	configPath string
+	nriSocket  string
+	devRoot    string
+	runDir     string
+	stateDir   string
+	dpLog      string
+	dp         *exec.Cmd
+	dpExited   chan struct{}
+}
+
+// vgpuOptions change the node's setup.
+type vgpuOptions struct {
+	// extraConfig is appended to the config file (after the [nri] table,
+	// so it may add [nri] keys).
+	extraConfig string
+	// withoutNRI leaves nri-vgpu out: containerd runs no NRI plugin.
+	withoutNRI bool
+}
+
+// startVGPU sets up a node for t and tears it down when t ends.
+func startVGPU(t *testing.T, opts vgpuOptions) *vgpu {
+	t.Helper()
+	if binaries.dpErr != nil {
+		t.Fatalf("the device plugin: %v", binaries.dpErr)
+	}
+	if !opts.withoutNRI && binaries.nriErr != nil {
+		t.Fatalf("the NRI plugin: %v", binaries.nriErr)
+	}
+	shim := shimPath(t)
+	// The node's directories live under a directory of their own that the
+	// containerd's cleanup does not know about, so they are made first and
+	// removed last (after the pods that mount them).
+	base, err := harness.MkdirTemp("node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := os.RemoveAll(base); err != nil {
+			t.Errorf("removing %s: %v", base, err)
+		}
+	})
+	v := &vgpu{
+		configPath: filepath.Join(base, "config.toml"),
+		devRoot:    filepath.Join(base, "devroot"),
+		runDir:     filepath.Join(base, "run"),
+		stateDir:   filepath.Join(base, "state"),
+		dpLog:      filepath.Join(base, "device-plugin.log"),
+	}
+	if err := makeDevRoot(v.devRoot, testGPUs); err != nil {
+		t.Fatal(err)
+	}
+	kubeletDir := filepath.Join(base, "device-plugins")
+	// nri-vgpu started by hand (TestRestarts) connects to this socket.
+	v.nriSocket = filepath.Join(base, "nri.sock")
+	if err := os.WriteFile(v.configPath, []byte(configTOML(v, kubeletDir, shim, opts.extraConfig)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	var plugins []harness.NRIPlugin
+	if !opts.withoutNRI {
+		plugins = append(plugins, harness.NRIPlugin{
+			Name: nriPluginName,
+			Path: binaries.nriPlugin,
+			Env:  []string{"NRI_VGPU_CONFIG=" + v.configPath},
+		})
+	}
+	v.c = startContainerd(t, v.nriSocket, plugins...)
+
+	v.kubelet, err = kubeletsim.New(kubeletsim.Options{SocketDir: kubeletDir, Logger: nil})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = v.kubelet.Close() })
+	v.startDevicePlugin(t)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("device plugin log (tail):\n%s", harness.Tail(v.dpLog, 40))
+		}
+		v.stopDevicePlugin(t)
+	})
+	ctx := testContext(t, 30*time.Second)
+	if err := v.kubelet.WaitForDevices(ctx, resourceName, splitCount*len(testGPUs)); err != nil {
+		t.Fatalf("device plugin did not advertise %d slices: %v", splitCount*len(testGPUs), err)
+	}
+	return v
+}
+
+// configTOML is the config file both daemons read.
+func configTOML(v *vgpu, kubeletDir, shim, extra string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `[device_plugin]
+split_count = %d
+socket_dir = %q
+
+[gpu]
+backend = "simulated"
+`, splitCount, kubeletDir)
+	for _, g := range testGPUs {
+		fmt.Fprintf(&b, "\n[[gpu.simulated]]\nuuid = %q\nname = %q\nmemory = %d\nminor = %d\n", g.UUID, g.Name, g.Memory, g.Minor)
+	}
+	fmt.Fprintf(&b, `
+[driver]
+injection = "none"
+dev_root = %q
+
+[paths]
+state_dir = %q
+run_dir = %q
+shim_path = %q
+
+[nri]
+socket_path = %q
+`, v.devRoot, v.stateDir, v.runDir, shim, v.nriSocket)
+	b.WriteString(extra)
+	return b.String()
+}
+
+// makeDevRoot creates fake NVIDIA device nodes under root/dev: a node per
+// GPU (195:minor), nvidiactl (195:255) and nvidia-uvm/-tools (uvmMajor).
+// Opening them fails with ENXIO (no driver); the tests only look at them.
+func makeDevRoot(root string, gpus []simGPU) error {
+	dev := filepath.Join(root, "dev")
+	if err := os.MkdirAll(dev, 0o755); err != nil {
+		return err
+	}
+	nodes := map[string][2]uint32{
+		"nvidiactl":        {195, 255},
+		"nvidia-uvm":       {uvmMajor, 0},
+		"nvidia-uvm-tools": {uvmMajor, 1},
+		"nvidia-modeset":   {195, 254},
+	}
+	for _, g := range gpus {
+		nodes[fmt.Sprintf("nvidia%d", g.Minor)] = [2]uint32{195, uint32(g.Minor)}
+	}
+	for name, mm := range nodes {
+		p := filepath.Join(dev, name)
+		if err := unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(mm[0], mm[1]))); err != nil {
+			return fmt.Errorf("mknod %s: %w", p, err)
+		}
+		if err := os.Chmod(p, 0o666); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (v *vgpu) startDevicePlugin(t *testing.T) {
+	t.Helper()
+	log, err := os.OpenFile(v.dpLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binaries.devicePlugin, "--config", v.configPath, "--log-level", "debug")
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		t.Fatalf("starting the device plugin: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		log.Close()
+		close(exited)
+	}()
+	v.dp, v.dpExited = cmd, exited
+}
+
+func (v *vgpu) stopDevicePlugin(t *testing.T) {
+	t.Helper()
+	if v.dp == nil {
+		return
+	}
+	_ = v.dp.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-v.dpExited:
+	case <-time.After(10 * time.Second):
+		_ = v.dp.Process.Kill()
+		<-v.dpExited
+		t.Errorf("the device plugin did not stop within 10s of SIGTERM")
+	}
+	v.dp = nil
+}
+
+// gpuPod is a pod of one busybox container asking for n slices.
+func gpuPod(name string, n int) *kubeletsim.Pod {
+	c := kubeletsim.Container{Name: "main", Image: harness.BusyboxImage}
+	if n > 0 {
+		c.Limits = map[string]int{resourceName: n}
+	}
+	return &kubeletsim.Pod{Name: name, UID: kubeletsim.NewUID(), TerminationGracePeriod: 5 * time.Second,
+		Containers: []kubeletsim.Container{c}}
+}
+
+// run starts pod and removes it when t ends (if the test did not).
+func (v *vgpu) run(t *testing.T, ctx context.Context, pod *kubeletsim.Pod) (*kubeletsim.RunningPod, error) {
+	t.Helper()
+	rp, err := v.kubelet.RunPod(ctx, v.c.Runtime, pod)
+	t.Cleanup(func() {
+		if rp == nil || !v.c.Alive() {
+			return
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = v.kubelet.KillPod(cctx, v.c.Runtime, rp)
+	})
+	return rp, err
+}
+
+// mustRun is run for pods that must start.
+func (v *vgpu) mustRun(t *testing.T, ctx context.Context, pod *kubeletsim.Pod) *kubeletsim.RunningPod {
+	t.Helper()
+	rp, err := v.run(t, ctx, pod)
+	if err != nil {
+		t.Fatalf("running pod %s: %v", pod.Name, err)
+	}
+	return rp
+}
+
+// sh runs a shell command in a container and returns its stdout; a non-zero
+// exit fails the test.
+func (v *vgpu) sh(t *testing.T, ctx context.Context, containerID, script string) string {
+	t.Helper()
+	res, err := v.c.Exec(ctx, containerID, "/bin/sh", "-c", script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 0 {
+		t.Fatalf("in container %.12s: %q exited %d\nstdout: %s\nstderr: %s", containerID, script, res.ExitCode, res.Stdout, res.Stderr)
+	}
+	return res.Stdout
+}
+
+// hostContainerDir is where nri-vgpu keeps a container's host state
+// (Contract 3).
+func (v *vgpu) hostContainerDir(containerID string) string {
+	return filepath.Join(v.runDir, "containers", containerID)
+}
+
+// cudaTestImage holds the shim's test program cudaprog and the fake CUDA
+// driver and NVML it runs against (shim/build, from `make -C shim`), with
+// the glibc libraries they and the shim need.
+const cudaTestImage = "nri-vgpu.test/cuda-test:e2e"
+
+// buildCudaTestImage writes cudaTestImage into dir.
+func buildCudaTestImage(dir string) (string, error) {
+	root, err := harness.RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	b := filepath.Join(root, "shim", "build")
+	files := []image.File{
+		{Src: filepath.Join(b, "cudaprog"), Dst: "/usr/local/bin/cudaprog"},
+		// cudaprog's RUNPATH is $ORIGIN/fake.
+		{Src: filepath.Join(b, "fake", "libcuda.so.1"), Dst: "/usr/local/bin/fake/libcuda.so.1"},
+		{Src: filepath.Join(b, "fake", "libnvidia-ml.so.1"), Dst: "/usr/local/bin/fake/libnvidia-ml.so.1"},
+	}
+	libs := map[string]bool{}
+	for _, p := range []string{files[0].Src, files[1].Src, files[2].Src, filepath.Join(b, "libvgpu-shim.so")} {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("%w (build the shim: make -C shim)", err)
+		}
+		deps, err := image.SharedLibs(p)
+		if err != nil {
+			return "", err
+		}
+		for _, d := range deps {
+			// The fake libraries are placed above, not at their build path.
+			if !strings.HasPrefix(d, b+"/") {
+				libs[d] = true
+			}
+		}
+	}
+	for l := range libs {
+		files = append(files, image.File{Src: l, Dst: l})
+	}
+	return harness.BuildBusyboxImage(dir, cudaTestImage, nil, files...)
+}
