@@ -12,6 +12,7 @@ package harness
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -62,6 +63,9 @@ type Options struct {
 	// Dir/nri/nri.sock). Set it when a plugin's configuration must name the
 	// socket before containerd starts.
 	NRISocket string
+	// LogDir receives containerd's log and the NRI plugins' output (default:
+	// Dir/logs). Set it to keep the logs after Close, which removes Dir.
+	LogDir string
 	// Logf reports progress; nil discards it.
 	Logf func(format string, args ...any)
 }
@@ -183,7 +187,7 @@ func Start(ctx context.Context, opts Options) (*Containerd, error) {
 		Dir:          dir,
 		Address:      filepath.Join(dir, "containerd.sock"),
 		ConfigPath:   filepath.Join(dir, "config.toml"),
-		LogPath:      filepath.Join(dir, "logs", "containerd.log"),
+		LogPath:      filepath.Join(cmp.Or(opts.LogDir, filepath.Join(dir, "logs")), "containerd.log"),
 		NRISocket:    filepath.Join(dir, "nri", "nri.sock"),
 		NRIPluginDir: filepath.Join(dir, "nri", "plugins"),
 		NRIConfigDir: filepath.Join(dir, "nri", "conf.d"),
@@ -217,6 +221,9 @@ func (c *Containerd) setup() error {
 		if err := os.MkdirAll(filepath.Join(c.Dir, d), 0o755); err != nil {
 			return fmt.Errorf("harness: %w", err)
 		}
+	}
+	if err := os.MkdirAll(c.logDir(), 0o755); err != nil {
+		return fmt.Errorf("harness: %w", err)
 	}
 	var cfg bytes.Buffer
 	if err := configTemplate.Execute(&cfg, map[string]string{
@@ -275,7 +282,12 @@ func (c *Containerd) installPlugin(p NRIPlugin) error {
 
 // PluginLog is where the output of the pre-registered NRI plugin name goes.
 func (c *Containerd) PluginLog(name string) string {
-	return filepath.Join(c.Dir, "logs", "nri-"+name+".log")
+	return filepath.Join(c.logDir(), "nri-"+name+".log")
+}
+
+// logDir is Options.LogDir, else Dir/logs.
+func (c *Containerd) logDir() string {
+	return cmp.Or(c.opts.LogDir, filepath.Join(c.Dir, "logs"))
 }
 
 func isDigit(b byte) bool { return b >= '0' && b <= '9' }

@@ -183,3 +183,29 @@ func TestSweepStale(t *testing.T) {
 		t.Errorf("the process left behind was not killed")
 	}
 }
+
+// TestLogDir: with Options.LogDir, setup creates it and the plugins' output
+// goes there, outside Dir, so that it outlives Close.
+func TestLogDir(t *testing.T) {
+	dir, logs := t.TempDir(), filepath.Join(t.TempDir(), "kept")
+	plugin := filepath.Join(dir, "hello.sh")
+	if err := os.WriteFile(plugin, []byte("#!/bin/sh\necho hello\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := &Containerd{Dir: dir, ConfigPath: filepath.Join(dir, "config.toml"),
+		NRIPluginDir: filepath.Join(dir, "nri", "plugins"), NRIConfigDir: filepath.Join(dir, "nri", "conf.d"),
+		opts: Options{Runc: "/usr/sbin/runc", SandboxImage: PauseImage, LogDir: logs,
+			NRIPlugins: []NRIPlugin{{Name: "10-hello", Path: plugin}}}}
+	if err := c.setup(); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(filepath.Join(c.NRIPluginDir, "10-hello")).CombinedOutput(); err != nil {
+		t.Fatalf("running the wrapper: %v: %s", err, out)
+	}
+	if got := c.PluginLog("10-hello"); got != filepath.Join(logs, "nri-10-hello.log") {
+		t.Errorf("PluginLog = %s, want it in %s", got, logs)
+	}
+	if b, err := os.ReadFile(filepath.Join(logs, "nri-10-hello.log")); err != nil || string(b) != "hello\n" {
+		t.Errorf("plugin log in LogDir = %q, %v; want \"hello\\n\"", b, err)
+	}
+}

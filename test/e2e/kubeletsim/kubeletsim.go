@@ -68,6 +68,8 @@ type resource struct {
 	allocated map[string]string
 	// streams counts ListAndWatch updates received, for WaitFor.
 	streams int
+	// registrations counts successful Register calls for the resource.
+	registrations int
 }
 
 // Options configure a Kubelet.
@@ -254,6 +256,7 @@ func (s *registration) Register(ctx context.Context, req *pluginapi.RegisterRequ
 	}
 	r.endpoint, r.conn, r.client, r.options, r.cancel = req.Endpoint, conn, client, opts, cancel
 	r.connected = true
+	r.registrations++
 	r.devices, r.order = map[string]*pluginapi.Device{}, nil
 	k.notifyLocked()
 	k.mu.Unlock()
@@ -343,6 +346,14 @@ type Snapshot struct {
 	// Registered: a plugin registered for the resource and its ListAndWatch
 	// stream is open.
 	Registered bool
+	// Registrations counts the plugin's successful Register calls; it grows
+	// when a plugin registers again (after a restart of either side).
+	Registrations int
+	// Endpoint is the plugin's socket file name in the socket directory, as
+	// the last registration gave it.
+	Endpoint string
+	// PreferredAllocation: the plugin offers GetPreferredAllocation.
+	PreferredAllocation bool
 	// Updates counts the ListAndWatch responses received since the process
 	// started (across registrations).
 	Updates int
@@ -387,12 +398,39 @@ func (k *Kubelet) WaitForDevices(ctx context.Context, resourceName string, n int
 	return k.WaitFor(ctx, resourceName, func(s Snapshot) bool { return s.Registered && s.Healthy() >= n })
 }
 
+// Snapshot returns the state of resourceName (the zero Snapshot when no
+// plugin ever registered for it).
+func (k *Kubelet) Snapshot(resourceName string) Snapshot {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.snapshotLocked(resourceName)
+}
+
+// Resources returns the names of the resources that plugins registered
+// for, sorted, including those whose plugin has since disconnected.
+func (k *Kubelet) Resources() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return sortedKeys(k.resources)
+}
+
+// Changed returns a channel that is closed at the next change of any
+// resource: a registration, a ListAndWatch update or its end, an allocation
+// or a release. Take it before reading the state, so that no change between
+// the read and the wait is missed.
+func (k *Kubelet) Changed() <-chan struct{} {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.changed
+}
+
 func (k *Kubelet) snapshotLocked(resourceName string) Snapshot {
 	r := k.resources[resourceName]
 	if r == nil {
 		return Snapshot{}
 	}
-	s := Snapshot{Registered: r.connected, Updates: r.streams}
+	s := Snapshot{Registered: r.connected, Updates: r.streams, Registrations: r.registrations,
+		Endpoint: r.endpoint, PreferredAllocation: r.options.GetGetPreferredAllocationAvailable()}
 	for _, id := range r.order {
 		s.Devices = append(s.Devices, Device{
 			ID:      id,

@@ -432,6 +432,46 @@ func TestPluginDisconnectAndReregister(t *testing.T) {
 	if held != 1 {
 		t.Errorf("pod holds %d devices after the plugin re-registered, want 1", held)
 	}
+	if s := k.Snapshot(testResource); s.Registrations != 2 || s.Endpoint != "p2.sock" || s.PreferredAllocation {
+		t.Errorf("snapshot after re-registering = %+v, want 2 registrations at p2.sock, no preferred allocation", s)
+	}
+	if got := k.Resources(); !slices.Equal(got, []string{testResource}) {
+		t.Errorf("Resources() = %v, want [%s]", got, testResource)
+	}
+}
+
+func TestChangedSignalsUpdates(t *testing.T) {
+	k := newKubelet(t)
+	ctx := testCtx(t)
+	if s := k.Snapshot(testResource); s.Registered || s.Registrations != 0 || len(k.Resources()) != 0 {
+		t.Fatalf("a new kubelet knows %v: %+v", k.Resources(), s)
+	}
+	changed := k.Changed()
+	p := newFakePlugin(t, k.SocketDir(), "p.sock", &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}, "a", "b")
+	if err := p.register(ctx, k, testResource); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	case <-ctx.Done():
+		t.Fatal("Changed was not closed by a registration")
+	}
+	if err := k.WaitForDevices(ctx, testResource, 2); err != nil {
+		t.Fatal(err)
+	}
+	if s := k.Snapshot(testResource); s.Registrations != 1 || s.Endpoint != "p.sock" || !s.PreferredAllocation {
+		t.Errorf("snapshot = %+v, want 1 registration at p.sock with preferred allocation", s)
+	}
+	changed = k.Changed()
+	p.setHealth("b", pluginapi.Unhealthy)
+	select {
+	case <-changed:
+	case <-ctx.Done():
+		t.Fatal("Changed was not closed by a ListAndWatch update")
+	}
+	if err := k.WaitFor(ctx, testResource, func(s Snapshot) bool { return s.Healthy() == 1 }); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestRestartDropsPlugins(t *testing.T) {
