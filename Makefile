@@ -16,7 +16,7 @@ STATICCHECK_VERSION := v0.8.2
 
 COMMANDS := nri-vgpu nri-vgpu-device-plugin nri-vgpu-runtime
 
-.PHONY: all build deps test test-go test-shim fuzz lint bench demo e2e clean
+.PHONY: all build shim deps test test-go test-shim test-e2e test-docker test-packages fuzz lint bench demo e2e packages clean
 
 all: build
 
@@ -38,8 +38,9 @@ shim:
 deps:
 	hack/deps.sh
 
-## test: lint, unit tests with -race, C tests, short fuzzing
-test: deps lint test-go test-shim fuzz
+## test: lint, unit tests with -race, C tests, short fuzzing, end to end on
+## real containerd and dockerd, the node packages installed into fresh roots
+test: deps lint test-go test-shim fuzz test-e2e test-docker test-packages
 	@echo "make test: all checks passed"
 
 test-go:
@@ -47,6 +48,26 @@ test-go:
 
 test-shim:
 	$(MAKE) -C shim test
+
+## test-e2e (alias e2e): real containerd + runc + NRI with the kubelet simulator
+## (root; installs containerd, runc and busybox-static when missing)
+test-e2e e2e: build
+	hack/e2e-deps.sh >/dev/null
+	$(GO) test -tags e2e -count=1 -timeout 20m ./test/e2e/...
+
+## test-docker: nri-vgpu-runtime under a real dockerd (root; installs docker.io)
+test-docker: build
+	$(GO) test -tags e2e -count=1 -timeout 10m ./test/docker/
+
+## packages: the node's deb and rpm in dist/ (nfpm, pinned in hack/packages.sh)
+packages: build
+	hack/packages.sh
+
+## test-packages: install the packages into fresh roots; lint the chart and
+## check the rendered manifests
+test-packages: packages
+	test/packaging/packages.sh dist
+	hack/helm.sh check
 
 ## fuzz: run every Go fuzz target for FUZZTIME
 fuzz:
@@ -57,7 +78,9 @@ lint: $(TOOLS)/staticcheck
 	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags e2e ./test/...
 	$(TOOLS)/staticcheck ./...
+	$(TOOLS)/staticcheck -tags e2e ./test/...
 
 $(TOOLS)/staticcheck:
 	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
@@ -68,9 +91,10 @@ bench:
 	$(MAKE) -C shim bench
 
 ## demo: the whole chain on simulated GPUs
-demo:
-	@echo "make demo: not yet — the end-to-end demo lands with the e2e work"
+## demo: the whole chain on simulated GPUs (root; docs/demo.md)
+demo: build
+	@bin=$$(hack/e2e-deps.sh) && $(GO) run ./test/e2e/cmd/demo --containerd-bin "$$bin"
 
 clean:
-	rm -rf $(BIN) $(TOOLS)
+	rm -rf $(BIN) $(TOOLS) dist
 	$(MAKE) -C shim clean

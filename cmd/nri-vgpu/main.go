@@ -1,0 +1,247 @@
+// Command nri-vgpu is the NRI plugin of nri-vgpu and its operator tool.
+//
+// Without a command it runs the NRI plugin: started by containerd from its
+// plugin directory (as "10-nri-vgpu", with no arguments) it serves the
+// connection containerd hands it; started by hand or by systemd it connects
+// to nri.socket_path and reconnects whenever containerd restarts. SIGTERM and
+// SIGINT stop it cleanly.
+//
+//	nri-vgpu [--config FILE] [--log-level LEVEL] [--log-format text|json]
+//	nri-vgpu [--config FILE] status [-o table|json]
+//	nri-vgpu configure containerd|docker [flags]
+//	nri-vgpu version
+package main
+
+import (
+	"cmp"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nri-vgpu/nri-vgpu/internal/configure"
+	"github.com/nri-vgpu/nri-vgpu/internal/metrics"
+	"github.com/nri-vgpu/nri-vgpu/internal/nriplugin"
+	"github.com/nri-vgpu/nri-vgpu/internal/status"
+	"github.com/nri-vgpu/nri-vgpu/internal/version"
+	"github.com/nri-vgpu/nri-vgpu/pkg/config"
+	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
+	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
+)
+
+const name = "nri-vgpu"
+
+const usage = `usage: nri-vgpu [global flags]                 run the NRI plugin
+       nri-vgpu [global flags] status [-o table|json]
+                                                 per GPU, the vGPU containers with their
+                                                 slices, memory limit, memory used, cores
+       nri-vgpu configure containerd|docker [flags]
+                                                 prepare the container runtime
+       nri-vgpu version
+
+global flags:
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run is the whole program; it returns the exit status: 0 on success or a
+// clean stop, 1 on failure, 2 for bad usage.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
+	configPath := fs.String("config", "", "configuration `file` (default: $"+config.EnvPath+", else "+config.DefaultPath+")")
+	logLevel := fs.String("log-level", "info", "log `level`: debug, info, warn or error")
+	logFormat := fs.String("log-format", "text", "log `format`: text or json")
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	rest := fs.Args()
+	cmd := ""
+	if len(rest) > 0 {
+		cmd, rest = rest[0], rest[1:]
+	}
+	switch cmd {
+	case "version":
+		fmt.Fprintf(stdout, "%s %s\n", name, version.Version)
+		return 0
+	case "configure":
+		return configure.Main(rest, stdout, stderr)
+	case "help":
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return 0
+	case "status", "":
+	default:
+		fmt.Fprintf(stderr, "%s: unknown command %q\n\n", name, cmd)
+		fs.Usage()
+		return 2
+	}
+
+	logOut := stderr
+	if cmd == "" {
+		logOut = pluginLogSink(stderr, nriplugin.StartedByRuntime())
+	}
+	logger, err := newLogger(logOut, *logLevel, *logFormat)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 2
+	}
+	slog.SetDefault(logger)
+	cfg, err := config.LoadResolved(*configPath)
+	if err != nil {
+		if logOut != stderr {
+			// Started by containerd: stderr goes nowhere.
+			logger.Error("cannot load the configuration", "error", err)
+		}
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	if cmd == "status" {
+		return runStatus(cfg, rest, stdout, stderr)
+	}
+	if len(rest) > 0 {
+		fmt.Fprintf(stderr, "%s: unexpected arguments %q\n", name, rest)
+		return 2
+	}
+	if err := runPlugin(ctx, cfg, logger); err != nil {
+		logger.Error("stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+// setNRILogger routes the NRI library's process-wide logger; tests, which
+// run several plugins and runtimes in one process, leave it alone.
+var setNRILogger = nriplugin.SetNRILogger
+
+// metricsShutdownTimeout bounds how long a stop waits for scrapes in flight.
+const metricsShutdownTimeout = 5 * time.Second
+
+func runPlugin(ctx context.Context, cfg *config.Config, logger *slog.Logger) error {
+	setNRILogger(logger)
+	logger.Info("starting", "program", name, "version", version.Version, "config", cmp.Or(cfg.Source, "(defaults)"),
+		"started_by_runtime", nriplugin.StartedByRuntime(), "socket", cfg.NRI.SocketPath, "injection", cfg.Driver.Injection,
+		"hide_unrequested", cfg.NRI.HideUnrequested)
+	if _, err := os.Stat(cfg.Paths.ShimPath); err != nil {
+		// Not fatal: containers without allocation must still be handled.
+		logger.Error("shim library missing: vGPU containers will be refused until it exists", "shim_path", cfg.Paths.ShimPath, "err", err)
+	}
+	key, err := limits.LoadOrCreateKey(cfg.Paths.StateDir)
+	if err != nil {
+		return fmt.Errorf("allocation key: %w", err)
+	}
+	host := oci.NewHost(cfg, true)
+	defer host.Close()
+	inv := nriplugin.NewBackendInventory(cfg)
+	defer inv.Close()
+	if devs, err := inv.Devices(); err != nil {
+		logger.Error("cannot list GPUs; allocations are refused until it works", "err", err)
+	} else {
+		logger.Info("GPU inventory", "backend", cfg.GPU.Backend, "gpus", len(devs))
+	}
+	if cfg.Metrics.Listen != "" {
+		srv, err := metrics.Start(cfg.Metrics.Listen, metrics.NewCollector(cfg, inv, logger), logger)
+		if err != nil {
+			// Not fatal: without the plugin, containers would start without
+			// their limits, and GPUs would not be hidden from the others.
+			logger.Error("metrics endpoint unavailable", "err", err)
+		} else {
+			logger.Info("serving metrics", "addr", srv.Addr().String())
+			defer func() {
+				sctx, cancel := context.WithTimeout(context.Background(), metricsShutdownTimeout)
+				defer cancel()
+				if err := srv.Shutdown(sctx); err != nil {
+					logger.Warn("stopping the metrics endpoint", "err", err)
+				}
+			}()
+		}
+	}
+	p, err := nriplugin.New(nriplugin.Options{Config: cfg, Key: key, Host: host, Inventory: inv, Logger: logger})
+	if err != nil {
+		return err
+	}
+	if err := p.Run(ctx); err != nil {
+		return err
+	}
+	logger.Info("stopped")
+	return nil
+}
+
+func runStatus(cfg *config.Config, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet(name+" status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	output := fs.String("o", "table", "output `format`: table or json")
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "%s status: unexpected arguments %q\n", name, fs.Args())
+		return 2
+	}
+	if *output != "table" && *output != "json" {
+		fmt.Fprintf(stderr, "%s status: -o %q: want table or json\n", name, *output)
+		return 2
+	}
+	var devices []gpu.Device
+	if b, err := gpu.New(cfg); err != nil {
+		fmt.Fprintf(stderr, "%s status: GPU inventory unavailable, listing GPUs by UUID only: %v\n", name, err)
+	} else {
+		devices, err = b.Devices()
+		b.Close()
+		if err != nil {
+			fmt.Fprintf(stderr, "%s status: GPU inventory unavailable, listing GPUs by UUID only: %v\n", name, err)
+		}
+	}
+	report, err := status.Collect(cfg, devices, status.RegionUsage)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s status: %v\n", name, err)
+		return 1
+	}
+	if *output == "json" {
+		err = report.WriteJSON(stdout)
+	} else {
+		err = report.WriteTable(stdout)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "%s status: %v\n", name, strings.TrimSpace(err.Error()))
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containerd/nri/pkg/adaptation"
+	"github.com/containerd/nri/pkg/api"
+
+	"github.com/nri-vgpu/nri-vgpu/internal/nriplugin"
+	"github.com/nri-vgpu/nri-vgpu/internal/status"
+	"github.com/nri-vgpu/nri-vgpu/pkg/config"
+	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
+	"github.com/nri-vgpu/nri-vgpu/pkg/oci/ocitest"
+)
+
+// envRunMain makes the test binary act as nri-vgpu itself, so that an NRI
+// runtime can launch it from its plugin directory like containerd does.
+const envRunMain = "NRI_VGPU_TEST_RUN_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envRunMain) == "1" {
+		main()
+	}
+	// One process-wide NRI logger for every test, set before any runtime or
+	// plugin goroutine reads it.
+	nriplugin.SetNRILogger(discardLogger())
+	setNRILogger = func(*slog.Logger) {}
+	os.Exit(m.Run())
+}
+
+const uuid0 = "GPU-8e1c5f2a-0b7d-4c1e-9a3f-3d2b1c0a9e01"
+
+// writeConfig writes a config file over fake device nodes and one simulated
+// GPU, and returns its path and content.
+func writeConfig(t *testing.T) (string, *config.Config) {
+	t.Helper()
+	root := ocitest.FakeDevRoot(t, ocitest.StandardNodes)
+	dir := t.TempDir()
+	shim := filepath.Join(dir, "libvgpu-shim.so")
+	if err := os.WriteFile(shim, []byte("\x7fELF"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sockDir, err := os.MkdirTemp("", "nri")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	toml := fmt.Sprintf(`
+[gpu]
+backend = "simulated"
+[[gpu.simulated]]
+uuid = %q
+name = "NVIDIA A100-SXM4-40GB"
+memory = "40GiB"
+minor = 0
+[driver]
+injection = "nvidia-runtime"
+dev_root = %q
+[paths]
+state_dir = %q
+run_dir = %q
+shim_path = %q
+[nri]
+socket_path = %q
+`, uuid0, root, filepath.Join(dir, "state"), filepath.Join(dir, "run"), shim, filepath.Join(sockDir, "nri.sock"))
+	path := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(path, []byte(toml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, cfg
+}
+
+func TestVersion(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run(t.Context(), []string{"version"}, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "nri-vgpu ") {
+		t.Errorf("version: code %d, out %q, err %q", code, out.String(), errb.String())
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{{"frobnicate"}, {"status", "-o", "yaml"}, {"--log-level", "loud", "status"}} {
+		var out, errb bytes.Buffer
+		if code := run(t.Context(), args, &out, &errb); code != 2 || errb.Len() == 0 {
+			t.Errorf("%q: code %d (want 2), stderr %q", args, code, errb.String())
+		}
+	}
+}
+
+// SIGTERM (here: the context) stops the external plugin cleanly, also while
+// it is waiting to reconnect to a runtime that is not there.
+func TestStopsCleanlyWhileReconnecting(t *testing.T) {
+	path, _ := writeConfig(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan int, 1)
+	var errb bytes.Buffer
+	go func() { done <- run(ctx, []string{"--config", path}, &bytes.Buffer{}, &errb) }()
+	time.Sleep(700 * time.Millisecond) // a failed dial and a backoff
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("exit code %d after stop, want 0; log:\n%s", code, errb.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("plugin did not stop")
+	}
+	if !strings.Contains(errb.String(), "reconnecting") {
+		t.Errorf("log does not show reconnection attempts:\n%s", errb.String())
+	}
+}
+
+// The binary itself exits 0 on SIGTERM.
+func TestSIGTERM(t *testing.T) {
+	path, _ := writeConfig(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errb bytes.Buffer
+	cmd := exec.Command(exe, "--config", path)
+	cmd.Env = append(os.Environ(), envRunMain+"=1")
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("after SIGTERM: %v; log:\n%s", err, errb.String())
+		}
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("no exit after SIGTERM")
+	}
+}
+
+// containerd starts pre-registered plugins from its plugin directory with
+// no arguments and a connection in NRI_PLUGIN_SOCKET; the binary must serve
+// it. The runtime here is NRI's own runtime side, launching this test binary
+// through a wrapper script (the runtime passes no environment of its own, so
+// the script names the config file).
+func TestStartedByRuntime(t *testing.T) {
+	path, cfg := writeConfig(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pluginDir := t.TempDir()
+	script := fmt.Sprintf("#!/bin/sh\nexec env %s=1 %s=%s %s\n", envRunMain, config.EnvPath, path, exe)
+	if err := os.WriteFile(filepath.Join(pluginDir, "10-nri-vgpu"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	syncFn := func(ctx context.Context, cb adaptation.SyncCB) error {
+		_, err := cb(ctx, nil, nil)
+		return err
+	}
+	updateFn := func(context.Context, []*adaptation.ContainerUpdate) ([]*adaptation.ContainerUpdate, error) {
+		return nil, nil
+	}
+	r, err := adaptation.New("containerd", "v2-test", syncFn, updateFn,
+		adaptation.WithPluginPath(pluginDir), adaptation.WithPluginConfigPath(t.TempDir()), adaptation.WithDisabledExternalConnections())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(); err != nil { // launches and synchronizes the plugin
+		t.Fatal(err)
+	}
+	defer r.Stop()
+
+	key, err := limits.LoadKey(cfg.Paths.StateDir) // created by the plugin
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &limits.Allocation{V: 1, ID: "0123456789abcdef0123456789abcdef", Issued: time.Now().Unix(),
+		GPUs: []limits.AllocatedGPU{{UUID: uuid0, Minor: 0, Slices: 3, Memory: 12 << 30, Cores: 30}}}
+	ann, err := limits.Sign(key, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := &api.PodSandbox{Id: "sb1", Uid: "uid-1", Name: "job", Namespace: "ml"}
+	ctr := &api.Container{Id: "c1", PodSandboxId: "sb1", Name: "train", Annotations: map[string]string{limits.AnnotationKey: ann}}
+	rsp, err := r.CreateContainer(t.Context(), &adaptation.CreateContainerRequest{Pod: pod, Container: ctr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range rsp.GetAdjust().GetEnv() {
+		found = found || (e.Key == oci.EnvVisibleDevices && e.Value == uuid0)
+	}
+	if !found {
+		t.Errorf("adjustment env %v lacks %s=%s", rsp.GetAdjust().GetEnv(), oci.EnvVisibleDevices, uuid0)
+	}
+
+	// And the operator sees it.
+	var out bytes.Buffer
+	if code := run(t.Context(), []string{"--config", path, "status", "-o", "json"}, &out, os.Stderr); code != 0 {
+		t.Fatalf("status exit code %d", code)
+	}
+	var rep status.Report
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("status JSON: %v\n%s", err, out.String())
+	}
+	if len(rep.GPUs) != 1 || len(rep.GPUs[0].Containers) != 1 {
+		t.Fatalf("status = %s", out.String())
+	}
+	c := rep.GPUs[0].Containers[0]
+	if c.ID != "c1" || c.Pod != "ml/job" || c.Name != "train" || c.Slices != 3 || c.MemoryLimit != 12<<30 || c.Cores != 30 {
+		t.Errorf("status container = %+v", c)
+	}
+}
+
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

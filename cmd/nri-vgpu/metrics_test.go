@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// withMetrics adds a [metrics] section to the config file at path.
+func withMetrics(t *testing.T, path, listen string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString("[metrics]\nlisten = \"" + listen + "\"\n"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// With metrics.listen set, the plugin serves /metrics (the configured GPUs
+// included) while it runs, and closes the port when it stops.
+func TestMetricsEndpoint(t *testing.T) {
+	path, _ := writeConfig(t)
+	addr := freePort(t)
+	withMetrics(t, path, addr)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan int, 1)
+	var errb bytes.Buffer
+	go func() { done <- run(ctx, []string{"--config", path}, io.Discard, &errb) }()
+
+	client := &http.Client{Timeout: 5 * time.Second}
+	var body string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		rsp, err := client.Get("http://" + addr + "/metrics")
+		if err == nil {
+			b, rerr := io.ReadAll(rsp.Body)
+			rsp.Body.Close()
+			if rerr == nil && rsp.StatusCode == http.StatusOK {
+				body = string(b)
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			<-done
+			t.Fatalf("no /metrics on %s: %v; log:\n%s", addr, err, errb.String())
+		}
+	}
+	for _, want := range []string{
+		`nri_vgpu_gpu_memory_total_bytes{index="0",name="NVIDIA A100-SXM4-40GB",uuid="` + uuid0 + `"} 4.294967296e+10`,
+		`nri_vgpu_build_info{version="`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, body)
+		}
+	}
+
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("exit code %d after stop, want 0; log:\n%s", code, errb.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("plugin did not stop")
+	}
+	if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		conn.Close()
+		t.Errorf("metrics port %s still open after the plugin stopped", addr)
+	}
+}
+
+// A metrics address that cannot be bound is logged, and the plugin runs on:
+// containers must not go without their limits for want of metrics.
+func TestMetricsPortInUseIsNotFatal(t *testing.T) {
+	path, _ := writeConfig(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	withMetrics(t, path, ln.Addr().String())
+
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan int, 1)
+	var errb bytes.Buffer
+	go func() { done <- run(ctx, []string{"--config", path}, io.Discard, &errb) }()
+	select {
+	case code := <-done:
+		cancel()
+		t.Fatalf("plugin exited with %d; log:\n%s", code, errb.String())
+	case <-time.After(700 * time.Millisecond):
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Errorf("exit code %d after stop, want 0", code)
+	}
+	if !strings.Contains(errb.String(), "metrics endpoint unavailable") {
+		t.Errorf("log does not report the metrics endpoint:\n%s", errb.String())
+	}
+}

@@ -1,0 +1,378 @@
+// Package metrics exposes the node's vGPU state to Prometheus: per GPU the
+// memory and SM share handed out and in use, per container its limits, the
+// memory its processes hold and the kernels they launched. A custom
+// Collector reads the host files under run_dir (limits files,
+// container.json, usage regions) and the GPU inventory on every scrape;
+// nothing polls in the background, so an idle endpoint costs nothing and a
+// scrape never shows stale data.
+package metrics
+
+import (
+	"errors"
+	"io/fs"
+	"log/slog"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nri-vgpu/nri-vgpu/internal/version"
+	"github.com/nri-vgpu/nri-vgpu/pkg/config"
+	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
+	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
+	"github.com/nri-vgpu/nri-vgpu/pkg/region"
+)
+
+// Inventory lists the node's GPUs; gpu.Backend and
+// nriplugin.BackendInventory satisfy it.
+type Inventory interface {
+	Devices() ([]gpu.Device, error)
+}
+
+// What a scrape error is about: the value of the "source" label of
+// nri_vgpu_scrape_errors_total.
+const (
+	SourceInventory     = "inventory"      // the GPU backend could not list the GPUs
+	SourceRunDir        = "run_dir"        // <run_dir>/containers could not be listed
+	SourceLimits        = "limits"         // a limits file could not be read or parsed
+	SourceContainerInfo = "container_info" // a container.json could not be read or parsed
+	SourceRegion        = "region"         // a usage region could not be read or is invalid
+)
+
+var errorSources = []string{SourceInventory, SourceRunDir, SourceLimits, SourceContainerInfo, SourceRegion}
+
+var (
+	gpuLabels       = []string{"uuid", "index", "name"}
+	containerLabels = []string{"container_id", "namespace", "pod", "container"}
+	perGPULabels    = append(append([]string(nil), containerLabels...), "uuid")
+
+	gpuMemoryTotal = prometheus.NewDesc("nri_vgpu_gpu_memory_total_bytes",
+		"Total memory of the GPU, from the GPU inventory.", gpuLabels, nil)
+	gpuMemoryAllocated = prometheus.NewDesc("nri_vgpu_gpu_memory_allocated_bytes",
+		"Sum of the memory limits of the vGPU containers on the GPU (a container without a memory limit adds 0).", gpuLabels, nil)
+	gpuMemoryUsed = prometheus.NewDesc("nri_vgpu_gpu_memory_used_bytes",
+		"Sum of the memory the vGPU containers' processes hold on the GPU, from their usage regions.", gpuLabels, nil)
+	gpuCoresAllocated = prometheus.NewDesc("nri_vgpu_gpu_cores_allocated_percent",
+		"Sum of the SM-time shares (percent) of the vGPU containers on the GPU.", gpuLabels, nil)
+
+	ctrMemoryLimit = prometheus.NewDesc("nri_vgpu_container_memory_limit_bytes",
+		"Memory limit of the container on the GPU; 0 means no memory limit.", perGPULabels, nil)
+	ctrMemoryUsed = prometheus.NewDesc("nri_vgpu_container_memory_used_bytes",
+		"Memory the container's processes hold on the GPU, from its usage region.", perGPULabels, nil)
+	ctrCoresLimit = prometheus.NewDesc("nri_vgpu_container_cores_limit_percent",
+		"SM-time share of the container on the GPU, in percent (100 = not throttled).", perGPULabels, nil)
+	ctrLaunches = prometheus.NewDesc("nri_vgpu_container_kernel_launches_total",
+		"Kernel launches of the container's processes on the GPU since this daemon first saw them.", perGPULabels, nil)
+	ctrProcesses = prometheus.NewDesc("nri_vgpu_container_processes",
+		"Processes of the container registered in its usage region (processes that initialised CUDA or NVML and are alive).", containerLabels, nil)
+
+	buildInfo = prometheus.NewDesc("nri_vgpu_build_info",
+		"Always 1; the version label is that of the running build.", []string{"version"}, nil)
+)
+
+// Collector is a prometheus.Collector over the files under run_dir and the
+// GPU inventory. Scrapes are serialised: each one reads every container's
+// files once, and the state kept between scrapes (which files are known to
+// be broken, the launch counts of processes that exited) needs no finer
+// locking.
+type Collector struct {
+	cfg *config.Config
+	inv Inventory
+	log *slog.Logger
+
+	scrapeErrors *prometheus.CounterVec
+	buildInfo    prometheus.Metric
+
+	mu sync.Mutex
+	// broken holds the files (and "inventory", "run_dir") that failed at the
+	// last scrape, so that each is logged once while it stays broken.
+	broken map[string]bool
+	// launches holds, per container ID, what keeps
+	// nri_vgpu_container_kernel_launches_total from going down when a
+	// process exits and the shim frees its slot.
+	launches map[string]*launchHistory
+}
+
+// NewCollector returns a collector over cfg's run_dir and inv; inv may be
+// nil (GPUs then appear only through the containers that use them, without
+// index, name or total memory). logger nil means slog.Default().
+func NewCollector(cfg *config.Config, inv Inventory, logger *slog.Logger) *Collector {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	c := &Collector{
+		cfg: cfg,
+		inv: inv,
+		log: logger,
+		scrapeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nri_vgpu_scrape_errors_total",
+			Help: "Files (limits, container.json, usage regions) or sources (GPU inventory, run_dir) that could not be read during scrapes, by source; each scrape counts each failure once.",
+		}, []string{"source"}),
+		buildInfo: prometheus.MustNewConstMetric(buildInfo, prometheus.GaugeValue, 1, version.Version),
+		broken:    map[string]bool{},
+		launches:  map[string]*launchHistory{},
+	}
+	// Every source appears from the first scrape on, at 0, so that rate()
+	// and alerts on it work before the first error.
+	for _, s := range errorSources {
+		c.scrapeErrors.WithLabelValues(s)
+	}
+	return c
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		gpuMemoryTotal, gpuMemoryAllocated, gpuMemoryUsed, gpuCoresAllocated,
+		ctrMemoryLimit, ctrMemoryUsed, ctrCoresLimit, ctrLaunches, ctrProcesses, buildInfo,
+	} {
+		ch <- d
+	}
+	c.scrapeErrors.Describe(ch)
+}
+
+// gpuTotals accumulates one GPU's series.
+type gpuTotals struct {
+	labels                    []string // uuid, index, name
+	total                     uint64
+	inInventory               bool
+	allocated, used, coresSum uint64
+}
+
+// Collect implements prometheus.Collector: it reads the inventory and every
+// container directory now. A file that cannot be read costs its own series
+// only; the scrape goes on.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := &scrape{c: c, failed: map[string]bool{}}
+
+	gpus := map[string]*gpuTotals{}
+	var order []string // GPU UUIDs, inventory order first
+	if c.inv != nil {
+		devs, err := c.inv.Devices()
+		if err != nil {
+			s.fail(SourceInventory, "inventory", err)
+		} else {
+			s.ok("inventory")
+		}
+		for _, d := range devs {
+			if _, dup := gpus[d.UUID]; dup {
+				continue
+			}
+			gpus[d.UUID] = &gpuTotals{labels: []string{d.UUID, strconv.Itoa(d.Index), d.Name}, total: d.Memory, inInventory: true}
+			order = append(order, d.UUID)
+		}
+	}
+	gpuOf := func(uuid string) *gpuTotals {
+		g, ok := gpus[uuid]
+		if !ok {
+			g = &gpuTotals{labels: []string{uuid, "", ""}}
+			gpus[uuid] = g
+			order = append(order, uuid)
+		}
+		return g
+	}
+
+	ids, err := oci.ListContainerDirs(c.cfg)
+	if err != nil {
+		s.fail(SourceRunDir, "run_dir", err)
+	} else {
+		s.ok("run_dir")
+	}
+	live := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		live[id] = true
+		for _, m := range s.container(id, gpuOf) {
+			ch <- m
+		}
+	}
+	// Containers gone since the last scrape take their launch history along
+	// (not when run_dir could not be listed: that says nothing about them).
+	if err == nil {
+		for id := range c.launches {
+			if !live[id] {
+				delete(c.launches, id)
+			}
+		}
+	}
+
+	for _, uuid := range order {
+		g := gpus[uuid]
+		if g.inInventory {
+			ch <- prometheus.MustNewConstMetric(gpuMemoryTotal, prometheus.GaugeValue, float64(g.total), g.labels...)
+		}
+		ch <- prometheus.MustNewConstMetric(gpuMemoryAllocated, prometheus.GaugeValue, float64(g.allocated), g.labels...)
+		ch <- prometheus.MustNewConstMetric(gpuMemoryUsed, prometheus.GaugeValue, float64(g.used), g.labels...)
+		ch <- prometheus.MustNewConstMetric(gpuCoresAllocated, prometheus.GaugeValue, float64(g.coresSum), g.labels...)
+	}
+	ch <- c.buildInfo
+
+	// A file that failed before and was neither read fine nor failed again
+	// is gone (its container was removed): forget it silently.
+	c.broken = s.failed
+	c.scrapeErrors.Collect(ch)
+}
+
+// scrape is one Collect call.
+type scrape struct {
+	c      *Collector
+	failed map[string]bool // keys that failed in this scrape
+}
+
+// fail counts a scrape error and logs it unless key already failed at the
+// previous scrape.
+func (s *scrape) fail(source, key string, err error) {
+	s.c.scrapeErrors.WithLabelValues(source).Inc()
+	if !s.c.broken[key] {
+		s.c.log.Warn("metrics: cannot read; its series are left out until it can be read", "source", source, "err", err)
+	}
+	s.failed[key] = true
+}
+
+// ok notes that key was read fine, logging the recovery of a file that had
+// failed.
+func (s *scrape) ok(key string) {
+	if s.c.broken[key] {
+		s.c.log.Info("metrics: readable again", "what", key)
+	}
+}
+
+// container reads one container directory and returns its series; it adds
+// the container's share to the GPU totals.
+func (s *scrape) container(id string, gpuOf func(uuid string) *gpuTotals) []prometheus.Metric {
+	dir := oci.ContainerDir(s.c.cfg, id)
+	limitsPath := filepath.Join(dir, oci.LimitsFileName)
+	lf, err := limits.ReadLimitsFile(limitsPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		// Being created (Prepare writes the limits file first) or being
+		// removed: not a vGPU container yet, or any more.
+		return nil
+	}
+	if err != nil {
+		s.fail(SourceLimits, limitsPath, err)
+		return nil
+	}
+	s.ok(limitsPath)
+
+	labels := []string{id, "", "", ""} // container_id, namespace, pod, container
+	infoPath := filepath.Join(dir, oci.InfoFileName)
+	if info, err := oci.ReadContainerInfo(dir); err == nil {
+		s.ok(infoPath)
+		labels[1], labels[2] = splitPod(info.Pod)
+		labels[3] = info.Name
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		s.fail(SourceContainerInfo, infoPath, err)
+	}
+
+	// No region yet means no process of the container has used a GPU: it
+	// holds nothing and launched nothing. An unreadable region leaves the
+	// container's usage series out of this scrape rather than report 0.
+	regionPath := filepath.Join(dir, oci.RegionDirName, region.FileName)
+	usage, err := region.ReadUsage(regionPath)
+	haveUsage := true
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		usage = &region.Usage{}
+	case err != nil:
+		s.fail(SourceRegion, regionPath, err)
+		haveUsage = false
+	default:
+		s.ok(regionPath)
+	}
+
+	var out []prometheus.Metric
+	var used, launched map[string]uint64
+	if haveUsage {
+		used = make(map[string]uint64, len(usage.Devices))
+		for _, d := range usage.Devices {
+			used[d.UUID] = d.Used
+		}
+		launched = s.c.launchTotals(id, usage)
+		out = append(out, prometheus.MustNewConstMetric(ctrProcesses, prometheus.GaugeValue, float64(len(usage.Processes)), labels...))
+	}
+	for _, l := range lf.GPUs {
+		gl := append(labels[:len(labels):len(labels)], l.UUID)
+		g := gpuOf(l.UUID)
+		g.allocated += l.Memory
+		g.coresSum += uint64(l.Cores)
+		out = append(out,
+			prometheus.MustNewConstMetric(ctrMemoryLimit, prometheus.GaugeValue, float64(l.Memory), gl...),
+			prometheus.MustNewConstMetric(ctrCoresLimit, prometheus.GaugeValue, float64(l.Cores), gl...))
+		if haveUsage {
+			g.used += used[l.UUID]
+			out = append(out,
+				prometheus.MustNewConstMetric(ctrMemoryUsed, prometheus.GaugeValue, float64(used[l.UUID]), gl...),
+				prometheus.MustNewConstMetric(ctrLaunches, prometheus.CounterValue, float64(launched[l.UUID]), gl...))
+		}
+	}
+	return out
+}
+
+// splitPod splits container.json's "namespace/name" pod field.
+func splitPod(pod string) (namespace, name string) {
+	if ns, n, ok := strings.Cut(pod, "/"); ok {
+		return ns, n
+	}
+	return "", pod
+}
+
+// launchHistory is what a container's processes launched, as seen so far.
+type launchHistory struct {
+	// procs holds the last counts seen of each live process, per GPU UUID.
+	procs map[procKey]map[string]uint64
+	// exited sums, per GPU UUID, the last counts seen of processes that
+	// have since left the region.
+	exited map[string]uint64
+}
+
+// procKey names a process across PID reuse.
+type procKey struct {
+	pid   int32
+	start uint64
+}
+
+// launchTotals returns the container's kernel launches per GPU UUID: the
+// counters of its live processes plus the last counts seen of those that
+// exited. The region only holds live processes (the shim frees a slot when
+// its process exits), so a plain sum would fall at every exit and
+// Prometheus would take each fall for a counter reset. Launches of a
+// process that starts and exits between two scrapes are not seen.
+func (c *Collector) launchTotals(id string, u *region.Usage) map[string]uint64 {
+	h := c.launches[id]
+	if h == nil {
+		h = &launchHistory{procs: map[procKey]map[string]uint64{}, exited: map[string]uint64{}}
+		c.launches[id] = h
+	}
+	now := make(map[procKey]map[string]uint64, len(u.Processes))
+	for _, p := range u.Processes {
+		counts := make(map[string]uint64, len(u.Devices))
+		for i, d := range u.Devices {
+			if i < len(p.Launches) {
+				counts[d.UUID] += p.Launches[i]
+			}
+		}
+		now[procKey{p.PID, p.StartTime}] = counts
+	}
+	for k, counts := range h.procs {
+		if _, alive := now[k]; !alive {
+			for uuid, n := range counts {
+				h.exited[uuid] += n
+			}
+		}
+	}
+	h.procs = now
+	total := make(map[string]uint64, len(h.exited))
+	for uuid, n := range h.exited {
+		total[uuid] = n
+	}
+	for _, counts := range now {
+		for uuid, n := range counts {
+			total[uuid] += n
+		}
+	}
+	return total
+}

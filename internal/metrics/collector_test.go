@@ -1,0 +1,419 @@
+package metrics
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/nri-vgpu/nri-vgpu/internal/version"
+	"github.com/nri-vgpu/nri-vgpu/pkg/config"
+	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
+	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
+	"github.com/nri-vgpu/nri-vgpu/pkg/region"
+)
+
+const (
+	uuidA    = "GPU-aaaaaaaa-0000-4000-8000-000000000001"
+	uuidB    = "GPU-bbbbbbbb-0000-4000-8000-000000000002"
+	uuidGone = "GPU-cccccccc-0000-4000-8000-000000000003"
+)
+
+// The families this package exports, for testutil's name filter.
+var ourMetrics = []string{
+	"nri_vgpu_gpu_memory_total_bytes", "nri_vgpu_gpu_memory_allocated_bytes", "nri_vgpu_gpu_memory_used_bytes",
+	"nri_vgpu_gpu_cores_allocated_percent", "nri_vgpu_container_memory_limit_bytes",
+	"nri_vgpu_container_memory_used_bytes", "nri_vgpu_container_cores_limit_percent",
+	"nri_vgpu_container_kernel_launches_total", "nri_vgpu_container_processes",
+	"nri_vgpu_build_info", "nri_vgpu_scrape_errors_total",
+}
+
+type fakeInventory struct {
+	devs []gpu.Device
+	err  error
+}
+
+func (f *fakeInventory) Devices() ([]gpu.Device, error) { return f.devs, f.err }
+
+var twoA100s = &fakeInventory{devs: []gpu.Device{
+	{Index: 0, UUID: uuidA, Name: "NVIDIA A100-SXM4-40GB", Memory: 40 << 30},
+	{Index: 1, UUID: uuidB, Name: "NVIDIA A100-SXM4-40GB", Memory: 40 << 30},
+}}
+
+func testConfig(t *testing.T) *config.Config {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Paths.RunDir = t.TempDir()
+	cfg.Paths.ShimPath = filepath.Join(t.TempDir(), "libvgpu-shim.so")
+	if err := os.WriteFile(cfg.Paths.ShimPath, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// prepare creates a container's host directory the way the NRI plugin does:
+// the limits file (pkg/limits), container.json and the empty region
+// directory.
+func prepare(t *testing.T, cfg *config.Config, id, pod, name string, gpus ...limits.AllocatedGPU) {
+	t.Helper()
+	info := &oci.ContainerInfo{ID: id, Name: name, Pod: pod, GPUs: gpus, Source: "nri"}
+	if err := oci.Prepare(cfg, info, limits.LimitsFromAllocation(&limits.Allocation{GPUs: gpus}, "", "")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func regionPath(cfg *config.Config, id string) string {
+	return filepath.Join(oci.ContainerDir(cfg, id), oci.RegionDirName, region.FileName)
+}
+
+// Offsets of shim/include/region.h (pkg/region's test holds the Go mirror
+// to the C compiler's view; this writer is checked against pkg/region's
+// reader below).
+const (
+	deviceSize = 144
+	procSize   = 272
+	devicesOff = 64
+	procsOff   = devicesOff + region.MaxDevices*deviceSize
+)
+
+// writeRegion writes a usage region as the shim lays it out: the header,
+// the devices in order, and each process in a slot of its own (slots
+// spread out, as the shim's reaping leaves them).
+func writeRegion(t *testing.T, path string, devs []region.DeviceUsage, procs []region.ProcessUsage) {
+	t.Helper()
+	b := make([]byte, region.Size)
+	le := binary.LittleEndian
+	le.PutUint64(b[0:], region.Magic)
+	le.PutUint32(b[8:], region.Version)
+	le.PutUint32(b[12:], procsOff)
+	le.PutUint64(b[16:], uint64(region.Size))
+	le.PutUint32(b[24:], uint32(len(devs)))
+	le.PutUint32(b[28:], region.MaxProcs)
+	for i, d := range devs {
+		o := devicesOff + i*deviceSize
+		copy(b[o:o+region.UUIDLen], d.UUID)
+		le.PutUint64(b[o+96:], d.Limit)
+		le.PutUint64(b[o+104:], d.Used)
+		le.PutUint32(b[o+112:], d.Cores)
+	}
+	for j, p := range procs {
+		o := procsOff + (3*j+1)*procSize
+		le.PutUint32(b[o:], uint32(p.PID))
+		le.PutUint64(b[o+8:], p.StartTime)
+		for i := range p.Used {
+			le.PutUint64(b[o+16+8*i:], p.Used[i])
+			le.PutUint64(b[o+144+8*i:], p.Launches[i])
+		}
+	}
+	if err := os.WriteFile(path, b, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	got, err := region.ReadUsage(path)
+	if err != nil {
+		t.Fatalf("the test's region writer disagrees with pkg/region: %v", err)
+	}
+	if !reflect.DeepEqual(got.Devices, devs) || len(got.Processes) != len(procs) {
+		t.Fatalf("the test's region writer disagrees with pkg/region: wrote %+v %+v, read %+v", devs, procs, got)
+	}
+}
+
+// header is the HELP and TYPE lines of every family, in ourMetrics order.
+const header = `
+# HELP nri_vgpu_gpu_memory_total_bytes Total memory of the GPU, from the GPU inventory.
+# TYPE nri_vgpu_gpu_memory_total_bytes gauge
+# HELP nri_vgpu_gpu_memory_allocated_bytes Sum of the memory limits of the vGPU containers on the GPU (a container without a memory limit adds 0).
+# TYPE nri_vgpu_gpu_memory_allocated_bytes gauge
+# HELP nri_vgpu_gpu_memory_used_bytes Sum of the memory the vGPU containers' processes hold on the GPU, from their usage regions.
+# TYPE nri_vgpu_gpu_memory_used_bytes gauge
+# HELP nri_vgpu_gpu_cores_allocated_percent Sum of the SM-time shares (percent) of the vGPU containers on the GPU.
+# TYPE nri_vgpu_gpu_cores_allocated_percent gauge
+# HELP nri_vgpu_container_memory_limit_bytes Memory limit of the container on the GPU; 0 means no memory limit.
+# TYPE nri_vgpu_container_memory_limit_bytes gauge
+# HELP nri_vgpu_container_memory_used_bytes Memory the container's processes hold on the GPU, from its usage region.
+# TYPE nri_vgpu_container_memory_used_bytes gauge
+# HELP nri_vgpu_container_cores_limit_percent SM-time share of the container on the GPU, in percent (100 = not throttled).
+# TYPE nri_vgpu_container_cores_limit_percent gauge
+# HELP nri_vgpu_container_kernel_launches_total Kernel launches of the container's processes on the GPU since this daemon first saw them.
+# TYPE nri_vgpu_container_kernel_launches_total counter
+# HELP nri_vgpu_container_processes Processes of the container registered in its usage region (processes that initialised CUDA or NVML and are alive).
+# TYPE nri_vgpu_container_processes gauge
+# HELP nri_vgpu_build_info Always 1; the version label is that of the running build.
+# TYPE nri_vgpu_build_info gauge
+# HELP nri_vgpu_scrape_errors_total Files (limits, container.json, usage regions) or sources (GPU inventory, run_dir) that could not be read during scrapes, by source; each scrape counts each failure once.
+# TYPE nri_vgpu_scrape_errors_total counter
+`
+
+// scrapeErrors is the nri_vgpu_scrape_errors_total block with the given
+// counts (every source, 0 unless named).
+func scrapeErrors(counts map[string]int) string {
+	var b strings.Builder
+	for _, s := range errorSources {
+		fmt.Fprintf(&b, "nri_vgpu_scrape_errors_total{source=%q} %d\n", s, counts[s])
+	}
+	return b.String()
+}
+
+// A node with two GPUs in the inventory: c1 (pod ml/a) runs two processes
+// on A; c2 (pod ml/b) holds slices of A and of a GPU gone from the
+// inventory and has run no process yet; B is idle; a directory still being
+// created has no limits file yet.
+func TestCollect(t *testing.T) {
+	cfg := testConfig(t)
+	prepare(t, cfg, "c1", "ml/a", "train", limits.AllocatedGPU{UUID: uuidA, Slices: 2, Memory: 8 << 30, Cores: 20})
+	prepare(t, cfg, "c2", "ml/b", "serve",
+		limits.AllocatedGPU{UUID: uuidA, Slices: 5, Memory: 20 << 30, Cores: 50},
+		limits.AllocatedGPU{UUID: uuidGone, Slices: 1, Memory: 4 << 30, Cores: 10})
+	if err := os.MkdirAll(oci.ContainerDir(cfg, "creating"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	devA := []region.DeviceUsage{{UUID: uuidA, Limit: 8 << 30, Used: 3 << 30, Cores: 20}}
+	writeRegion(t, regionPath(cfg, "c1"), devA, []region.ProcessUsage{
+		{PID: 100, StartTime: 5, Used: []uint64{1 << 30}, Launches: []uint64{5}},
+		{PID: 101, StartTime: 6, Used: []uint64{2 << 30}, Launches: []uint64{7}},
+	})
+
+	var logs bytes.Buffer
+	c := NewCollector(cfg, twoA100s, slog.New(slog.NewTextHandler(&logs, nil)))
+	gpuLines := `
+nri_vgpu_gpu_memory_total_bytes{index="0",name="NVIDIA A100-SXM4-40GB",uuid="` + uuidA + `"} 42949672960
+nri_vgpu_gpu_memory_total_bytes{index="1",name="NVIDIA A100-SXM4-40GB",uuid="` + uuidB + `"} 42949672960
+nri_vgpu_gpu_memory_allocated_bytes{index="0",name="NVIDIA A100-SXM4-40GB",uuid="` + uuidA + `"} 30064771072
+nri_vgpu_gpu_memory_allocated_bytes{index="1",name="NVIDIA A100-SXM4-40GB",uuid="` + uuidB + `"} 0
+nri_vgpu_gpu_memory_allocated_bytes{index="",name="",uuid="` + uuidGone + `"} 4294967296
+nri_vgpu_gpu_memory_used_bytes{index="0",name="NVIDIA A100-SXM4-40GB",uuid="` + uuidA + `"} %d
+nri_vgpu_gpu_memory_used_bytes{index="1",name="NVIDIA A100-SXM4-40GB",uuid="` + uuidB + `"} 0
+nri_vgpu_gpu_memory_used_bytes{index="",name="",uuid="` + uuidGone + `"} 0
+nri_vgpu_gpu_cores_allocated_percent{index="0",name="NVIDIA A100-SXM4-40GB",uuid="` + uuidA + `"} 70
+nri_vgpu_gpu_cores_allocated_percent{index="1",name="NVIDIA A100-SXM4-40GB",uuid="` + uuidB + `"} 0
+nri_vgpu_gpu_cores_allocated_percent{index="",name="",uuid="` + uuidGone + `"} 10
+`
+	ctrLines := `
+nri_vgpu_container_memory_limit_bytes{container="train",container_id="c1",namespace="ml",pod="a",uuid="` + uuidA + `"} 8589934592
+nri_vgpu_container_memory_limit_bytes{container="serve",container_id="c2",namespace="ml",pod="b",uuid="` + uuidA + `"} 21474836480
+nri_vgpu_container_memory_limit_bytes{container="serve",container_id="c2",namespace="ml",pod="b",uuid="` + uuidGone + `"} 4294967296
+nri_vgpu_container_memory_used_bytes{container="train",container_id="c1",namespace="ml",pod="a",uuid="` + uuidA + `"} %d
+nri_vgpu_container_memory_used_bytes{container="serve",container_id="c2",namespace="ml",pod="b",uuid="` + uuidA + `"} 0
+nri_vgpu_container_memory_used_bytes{container="serve",container_id="c2",namespace="ml",pod="b",uuid="` + uuidGone + `"} 0
+nri_vgpu_container_cores_limit_percent{container="train",container_id="c1",namespace="ml",pod="a",uuid="` + uuidA + `"} 20
+nri_vgpu_container_cores_limit_percent{container="serve",container_id="c2",namespace="ml",pod="b",uuid="` + uuidA + `"} 50
+nri_vgpu_container_cores_limit_percent{container="serve",container_id="c2",namespace="ml",pod="b",uuid="` + uuidGone + `"} 10
+nri_vgpu_container_kernel_launches_total{container="train",container_id="c1",namespace="ml",pod="a",uuid="` + uuidA + `"} %d
+nri_vgpu_container_kernel_launches_total{container="serve",container_id="c2",namespace="ml",pod="b",uuid="` + uuidA + `"} 0
+nri_vgpu_container_kernel_launches_total{container="serve",container_id="c2",namespace="ml",pod="b",uuid="` + uuidGone + `"} 0
+nri_vgpu_container_processes{container="train",container_id="c1",namespace="ml",pod="a"} %d
+nri_vgpu_container_processes{container="serve",container_id="c2",namespace="ml",pod="b"} 0
+nri_vgpu_build_info{version="` + version.Version + `"} 1
+`
+	want := func(used uint64, launches, procs int) string {
+		return header + fmt.Sprintf(gpuLines, used) + fmt.Sprintf(ctrLines, used, launches, procs) + scrapeErrors(nil)
+	}
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want(3<<30, 5+7, 2)), ourMetrics...); err != nil {
+		t.Error(err)
+	}
+
+	// Process 100 exits (the shim frees its slot); 101 launches two more
+	// kernels and frees 1 GiB. The counter keeps what 100 launched.
+	devA[0].Used = 1 << 30
+	writeRegion(t, regionPath(cfg, "c1"), devA, []region.ProcessUsage{
+		{PID: 101, StartTime: 6, Used: []uint64{1 << 30}, Launches: []uint64{9}},
+	})
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want(1<<30, 5+9, 1)), ourMetrics...); err != nil {
+		t.Error(err)
+	}
+
+	// A new process reusing PID 101 (another start time) counts anew; the
+	// old 101's 9 launches stay in the total.
+	writeRegion(t, regionPath(cfg, "c1"), devA, []region.ProcessUsage{
+		{PID: 101, StartTime: 77, Used: []uint64{1 << 30}, Launches: []uint64{1}},
+	})
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want(1<<30, 5+9+1, 1)), ourMetrics...); err != nil {
+		t.Error(err)
+	}
+	if logs.Len() != 0 {
+		t.Errorf("a clean node logged:\n%s", logs.String())
+	}
+
+	// A scrape that cannot list run_dir forgets no launch history.
+	moved := oci.ContainersDir(cfg) + ".moved"
+	if err := os.Rename(oci.ContainersDir(cfg), moved); err != nil {
+		t.Fatal(err)
+	}
+	write(t, oci.ContainersDir(cfg), "")
+	testutil.CollectAndCount(c)
+	if err := os.Remove(oci.ContainersDir(cfg)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(moved, oci.ContainersDir(cfg)); err != nil {
+		t.Fatal(err)
+	}
+	wantAfter := strings.Replace(want(1<<30, 5+9+1, 1), `source="run_dir"} 0`, `source="run_dir"} 1`, 1)
+	if err := testutil.CollectAndCompare(c, strings.NewReader(wantAfter), ourMetrics...); err != nil {
+		t.Errorf("after run_dir came back: %v", err)
+	}
+
+	// A removed container takes its launch history along.
+	if err := oci.RemoveContainerDir(cfg, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(c, "nri_vgpu_container_processes"); n != 1 {
+		t.Errorf("after removing c1: %d nri_vgpu_container_processes series, want 1 (c2)", n)
+	}
+	if _, ok := c.launches["c1"]; ok {
+		t.Error("the launch history of a removed container is kept")
+	}
+}
+
+// A broken file costs only its own series, is counted at every scrape and
+// logged once while it stays broken.
+func TestCollectCountsBrokenFiles(t *testing.T) {
+	gpuA := limits.AllocatedGPU{UUID: uuidA, Slices: 1, Memory: 4 << 30, Cores: 10}
+	tests := []struct {
+		name   string
+		inv    Inventory
+		breakF func(t *testing.T, cfg *config.Config)
+		source string
+		// Families (of c1's) that must still be there, and those left out.
+		kept, lost []string
+	}{
+		{
+			name: "garbage limits file",
+			breakF: func(t *testing.T, cfg *config.Config) {
+				write(t, filepath.Join(oci.ContainerDir(cfg, "c1"), oci.LimitsFileName), "\x00\xffnot=limits\n")
+			},
+			source: SourceLimits,
+			lost:   []string{"nri_vgpu_container_memory_limit_bytes", "nri_vgpu_container_processes"},
+		},
+		{
+			name: "limits file of a newer version",
+			breakF: func(t *testing.T, cfg *config.Config) {
+				write(t, filepath.Join(oci.ContainerDir(cfg, "c1"), oci.LimitsFileName), "version=99\n")
+			},
+			source: SourceLimits,
+			lost:   []string{"nri_vgpu_container_memory_limit_bytes"},
+		},
+		{
+			name: "garbage container.json",
+			breakF: func(t *testing.T, cfg *config.Config) {
+				write(t, filepath.Join(oci.ContainerDir(cfg, "c1"), oci.InfoFileName), "{")
+			},
+			source: SourceContainerInfo,
+			kept:   []string{"nri_vgpu_container_memory_limit_bytes", "nri_vgpu_container_memory_used_bytes", "nri_vgpu_container_processes"},
+		},
+		{
+			name:   "garbage region",
+			breakF: func(t *testing.T, cfg *config.Config) { write(t, regionPath(cfg, "c1"), "not a region") },
+			source: SourceRegion,
+			kept:   []string{"nri_vgpu_container_memory_limit_bytes", "nri_vgpu_container_cores_limit_percent"},
+			lost:   []string{"nri_vgpu_container_memory_used_bytes", "nri_vgpu_container_kernel_launches_total", "nri_vgpu_container_processes"},
+		},
+		{
+			name: "run_dir/containers not a directory",
+			breakF: func(t *testing.T, cfg *config.Config) {
+				if err := os.RemoveAll(oci.ContainersDir(cfg)); err != nil {
+					t.Fatal(err)
+				}
+				write(t, oci.ContainersDir(cfg), "")
+			},
+			source: SourceRunDir,
+			lost:   []string{"nri_vgpu_container_memory_limit_bytes"},
+		},
+		{
+			name:   "inventory unavailable",
+			inv:    &fakeInventory{err: errors.New("NVML: driver not loaded")},
+			source: SourceInventory,
+			kept:   []string{"nri_vgpu_container_memory_limit_bytes", "nri_vgpu_gpu_memory_allocated_bytes"},
+			lost:   []string{"nri_vgpu_gpu_memory_total_bytes"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testConfig(t)
+			prepare(t, cfg, "c1", "ml/a", "train", gpuA)
+			writeRegion(t, regionPath(cfg, "c1"), []region.DeviceUsage{{UUID: uuidA, Limit: 4 << 30, Used: 1 << 30, Cores: 10}},
+				[]region.ProcessUsage{{PID: 100, StartTime: 5, Used: []uint64{1 << 30}, Launches: []uint64{5}}})
+			if tt.breakF != nil {
+				tt.breakF(t, cfg)
+			}
+			inv := tt.inv
+			if inv == nil {
+				inv = twoA100s
+			}
+			var logs bytes.Buffer
+			c := NewCollector(cfg, inv, slog.New(slog.NewTextHandler(&logs, nil)))
+			for scrapes := 1; scrapes <= 3; scrapes++ {
+				want := header + scrapeErrors(map[string]int{tt.source: scrapes})
+				if err := testutil.CollectAndCompare(c, strings.NewReader(want), "nri_vgpu_scrape_errors_total"); err != nil {
+					t.Errorf("scrape %d: %v", scrapes, err)
+				}
+			}
+			if n := strings.Count(logs.String(), "cannot read"); n != 1 {
+				t.Errorf("logged %d times in 3 scrapes, want once:\n%s", n, logs.String())
+			}
+			for _, name := range tt.kept {
+				if testutil.CollectAndCount(c, name) == 0 {
+					t.Errorf("%s left out", name)
+				}
+			}
+			for _, name := range tt.lost {
+				if n := testutil.CollectAndCount(c, name); n != 0 {
+					t.Errorf("%s: %d series, want none", name, n)
+				}
+			}
+			if n := testutil.CollectAndCount(c, "nri_vgpu_build_info"); n != 1 {
+				t.Errorf("build info: %d series, want 1 whatever is broken", n)
+			}
+		})
+	}
+}
+
+// A file that is fixed is logged as readable again, and a later breakage is
+// logged anew.
+func TestCollectLogsRecovery(t *testing.T) {
+	cfg := testConfig(t)
+	prepare(t, cfg, "c1", "ml/a", "train", limits.AllocatedGPU{UUID: uuidA, Slices: 1, Memory: 4 << 30, Cores: 10})
+	path := filepath.Join(oci.ContainerDir(cfg, "c1"), oci.LimitsFileName)
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	c := NewCollector(cfg, twoA100s, slog.New(slog.NewTextHandler(&logs, nil)))
+	for _, step := range []string{"version=99\n", string(good), "version=98\n"} {
+		write(t, path, step)
+		testutil.CollectAndCount(c)
+	}
+	if got := strings.Count(logs.String(), "cannot read"); got != 2 {
+		t.Errorf("%d breakages logged, want 2:\n%s", got, logs.String())
+	}
+	if !strings.Contains(logs.String(), "readable again") || !strings.Contains(logs.String(), path) {
+		t.Errorf("recovery of %s not logged:\n%s", path, logs.String())
+	}
+}
+
+func TestSplitPod(t *testing.T) {
+	for _, tt := range []struct{ in, ns, name string }{
+		{"ml/job", "ml", "job"},
+		{"job", "", "job"},
+		{"", "", ""},
+	} {
+		if ns, name := splitPod(tt.in); ns != tt.ns || name != tt.name {
+			t.Errorf("splitPod(%q) = %q, %q; want %q, %q", tt.in, ns, name, tt.ns, tt.name)
+		}
+	}
+}
+
+func write(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,127 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// HTTP limits. A scrape reads every container's files, each region under a
+// lock a writer holds for microseconds (region.ReadUsage gives up after 2s),
+// so scrapeTimeout leaves room for a slow disk without letting a stuck
+// scrape hold a connection for ever; writeTimeout must outlast it so that
+// the 503 promhttp answers with still reaches the client.
+const (
+	readHeaderTimeout = 5 * time.Second
+	readTimeout       = 10 * time.Second
+	scrapeTimeout     = 30 * time.Second
+	writeTimeout      = scrapeTimeout + 5*time.Second
+	idleTimeout       = 2 * time.Minute
+	maxHeaderBytes    = 16 << 10
+	// Scrapes are serialised by the Collector; more than a few in flight
+	// only queue up.
+	maxInFlight = 4
+)
+
+// NewRegistry returns a registry holding c and the standard Go runtime and
+// process collectors (go_*, process_*).
+func NewRegistry(c *Collector) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// Handler serves GET /metrics from reg and GET /healthz, which answers 200
+// "ok" while the process serves HTTP.
+func Handler(reg *prometheus.Registry, logger *slog.Logger) http.Handler {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog: promLogger{logger},
+		// A collector error (none is expected: unreadable files are
+		// counted, not returned) must not cost the whole scrape.
+		ErrorHandling:       promhttp.ContinueOnError,
+		Registry:            reg, // promhttp_metric_handler_errors_total
+		MaxRequestsInFlight: maxInFlight,
+		Timeout:             scrapeTimeout,
+	}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	return mux
+}
+
+// promLogger routes promhttp's error log to slog.
+type promLogger struct{ l *slog.Logger }
+
+func (p promLogger) Println(v ...any) {
+	p.l.Error("metrics: serving a scrape", "err", fmt.Sprint(v...))
+}
+
+// Server is the metrics HTTP server.
+type Server struct {
+	srv  *http.Server
+	ln   net.Listener
+	done chan struct{}
+}
+
+// Start listens on addr ("host:port"; port 0 picks a free one) and serves
+// Handler(NewRegistry(c)) until Shutdown. Listening happens before Start
+// returns, so an address in use is reported to the caller.
+func Start(addr string, c *Collector, logger *slog.Logger) (*Server, error) {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: listen on %q (metrics.listen): %w", addr, err)
+	}
+	s := &Server{
+		srv: &http.Server{
+			Handler:           Handler(NewRegistry(c), logger),
+			ReadHeaderTimeout: readHeaderTimeout,
+			ReadTimeout:       readTimeout,
+			WriteTimeout:      writeTimeout,
+			IdleTimeout:       idleTimeout,
+			MaxHeaderBytes:    maxHeaderBytes,
+			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		},
+		ln:   ln,
+		done: make(chan struct{}),
+	}
+	go func() {
+		defer close(s.done)
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("metrics: server stopped", "addr", ln.Addr().String(), "err", err)
+		}
+	}()
+	return s, nil
+}
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// Shutdown stops accepting connections and waits, until ctx is done, for
+// requests in flight; then it closes whatever is left.
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.srv.Shutdown(ctx)
+	if err != nil {
+		// ctx ran out: cut the connections still open.
+		err = errors.Join(fmt.Errorf("metrics: shutdown: %w", err), s.srv.Close())
+	}
+	<-s.done
+	return err
+}
