@@ -1,0 +1,24 @@
+#!/bin/sh
+# nri-vgpu pre-remove (deb prerm, rpm %preun).
+#
+# On removal (not on upgrade) stops and disables the services, whose binaries
+# and unit files are about to go: no dangling enablement links stay behind.
+# deb calls it as "prerm remove" or "prerm upgrade ...", rpm as "%preun N"
+# (N = 0 on removal, 1 on upgrade).
+set -e
+
+case "$1" in
+remove | 0) ;;
+*) exit 0 ;;
+esac
+
+units="nri-vgpu-device-plugin.service nri-vgpu.service"
+if [ -d /run/systemd/system ]; then
+	# shellcheck disable=SC2086 # two unit names
+	systemctl disable --now $units >/dev/null 2>&1 || true
+elif command -v systemctl >/dev/null 2>&1; then
+	# No running systemd (a chroot, an image build): only the links.
+	# shellcheck disable=SC2086
+	systemctl disable $units >/dev/null 2>&1 || true
+fi
+exit 0

@@ -1,0 +1,208 @@
+// Package packaging tests what the project ships: the Kubernetes manifests
+// rendered from the Helm chart (here) and the node configuration of the
+// deb/rpm packages (nodeconfig_test.go). The packages themselves are
+// installed and checked by packages.sh in this directory.
+package packaging
+
+import (
+	"bytes"
+	"os"
+	"path"
+	"regexp"
+	"slices"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nri-vgpu/nri-vgpu/pkg/config"
+)
+
+const manifestsPath = "../../packaging/manifests/nri-vgpu.yaml"
+
+type manifests struct {
+	configMaps []corev1.ConfigMap
+	daemonSets map[string]*appsv1.DaemonSet // by app.kubernetes.io/component
+}
+
+// loadManifests decodes every document of the rendered manifests into the
+// Kubernetes API type of its kind, strictly: an unknown or misspelt field,
+// a duplicate key or a wrong type fails, as the API server would refuse it.
+func loadManifests(t *testing.T) manifests {
+	t.Helper()
+	data, err := os.ReadFile(manifestsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := manifests{daemonSets: map[string]*appsv1.DaemonSet{}}
+	for i, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(data), -1) {
+		if len(bytes.TrimSpace(stripComments([]byte(doc)))) == 0 {
+			continue
+		}
+		var tm metav1.TypeMeta
+		if err := yaml.Unmarshal([]byte(doc), &tm); err != nil {
+			t.Fatalf("document %d: %v", i, err)
+		}
+		switch gvk := tm.APIVersion + "/" + tm.Kind; gvk {
+		case "v1/ConfigMap":
+			var cm corev1.ConfigMap
+			if err := yaml.UnmarshalStrict([]byte(doc), &cm); err != nil {
+				t.Fatalf("document %d (%s): %v", i, gvk, err)
+			}
+			m.configMaps = append(m.configMaps, cm)
+		case "apps/v1/DaemonSet":
+			var ds appsv1.DaemonSet
+			if err := yaml.UnmarshalStrict([]byte(doc), &ds); err != nil {
+				t.Fatalf("document %d (%s): %v", i, gvk, err)
+			}
+			m.daemonSets[ds.Labels["app.kubernetes.io/component"]] = &ds
+		default:
+			// Nothing else is needed: in particular no RBAC, as neither
+			// daemon talks to the API server.
+			t.Fatalf("document %d: unexpected %s %q", i, gvk, tm.Kind)
+		}
+	}
+	return m
+}
+
+func stripComments(doc []byte) []byte {
+	return regexp.MustCompile(`(?m)^\s*#.*$`).ReplaceAll(doc, nil)
+}
+
+func TestManifestsObjects(t *testing.T) {
+	m := loadManifests(t)
+	if len(m.configMaps) != 1 {
+		t.Fatalf("%d ConfigMaps, want 1", len(m.configMaps))
+	}
+	for _, component := range []string{"device-plugin", "nri-plugin"} {
+		ds := m.daemonSets[component]
+		if ds == nil {
+			t.Fatalf("no %s DaemonSet", component)
+		}
+		t.Run(component, func(t *testing.T) {
+			if ds.Namespace != "kube-system" {
+				t.Errorf("namespace %q, want kube-system", ds.Namespace)
+			}
+			sel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !sel.Matches(labels.Set(ds.Spec.Template.Labels)) {
+				t.Errorf("selector %v does not match the pod labels %v", sel, ds.Spec.Template.Labels)
+			}
+			pod := ds.Spec.Template.Spec
+			if len(pod.NodeSelector) == 0 || len(pod.Tolerations) == 0 || pod.PriorityClassName != "system-node-critical" {
+				t.Errorf("pod placement: nodeSelector %v, tolerations %v, priority class %q", pod.NodeSelector, pod.Tolerations, pod.PriorityClassName)
+			}
+			if pod.ServiceAccountName != "" || (pod.AutomountServiceAccountToken != nil && *pod.AutomountServiceAccountToken) {
+				t.Errorf("the pods need no API access, found service account %q", pod.ServiceAccountName)
+			}
+			volumes := map[string]corev1.Volume{}
+			for _, v := range pod.Volumes {
+				volumes[v.Name] = v
+			}
+			for _, c := range slices.Concat(pod.InitContainers, pod.Containers) {
+				for _, vm := range c.VolumeMounts {
+					if _, ok := volumes[vm.Name]; !ok {
+						t.Errorf("container %s mounts undefined volume %q", c.Name, vm.Name)
+					}
+				}
+				if c.Image == "" || len(c.Command) == 0 {
+					t.Errorf("container %s: image %q, command %q", c.Name, c.Image, c.Command)
+				}
+			}
+		})
+	}
+}
+
+// hostMounts maps the host paths a container mounts to where it mounts them.
+func hostMounts(pod corev1.PodSpec, c corev1.Container) map[string]corev1.VolumeMount {
+	out := map[string]corev1.VolumeMount{}
+	for _, vm := range c.VolumeMounts {
+		for _, v := range pod.Volumes {
+			if v.Name == vm.Name && v.HostPath != nil {
+				out[v.HostPath.Path] = vm
+			}
+		}
+	}
+	return out
+}
+
+func containerNamed(t *testing.T, cs []corev1.Container, name string) corev1.Container {
+	t.Helper()
+	for _, c := range cs {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no container %q", name)
+	return corev1.Container{}
+}
+
+// TestManifestsMatchTheConfig holds the pods to the contracts: the NRI plugin
+// hands host paths (limits files, the shim, the preload file) to containerd,
+// so run_dir, state_dir and the shim's directory must be mounted at their
+// host paths, and the config in the ConfigMap must be valid and agree.
+func TestManifestsMatchTheConfig(t *testing.T) {
+	m := loadManifests(t)
+	data, ok := m.configMaps[0].Data["config.toml"]
+	if !ok {
+		t.Fatal("the ConfigMap has no config.toml")
+	}
+	cfg, err := config.Parse("ConfigMap config.toml", []byte(data))
+	if err != nil {
+		t.Fatalf("the ConfigMap's config is invalid: %v", err)
+	}
+	if cfg.GPU.Backend != config.BackendNVML {
+		t.Errorf("backend %q, want nvml on a cluster", cfg.GPU.Backend)
+	}
+
+	nri := m.daemonSets["nri-plugin"].Spec.Template.Spec
+	plugin := containerNamed(t, nri.Containers, "nri-plugin")
+	mounts := hostMounts(nri, plugin)
+	for _, p := range []string{cfg.Paths.RunDir, cfg.Paths.StateDir, path.Dir(cfg.Paths.ShimPath)} {
+		vm, ok := mounts[p]
+		if !ok || vm.MountPath != p {
+			t.Errorf("nri-plugin must mount host %s at %s, has %+v", p, p, vm)
+		}
+	}
+	if vm, ok := mounts[path.Dir(cfg.NRI.SocketPath)]; !ok || vm.MountPath != path.Dir(cfg.NRI.SocketPath) || vm.ReadOnly {
+		t.Errorf("nri-plugin must mount the NRI socket directory %s read-write, has %+v", path.Dir(cfg.NRI.SocketPath), vm)
+	}
+	if vm, ok := mounts["/dev"]; !ok || vm.MountPath != path.Join(cfg.Driver.DevRoot, "dev") {
+		t.Errorf("host /dev must be at dev_root/dev = %s, has %+v", path.Join(cfg.Driver.DevRoot, "dev"), vm)
+	}
+	for _, dir := range cfg.Driver.CDIDirs {
+		if vm, ok := mounts[dir]; !ok || vm.MountPath != dir {
+			t.Errorf("nri-plugin must mount the CDI directory %s, has %+v", dir, vm)
+		}
+	}
+	if plugin.SecurityContext == nil || plugin.SecurityContext.Privileged != nil && *plugin.SecurityContext.Privileged {
+		t.Errorf("the NRI plugin needs no privileges: %+v", plugin.SecurityContext)
+	}
+
+	// The init container puts the shim into the host directory of shim_path.
+	if len(nri.InitContainers) != 1 {
+		t.Fatalf("%d init containers, want the shim installer", len(nri.InitContainers))
+	}
+	initMounts := hostMounts(nri, nri.InitContainers[0])
+	vm, ok := initMounts[path.Dir(cfg.Paths.ShimPath)]
+	if !ok {
+		t.Fatalf("the init container does not mount %s", path.Dir(cfg.Paths.ShimPath))
+	}
+	script := nri.InitContainers[0].Command[len(nri.InitContainers[0].Command)-1]
+	if want := vm.MountPath + "/" + path.Base(cfg.Paths.ShimPath); !regexp.MustCompile(`mv -f \S+ ` + regexp.QuoteMeta(want) + `\b`).MatchString(script) {
+		t.Errorf("the init container does not move the shim to %s:\n%s", want, script)
+	}
+
+	dp := m.daemonSets["device-plugin"].Spec.Template.Spec
+	dpMounts := hostMounts(dp, containerNamed(t, dp.Containers, "device-plugin"))
+	for _, p := range []string{cfg.DevicePlugin.SocketDir, cfg.Paths.StateDir} {
+		if vm, ok := dpMounts[p]; !ok || vm.MountPath != p || vm.ReadOnly {
+			t.Errorf("device-plugin must mount host %s read-write at the same path, has %+v", p, vm)
+		}
+	}
+}

@@ -1,0 +1,309 @@
+#!/usr/bin/env bash
+# Installs the node packages the way an administrator would and checks the
+# result (run by make test after make packages):
+#
+#   deb  dpkg -i into a fresh Debian root (debootstrap minbase), files, modes,
+#        the packaged config, binaries that load there; an upgrade keeps a
+#        locally edited config (also when the new package changes it: the new
+#        default lands in config.toml.dpkg-dist); removal leaves no binaries,
+#        purge leaves nothing at all; with a (stand-in) running systemd the
+#        maintainer scripts reload units but start, restart or enable nothing.
+#   rpm  the file list, modes and flags (rpm -qlp, --qf), then rpm -i/-U/-e
+#        into a fresh root: same checks, with config.toml.rpmnew/.rpmsave.
+#
+#   test/packaging/packages.sh [DIST]     packages from DIST (default dist/)
+#
+# The upgrades are built from the same inputs with hack/packages.sh and a
+# higher version. Needs root (chroot); installs debootstrap and rpm when
+# missing. The Debian root is cached as a tarball (NRI_VGPU_TEST_CACHE,
+# default /var/cache/nri-vgpu-test): the first run takes about a minute more.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+DIST=${1:-dist}
+SUITE=${NRI_VGPU_TEST_SUITE:-bookworm}
+MIRROR=${NRI_VGPU_TEST_MIRROR:-http://deb.debian.org/debian}
+CACHE=${NRI_VGPU_TEST_CACHE:-/var/cache/nri-vgpu-test}
+
+fails=0
+log() { echo "packages-test: $*"; }
+fail() {
+	echo "packages-test: FAIL: $*" >&2
+	fails=$((fails + 1))
+}
+die() {
+	echo "packages-test: $*" >&2
+	exit 1
+}
+
+if [ "$(id -u)" != 0 ]; then
+	log "SKIP: installing packages into a chroot needs root"
+	exit 0
+fi
+
+shopt -s nullglob
+debs=("$DIST"/nri-vgpu_*.deb)
+rpms=("$DIST"/nri-vgpu-*.rpm)
+shopt -u nullglob
+[ ${#debs[@]} = 1 ] && [ ${#rpms[@]} = 1 ] ||
+	die "want exactly one nri-vgpu .deb and .rpm in $DIST (make packages), found ${debs[*]:-none} ${rpms[*]:-none}"
+deb1=$(realpath "${debs[0]}")
+deps=$(dpkg-deb -f "$deb1" Depends)
+rpm1=$(realpath "${rpms[0]}")
+
+need=()
+command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v rpm >/dev/null || need+=(rpm)
+if ((${#need[@]})); then
+	log "installing ${need[*]} from Debian's packages"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+work=$(mktemp -d /tmp/nri-vgpu-packages.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+# --- inputs: the packages, and two upgrades ---------------------------------
+version=$(dpkg-deb -f "$deb1" Version)
+version=${version%-*} # without the package release
+edited_default="$work/config-v3.toml"
+dpkg-deb --fsys-tarfile "$deb1" | tar -xO ./etc/nri-vgpu/config.toml >"$edited_default"
+echo "# A default that changed in the next release." >>"$edited_default"
+log "building upgrades $version+t2 (same config) and $version+t3 (changed config)"
+DIST="$work/v2" NRI_VGPU_VERSION="$version+t2" hack/packages.sh >"$work/build.log" 2>&1 ||
+	{ cat "$work/build.log" >&2; die "building the upgrade package failed"; }
+DIST="$work/v3" NRI_VGPU_VERSION="$version+t3" NODE_CONFIG="$edited_default" hack/packages.sh >"$work/build.log" 2>&1 ||
+	{ cat "$work/build.log" >&2; die "building the second upgrade package failed"; }
+deb2=$(echo "$work"/v2/*.deb) deb3=$(echo "$work"/v3/*.deb)
+rpm2=$(echo "$work"/v2/*.rpm) rpm3=$(echo "$work"/v3/*.rpm)
+
+# --- a fresh Debian root -----------------------------------------------------
+tarball="$CACHE/$SUITE-minbase.tar"
+if [ ! -f "$tarball" ]; then
+	log "creating a $SUITE minbase root with debootstrap (cached in $tarball)"
+	mkdir -p "$CACHE"
+	tmp_root="$work/debootstrap"
+	debootstrap --variant=minbase "$SUITE" "$tmp_root" "$MIRROR" >"$work/debootstrap.log" 2>&1 ||
+		{ tail -20 "$work/debootstrap.log" >&2; die "debootstrap failed"; }
+	tar -C "$tmp_root" -cf "$tarball.tmp" .
+	mv "$tarball.tmp" "$tarball"
+	rm -rf "$tmp_root"
+fi
+new_root() {
+	local r
+	r=$(mktemp -d "$work/root.XXXXXX")
+	tar -C "$r" -xf "$tarball"
+	echo "$r"
+}
+
+# run_in ROOT CMD...: run in the root, with the PATH maintainer scripts get.
+run_in() {
+	local r=$1
+	shift
+	chroot "$r" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"
+}
+
+# --- checks ------------------------------------------------------------------
+# What every install must have: path, type, mode, owner.
+expected_files=(
+	"/usr/bin/nri-vgpu f 755"
+	"/usr/bin/nri-vgpu-device-plugin f 755"
+	"/usr/bin/nri-vgpu-runtime f 755"
+	"/usr/lib/nri-vgpu/libvgpu-shim.so f 644"
+	"/etc/nri-vgpu/config.toml f 644"
+	"/usr/lib/systemd/system/nri-vgpu-device-plugin.service f 644"
+	"/usr/lib/systemd/system/nri-vgpu.service f 644"
+	"/usr/lib/tmpfiles.d/nri-vgpu.conf f 644"
+	"/usr/share/doc/nri-vgpu/LICENSE f 644"
+	"/usr/share/doc/nri-vgpu/README.md f 644"
+	"/usr/share/doc/nri-vgpu/config.toml.example f 644"
+	"/var/lib/nri-vgpu d 700"
+)
+binaries=(/usr/bin/nri-vgpu /usr/bin/nri-vgpu-device-plugin /usr/bin/nri-vgpu-runtime /usr/lib/nri-vgpu/libvgpu-shim.so /opt/nri/plugins/10-nri-vgpu)
+
+check_installed() {
+	local r=$1 what=$2 entry path type mode
+	for entry in "${expected_files[@]}"; do
+		read -r path type mode <<<"$entry"
+		if [ ! -e "$r$path" ]; then
+			fail "$what: $path missing"
+			continue
+		fi
+		local got
+		got=$(stat -c '%F %a %U:%G' "$r$path")
+		case "$type" in
+		f) [ "$got" = "regular file $mode root:root" ] || fail "$what: $path is '$got', want regular file $mode root:root" ;;
+		d) [ "$got" = "directory $mode root:root" ] || fail "$what: $path is '$got', want directory $mode root:root" ;;
+		esac
+	done
+	local target
+	target=$(readlink "$r/opt/nri/plugins/10-nri-vgpu" || true)
+	[ "$target" = /usr/bin/nri-vgpu ] || fail "$what: /opt/nri/plugins/10-nri-vgpu -> '$target', want /usr/bin/nri-vgpu"
+	grep -qx 'backend = "nvml"' "$r/etc/nri-vgpu/config.toml" || fail "$what: the packaged config does not use backend = \"nvml\""
+	! grep -q '^\[\[gpu.simulated\]\]' "$r/etc/nri-vgpu/config.toml" || fail "$what: the packaged config has simulated GPUs"
+	# Every binary and the shim load in the fresh root: no missing library.
+	local f out
+	for f in /usr/bin/nri-vgpu /usr/bin/nri-vgpu-device-plugin /usr/bin/nri-vgpu-runtime /usr/lib/nri-vgpu/libvgpu-shim.so; do
+		if out=$(run_in "$r" ldd "$f" 2>&1) && grep -q 'not found' <<<"$out"; then
+			fail "$what: $f has unresolved libraries in a fresh $SUITE: $out"
+		fi
+	done
+	out=$(run_in "$r" /usr/bin/nri-vgpu version 2>&1) || fail "$what: nri-vgpu version failed in the fresh root: $out"
+}
+
+check_no_binaries() {
+	local r=$1 what=$2 f
+	for f in "${binaries[@]}" /usr/lib/systemd/system/nri-vgpu.service /usr/lib/systemd/system/nri-vgpu-device-plugin.service /usr/lib/tmpfiles.d/nri-vgpu.conf; do
+		if [ -e "$r$f" ] || [ -L "$r$f" ]; then fail "$what: $f is still there"; fi
+	done
+	for f in /usr/lib/nri-vgpu /usr/share/doc/nri-vgpu; do
+		[ ! -e "$r$f" ] || fail "$what: directory $f is still there"
+	done
+}
+
+edit_config() {
+	local r=$1
+	sed -i 's/^split_count = 10$/split_count = 7/' "$r/etc/nri-vgpu/config.toml"
+	echo "# edited on this node" >>"$r/etc/nri-vgpu/config.toml"
+	grep -qx 'split_count = 7' "$r/etc/nri-vgpu/config.toml" || die "the packaged config has no 'split_count = 10' line to edit"
+}
+check_edit_kept() {
+	local r=$1 what=$2
+	grep -qx 'split_count = 7' "$r/etc/nri-vgpu/config.toml" &&
+		grep -qx '# edited on this node' "$r/etc/nri-vgpu/config.toml" ||
+		fail "$what: the local edit of /etc/nri-vgpu/config.toml was lost"
+}
+
+# --- deb -----------------------------------------------------------------------
+log "deb: install $(basename "$deb1") into a fresh $SUITE root"
+r=$(new_root)
+cp "$deb1" "$r/tmp/v1.deb"
+cp "$deb2" "$r/tmp/v2.deb"
+cp "$deb3" "$r/tmp/v3.deb"
+run_in "$r" dpkg -i /tmp/v1.deb >"$work/dpkg.log" 2>&1 || { cat "$work/dpkg.log" >&2; die "dpkg -i failed"; }
+check_installed "$r" "deb install"
+run_in "$r" dpkg-query -W -f='${Conffiles}\n' nri-vgpu | grep -q '^ /etc/nri-vgpu/config.toml ' ||
+	fail "deb: /etc/nri-vgpu/config.toml is not a conffile"
+
+# The dependency on the C library names the version the binaries need.
+need_glibc=$(objdump -T "$r/usr/bin/nri-vgpu" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/^GLIBC_//' | sort -uV | tail -1)
+[ "$deps" = "libc6 (>= $need_glibc)" ] || fail "deb: Depends is '$deps', want 'libc6 (>= $need_glibc)'"
+rpm -qpR "$rpm1" 2>/dev/null | grep -qx "glibc >= $need_glibc" || fail "rpm: requires $(rpm -qpR "$rpm1" 2>/dev/null | tr '\n' ' '), want glibc >= $need_glibc"
+
+# The units are valid for this machine's systemd (only their executables,
+# installed in the root and not here, are missing).
+if command -v systemd-analyze >/dev/null; then
+	out=$(systemd-analyze verify "$r/usr/lib/systemd/system/nri-vgpu.service" "$r/usr/lib/systemd/system/nri-vgpu-device-plugin.service" 2>&1 |
+		grep -v 'is not executable: No such file or directory' || true)
+	[ -z "$out" ] || fail "systemd-analyze verify: $out"
+fi
+# The tmpfiles entry makes the directories and the preload file at boot.
+if command -v systemd-tmpfiles >/dev/null; then
+	systemd-tmpfiles --root="$r" --create nri-vgpu.conf
+	[ "$(cat "$r/run/nri-vgpu/ld.so.preload")" = /usr/local/nri-vgpu/libvgpu-shim.so ] ||
+		fail "tmpfiles: /run/nri-vgpu/ld.so.preload holds '$(cat "$r/run/nri-vgpu/ld.so.preload")'"
+	[ "$(stat -c %a "$r/run/nri-vgpu")" = 755 ] || fail "tmpfiles: /run/nri-vgpu mode $(stat -c %a "$r/run/nri-vgpu")"
+	rm -rf "$r/run/nri-vgpu"
+fi
+
+log "deb: upgrade with a locally edited config"
+edit_config "$r"
+run_in "$r" dpkg -i /tmp/v2.deb >"$work/dpkg.log" 2>&1 || { cat "$work/dpkg.log" >&2; die "dpkg -i (upgrade) failed"; }
+check_edit_kept "$r" "deb upgrade"
+grep -q "nri-vgpu: upgraded" "$work/dpkg.log" || fail "deb upgrade: no note about restarting the daemons"
+ls "$r"/etc/nri-vgpu/config.toml.dpkg-* >/dev/null 2>&1 && fail "deb upgrade: unchanged config left $(ls "$r"/etc/nri-vgpu/config.toml.dpkg-*)"
+check_installed "$r" "deb upgrade"
+
+log "deb: upgrade to a package whose default config changed (keep mine, as apt -o Dpkg::Options::=--force-confold)"
+run_in "$r" dpkg -i --force-confdef --force-confold /tmp/v3.deb >"$work/dpkg.log" 2>&1 ||
+	{ cat "$work/dpkg.log" >&2; die "dpkg -i (upgrade with a new default config) failed"; }
+check_edit_kept "$r" "deb upgrade, changed default"
+grep -q '^# A default that changed' "$r/etc/nri-vgpu/config.toml.dpkg-dist" 2>/dev/null ||
+	fail "deb upgrade, changed default: the new default is not in config.toml.dpkg-dist"
+
+log "deb: remove, then purge"
+echo "key" >"$r/var/lib/nri-vgpu/allocation.key" # as the daemons would leave it
+run_in "$r" dpkg -r nri-vgpu >"$work/dpkg.log" 2>&1 || { cat "$work/dpkg.log" >&2; die "dpkg -r failed"; }
+check_no_binaries "$r" "deb remove"
+[ -f "$r/etc/nri-vgpu/config.toml" ] || fail "deb remove: the config went (only purge removes it)"
+[ -f "$r/var/lib/nri-vgpu/allocation.key" ] || fail "deb remove: the state directory went (only purge removes it)"
+run_in "$r" dpkg -P nri-vgpu >"$work/dpkg.log" 2>&1 || { cat "$work/dpkg.log" >&2; die "dpkg -P failed"; }
+left=$(cd "$r" && find . -path ./proc -prune -o -path ./tmp -prune -o -name '*nri-vgpu*' -print -o -path ./opt/nri -print)
+[ -z "$left" ] || fail "deb purge left: $left"
+
+log "deb: maintainer scripts under a running systemd start, restart and enable nothing"
+r=$(new_root)
+cp "$deb1" "$r/tmp/v1.deb"
+cp "$deb2" "$r/tmp/v2.deb"
+mkdir -p "$r/run/systemd/system"
+for tool in systemctl systemd-tmpfiles; do
+	printf '#!/bin/sh\necho "%s $*" >>/tmp/systemd.log\n' "$tool" >"$r/usr/local/sbin/$tool"
+	chmod 0755 "$r/usr/local/sbin/$tool"
+done
+run_in "$r" dpkg -i /tmp/v1.deb >/dev/null
+run_in "$r" dpkg -i /tmp/v2.deb >/dev/null
+calls=$(cat "$r/tmp/systemd.log")
+grep -q '^systemctl daemon-reload$' <<<"$calls" || fail "systemd: install did not reload units: $calls"
+grep -q '^systemd-tmpfiles --create /usr/lib/tmpfiles.d/nri-vgpu.conf$' <<<"$calls" || fail "systemd: install did not create the tmpfiles: $calls"
+if grep -Eq 'start|restart|enable|stop|disable' <<<"$calls"; then fail "systemd: install or upgrade touched the services: $calls"; fi
+: >"$r/tmp/systemd.log"
+run_in "$r" dpkg -r nri-vgpu >/dev/null
+grep -q '^systemctl disable --now nri-vgpu-device-plugin.service nri-vgpu.service$' "$r/tmp/systemd.log" ||
+	fail "systemd: removal did not stop and disable the services: $(cat "$r/tmp/systemd.log")"
+
+# --- rpm -------------------------------------------------------------------------
+log "rpm: file list and attributes of $(basename "$rpm1")"
+want_list="/etc/nri-vgpu
+/etc/nri-vgpu/config.toml
+/opt/nri/plugins/10-nri-vgpu
+/usr/bin/nri-vgpu
+/usr/bin/nri-vgpu-device-plugin
+/usr/bin/nri-vgpu-runtime
+/usr/lib/nri-vgpu
+/usr/lib/nri-vgpu/libvgpu-shim.so
+/usr/lib/systemd/system/nri-vgpu-device-plugin.service
+/usr/lib/systemd/system/nri-vgpu.service
+/usr/lib/tmpfiles.d/nri-vgpu.conf
+/usr/share/doc/nri-vgpu
+/usr/share/doc/nri-vgpu/LICENSE
+/usr/share/doc/nri-vgpu/README.md
+/usr/share/doc/nri-vgpu/config.toml.example
+/usr/share/doc/nri-vgpu/design.md"
+got_list=$(rpm -qlp "$rpm1" 2>/dev/null)
+[ "$got_list" = "$want_list" ] || fail "rpm -qlp: $(diff <(echo "$want_list") <(echo "$got_list") || true)"
+attrs=$(rpm -qp --qf '[%{FILEMODES:perms} %{FILEFLAGS:fflags} %{FILEUSERNAME}:%{FILEGROUPNAME} %{FILENAMES}\n]' "$rpm1" 2>/dev/null)
+grep -qx -- '-rw-r--r-- cn root:root /etc/nri-vgpu/config.toml' <<<"$attrs" ||
+	fail "rpm: config.toml is not %config(noreplace) 0644: $(grep config.toml <<<"$attrs")"
+grep -qx -- '-rwxr-xr-x  root:root /usr/bin/nri-vgpu' <<<"$attrs" || fail "rpm: /usr/bin/nri-vgpu attributes: $(grep 'bin/nri-vgpu$' <<<"$attrs")"
+scripts=$(rpm -qp --scripts "$rpm1" 2>/dev/null)
+for s in postinstall preuninstall postuninstall; do
+	grep -q "^$s scriptlet" <<<"$scripts" || fail "rpm: no $s scriptlet"
+done
+
+log "rpm: install, upgrade and erase in a fresh root"
+r=$(new_root)
+rpm --root "$r" --initdb
+# rpm_in ARGS...: rpm on the root, its output logged. --force-debian: Debian's
+# rpm otherwise warns that it is not the system's package manager; --nodeps:
+# the root's C library belongs to dpkg, not to rpm's database.
+rpm_in() {
+	rpm --root "$r" --force-debian "$@" >>"$work/rpm.log" 2>&1 || { cat "$work/rpm.log" >&2; die "rpm $* failed"; }
+}
+rpm_in -i --nodeps "$rpm1"
+check_installed "$r" "rpm install"
+edit_config "$r"
+rpm_in -U --nodeps "$rpm2"
+check_edit_kept "$r" "rpm upgrade"
+[ ! -e "$r/etc/nri-vgpu/config.toml.rpmnew" ] || fail "rpm upgrade: unchanged config left config.toml.rpmnew"
+rpm_in -U --nodeps "$rpm3"
+check_edit_kept "$r" "rpm upgrade, changed default"
+grep -q '^# A default that changed' "$r/etc/nri-vgpu/config.toml.rpmnew" 2>/dev/null ||
+	fail "rpm upgrade, changed default: the new default is not in config.toml.rpmnew"
+rpm_in -e nri-vgpu
+check_no_binaries "$r" "rpm erase"
+[ -f "$r/etc/nri-vgpu/config.toml.rpmsave" ] || fail "rpm erase: the edited config was not kept as config.toml.rpmsave"
+
+if ((fails)); then
+	die "$fails check(s) failed"
+fi
+log "deb and rpm packages install, upgrade and remove as they should"
