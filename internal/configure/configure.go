@@ -17,6 +17,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/nri-vgpu/nri-vgpu/internal/atomicfile"
 )
 
 // Change is one file to write or one symlink to create.
@@ -120,33 +122,7 @@ func writeFileAtomic(path string, c Change) error {
 		uid, gid = fileOwner(st)
 	}
 
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // a no-op once renamed
-	if _, err := tmp.Write(c.New); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if uid >= 0 {
-		if err := tmp.Chown(uid, gid); err != nil {
-			tmp.Close()
-			return err
-		}
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return atomicfile.WriteOwned(path, c.New, mode, uid, gid)
 }
 
 // readOptional reads root/path; a missing file gives (nil, nil).

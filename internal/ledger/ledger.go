@@ -27,6 +27,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/atomicfile"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
@@ -352,32 +354,8 @@ func (l *Ledger) write(s *State) error {
 	if err != nil {
 		return fmt.Errorf("ledger: %w", err)
 	}
-	tmp, err := os.CreateTemp(l.dir, "."+FileName+".tmp-*")
-	if err != nil {
+	if err := atomicfile.Write(l.Path(), append(data, '\n'), 0o644); err != nil {
 		return fmt.Errorf("ledger: %w", err)
 	}
-	ok := false
-	defer func() {
-		if !ok {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err := tmp.Write(append(data, '\n')); err != nil {
-		return fmt.Errorf("ledger: write %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		return fmt.Errorf("ledger: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("ledger: write %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("ledger: write %s: %w", tmp.Name(), err)
-	}
-	if err := os.Rename(tmp.Name(), l.Path()); err != nil {
-		return fmt.Errorf("ledger: %w", err)
-	}
-	ok = true
 	return nil
 }

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/atomicfile"
+
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
@@ -99,38 +101,8 @@ func (s *Spec) Flush() error {
 	if err != nil {
 		return fmt.Errorf("write runtime spec: %w", err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(s.path), "."+SpecFileName+".tmp-*")
-	if err != nil {
+	if err := atomicfile.WriteOwned(s.path, data, s.mode, s.uid, s.gid); err != nil {
 		return fmt.Errorf("write runtime spec: %w", err)
 	}
-	ok := false
-	defer func() {
-		if !ok {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err := tmp.Write(data); err != nil {
-		return fmt.Errorf("write runtime spec %s: %w", tmp.Name(), err)
-	}
-	// Chmod on the descriptor: the umask does not apply, unlike at creation.
-	if err := tmp.Chmod(s.mode); err != nil {
-		return fmt.Errorf("write runtime spec: %w", err)
-	}
-	if s.uid >= 0 && (s.uid != os.Geteuid() || s.gid != os.Getegid()) {
-		if err := tmp.Chown(s.uid, s.gid); err != nil {
-			return fmt.Errorf("write runtime spec: %w", err)
-		}
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("write runtime spec %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write runtime spec %s: %w", tmp.Name(), err)
-	}
-	if err := os.Rename(tmp.Name(), s.path); err != nil {
-		return fmt.Errorf("write runtime spec: %w", err)
-	}
-	ok = true
 	return nil
 }

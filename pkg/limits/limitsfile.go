@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/nri-vgpu/nri-vgpu/internal/atomicfile"
 )
 
 // Log levels of the limits file, most to least severe.
@@ -280,34 +281,9 @@ func WriteLimitsFile(path string, f *LimitsFile) error {
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write limits file: %w", err)
+	if err := atomicfile.Write(path, data, 0o644); err != nil {
+		return fmt.Errorf("limits file: %w", err)
 	}
-	ok := false
-	defer func() {
-		if !ok {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err := tmp.Write(data); err != nil {
-		return fmt.Errorf("write limits file %s: %w", tmp.Name(), err)
-	}
-	// Chmod on the descriptor: the umask does not apply, unlike at creation.
-	if err := tmp.Chmod(0o644); err != nil {
-		return fmt.Errorf("write limits file: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("write limits file %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write limits file %s: %w", tmp.Name(), err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write limits file: %w", err)
-	}
-	ok = true
 	return nil
 }
 

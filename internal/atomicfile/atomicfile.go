@@ -1,0 +1,55 @@
+// Package atomicfile replaces files so that a reader sees either the old
+// content or the new, never a partial file: the limits file the shim reads,
+// the runtime spec runc reads, the admission ledger, the runtime configs.
+package atomicfile
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// Write replaces path with data, readable with perm. See WriteOwned.
+func Write(path string, data []byte, perm fs.FileMode) error {
+	return WriteOwned(path, data, perm, -1, -1)
+}
+
+// WriteOwned replaces path with data: the data goes to a temporary file in
+// the same directory (so the rename cannot cross file systems), which is
+// given perm and, when uid >= 0, the owner uid:gid, synced, and renamed over
+// path. On any error the temporary file is removed and path is untouched.
+func WriteOwned(path string, data []byte, perm fs.FileMode, uid, gid int) (err error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err := tmp.Write(data); err != nil {
+		return fmt.Errorf("write %s: %w", tmp.Name(), err)
+	}
+	// Chmod on the descriptor: the umask applies at creation, not here.
+	if err := tmp.Chmod(perm); err != nil {
+		return fmt.Errorf("write %s: %w", tmp.Name(), err)
+	}
+	if uid >= 0 && (uid != os.Geteuid() || gid != os.Getegid()) {
+		if err := tmp.Chown(uid, gid); err != nil {
+			return fmt.Errorf("write %s: %w", tmp.Name(), err)
+		}
+	}
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("write %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", tmp.Name(), err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}

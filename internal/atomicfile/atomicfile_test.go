@@ -1,0 +1,75 @@
+package atomicfile
+
+import (
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+func TestWriteReplacesWithModeAndLeavesNoTemp(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "limits")
+	if err := os.WriteFile(path, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	if err := Write(path, []byte("new"), 0o644); err != nil {
+		t.Fatalf("Write: %v", err)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil || string(got) != "new" {
+		t.Fatalf("content = %q, %v; want \"new\"", got, err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o644 {
+		t.Errorf("mode = %v, want 0644 whatever the umask", st.Mode().Perm())
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 {
+		t.Errorf("directory holds %d entries, want only the file", len(entries))
+	}
+}
+
+func TestWriteFailureLeavesTargetUntouched(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "target")
+	if err := os.Mkdir(path, 0o755); err != nil { // a directory cannot be renamed over
+		t.Fatal(err)
+	}
+	if err := Write(path, []byte("x"), 0o644); err == nil {
+		t.Fatal("Write over a directory succeeded")
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || !entries[0].IsDir() {
+		t.Errorf("temporary file left behind: %v", entries)
+	}
+}
+
+func TestWriteOwned(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("changing a file's owner needs root")
+	}
+	path := filepath.Join(t.TempDir(), "spec")
+	if err := WriteOwned(path, []byte("{}"), 0o640, 1234, 5678); err != nil {
+		t.Fatalf("WriteOwned: %v", err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := st.Sys().(*syscall.Stat_t)
+	if sys.Uid != 1234 || sys.Gid != 5678 || st.Mode().Perm() != 0o640 {
+		t.Errorf("owner %d:%d mode %v, want 1234:5678 0640", sys.Uid, sys.Gid, st.Mode().Perm())
+	}
+}
