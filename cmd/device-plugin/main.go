@@ -18,10 +18,10 @@ import (
 	"os"
 	"os/signal"
 	"reflect"
-	"strings"
 	"syscall"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/deviceplugin"
+	"github.com/nri-vgpu/nri-vgpu/internal/logging"
 	"github.com/nri-vgpu/nri-vgpu/internal/version"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
@@ -59,7 +59,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, reload <-chan os.
 		fmt.Fprintf(stderr, "%s %s\n", name, version.Version)
 		return 0
 	}
-	logger, err := newLogger(stderr, *logLevel, *logFormat)
+	logger, err := logging.New(stderr, *logLevel, *logFormat)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
@@ -137,21 +137,5 @@ func reloadOnSignal(ctx context.Context, sig <-chan os.Signal, configPath string
 			continue
 		}
 		logger.Info("reload: simulated GPUs updated", "gpus", len(cfg.GPU.Simulated))
-	}
-}
-
-func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
-	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
-	}
-	opts := &slog.HandlerOptions{Level: lv}
-	switch strings.ToLower(format) {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	default:
-		return nil, fmt.Errorf("--log-format %q: want text or json", format)
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/configure"
+	"github.com/nri-vgpu/nri-vgpu/internal/logging"
 	"github.com/nri-vgpu/nri-vgpu/internal/metrics"
 	"github.com/nri-vgpu/nri-vgpu/internal/nriplugin"
 	"github.com/nri-vgpu/nri-vgpu/internal/status"
@@ -100,7 +101,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if cmd == "" {
 		logOut = pluginLogSink(stderr, nriplugin.StartedByRuntime())
 	}
-	logger, err := newLogger(logOut, *logLevel, *logFormat)
+	logger, err := logging.New(logOut, *logLevel, *logFormat)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
@@ -127,21 +128,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
-}
-
-func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
-	}
-	opts := &slog.HandlerOptions{Level: l}
-	switch format {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	}
-	return nil, fmt.Errorf("--log-format %q: want text or json", format)
 }
 
 // setNRILogger routes the NRI library's process-wide logger; tests, which
