@@ -9,6 +9,7 @@ have gcc     || need+=(gcc)
 have make    || need+=(make)
 have objdump || need+=(binutils)
 have git     || need+=(git)
+have clang   || need+=(clang)   # the shim's libFuzzer target
 
 if ((${#need[@]})); then
 	if [ "$(id -u)" != 0 ]; then

@@ -1,0 +1,198 @@
+// Package region reads the usage region of a vGPU container (Contract 5): the
+// fixed-size binary file that every process of the container maps and the
+// limiter library (shim/include/region.h, the one definition of the layout)
+// updates under an fcntl OFD lock. This is its read-only Go mirror, for
+// `nri-vgpu status` and metrics.
+package region
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// FileName is the region file inside the container's region directory.
+const FileName = "usage"
+
+// Layout constants; they must equal those of shim/include/region.h (a test
+// compares them with the C compiler's view).
+const (
+	Magic      uint64 = 0x3147455255504756 // the bytes "VGPUREG1", little-endian
+	Version    uint32 = 1
+	MaxDevices        = 16
+	MaxProcs          = 1024
+	UUIDLen           = 96
+)
+
+// The raw layout, field for field as in region.h (little-endian, naturally
+// aligned, explicit padding), decoded with encoding/binary.
+type rawHeader struct {
+	Magic       uint64
+	Version     uint32
+	HeaderSize  uint32
+	Size        uint64
+	DeviceCount uint32
+	ProcSlots   uint32
+	Reserved    [32]byte
+}
+
+type rawDevice struct {
+	UUID      [UUIDLen]byte
+	Limit     uint64
+	Used      uint64
+	Cores     uint32
+	Reserved0 uint32
+	Reserved  [3]uint64
+}
+
+type rawProc struct {
+	PID       int32
+	HostPID   int32
+	StartTime uint64
+	Used      [MaxDevices]uint64
+	Launches  [MaxDevices]uint64
+}
+
+type rawRegion struct {
+	Header  rawHeader
+	Devices [MaxDevices]rawDevice
+	Procs   [MaxProcs]rawProc
+}
+
+// Size is the size in bytes of a region file.
+const Size = int(unsafe.Sizeof(rawRegion{}))
+
+// Usage is what a container's processes hold, as the region records it.
+type Usage struct {
+	Version   uint32
+	Devices   []DeviceUsage
+	Processes []ProcessUsage
+}
+
+// DeviceUsage is one GPU of the container.
+type DeviceUsage struct {
+	UUID  string
+	Limit uint64 // bytes; 0 = no memory limit
+	Used  uint64 // bytes held by the whole container
+	Cores uint32 // percent of SM time
+}
+
+// ProcessUsage is one registered process; Used and Launches are indexed like
+// Usage.Devices.
+type ProcessUsage struct {
+	PID       int32  // in the container's pid namespace
+	HostPID   int32  // as NVML reports it; 0 = unknown
+	StartTime uint64 // /proc/<pid>/stat field 22, in clock ticks since boot
+	Used      []uint64
+	Launches  []uint64
+}
+
+// ErrInvalid is wrapped by every error about a file that is not a valid region.
+var ErrInvalid = errors.New("invalid usage region")
+
+// lockWait bounds how long ReadUsage waits for a writer; writers hold the lock
+// for microseconds, and the kernel drops it when a holder dies.
+const lockWait = 2 * time.Second
+
+// ReadUsage reads the region at path under a brief OFD read lock, so it never
+// sees a half-done update, and validates its magic, version and size.
+func ReadUsage(path string) (*Usage, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading usage region: %w", err)
+	}
+	defer f.Close()
+
+	if err := readLock(f); err != nil {
+		return nil, fmt.Errorf("locking usage region %s: %w", path, err)
+	}
+	buf := make([]byte, Size+1)
+	n, err := io.ReadFull(f, buf)
+	unlockErr := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &unix.Flock_t{Type: unix.F_UNLCK})
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return nil, fmt.Errorf("reading usage region %s: %w", path, err)
+	}
+	if unlockErr != nil {
+		return nil, fmt.Errorf("unlocking usage region %s: %w", path, unlockErr)
+	}
+	u, err := decode(buf[:n])
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return u, nil
+}
+
+func readLock(f *os.File) error {
+	deadline := time.Now().Add(lockWait)
+	for {
+		err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &unix.Flock_t{Type: unix.F_RDLCK})
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EACCES) && !errors.Is(err, unix.EINTR) {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("held by a writer for more than %s: %w", lockWait, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func decode(b []byte) (*Usage, error) {
+	if len(b) != Size {
+		return nil, fmt.Errorf("%w: %d bytes, want %d", ErrInvalid, len(b), Size)
+	}
+	var r rawRegion
+	if err := binary.Read(bytes.NewReader(b), binary.LittleEndian, &r); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	h := r.Header
+	switch {
+	case h.Magic != Magic:
+		return nil, fmt.Errorf("%w: magic %#x, want %#x", ErrInvalid, h.Magic, Magic)
+	case h.Version != Version:
+		return nil, fmt.Errorf("%w: version %d, this build reads %d", ErrInvalid, h.Version, Version)
+	case h.Size != uint64(Size) || h.HeaderSize != uint32(unsafe.Offsetof(r.Procs)):
+		return nil, fmt.Errorf("%w: header says size %d / header %d, want %d / %d", ErrInvalid,
+			h.Size, h.HeaderSize, Size, unsafe.Offsetof(r.Procs))
+	case h.DeviceCount > MaxDevices:
+		return nil, fmt.Errorf("%w: %d devices, at most %d", ErrInvalid, h.DeviceCount, MaxDevices)
+	case h.ProcSlots != MaxProcs:
+		return nil, fmt.Errorf("%w: %d process slots, want %d", ErrInvalid, h.ProcSlots, MaxProcs)
+	}
+	nd := int(h.DeviceCount)
+	u := &Usage{Version: h.Version, Devices: make([]DeviceUsage, nd)}
+	for i := range nd {
+		d := &r.Devices[i]
+		u.Devices[i] = DeviceUsage{UUID: cString(d.UUID[:]), Limit: d.Limit, Used: d.Used, Cores: d.Cores}
+	}
+	for i := range r.Procs {
+		p := &r.Procs[i]
+		if p.PID == 0 {
+			continue
+		}
+		u.Processes = append(u.Processes, ProcessUsage{
+			PID:       p.PID,
+			HostPID:   p.HostPID,
+			StartTime: p.StartTime,
+			Used:      append([]uint64(nil), p.Used[:nd]...),
+			Launches:  append([]uint64(nil), p.Launches[:nd]...),
+		})
+	}
+	return u, nil
+}
+
+func cString(b []byte) string {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	return string(b)
+}

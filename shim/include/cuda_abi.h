@@ -1,0 +1,200 @@
+/*
+ * Hand-declared subset of the CUDA driver API and NVML ABI (Linux x86_64).
+ *
+ * No CUDA headers are available at build time, and the shim must not depend
+ * on them: every type below is declared from the public ABI and the layouts
+ * are pinned with static assertions so a wrong declaration fails the build
+ * instead of corrupting a caller's memory.
+ */
+#ifndef VGPU_CUDA_ABI_H
+#define VGPU_CUDA_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- driver API basic types ------------------------------------------- */
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUstream_st *CUstream;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUarray_st *CUarray;
+typedef struct CUmipmappedArray_st *CUmipmappedArray;
+typedef struct CUgraphExec_st *CUgraphExec;
+typedef struct CUmemPoolHandle_st *CUmemoryPool;
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef uint64_t cuuint64_t;
+
+typedef struct {
+	char bytes[16];
+} CUuuid;
+
+enum {
+	CUDA_SUCCESS = 0,
+	CUDA_ERROR_INVALID_VALUE = 1,
+	CUDA_ERROR_OUT_OF_MEMORY = 2,
+	CUDA_ERROR_NOT_INITIALIZED = 3,
+	CUDA_ERROR_NO_DEVICE = 100,
+	CUDA_ERROR_INVALID_DEVICE = 101,
+	CUDA_ERROR_INVALID_CONTEXT = 201,
+	CUDA_ERROR_INVALID_HANDLE = 400,
+	CUDA_ERROR_NOT_FOUND = 500,
+	CUDA_ERROR_NOT_SUPPORTED = 801,
+	CUDA_ERROR_UNKNOWN = 999,
+};
+
+#define CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT 16
+
+/* cuGetProcAddress flags and query results. */
+#define CU_GET_PROC_ADDRESS_DEFAULT 0
+#define CU_GET_PROC_ADDRESS_LEGACY_STREAM 1
+#define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM 2
+typedef int CUdriverProcAddressQueryResult;
+#define CU_GET_PROC_ADDRESS_SUCCESS 0
+#define CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND 1
+#define CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT 2
+
+/* ---- memory structures ------------------------------------------------ */
+
+#define CU_MEM_LOCATION_TYPE_DEVICE 1
+#define CU_MEM_ALLOCATION_TYPE_PINNED 1
+
+typedef struct {
+	int type; /* CUmemLocationType */
+	int id;
+} CUmemLocation;
+
+typedef struct {
+	int type;                 /* CUmemAllocationType */
+	int requestedHandleTypes; /* CUmemAllocationHandleType bitmask */
+	CUmemLocation location;
+	void *win32HandleMetaData;
+	struct {
+		unsigned char compressionType;
+		unsigned char gpuDirectRDMACapable;
+		unsigned short usage;
+		unsigned char reserved[4];
+	} allocFlags;
+} CUmemAllocationProp;
+
+typedef struct {
+	size_t Width;
+	size_t Height;
+	int Format; /* CUarray_format */
+	unsigned int NumChannels;
+} CUDA_ARRAY_DESCRIPTOR;
+
+typedef struct {
+	size_t Width;
+	size_t Height;
+	size_t Depth;
+	int Format; /* CUarray_format */
+	unsigned int NumChannels;
+	unsigned int Flags;
+} CUDA_ARRAY3D_DESCRIPTOR;
+
+#define CUDA_ARRAY3D_LAYERED 0x01
+#define CUDA_ARRAY3D_CUBEMAP 0x04
+
+typedef struct {
+	int id; /* CUlaunchAttributeID */
+	char pad[4];
+	union {
+		char pad[64];
+	} value;
+} CUlaunchAttribute;
+
+typedef struct {
+	unsigned int gridDimX, gridDimY, gridDimZ;
+	unsigned int blockDimX, blockDimY, blockDimZ;
+	unsigned int sharedMemBytes;
+	CUstream hStream;
+	CUlaunchAttribute *attrs;
+	unsigned int numAttrs;
+} CUlaunchConfig;
+
+_Static_assert(sizeof(CUresult) == 4, "CUresult");
+_Static_assert(sizeof(CUdeviceptr) == 8, "CUdeviceptr");
+_Static_assert(sizeof(CUuuid) == 16 && _Alignof(CUuuid) == 1, "CUuuid");
+_Static_assert(sizeof(CUmemLocation) == 8, "CUmemLocation");
+_Static_assert(sizeof(CUmemAllocationProp) == 32, "CUmemAllocationProp");
+_Static_assert(offsetof(CUmemAllocationProp, location) == 8, "prop.location");
+_Static_assert(offsetof(CUmemAllocationProp, allocFlags) == 24, "prop.allocFlags");
+_Static_assert(sizeof(CUDA_ARRAY_DESCRIPTOR) == 24, "CUDA_ARRAY_DESCRIPTOR");
+_Static_assert(offsetof(CUDA_ARRAY_DESCRIPTOR, NumChannels) == 20, "ad.NumChannels");
+_Static_assert(sizeof(CUDA_ARRAY3D_DESCRIPTOR) == 40, "CUDA_ARRAY3D_DESCRIPTOR");
+_Static_assert(offsetof(CUDA_ARRAY3D_DESCRIPTOR, Format) == 24, "a3d.Format");
+_Static_assert(offsetof(CUDA_ARRAY3D_DESCRIPTOR, Flags) == 32, "a3d.Flags");
+_Static_assert(sizeof(CUlaunchAttribute) == 72, "CUlaunchAttribute");
+_Static_assert(sizeof(CUlaunchConfig) == 56, "CUlaunchConfig");
+_Static_assert(offsetof(CUlaunchConfig, hStream) == 32, "lc.hStream");
+_Static_assert(offsetof(CUlaunchConfig, numAttrs) == 48, "lc.numAttrs");
+
+/* ---- NVML --------------------------------------------------------------- */
+
+typedef int nvmlReturn_t;
+typedef struct nvmlDevice_st *nvmlDevice_t;
+
+enum {
+	NVML_SUCCESS = 0,
+	NVML_ERROR_UNINITIALIZED = 1,
+	NVML_ERROR_INVALID_ARGUMENT = 2,
+	NVML_ERROR_NOT_SUPPORTED = 3,
+	NVML_ERROR_NOT_FOUND = 6,
+	NVML_ERROR_INSUFFICIENT_SIZE = 7,
+	NVML_ERROR_FUNCTION_NOT_FOUND = 13,
+	NVML_ERROR_NO_DATA = 21,
+	NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
+	NVML_ERROR_UNKNOWN = 999,
+};
+
+typedef struct {
+	unsigned long long total;
+	unsigned long long free;
+	unsigned long long used;
+} nvmlMemory_t;
+
+typedef struct {
+	unsigned int version;
+	unsigned long long total;
+	unsigned long long reserved;
+	unsigned long long free;
+	unsigned long long used;
+} nvmlMemory_v2_t;
+
+#define nvmlMemory_v2 ((unsigned int)(sizeof(nvmlMemory_v2_t) | (2u << 24)))
+
+typedef struct {
+	unsigned int gpu;
+	unsigned int memory;
+} nvmlUtilization_t;
+
+typedef struct {
+	unsigned int pid;
+	unsigned long long timeStamp; /* microseconds */
+	unsigned int smUtil;
+	unsigned int memUtil;
+	unsigned int encUtil;
+	unsigned int decUtil;
+} nvmlProcessUtilizationSample_t;
+
+typedef struct {
+	unsigned int pid;
+	unsigned long long usedGpuMemory;
+} nvmlProcessInfo_v1_t;
+
+#define NVML_DEVICE_UUID_BUFFER_SIZE 96
+
+_Static_assert(sizeof(nvmlMemory_t) == 24, "nvmlMemory_t");
+_Static_assert(sizeof(nvmlMemory_v2_t) == 40, "nvmlMemory_v2_t");
+_Static_assert(offsetof(nvmlMemory_v2_t, total) == 8, "m2.total");
+_Static_assert(offsetof(nvmlMemory_v2_t, used) == 32, "m2.used");
+_Static_assert(nvmlMemory_v2 == 0x02000028u, "nvmlMemory_v2 version");
+_Static_assert(sizeof(nvmlUtilization_t) == 8, "nvmlUtilization_t");
+_Static_assert(sizeof(nvmlProcessUtilizationSample_t) == 32, "sample");
+_Static_assert(offsetof(nvmlProcessUtilizationSample_t, smUtil) == 16, "sample.smUtil");
+_Static_assert(sizeof(nvmlProcessInfo_v1_t) == 16, "nvmlProcessInfo_v1_t");
+
+#endif

@@ -1,0 +1,184 @@
+/*
+ * Lazy initialisation (first hooked call, via pthread_once; never in a
+ * constructor) and the mapping from CUDA devices and NVML handles to entries
+ * of the limits file. Devices are matched by UUID, never by index: the
+ * container's CUDA ordinals need not match the host's.
+ */
+#include "glibc_compat.h"
+
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "shim.h"
+
+struct vgpu_state vgpu = {.region_fd = -1};
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+/* An override from the environment counts only when the fixed path is absent:
+ * a container must not be able to point the shim at a file of its own. */
+static const char *pick_path(const char *fixed, const char *env)
+{
+	if (access(fixed, F_OK) == 0 || errno != ENOENT)
+		return fixed;
+	const char *e = getenv(env);
+	return e && *e ? e : fixed;
+}
+
+/* Returns the bytes read, -1 when the file does not exist, -2 on any other error. */
+static ssize_t read_small(const char *path, char *buf, size_t cap, int *err)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		*err = errno;
+		return errno == ENOENT ? -1 : -2;
+	}
+	size_t n = 0;
+	while (n < cap) {
+		ssize_t r = read(fd, buf + n, cap - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			*err = errno;
+			close(fd);
+			return -2;
+		}
+		if (r == 0)
+			break;
+		n += (size_t)r;
+	}
+	close(fd);
+	return (ssize_t)n;
+}
+
+static void atfork_child(void)
+{
+	vgpu_region_after_fork();
+	vgpu_mem_after_fork();
+	vgpu_limiter_after_fork();
+}
+
+static void init_once(void)
+{
+	const char *lpath = pick_path(VGPU_LIMITS_PATH, "NRI_VGPU_LIMITS");
+	const char *rdir = pick_path(VGPU_REGION_DIR, "NRI_VGPU_REGION_DIR");
+	char buf[VGPU_LIMITS_MAX_SIZE + 1], why[256];
+	int err = 0;
+
+	ssize_t n = read_small(lpath, buf, sizeof(buf), &err);
+	if (n == -1) {
+		vgpu.mode = VGPU_PASSTHROUGH; /* not a vGPU container: stay out of the way */
+		return;
+	}
+	if (n == -2) {
+		snprintf(why, sizeof(why), "cannot read it: %s", strerror(err));
+	} else if (vgpu_limits_parse(buf, (size_t)n, &vgpu.limits, why, sizeof(why)) == 0) {
+		vgpu.mode = VGPU_ENFORCE;
+		vgpu_log_level = vgpu.limits.log_level;
+		for (int i = 0; i < vgpu.limits.ngpu; i++)
+			if (vgpu.limits.gpu[i].cores < 100)
+				vgpu.throttled = 1;
+		if (vgpu_region_open(rdir, &vgpu.limits) != 0)
+			LOGW("usage region in %s unusable; quotas are enforced per process only", rdir);
+		pthread_atfork(NULL, NULL, atfork_child);
+		LOGD("limits from %s: %d GPU(s)", lpath, vgpu.limits.ngpu);
+		return;
+	}
+	/* Fail closed: a broken limits file must not mean "unlimited". */
+	vgpu.mode = VGPU_FAIL_CLOSED;
+	LOGE("invalid limits file %s: %s; every GPU memory allocation will fail", lpath, why);
+}
+
+void vgpu_init(void)
+{
+	pthread_once(&once, init_once);
+}
+
+void vgpu_format_uuid(const CUuuid *u, char out[VGPU_UUID_LEN])
+{
+	const unsigned char *b = (const unsigned char *)u->bytes;
+	snprintf(out, VGPU_UUID_LEN,
+		 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+		 b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+}
+
+static int index_of_uuid(const char *uuid)
+{
+	for (int i = 0; i < vgpu.limits.ngpu; i++)
+		if (strcasecmp(vgpu.limits.gpu[i].uuid, uuid) == 0)
+			return i;
+	return -1;
+}
+
+#define CU_CACHE 64
+/* limits index + 2 per CUDA ordinal; 0 = not looked up yet. */
+static signed char cu_cache[CU_CACHE];
+
+int vgpu_device_index(CUdevice dev)
+{
+	if (dev >= 0 && dev < CU_CACHE) {
+		int c = __atomic_load_n(&cu_cache[dev], __ATOMIC_RELAXED);
+		if (likely(c))
+			return c - 2;
+	}
+	CUuuid u;
+	if (vgpu_cu_device_uuid(dev, &u) != CUDA_SUCCESS)
+		return -1;
+	char s[VGPU_UUID_LEN];
+	vgpu_format_uuid(&u, s);
+	int idx = index_of_uuid(s);
+	if (idx < 0)
+		LOGI("CUDA device %d (%s) is not in the limits file", dev, s);
+	if (dev >= 0 && dev < CU_CACHE)
+		__atomic_store_n(&cu_cache[dev], (signed char)(idx + 2), __ATOMIC_RELAXED);
+	return idx;
+}
+
+int vgpu_current_index(CUdevice *dev_out)
+{
+	CUdevice dev;
+	if (vgpu_cu_ctx_get_device(&dev) != CUDA_SUCCESS)
+		return -2;
+	if (dev_out)
+		*dev_out = dev;
+	return vgpu_device_index(dev);
+}
+
+#define NVML_CACHE 32
+static struct {
+	nvmlDevice_t handle;
+	int idx;
+} nvml_cache[NVML_CACHE];
+static int nvml_cached;
+static pthread_mutex_t nvml_mu = PTHREAD_MUTEX_INITIALIZER;
+
+int vgpu_nvml_index(nvmlDevice_t dev)
+{
+	int idx = -1, found = 0;
+	pthread_mutex_lock(&nvml_mu);
+	for (int i = 0; i < nvml_cached; i++)
+		if (nvml_cache[i].handle == dev) {
+			idx = nvml_cache[i].idx;
+			found = 1;
+		}
+	pthread_mutex_unlock(&nvml_mu);
+	if (found)
+		return idx;
+	char s[VGPU_UUID_LEN];
+	if (vgpu_nvml_device_uuid(dev, s, sizeof(s)) != NVML_SUCCESS)
+		return -1;
+	idx = index_of_uuid(s);
+	pthread_mutex_lock(&nvml_mu);
+	if (nvml_cached < NVML_CACHE) {
+		nvml_cache[nvml_cached].handle = dev;
+		nvml_cache[nvml_cached].idx = idx;
+		nvml_cached++;
+	}
+	pthread_mutex_unlock(&nvml_mu);
+	return idx;
+}

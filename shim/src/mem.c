@@ -1,0 +1,473 @@
+/*
+ * Memory quota (issue items 2 and 5): every counted allocation reserves its
+ * size in the usage region *before* the driver is called and gives it back
+ * if the driver fails, so two processes can never both pass the limit. Over
+ * the quota the caller gets CUDA_ERROR_OUT_OF_MEMORY, which every framework
+ * handles (a -1 would not be), and one log line.
+ */
+#include "glibc_compat.h"
+
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include "shim.h"
+#include "track.h"
+
+/* ---- admission ------------------------------------------------------------------ */
+
+enum { GO_FORWARD, GO_COUNTED, GO_REFUSE };
+
+static void over_quota(int idx, uint64_t bytes)
+{
+	const struct vgpu_region_device *d = &vgpu.region->devices[idx];
+	LOGW("GPU memory quota exceeded on %s: %llu bytes requested, %llu of %llu in use by the container",
+	     vgpu.limits.gpu[idx].uuid, (unsigned long long)bytes, (unsigned long long)d->used,
+	     (unsigned long long)d->limit);
+}
+
+/*
+ * Decides an allocation of bytes on limits index idx (from
+ * vgpu_current_index or vgpu_device_index). On GO_COUNTED the bytes are
+ * reserved and the caller must track or give them back.
+ */
+static int admit_index(int idx, uint64_t bytes)
+{
+	if (vgpu.mode == VGPU_PASSTHROUGH)
+		return GO_FORWARD;
+	if (vgpu.mode == VGPU_FAIL_CLOSED)
+		return GO_REFUSE; /* reported once, when the limits file was read */
+	if (idx == -2)
+		return GO_FORWARD; /* no current context: the driver returns its own error */
+	if (idx < 0) {
+		LOGW("allocation refused: the device is not among the container's GPUs");
+		return GO_REFUSE;
+	}
+	if (vgpu_reserve(idx, bytes) != 0) {
+		over_quota(idx, bytes);
+		return GO_REFUSE;
+	}
+	return GO_COUNTED;
+}
+
+static int admit_current(uint64_t bytes, int *idx)
+{
+	vgpu_init();
+	*idx = vgpu.mode == VGPU_ENFORCE ? vgpu_current_index(NULL) : -1;
+	return admit_index(*idx, bytes);
+}
+
+static CUcontext current_ctx(void)
+{
+	CUcontext c = NULL;
+	vgpu_cu_ctx_get_current(&c);
+	return c;
+}
+
+/* After the driver call: track on success, give back on failure. */
+static CUresult settle(CUresult rc, int go, int kind, uint64_t key, uint64_t bytes, int idx)
+{
+	if (go != GO_COUNTED)
+		return rc;
+	if (rc != CUDA_SUCCESS || vgpu_track_add(kind, key, bytes, idx, current_ctx()) != 0)
+		vgpu_unreserve(idx, bytes);
+	return rc;
+}
+
+/* Gives back what a successful free/release/destroy of key released. */
+static CUresult release(int kind, uint64_t key, CUresult (*call)(void *), void *arg)
+{
+	struct vgpu_tracked t;
+	/* Untrack first: once the driver has freed the address, another thread may
+	 * get it back from a new allocation and track it. */
+	int had = vgpu_track_take(kind, key, &t) == 0;
+	CUresult rc = call(arg);
+	if (had) {
+		if (rc == CUDA_SUCCESS)
+			vgpu_unreserve(t.idx, t.bytes);
+		else
+			vgpu_track_add(kind, key, t.bytes, t.idx, t.ctx);
+	}
+	return rc;
+}
+
+#define REFUSED CUDA_ERROR_OUT_OF_MEMORY
+
+/* ---- linear allocations ---------------------------------------------------------- */
+
+VGPU_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes)
+{
+	int idx, go = admit_current(bytes, &idx);
+	if (go == GO_REFUSE)
+		return REFUSED;
+	CUresult rc = NEXT(cuMemAlloc_v2)(dptr, bytes);
+	return settle(rc, go, TRACK_PTR, dptr ? *dptr : 0, bytes, idx);
+}
+
+VGPU_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned flags)
+{
+	int idx, go = admit_current(bytes, &idx);
+	if (go == GO_REFUSE)
+		return REFUSED;
+	CUresult rc = NEXT(cuMemAllocManaged)(dptr, bytes, flags);
+	return settle(rc, go, TRACK_PTR, dptr ? *dptr : 0, bytes, idx);
+}
+
+VGPU_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+					unsigned elem)
+{
+	/* Reserve a bound first (pitch alignment is at most 512 bytes on every
+	 * GPU we know of), then settle on the real pitch × height. */
+	uint64_t est = ((uint64_t)width + 511) / 512 * 512 * height;
+	int idx, go = admit_current(est, &idx);
+	if (go == GO_REFUSE)
+		return REFUSED;
+	CUresult rc = NEXT(cuMemAllocPitch_v2)(dptr, pitch, width, height, elem);
+	if (go != GO_COUNTED)
+		return rc;
+	if (rc != CUDA_SUCCESS) {
+		vgpu_unreserve(idx, est);
+		return rc;
+	}
+	uint64_t real = (uint64_t)*pitch * height;
+	if (real > est) {
+		if (vgpu_reserve(idx, real - est) != 0) {
+			over_quota(idx, real);
+			vgpu_unreserve(idx, est);
+			NEXT(cuMemFree_v2)(*dptr);
+			*dptr = 0;
+			return REFUSED;
+		}
+	} else {
+		vgpu_unreserve(idx, est - real);
+	}
+	return settle(rc, go, TRACK_PTR, *dptr, real, idx);
+}
+
+VGPU_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes, CUstream s)
+{
+	int idx, go = admit_current(bytes, &idx);
+	if (go == GO_REFUSE)
+		return REFUSED;
+	CUresult rc = NEXT(cuMemAllocAsync)(dptr, bytes, s);
+	return settle(rc, go, TRACK_PTR, dptr ? *dptr : 0, bytes, idx);
+}
+
+VGPU_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUstream s)
+{
+	int idx, go = admit_current(bytes, &idx);
+	if (go == GO_REFUSE)
+		return REFUSED;
+	CUresult rc = NEXT(cuMemAllocAsync_ptsz)(dptr, bytes, s);
+	return settle(rc, go, TRACK_PTR, dptr ? *dptr : 0, bytes, idx);
+}
+
+VGPU_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream s)
+{
+	int idx, go = admit_current(bytes, &idx);
+	if (go == GO_REFUSE)
+		return REFUSED;
+	CUresult rc = NEXT(cuMemAllocFromPoolAsync)(dptr, bytes, pool, s);
+	return settle(rc, go, TRACK_PTR, dptr ? *dptr : 0, bytes, idx);
+}
+
+VGPU_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
+						  CUstream s)
+{
+	int idx, go = admit_current(bytes, &idx);
+	if (go == GO_REFUSE)
+		return REFUSED;
+	CUresult rc = NEXT(cuMemAllocFromPoolAsync_ptsz)(dptr, bytes, pool, s);
+	return settle(rc, go, TRACK_PTR, dptr ? *dptr : 0, bytes, idx);
+}
+
+struct free_args {
+	CUdeviceptr p;
+	CUstream s;
+	int ptsz;
+};
+
+static CUresult do_free(void *a)
+{
+	return NEXT(cuMemFree_v2)(((struct free_args *)a)->p);
+}
+
+static CUresult do_free_async(void *a)
+{
+	struct free_args *f = a;
+	return f->ptsz ? NEXT(cuMemFreeAsync_ptsz)(f->p, f->s) : NEXT(cuMemFreeAsync)(f->p, f->s);
+}
+
+VGPU_EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
+{
+	struct free_args a = {p, NULL, 0};
+	return release(TRACK_PTR, p, do_free, &a);
+}
+
+VGPU_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s)
+{
+	struct free_args a = {p, s, 0};
+	return release(TRACK_PTR, p, do_free_async, &a);
+}
+
+VGPU_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s)
+{
+	struct free_args a = {p, s, 1};
+	return release(TRACK_PTR, p, do_free_async, &a);
+}
+
+/* ---- virtual memory management (PyTorch expandable segments, vLLM, llama.cpp) ---- */
+
+VGPU_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t bytes, const CUmemAllocationProp *prop,
+				 unsigned long long flags)
+{
+	vgpu_init();
+	/* Host (and host-NUMA) locations are not GPU memory: not ours to count. */
+	if (!prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return NEXT(cuMemCreate)(h, bytes, prop, flags);
+	int idx = vgpu.mode == VGPU_ENFORCE ? vgpu_device_index(prop->location.id) : -1;
+	int go = admit_index(idx, bytes);
+	if (go == GO_REFUSE)
+		return REFUSED;
+	CUresult rc = NEXT(cuMemCreate)(h, bytes, prop, flags);
+	return settle(rc, go, TRACK_HANDLE, h ? *h : 0, bytes, idx);
+}
+
+static CUresult do_release(void *a)
+{
+	return NEXT(cuMemRelease)(*(CUmemGenericAllocationHandle *)a);
+}
+
+VGPU_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h)
+{
+	return release(TRACK_HANDLE, h, do_release, &h);
+}
+
+/* ---- arrays ------------------------------------------------------------------------ */
+
+/* Bytes per channel of a CUarray_format. A switch, not a table: formats run
+ * up to 0xcb and a table indexed by them overflows. Unknown formats count 4. */
+static uint64_t format_bytes(int f)
+{
+	switch (f) {
+	case 0x01: case 0x08: /* (UN)SIGNED_INT8 */
+	case 0xc0: case 0xc3: case 0xc6: case 0xc9: /* UNORM/SNORM_INT8X{1,2,4} */
+		return 1;
+	case 0x02: case 0x09: case 0x10: /* (UN)SIGNED_INT16, HALF */
+		return 2;
+	case 0x03: case 0x0a: case 0x20: /* (UN)SIGNED_INT32, FLOAT */
+		return 4;
+	default:
+		return 4;
+	}
+}
+
+static uint64_t max1(uint64_t v)
+{
+	return v ? v : 1;
+}
+
+static uint64_t array_bytes(size_t w, size_t h, size_t d, int fmt, unsigned ch)
+{
+	return max1(w) * max1(h) * max1(d) * format_bytes(fmt) * max1(ch);
+}
+
+static uint64_t mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *a, unsigned levels)
+{
+	int layered = (a->Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP)) != 0;
+	uint64_t total = 0, w = max1(a->Width), h = a->Height, d = a->Depth;
+	for (unsigned l = 0; l < max1(levels) && l < 64; l++) {
+		total += array_bytes(w, h, d, a->Format, a->NumChannels);
+		w = max1(w >> 1);
+		h = h ? max1(h >> 1) : 0;
+		if (!layered)
+			d = d ? max1(d >> 1) : 0;
+	}
+	return total;
+}
+
+VGPU_EXPORT CUresult cuArrayCreate_v2(CUarray *arr, const CUDA_ARRAY_DESCRIPTOR *a)
+{
+	uint64_t bytes = a ? array_bytes(a->Width, a->Height, 0, a->Format, a->NumChannels) : 0;
+	int idx, go = admit_current(bytes, &idx);
+	if (go == GO_REFUSE)
+		return REFUSED;
+	CUresult rc = NEXT(cuArrayCreate_v2)(arr, a);
+	return settle(rc, go, TRACK_ARRAY, arr ? (uint64_t)(uintptr_t)*arr : 0, bytes, idx);
+}
+
+VGPU_EXPORT CUresult cuArray3DCreate_v2(CUarray *arr, const CUDA_ARRAY3D_DESCRIPTOR *a)
+{
+	uint64_t bytes = a ? array_bytes(a->Width, a->Height, a->Depth, a->Format, a->NumChannels) : 0;
+	int idx, go = admit_current(bytes, &idx);
+	if (go == GO_REFUSE)
+		return REFUSED;
+	CUresult rc = NEXT(cuArray3DCreate_v2)(arr, a);
+	return settle(rc, go, TRACK_ARRAY, arr ? (uint64_t)(uintptr_t)*arr : 0, bytes, idx);
+}
+
+static CUresult do_array_destroy(void *a)
+{
+	return NEXT(cuArrayDestroy)(*(CUarray *)a);
+}
+
+VGPU_EXPORT CUresult cuArrayDestroy(CUarray arr)
+{
+	return release(TRACK_ARRAY, (uint64_t)(uintptr_t)arr, do_array_destroy, &arr);
+}
+
+VGPU_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *m, const CUDA_ARRAY3D_DESCRIPTOR *a,
+					    unsigned levels)
+{
+	uint64_t bytes = a ? mipmap_bytes(a, levels) : 0;
+	int idx, go = admit_current(bytes, &idx);
+	if (go == GO_REFUSE)
+		return REFUSED;
+	CUresult rc = NEXT(cuMipmappedArrayCreate)(m, a, levels);
+	return settle(rc, go, TRACK_MIPMAP, m ? (uint64_t)(uintptr_t)*m : 0, bytes, idx);
+}
+
+static CUresult do_mipmap_destroy(void *a)
+{
+	return NEXT(cuMipmappedArrayDestroy)(*(CUmipmappedArray *)a);
+}
+
+VGPU_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray m)
+{
+	return release(TRACK_MIPMAP, (uint64_t)(uintptr_t)m, do_mipmap_destroy, &m);
+}
+
+/* ---- contexts: their own footprint, and everything freed with them ---------------------- */
+
+/*
+ * A context costs device memory of its own (hundreds of MiB on real GPUs).
+ * The driver reports it per process through NVML; whatever our pid holds
+ * beyond what we track is the context. In a pid namespace NVML's pids do not
+ * match ours and the footprint is not counted.
+ */
+static uint64_t ctx_footprint(int idx)
+{
+	typedef nvmlReturn_t (*procs_fn)(nvmlDevice_t, unsigned *, nvmlProcessInfo_v1_t *);
+	void *h = vgpu_lib_handle(LIB_NVML);
+	procs_fn f = h ? (procs_fn)vgpu_real_dlsym(h, "nvmlDeviceGetComputeRunningProcesses") : NULL;
+	nvmlDevice_t dev;
+	if (!f || vgpu_nvml_init() != NVML_SUCCESS ||
+	    vgpu_nvml_handle_by_uuid(vgpu.limits.gpu[idx].uuid, &dev) != NVML_SUCCESS)
+		return 0;
+	nvmlProcessInfo_v1_t info[64];
+	unsigned n = 64;
+	if (f(dev, &n, info) != NVML_SUCCESS)
+		return 0;
+	unsigned me = (unsigned)getpid();
+	uint64_t mine = 0;
+	for (unsigned i = 0; i < n && i < 64; i++)
+		if (info[i].pid == me)
+			mine = info[i].usedGpuMemory;
+	/* What we already count for this process on the device. */
+	uint64_t counted = 0;
+	for (int s = 0; s < VGPU_MAX_PROCS; s++)
+		if (vgpu.region->procs[s].pid == (int32_t)me)
+			counted = vgpu.region->procs[s].used[idx];
+	return mine > counted ? mine - counted : 0;
+}
+
+/* Counts a new context's footprint (after the fact: creation cannot be undone cleanly). */
+static void count_ctx(CUcontext ctx, CUdevice dev)
+{
+	if (vgpu.mode != VGPU_ENFORCE || !ctx)
+		return;
+	int idx = vgpu_device_index(dev);
+	if (idx < 0)
+		return;
+	uint64_t bytes = ctx_footprint(idx);
+	if (!bytes)
+		return;
+	/* Already created: count it even past the quota, so later allocations see the truth. */
+	vgpu_reserve_force(idx, bytes);
+	vgpu_track_add(TRACK_CTX, (uint64_t)(uintptr_t)ctx, bytes, idx, ctx);
+}
+
+static CUcontext primary[VGPU_MAX_DEVICES * 4];
+static int primary_refs[VGPU_MAX_DEVICES * 4];
+static pthread_mutex_t primary_mu = PTHREAD_MUTEX_INITIALIZER;
+
+VGPU_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev)
+{
+	vgpu_init();
+	CUresult rc = NEXT(cuDevicePrimaryCtxRetain)(ctx, dev);
+	if (rc != CUDA_SUCCESS || vgpu.mode != VGPU_ENFORCE || dev < 0 || dev >= VGPU_MAX_DEVICES * 4)
+		return rc;
+	pthread_mutex_lock(&primary_mu);
+	int first = primary_refs[dev]++ == 0;
+	primary[dev] = *ctx;
+	pthread_mutex_unlock(&primary_mu);
+	if (first)
+		count_ctx(*ctx, dev);
+	return rc;
+}
+
+/* The primary context of dev is gone (last release or reset): so is its memory. */
+static void primary_gone(CUdevice dev, int reset)
+{
+	CUcontext c = NULL;
+	pthread_mutex_lock(&primary_mu);
+	if (reset || (primary_refs[dev] > 0 && --primary_refs[dev] == 0))
+		c = primary[dev];
+	if (reset)
+		primary_refs[dev] = 0;
+	pthread_mutex_unlock(&primary_mu);
+	if (c)
+		vgpu_track_drop_ctx(c);
+}
+
+VGPU_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+	CUresult rc = NEXT(cuDevicePrimaryCtxRelease_v2)(dev);
+	if (rc == CUDA_SUCCESS && vgpu.mode == VGPU_ENFORCE && dev >= 0 && dev < VGPU_MAX_DEVICES * 4)
+		primary_gone(dev, 0);
+	return rc;
+}
+
+VGPU_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+	CUresult rc = NEXT(cuDevicePrimaryCtxReset_v2)(dev);
+	if (rc == CUDA_SUCCESS && vgpu.mode == VGPU_ENFORCE && dev >= 0 && dev < VGPU_MAX_DEVICES * 4)
+		primary_gone(dev, 1);
+	return rc;
+}
+
+VGPU_EXPORT CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned flags, CUdevice dev)
+{
+	vgpu_init();
+	CUresult rc = NEXT(cuCtxCreate_v2)(ctx, flags, dev);
+	if (rc == CUDA_SUCCESS)
+		count_ctx(*ctx, dev);
+	return rc;
+}
+
+VGPU_EXPORT CUresult cuCtxCreate_v3(CUcontext *ctx, void *affinity, int n, unsigned flags, CUdevice dev)
+{
+	vgpu_init();
+	CUresult rc = NEXT(cuCtxCreate_v3)(ctx, affinity, n, flags, dev);
+	if (rc == CUDA_SUCCESS)
+		count_ctx(*ctx, dev);
+	return rc;
+}
+
+VGPU_EXPORT CUresult cuCtxCreate_v4(CUcontext *ctx, void *params, unsigned flags, CUdevice dev)
+{
+	vgpu_init();
+	CUresult rc = NEXT(cuCtxCreate_v4)(ctx, params, flags, dev);
+	if (rc == CUDA_SUCCESS)
+		count_ctx(*ctx, dev);
+	return rc;
+}
+
+VGPU_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+	CUresult rc = NEXT(cuCtxDestroy_v2)(ctx);
+	if (rc == CUDA_SUCCESS && vgpu.mode == VGPU_ENFORCE)
+		vgpu_track_drop_ctx(ctx);
+	return rc;
+}

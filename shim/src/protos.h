@@ -1,0 +1,55 @@
+/* Prototypes of every exported wrapper (their ABI, as the driver/NVML declare it). */
+#ifndef VGPU_PROTOS_H
+#define VGPU_PROTOS_H
+
+#include "../include/cuda_abi.h"
+
+#define API __attribute__((visibility("default")))
+
+API CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, cuuint64_t flags);
+API CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint64_t flags,
+				 CUdriverProcAddressQueryResult *status);
+API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes);
+API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height, unsigned elem);
+API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned flags);
+API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes, CUstream s);
+API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUstream s);
+API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream s);
+API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream s);
+API CUresult cuMemFree_v2(CUdeviceptr p);
+API CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s);
+API CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s);
+API CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t bytes, const CUmemAllocationProp *prop,
+			 unsigned long long flags);
+API CUresult cuMemRelease(CUmemGenericAllocationHandle h);
+API CUresult cuArrayCreate_v2(CUarray *arr, const CUDA_ARRAY_DESCRIPTOR *a);
+API CUresult cuArray3DCreate_v2(CUarray *arr, const CUDA_ARRAY3D_DESCRIPTOR *a);
+API CUresult cuArrayDestroy(CUarray arr);
+API CUresult cuMipmappedArrayCreate(CUmipmappedArray *m, const CUDA_ARRAY3D_DESCRIPTOR *a, unsigned levels);
+API CUresult cuMipmappedArrayDestroy(CUmipmappedArray m);
+API CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev);
+API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
+API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev);
+API CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned flags, CUdevice dev);
+API CUresult cuCtxCreate_v3(CUcontext *ctx, void *affinity, int n, unsigned flags, CUdevice dev);
+API CUresult cuCtxCreate_v4(CUcontext *ctx, void *params, unsigned flags, CUdevice dev);
+API CUresult cuCtxDestroy_v2(CUcontext ctx);
+API CUresult cuMemGetInfo_v2(size_t *free_out, size_t *total_out);
+API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev);
+API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t *m);
+API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev, nvmlMemory_v2_t *m);
+API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+			    unsigned bz, unsigned shm, CUstream s, void **params, void **extra);
+API CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+				 unsigned bz, unsigned shm, CUstream s, void **params, void **extra);
+API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+				       unsigned by, unsigned bz, unsigned shm, CUstream s, void **params);
+API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+					    unsigned by, unsigned bz, unsigned shm, CUstream s, void **params);
+API CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra);
+API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra);
+API CUresult cuGraphLaunch(CUgraphExec g, CUstream s);
+API CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s);
+
+#undef API
+#endif

@@ -1,0 +1,215 @@
+/*
+ * The real libraries: libcuda.so.1 and libnvidia-ml.so.1 are never linked,
+ * only opened on first use, so the shim loads harmlessly into any process
+ * (bash, python) that never touches a GPU.
+ */
+#include "glibc_compat.h"
+
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <string.h>
+
+#include "shim.h"
+
+static const char *const lib_names[] = {"libcuda.so.1", "libnvidia-ml.so.1"};
+static void *lib_handle[2];
+
+typedef void *(*dlsym_fn)(void *, const char *);
+static dlsym_fn real_dlsym_fn;
+
+/*
+ * glibc's dlsym, or that of an interposer loaded after us. Looked up with
+ * dlvsym, which we do not interpose; idempotent, so racing threads are fine
+ * and no pthread_once is needed (a dlsym hook must not take locks that the
+ * lazy initialisation may hold while it runs dlopen).
+ */
+static dlsym_fn get_real_dlsym(void)
+{
+	dlsym_fn f = __atomic_load_n(&real_dlsym_fn, __ATOMIC_ACQUIRE);
+	if (likely(f))
+		return f;
+	f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+	if (!f)
+		f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+	__atomic_store_n(&real_dlsym_fn, f, __ATOMIC_RELEASE);
+	return f;
+}
+
+void *(*vgpu_real_dlsym_fn(void))(void *, const char *)
+{
+	return get_real_dlsym();
+}
+
+void *vgpu_lib_sym(int id)
+{
+	static void *cache[HOOK_COUNT];
+	void *p = __atomic_load_n(&cache[id], __ATOMIC_ACQUIRE);
+	if (p)
+		return p;
+	void *h = vgpu_lib_handle(vgpu_hooks[id].lib);
+	p = h ? vgpu_real_dlsym(h, vgpu_hooks[id].name) : NULL;
+	if (p)
+		__atomic_store_n(&cache[id], p, __ATOMIC_RELEASE);
+	return p;
+}
+
+void *vgpu_real_dlsym(void *handle, const char *name)
+{
+	dlsym_fn f = get_real_dlsym();
+	return f ? f(handle, name) : NULL;
+}
+
+void *vgpu_lib_handle(int lib)
+{
+	void *h = __atomic_load_n(&lib_handle[lib], __ATOMIC_ACQUIRE);
+	if (likely(h))
+		return h;
+	/* Prefer the copy the process already has (whatever path it came from). */
+	h = dlopen(lib_names[lib], RTLD_LAZY | RTLD_NOLOAD);
+	if (!h)
+		h = dlopen(lib_names[lib], RTLD_LAZY);
+	if (h) {
+		void *prev = NULL;
+		/* Lost a race: drop our extra reference (the handle is the same). */
+		if (!__atomic_compare_exchange_n(&lib_handle[lib], &prev, h, 0, __ATOMIC_ACQ_REL,
+						 __ATOMIC_ACQUIRE))
+			dlclose(h), h = prev;
+	}
+	return h;
+}
+
+const struct vgpu_hook vgpu_hooks[HOOK_COUNT] = {
+#define HOOK(lib, name, base, ver, ptsz) [HOOK_##name] = {#name, #base, lib, ver, ptsz},
+#include "hooks.def"
+#undef HOOK
+};
+
+static void *next_fn[HOOK_COUNT];
+
+/*
+ * The implementation a wrapper forwards to: the next definition after us in
+ * the global scope (so a second interposer stacked after us keeps working),
+ * else the library's own (libcuda dlopen'ed RTLD_LOCAL, the cudart way).
+ */
+void *vgpu_next(int id)
+{
+	void *p = __atomic_load_n(&next_fn[id], __ATOMIC_ACQUIRE);
+	if (likely(p))
+		return p;
+	p = vgpu_real_dlsym(RTLD_NEXT, vgpu_hooks[id].name);
+	if (!p) {
+		void *h = vgpu_lib_handle(vgpu_hooks[id].lib);
+		if (h)
+			p = vgpu_real_dlsym(h, vgpu_hooks[id].name);
+	}
+	if (p)
+		__atomic_store_n(&next_fn[id], p, __ATOMIC_RELEASE);
+	return p;
+}
+
+int vgpu_hook_find(const char *name)
+{
+	/* Cheap filter: every hooked name starts with "cu" or "nvml". */
+	if (!name || (name[0] != 'c' && name[0] != 'n'))
+		return -1;
+	for (int i = 0; i < HOOK_COUNT; i++)
+		if (strcmp(vgpu_hooks[i].name, name) == 0)
+			return i;
+	return -1;
+}
+
+static const char *base_name(const char *path)
+{
+	const char *s = strrchr(path, '/');
+	return s ? s + 1 : path;
+}
+
+int vgpu_addr_in_driver(const void *addr)
+{
+	Dl_info info;
+	if (!addr || !dladdr(addr, &info) || !info.dli_fname)
+		return 0;
+	const char *b = base_name(info.dli_fname);
+	return strncmp(b, "libcuda.so", 10) == 0 || strncmp(b, "libnvidia-ml.so", 15) == 0;
+}
+
+int vgpu_addr_in_self(const void *addr)
+{
+	Dl_info self, other;
+	if (!addr || !dladdr((const void *)&vgpu_addr_in_self, &self) || !dladdr(addr, &other))
+		return 0;
+	return self.dli_fbase == other.dli_fbase;
+}
+
+/* ---- plain calls the shim makes for itself ------------------------------------ */
+
+static void *plain(int lib, const char *name, void **cache)
+{
+	void *p = __atomic_load_n(cache, __ATOMIC_ACQUIRE);
+	if (likely(p))
+		return p;
+	void *h = vgpu_lib_handle(lib);
+	p = h ? vgpu_real_dlsym(h, name) : NULL;
+	if (p)
+		__atomic_store_n(cache, p, __ATOMIC_RELEASE);
+	return p;
+}
+
+#define PLAIN(lib, name, type, fail, ...)                                 \
+	do {                                                              \
+		static void *cache_;                                      \
+		__typeof__(type) f_ = (__typeof__(type))plain(lib, name, &cache_);              \
+		return f_ ? f_(__VA_ARGS__) : (fail);                     \
+	} while (0)
+
+CUresult vgpu_cu_ctx_get_device(CUdevice *dev)
+{
+	PLAIN(LIB_CUDA, "cuCtxGetDevice", CUresult(*)(CUdevice *), CUDA_ERROR_NOT_FOUND, dev);
+}
+
+CUresult vgpu_cu_ctx_get_current(CUcontext *ctx)
+{
+	PLAIN(LIB_CUDA, "cuCtxGetCurrent", CUresult(*)(CUcontext *), CUDA_ERROR_NOT_FOUND, ctx);
+}
+
+CUresult vgpu_cu_device_attr(int *value, int attr, CUdevice dev)
+{
+	PLAIN(LIB_CUDA, "cuDeviceGetAttribute", CUresult(*)(int *, int, CUdevice), CUDA_ERROR_NOT_FOUND,
+	      value, attr, dev);
+}
+
+CUresult vgpu_cu_device_uuid(CUdevice dev, CUuuid *uuid)
+{
+	/* The bare ABI gives the physical GPU's UUID, which is what NVML and the
+	 * limits file name; _v2 would give a MIG instance's. */
+	static void *v1, *v2;
+	CUresult (*f)(CUuuid *, CUdevice) = (CUresult(*)(CUuuid *, CUdevice))plain(LIB_CUDA, "cuDeviceGetUuid", &v1);
+	if (!f)
+		f = (CUresult(*)(CUuuid *, CUdevice))plain(LIB_CUDA, "cuDeviceGetUuid_v2", &v2);
+	return f ? f(uuid, dev) : CUDA_ERROR_NOT_FOUND;
+}
+
+nvmlReturn_t vgpu_nvml_init(void)
+{
+	PLAIN(LIB_NVML, "nvmlInit_v2", nvmlReturn_t(*)(void), NVML_ERROR_FUNCTION_NOT_FOUND);
+}
+
+nvmlReturn_t vgpu_nvml_device_uuid(nvmlDevice_t dev, char *buf, unsigned len)
+{
+	PLAIN(LIB_NVML, "nvmlDeviceGetUUID", nvmlReturn_t(*)(nvmlDevice_t, char *, unsigned),
+	      NVML_ERROR_FUNCTION_NOT_FOUND, dev, buf, len);
+}
+
+nvmlReturn_t vgpu_nvml_handle_by_uuid(const char *uuid, nvmlDevice_t *dev)
+{
+	PLAIN(LIB_NVML, "nvmlDeviceGetHandleByUUID", nvmlReturn_t(*)(const char *, nvmlDevice_t *),
+	      NVML_ERROR_FUNCTION_NOT_FOUND, uuid, dev);
+}
+
+nvmlReturn_t vgpu_nvml_process_utilization(nvmlDevice_t dev, nvmlProcessUtilizationSample_t *s,
+					   unsigned *count, unsigned long long since)
+{
+	PLAIN(LIB_NVML, "nvmlDeviceGetProcessUtilization",
+	      nvmlReturn_t(*)(nvmlDevice_t, nvmlProcessUtilizationSample_t *, unsigned *, unsigned long long),
+	      NVML_ERROR_FUNCTION_NOT_FOUND, dev, s, count, since);
+}

@@ -1,0 +1,101 @@
+/*
+ * Reported memory (issue item 3, Contract 7): inside a vGPU container, per
+ * GPU, total = min(limit, real total), used = what the container's processes
+ * hold (from the region: all of them, not just the caller), free =
+ * min(total - used, real free), saturating. cuMemGetInfo_v2,
+ * cuDeviceTotalMem_v2 and both nvmlDeviceGetMemoryInfo ABIs agree, so
+ * nvidia-smi, PyTorch's mem_get_info and TensorFlow plan within the slice.
+ * NULL out-pointers are accepted (OptiX passes NULL for free).
+ */
+#include "glibc_compat.h"
+
+#include "shim.h"
+
+struct slice {
+	uint64_t total, used, free;
+};
+
+/* Rewrites real (total, free) for limits index idx. Returns 0 when idx has no memory limit. */
+static int slice_of(int idx, uint64_t real_total, uint64_t real_free, struct slice *s)
+{
+	uint64_t limit = vgpu.limits.gpu[idx].memory;
+	if (!limit)
+		return 0;
+	s->total = limit < real_total ? limit : real_total;
+	s->used = vgpu_used(idx);
+	s->free = s->total > s->used ? s->total - s->used : 0;
+	if (s->free > real_free)
+		s->free = real_free;
+	return 1;
+}
+
+VGPU_EXPORT CUresult cuMemGetInfo_v2(size_t *free_out, size_t *total_out)
+{
+	vgpu_init();
+	size_t f = 0, t = 0;
+	CUresult rc = NEXT(cuMemGetInfo_v2)(&f, &t);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	struct slice s;
+	if (vgpu.mode == VGPU_FAIL_CLOSED) {
+		f = 0; /* nothing can be allocated: do not invite attempts */
+	} else if (vgpu.mode == VGPU_ENFORCE) {
+		int idx = vgpu_current_index(NULL);
+		if (idx >= 0 && slice_of(idx, t, f, &s)) {
+			f = s.free;
+			t = s.total;
+		}
+	}
+	if (free_out)
+		*free_out = f;
+	if (total_out)
+		*total_out = t;
+	return rc;
+}
+
+VGPU_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+	vgpu_init();
+	CUresult rc = NEXT(cuDeviceTotalMem_v2)(bytes, dev);
+	if (rc != CUDA_SUCCESS || !bytes || vgpu.mode != VGPU_ENFORCE)
+		return rc;
+	int idx = vgpu_device_index(dev);
+	uint64_t limit = idx >= 0 ? vgpu.limits.gpu[idx].memory : 0;
+	if (limit && limit < *bytes)
+		*bytes = limit;
+	return rc;
+}
+
+VGPU_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t *m)
+{
+	vgpu_init();
+	nvmlReturn_t rc = NEXT(nvmlDeviceGetMemoryInfo)(dev, m);
+	if (rc != NVML_SUCCESS || !m || vgpu.mode != VGPU_ENFORCE)
+		return rc;
+	struct slice s;
+	int idx = vgpu_nvml_index(dev);
+	if (idx >= 0 && slice_of(idx, m->total, m->free, &s)) {
+		m->total = s.total;
+		m->used = s.used;
+		m->free = s.free;
+	}
+	return rc;
+}
+
+VGPU_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev, nvmlMemory_v2_t *m)
+{
+	vgpu_init();
+	nvmlReturn_t rc = NEXT(nvmlDeviceGetMemoryInfo_v2)(dev, m);
+	if (rc != NVML_SUCCESS || !m || vgpu.mode != VGPU_ENFORCE)
+		return rc;
+	struct slice s;
+	int idx = vgpu_nvml_index(dev);
+	if (idx >= 0 && slice_of(idx, m->total, m->free, &s)) {
+		/* The driver's reservation is outside the slice: total = used + free. */
+		m->total = s.total;
+		m->reserved = 0;
+		m->used = s.used;
+		m->free = s.free;
+	}
+	return rc;
+}

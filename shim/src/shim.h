@@ -1,0 +1,139 @@
+/* Internal interfaces of libvgpu-shim.so. Nothing here is exported. */
+#ifndef VGPU_SHIM_H
+#define VGPU_SHIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../include/cuda_abi.h"
+#include "../include/region.h"
+#include "limits.h"
+#include "protos.h"
+
+#define VGPU_EXPORT __attribute__((visibility("default")))
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
+/* ---- real.c: the libraries we wrap, opened lazily -------------------------- */
+
+enum vgpu_lib { LIB_CUDA = 0, LIB_NVML = 1 };
+
+enum vgpu_hook_id {
+#define HOOK(lib, name, base, ver, ptsz) HOOK_##name,
+#include "hooks.def"
+#undef HOOK
+	HOOK_COUNT
+};
+
+struct vgpu_hook {
+	const char *name;
+	const char *base;
+	int lib;
+	int version;
+	int ptsz;
+};
+extern const struct vgpu_hook vgpu_hooks[HOOK_COUNT];
+/* Our exported wrapper for each hook (wrappers.c). */
+extern void *const vgpu_wrappers[HOOK_COUNT];
+
+/* glibc's dlsym (the GLIBC_2.2.5 one, or the next interposer's). */
+void *vgpu_real_dlsym(void *handle, const char *name);
+/* The dlsym to forward to, for a tail call that keeps the caller's return address. */
+void *(*vgpu_real_dlsym_fn(void))(void *, const char *);
+#define vgpu_real_dlsym_tail(h, n) (vgpu_real_dlsym_fn()((h), (n)))
+/* The real library's own definition of a hooked name (not a stacked interposer's). */
+void *vgpu_lib_sym(int id);
+/* Handle of the real library, opened on first use; NULL if it cannot be. */
+void *vgpu_lib_handle(int lib);
+/* The function a wrapper forwards to (next interposer or the library). */
+void *vgpu_next(int id);
+/* Hook id of an exported name, or -1. */
+int vgpu_hook_find(const char *name);
+/* Whether addr lies in the real libcuda/libnvidia-ml (driver-internal calls). */
+int vgpu_addr_in_driver(const void *addr);
+/* Whether addr lies in this library. */
+int vgpu_addr_in_self(const void *addr);
+
+/* Forwarding helper: typed pointer to the next implementation of a hook. */
+#define NEXT(name) ((__typeof__(&name))vgpu_next(HOOK_##name))
+
+/* Plain (non-hooked) driver calls the shim makes for itself. */
+CUresult vgpu_cu_ctx_get_device(CUdevice *dev);
+CUresult vgpu_cu_device_uuid(CUdevice dev, CUuuid *uuid);
+CUresult vgpu_cu_device_attr(int *value, int attr, CUdevice dev);
+CUresult vgpu_cu_ctx_get_current(CUcontext *ctx);
+nvmlReturn_t vgpu_nvml_device_uuid(nvmlDevice_t dev, char *buf, unsigned len);
+nvmlReturn_t vgpu_nvml_handle_by_uuid(const char *uuid, nvmlDevice_t *dev);
+nvmlReturn_t vgpu_nvml_process_utilization(nvmlDevice_t dev, nvmlProcessUtilizationSample_t *s,
+					   unsigned *count, unsigned long long since);
+nvmlReturn_t vgpu_nvml_init(void);
+void vgpu_real_reset_after_fork(void);
+
+/* ---- log.c ------------------------------------------------------------------ */
+
+extern int vgpu_log_level;
+void vgpu_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define LOGE(...) vgpu_log(VGPU_LOG_ERROR, __VA_ARGS__)
+#define LOGW(...) vgpu_log(VGPU_LOG_WARN, __VA_ARGS__)
+#define LOGI(...) vgpu_log(VGPU_LOG_INFO, __VA_ARGS__)
+#define LOGD(...) vgpu_log(VGPU_LOG_DEBUG, __VA_ARGS__)
+
+/* ---- core.c: lazy initialisation and the device table ----------------------------- */
+
+enum vgpu_mode {
+	VGPU_PASSTHROUGH = 0, /* no limits file: the shim only forwards */
+	VGPU_ENFORCE = 1,
+	VGPU_FAIL_CLOSED = 2, /* limits file unreadable or invalid: refuse GPU memory */
+};
+
+struct vgpu_state {
+	int mode;
+	struct vgpu_limits limits;
+	struct vgpu_region *region; /* NULL: accounting is process-local (region unusable) */
+	int region_fd;
+	int throttled;              /* some GPU has cores < 100 */
+};
+extern struct vgpu_state vgpu;
+
+/* Initialises once (pthread_once); cheap after the first call. */
+void vgpu_init(void);
+/* Limits index of the current context's device: >= 0, or -1 (no limits
+ * entry for it: refused unless pass-through), or -2 (no current context). */
+int vgpu_current_index(CUdevice *dev_out);
+/* Limits index of a CUDA device ordinal; -1 when the device is not listed. */
+int vgpu_device_index(CUdevice dev);
+/* Limits index of an NVML handle; -1 when not listed. */
+int vgpu_nvml_index(nvmlDevice_t dev);
+/* Formats a CUuuid the way NVML prints it ("GPU-xxxxxxxx-xxxx-..."). */
+void vgpu_format_uuid(const CUuuid *u, char out[VGPU_UUID_LEN]);
+
+/* ---- region.c: cross-process accounting -------------------------------------- */
+
+int vgpu_region_open(const char *dir, const struct vgpu_limits *l);
+/* Reserves bytes on limits index idx for this process; 0 or -1 (over quota). */
+int vgpu_reserve(int idx, uint64_t bytes);
+/* Counts bytes even past the limit (memory the driver already handed out). */
+void vgpu_reserve_force(int idx, uint64_t bytes);
+/* Gives back bytes reserved earlier (saturating). */
+void vgpu_unreserve(int idx, uint64_t bytes);
+/* Bytes the whole container holds on idx. */
+uint64_t vgpu_used(int idx);
+/* Counts one kernel launch (no lock: a relaxed atomic add on our slot). */
+void vgpu_count_launch(int idx);
+/* Called in a fork child: the child needs a slot of its own. */
+void vgpu_region_after_fork(void);
+/* Reads /proc/<pid>/stat field 22; 0 when the process is gone. */
+uint64_t vgpu_proc_start_time(int pid);
+
+/* ---- mem.c: allocation bookkeeping ----------------------------------------------- */
+
+void vgpu_mem_after_fork(void);
+
+/* ---- limiter.c ---------------------------------------------------------------- */
+
+void vgpu_limiter_start(void);
+void vgpu_limiter_after_fork(void);
+/* Blocks until the launch may go; cost in thread blocks. */
+void vgpu_limiter_charge(int idx, uint64_t blocks);
+
+#endif

@@ -1,0 +1,611 @@
+/*
+ * Test program: runs a script of driver operations given on the command line
+ * and checks each result, reaching the driver one of three ways:
+ *   -m direct  linked against libcuda (calls bind to the preloaded shim)
+ *   -m rt12    the cudart 12 way: dlopen("libcuda.so.1") + dlsym of
+ *              cuGetProcAddress_v2, then one lookup per symbol with that
+ *              symbol's ABI version (-p: the per-thread-default-stream flag)
+ *   -m rt11    the cudart 11.3-11.8 way, with the 4-argument cuGetProcAddress
+ * NVML is read the way nvidia-smi does: dlopen + dlsym.
+ *
+ * Operations (SIZE accepts KiB/MiB/GiB suffixes; RC is the expected CUresult,
+ * default 0; '-' skips a check). Any mismatch prints "FAIL: ..." and exits 1.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cuda_abi.h"
+
+/* Direct-link prototypes (the exported ABI names). */
+CUresult cuInit(unsigned);
+CUresult cuDeviceGet(CUdevice *, int);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *, CUdevice);
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice);
+CUresult cuCtxSetCurrent(CUcontext);
+CUresult cuCtxCreate_v2(CUcontext *, unsigned, CUdevice);
+CUresult cuCtxDestroy_v2(CUcontext);
+CUresult cuCtxSynchronize(void);
+CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
+CUresult cuMemAllocManaged(CUdeviceptr *, size_t, unsigned);
+CUresult cuMemAllocPitch_v2(CUdeviceptr *, size_t *, size_t, size_t, unsigned);
+CUresult cuMemAllocAsync(CUdeviceptr *, size_t, CUstream);
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *, size_t, CUstream);
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+CUresult cuMemFree_v2(CUdeviceptr);
+CUresult cuMemFreeAsync(CUdeviceptr, CUstream);
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr, CUstream);
+CUresult cuMemCreate(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
+CUresult cuMemRelease(CUmemGenericAllocationHandle);
+CUresult cuArrayCreate_v2(CUarray *, const CUDA_ARRAY_DESCRIPTOR *);
+CUresult cuArray3DCreate_v2(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *);
+CUresult cuArrayDestroy(CUarray);
+CUresult cuMipmappedArrayCreate(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned);
+CUresult cuMipmappedArrayDestroy(CUmipmappedArray);
+CUresult cuMemGetInfo_v2(size_t *, size_t *);
+CUresult cuDeviceTotalMem_v2(size_t *, CUdevice);
+CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+			CUstream, void **, void **);
+CUresult cuLaunchKernel_ptsz(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+			     CUstream, void **, void **);
+CUresult cuLaunchKernelEx(const CUlaunchConfig *, CUfunction, void **, void **);
+CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *, CUfunction, void **, void **);
+CUresult cuLaunchCooperativeKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+				   unsigned, CUstream, void **);
+CUresult cuLaunchCooperativeKernel_ptsz(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+					unsigned, CUstream, void **);
+CUresult cuGraphLaunch(CUgraphExec, CUstream);
+CUresult cuGraphLaunch_ptsz(CUgraphExec, CUstream);
+CUresult cuGetProcAddress_v2(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+
+static struct {
+	CUresult (*Init)(unsigned);
+	CUresult (*DeviceGet)(CUdevice *, int);
+	CUresult (*PrimaryCtxRetain)(CUcontext *, CUdevice);
+	CUresult (*PrimaryCtxRelease)(CUdevice);
+	CUresult (*CtxSetCurrent)(CUcontext);
+	CUresult (*CtxCreate)(CUcontext *, unsigned, CUdevice);
+	CUresult (*CtxDestroy)(CUcontext);
+	CUresult (*CtxSynchronize)(void);
+	CUresult (*MemAlloc)(CUdeviceptr *, size_t);
+	CUresult (*MemAllocManaged)(CUdeviceptr *, size_t, unsigned);
+	CUresult (*MemAllocPitch)(CUdeviceptr *, size_t *, size_t, size_t, unsigned);
+	CUresult (*MemAllocAsync)(CUdeviceptr *, size_t, CUstream);
+	CUresult (*MemAllocFromPoolAsync)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+	CUresult (*MemFree)(CUdeviceptr);
+	CUresult (*MemFreeAsync)(CUdeviceptr, CUstream);
+	CUresult (*MemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
+	CUresult (*MemRelease)(CUmemGenericAllocationHandle);
+	CUresult (*ArrayCreate)(CUarray *, const CUDA_ARRAY_DESCRIPTOR *);
+	CUresult (*Array3DCreate)(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *);
+	CUresult (*ArrayDestroy)(CUarray);
+	CUresult (*MipmappedArrayCreate)(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned);
+	CUresult (*MipmappedArrayDestroy)(CUmipmappedArray);
+	CUresult (*MemGetInfo)(size_t *, size_t *);
+	CUresult (*DeviceTotalMem)(size_t *, CUdevice);
+	CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+				 CUstream, void **, void **);
+	CUresult (*LaunchKernelEx)(const CUlaunchConfig *, CUfunction, void **, void **);
+	CUresult (*LaunchCooperativeKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+					    unsigned, CUstream, void **);
+	CUresult (*GraphLaunch)(CUgraphExec, CUstream);
+} api;
+
+static const char *mode = "direct";
+static int ptsz;
+static void *libcuda;
+static CUresult (*gpa4)(const char *, void **, int, cuuint64_t);
+static CUresult (*gpa5)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+
+static void die(const char *fmt, const char *a, const char *b)
+{
+	printf("FAIL: ");
+	printf(fmt, a, b);
+	printf("\n");
+	fflush(stdout);
+	exit(1);
+}
+
+static void *proc(const char *name, int ver, int stream_call)
+{
+	void *p = NULL;
+	cuuint64_t flags = stream_call && ptsz ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : 0;
+	CUresult rc;
+	if (gpa5) {
+		CUdriverProcAddressQueryResult st = -1;
+		rc = gpa5(name, &p, ver, flags, &st);
+		if (rc == CUDA_SUCCESS && !p && st == CU_GET_PROC_ADDRESS_SUCCESS)
+			die("cuGetProcAddress_v2(%s): NULL pointer with SUCCESS status%s", name, "");
+	} else {
+		rc = gpa4(name, &p, ver, flags);
+	}
+	if (rc != CUDA_SUCCESS || !p)
+		die("cannot resolve %s%s", name, "");
+	return p;
+}
+
+#define P(field, name, ver, s) api.field = (__typeof__(api.field))proc(#name, ver, s)
+
+static void load(void)
+{
+	if (!strcmp(mode, "direct")) {
+		api.Init = cuInit;
+		api.DeviceGet = cuDeviceGet;
+		api.PrimaryCtxRetain = cuDevicePrimaryCtxRetain;
+		api.PrimaryCtxRelease = cuDevicePrimaryCtxRelease_v2;
+		api.CtxSetCurrent = cuCtxSetCurrent;
+		api.CtxCreate = cuCtxCreate_v2;
+		api.CtxDestroy = cuCtxDestroy_v2;
+		api.CtxSynchronize = cuCtxSynchronize;
+		api.MemAlloc = cuMemAlloc_v2;
+		api.MemAllocManaged = cuMemAllocManaged;
+		api.MemAllocPitch = cuMemAllocPitch_v2;
+		api.MemAllocAsync = ptsz ? cuMemAllocAsync_ptsz : cuMemAllocAsync;
+		api.MemAllocFromPoolAsync = ptsz ? cuMemAllocFromPoolAsync_ptsz : cuMemAllocFromPoolAsync;
+		api.MemFree = cuMemFree_v2;
+		api.MemFreeAsync = ptsz ? cuMemFreeAsync_ptsz : cuMemFreeAsync;
+		api.MemCreate = cuMemCreate;
+		api.MemRelease = cuMemRelease;
+		api.ArrayCreate = cuArrayCreate_v2;
+		api.Array3DCreate = cuArray3DCreate_v2;
+		api.ArrayDestroy = cuArrayDestroy;
+		api.MipmappedArrayCreate = cuMipmappedArrayCreate;
+		api.MipmappedArrayDestroy = cuMipmappedArrayDestroy;
+		api.MemGetInfo = cuMemGetInfo_v2;
+		api.DeviceTotalMem = cuDeviceTotalMem_v2;
+		api.LaunchKernel = ptsz ? cuLaunchKernel_ptsz : cuLaunchKernel;
+		api.LaunchKernelEx = ptsz ? cuLaunchKernelEx_ptsz : cuLaunchKernelEx;
+		api.LaunchCooperativeKernel = ptsz ? cuLaunchCooperativeKernel_ptsz : cuLaunchCooperativeKernel;
+		api.GraphLaunch = ptsz ? cuGraphLaunch_ptsz : cuGraphLaunch;
+		gpa5 = cuGetProcAddress_v2; /* for the gpa and calllegacy ops */
+		return;
+	}
+	libcuda = dlopen("libcuda.so.1", RTLD_NOW);
+	if (!libcuda)
+		die("dlopen libcuda.so.1: %s%s", dlerror(), "");
+	if (!strcmp(mode, "rt12"))
+		gpa5 = dlsym(libcuda, "cuGetProcAddress_v2");
+	else if (!strcmp(mode, "rt11"))
+		gpa4 = dlsym(libcuda, "cuGetProcAddress");
+	else
+		die("unknown mode %s%s", mode, "");
+	if (!gpa4 && !gpa5)
+		die("no cuGetProcAddress in %s%s", mode, "");
+	P(Init, cuInit, 2000, 0);
+	P(DeviceGet, cuDeviceGet, 2000, 0);
+	P(PrimaryCtxRetain, cuDevicePrimaryCtxRetain, 7000, 0);
+	P(PrimaryCtxRelease, cuDevicePrimaryCtxRelease, 11000, 0);
+	P(CtxSetCurrent, cuCtxSetCurrent, 4000, 0);
+	P(CtxCreate, cuCtxCreate, 3020, 0);
+	P(CtxDestroy, cuCtxDestroy, 4000, 0);
+	P(CtxSynchronize, cuCtxSynchronize, 2000, 0);
+	P(MemAlloc, cuMemAlloc, 3020, 0);
+	P(MemAllocManaged, cuMemAllocManaged, 6000, 0);
+	P(MemAllocPitch, cuMemAllocPitch, 3020, 0);
+	P(MemAllocAsync, cuMemAllocAsync, 11020, 1);
+	P(MemAllocFromPoolAsync, cuMemAllocFromPoolAsync, 11020, 1);
+	P(MemFree, cuMemFree, 3020, 0);
+	P(MemFreeAsync, cuMemFreeAsync, 11020, 1);
+	P(MemCreate, cuMemCreate, 10020, 0);
+	P(MemRelease, cuMemRelease, 10020, 0);
+	P(ArrayCreate, cuArrayCreate, 3020, 0);
+	P(Array3DCreate, cuArray3DCreate, 3020, 0);
+	P(ArrayDestroy, cuArrayDestroy, 2000, 0);
+	P(MipmappedArrayCreate, cuMipmappedArrayCreate, 5000, 0);
+	P(MipmappedArrayDestroy, cuMipmappedArrayDestroy, 5000, 0);
+	P(MemGetInfo, cuMemGetInfo, 3020, 0);
+	P(DeviceTotalMem, cuDeviceTotalMem, 3020, 0);
+	P(LaunchKernel, cuLaunchKernel, ptsz ? 7000 : 4000, 1);
+	P(LaunchKernelEx, cuLaunchKernelEx, 11060, 1);
+	P(LaunchCooperativeKernel, cuLaunchCooperativeKernel, 9000, 1);
+	P(GraphLaunch, cuGraphLaunch, 10000, 1);
+}
+
+/* ---- script helpers ---------------------------------------------------------------- */
+
+static unsigned long long size_arg(const char *s)
+{
+	char *end;
+	double v = strtod(s, &end);
+	if (!strncmp(end, "GiB", 3))
+		v *= 1073741824.0;
+	else if (!strncmp(end, "MiB", 3))
+		v *= 1048576.0;
+	else if (!strncmp(end, "KiB", 3))
+		v *= 1024.0;
+	return (unsigned long long)v;
+}
+
+static void check_rc(const char *op, CUresult got, const char *want)
+{
+	int w = want && *want && strcmp(want, "-") ? atoi(want) : 0;
+	if (want && !strcmp(want, "-"))
+		return;
+	if (got != w) {
+		char b[64];
+		snprintf(b, sizeof(b), "got %d want %d", got, w);
+		die("%s: %s", op, b);
+	}
+}
+
+static void check_val(const char *what, unsigned long long got, const char *want)
+{
+	if (!want || !*want || !strcmp(want, "-"))
+		return;
+	unsigned long long w = size_arg(want);
+	if (got != w) {
+		char b[96];
+		snprintf(b, sizeof(b), "got %llu want %llu", got, w);
+		die("%s: %s", what, b);
+	}
+}
+
+enum { A_PTR, A_ASYNC, A_HANDLE, A_ARRAY, A_MIPMAP };
+static struct {
+	int kind;
+	unsigned long long key;
+} held[100000];
+static int nheld;
+
+static void hold(int kind, unsigned long long key)
+{
+	held[nheld].kind = kind;
+	held[nheld].key = key;
+	nheld++;
+}
+
+static CUresult free_last(void)
+{
+	if (!nheld)
+		die("free: nothing held%s%s", "", "");
+	nheld--;
+	switch (held[nheld].kind) {
+	case A_PTR: return api.MemFree(held[nheld].key);
+	case A_ASYNC: return api.MemFreeAsync(held[nheld].key, NULL);
+	case A_HANDLE: return api.MemRelease(held[nheld].key);
+	case A_ARRAY: return api.ArrayDestroy((CUarray)(uintptr_t)held[nheld].key);
+	default: return api.MipmappedArrayDestroy((CUmipmappedArray)(uintptr_t)held[nheld].key);
+	}
+}
+
+static CUcontext created[64];
+static int ncreated;
+
+static void set_ctx(int dev)
+{
+	CUdevice d;
+	CUcontext c;
+	check_rc("cuDeviceGet", api.DeviceGet(&d, dev), NULL);
+	check_rc("cuDevicePrimaryCtxRetain", api.PrimaryCtxRetain(&c, d), NULL);
+	check_rc("cuCtxSetCurrent", api.CtxSetCurrent(c), NULL);
+}
+
+static void *thread_alloc(void *arg)
+{
+	CUdeviceptr p;
+	size_t f = 0, t = 0;
+	long *rc = arg;
+	rc[0] = api.MemAlloc(&p, 1 << 20);
+	rc[1] = api.MemGetInfo(&f, &t);
+	return NULL;
+}
+
+static long long (*busy_fn)(int, int);
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void launch_once(unsigned grid)
+{
+	check_rc("cuLaunchKernel", api.LaunchKernel(NULL, grid, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL), NULL);
+	check_rc("cuCtxSynchronize", api.CtxSynchronize(), NULL);
+}
+
+static const char *owner(void *p)
+{
+	Dl_info i;
+	if (!p)
+		return "NULL";
+	if (!dladdr(p, &i) || !i.dli_fname)
+		return "?";
+	const char *s = strrchr(i.dli_fname, '/');
+	return s ? s + 1 : i.dli_fname;
+}
+
+static const char *symname(void *p)
+{
+	Dl_info i;
+	return p && dladdr(p, &i) && i.dli_sname ? i.dli_sname : "?";
+}
+
+static void run(int argc, char **argv);
+
+/* dlsym as binaries built against glibc < 2.34 reference it. */
+extern void *dlsym_2_2_5(void *, const char *);
+__asm__(".symver dlsym_2_2_5,dlsym@GLIBC_2.2.5");
+
+int main(int argc, char **argv)
+{
+	int i = 1;
+	for (; i < argc && argv[i][0] == '-'; i++) {
+		if (!strcmp(argv[i], "-m") && i + 1 < argc)
+			mode = argv[++i];
+		else if (!strcmp(argv[i], "-p"))
+			ptsz = 1;
+		else
+			die("unknown option %s%s", argv[i], "");
+	}
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	load();
+	run(argc - i, argv + i);
+	printf("ok\n");
+	return 0;
+}
+
+static void run(int argc, char **argv)
+{
+	for (int i = 0; i < argc; i++) {
+		char buf[1024], *a[8] = {0};
+		snprintf(buf, sizeof(buf), "%s", argv[i]);
+		int n = 0;
+		for (char *s = buf, *save = NULL, *t; n < 8 && (t = strtok_r(s, ":", &save)); s = NULL)
+			a[n++] = t;
+		const char *op = a[0];
+		CUdeviceptr p = 0;
+		CUresult rc;
+		if (!strcmp(op, "init")) {
+			check_rc("cuInit", api.Init(0), NULL);
+			set_ctx(0);
+		} else if (!strcmp(op, "ctx")) {
+			set_ctx(atoi(a[1]));
+		} else if (!strcmp(op, "noctx")) {
+			check_rc("cuCtxSetCurrent", api.CtxSetCurrent(NULL), NULL);
+		} else if (!strcmp(op, "newctx")) {
+			check_rc("cuCtxCreate", api.CtxCreate(&created[ncreated++], 0, atoi(a[1])), a[2]);
+		} else if (!strcmp(op, "delctx")) {
+			check_rc("cuCtxDestroy", api.CtxDestroy(created[--ncreated]), a[1]);
+		} else if (!strcmp(op, "release")) {
+			check_rc("cuDevicePrimaryCtxRelease", api.PrimaryCtxRelease(atoi(a[1])), a[2]);
+		} else if (!strcmp(op, "alloc")) {
+			rc = api.MemAlloc(&p, size_arg(a[1]));
+			check_rc("cuMemAlloc", rc, a[2]);
+			if (rc == CUDA_SUCCESS)
+				hold(A_PTR, p);
+		} else if (!strcmp(op, "managed")) {
+			rc = api.MemAllocManaged(&p, size_arg(a[1]), 1);
+			check_rc("cuMemAllocManaged", rc, a[2]);
+			if (rc == CUDA_SUCCESS)
+				hold(A_PTR, p);
+		} else if (!strcmp(op, "pitch")) {
+			size_t pitch = 0;
+			rc = api.MemAllocPitch(&p, &pitch, size_arg(a[1]), size_arg(a[2]), 4);
+			check_rc("cuMemAllocPitch", rc, a[3]);
+			if (rc == CUDA_SUCCESS)
+				hold(A_PTR, p);
+			printf("pitch %zu\n", pitch);
+		} else if (!strcmp(op, "async") || !strcmp(op, "pool")) {
+			rc = !strcmp(op, "async") ? api.MemAllocAsync(&p, size_arg(a[1]), NULL)
+						  : api.MemAllocFromPoolAsync(&p, size_arg(a[1]), NULL, NULL);
+			check_rc(op, rc, a[2]);
+			if (rc == CUDA_SUCCESS)
+				hold(A_ASYNC, p);
+		} else if (!strcmp(op, "create")) {
+			CUmemAllocationProp prop = {0};
+			CUmemGenericAllocationHandle h;
+			prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+			prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+			prop.location.id = atoi(a[1]);
+			rc = api.MemCreate(&h, size_arg(a[2]), &prop, 0);
+			check_rc("cuMemCreate", rc, a[3]);
+			if (rc == CUDA_SUCCESS)
+				hold(A_HANDLE, h);
+		} else if (!strcmp(op, "array")) {
+			CUDA_ARRAY_DESCRIPTOR d = {size_arg(a[1]), size_arg(a[2]), 0x20, 1};
+			CUarray arr;
+			rc = api.ArrayCreate(&arr, &d);
+			check_rc("cuArrayCreate", rc, a[3]);
+			if (rc == CUDA_SUCCESS)
+				hold(A_ARRAY, (uintptr_t)arr);
+		} else if (!strcmp(op, "array3d")) {
+			CUDA_ARRAY3D_DESCRIPTOR d = {size_arg(a[1]), size_arg(a[2]), size_arg(a[3]), 0x20, 1, 0};
+			CUarray arr;
+			rc = api.Array3DCreate(&arr, &d);
+			check_rc("cuArray3DCreate", rc, a[4]);
+			if (rc == CUDA_SUCCESS)
+				hold(A_ARRAY, (uintptr_t)arr);
+		} else if (!strcmp(op, "mipmap")) {
+			CUDA_ARRAY3D_DESCRIPTOR d = {size_arg(a[1]), size_arg(a[2]), 0, 0x20, 1, 0};
+			CUmipmappedArray m;
+			rc = api.MipmappedArrayCreate(&m, &d, (unsigned)atoi(a[3]));
+			check_rc("cuMipmappedArrayCreate", rc, a[4]);
+			if (rc == CUDA_SUCCESS)
+				hold(A_MIPMAP, (uintptr_t)m);
+		} else if (!strcmp(op, "free")) {
+			check_rc("free", free_last(), a[1]);
+		} else if (!strcmp(op, "freeall")) {
+			while (nheld)
+				check_rc("free", free_last(), NULL);
+		} else if (!strcmp(op, "fill")) {
+			unsigned long long chunk = size_arg(a[1]);
+			int k = 0;
+			while ((rc = api.MemAlloc(&p, chunk)) == CUDA_SUCCESS) {
+				hold(A_PTR, p);
+				k++;
+			}
+			check_rc("fill stops with OOM", rc, "2");
+			printf("filled %d\n", k);
+		} else if (!strcmp(op, "info")) {
+			size_t f = 0, t = 0;
+			check_rc("cuMemGetInfo", api.MemGetInfo(&f, &t), a[3]);
+			printf("info free=%zu total=%zu\n", f, t);
+			check_val("cuMemGetInfo free", f, a[1]);
+			check_val("cuMemGetInfo total", t, a[2]);
+		} else if (!strcmp(op, "infonull")) {
+			size_t f = 0, t = 0;
+			check_rc("cuMemGetInfo(NULL, &total)", api.MemGetInfo(NULL, &t), NULL);
+			check_rc("cuMemGetInfo(&free, NULL)", api.MemGetInfo(&f, NULL), NULL);
+			check_rc("cuMemGetInfo(NULL, NULL)", api.MemGetInfo(NULL, NULL), NULL);
+			printf("infonull free=%zu total=%zu\n", f, t);
+			check_val("free", f, a[1]);
+			check_val("total", t, a[2]);
+		} else if (!strcmp(op, "total")) {
+			size_t t = 0;
+			check_rc("cuDeviceTotalMem", api.DeviceTotalMem(&t, atoi(a[1])), NULL);
+			printf("total %zu\n", t);
+			check_val("cuDeviceTotalMem", t, a[2]);
+		} else if (!strcmp(op, "nvml")) {
+			void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+			if (!h)
+				die("dlopen libnvidia-ml.so.1: %s%s", dlerror(), "");
+			nvmlReturn_t (*init)(void) = (nvmlReturn_t(*)(void))dlsym(h, "nvmlInit_v2");
+			nvmlReturn_t (*get)(unsigned, nvmlDevice_t *) =
+				(nvmlReturn_t(*)(unsigned, nvmlDevice_t *))dlsym(h, "nvmlDeviceGetHandleByIndex_v2");
+			nvmlReturn_t (*m1)(nvmlDevice_t, nvmlMemory_t *) =
+				(nvmlReturn_t(*)(nvmlDevice_t, nvmlMemory_t *))dlsym(h, "nvmlDeviceGetMemoryInfo");
+			nvmlReturn_t (*m2)(nvmlDevice_t, nvmlMemory_v2_t *) =
+				(nvmlReturn_t(*)(nvmlDevice_t, nvmlMemory_v2_t *))dlsym(h, "nvmlDeviceGetMemoryInfo_v2");
+			nvmlDevice_t dev;
+			nvmlMemory_t v1;
+			nvmlMemory_v2_t v2 = {.version = nvmlMemory_v2};
+			if (!init || !get || !m1 || !m2 || init() || get((unsigned)atoi(a[1]), &dev) || m1(dev, &v1) ||
+			    m2(dev, &v2))
+				die("nvml calls failed%s%s", "", "");
+			printf("nvml total=%llu used=%llu free=%llu\n", v1.total, v1.used, v1.free);
+			printf("nvml_v2 total=%llu used=%llu free=%llu reserved=%llu\n", v2.total, v2.used, v2.free,
+			       v2.reserved);
+			check_val("nvml total", v1.total, a[2]);
+			check_val("nvml used", v1.used, a[3]);
+			check_val("nvml free", v1.free, a[4]);
+			if (v1.total != v2.total || v1.used != v2.used || v1.free != v2.free)
+				die("nvmlDeviceGetMemoryInfo and _v2 disagree%s%s", "", "");
+			if (strcmp(owner((void *)m1), "libvgpu-shim.so") && getenv("LD_PRELOAD") &&
+			    strstr(getenv("LD_PRELOAD"), "libvgpu-shim"))
+				die("dlsym(nvmlDeviceGetMemoryInfo) not wrapped: %s%s", owner((void *)m1), "");
+		} else if (!strcmp(op, "launch")) {
+			int count = atoi(a[1]);
+			unsigned grid = a[2] ? (unsigned)atoi(a[2]) : 1;
+			for (int k = 0; k < count; k++)
+				launch_once(grid);
+		} else if (!strcmp(op, "launchall")) {
+			CUlaunchConfig cfg = {.gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 1, .blockDimY = 1,
+					      .blockDimZ = 1};
+			check_rc("cuLaunchKernel", api.LaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL), NULL);
+			check_rc("cuLaunchKernelEx", api.LaunchKernelEx(&cfg, NULL, NULL, NULL), NULL);
+			check_rc("cuLaunchCooperativeKernel",
+				 api.LaunchCooperativeKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL), NULL);
+			check_rc("cuGraphLaunch", api.GraphLaunch(NULL, NULL), NULL);
+			check_rc("cuCtxSynchronize", api.CtxSynchronize(), NULL);
+		} else if (!strcmp(op, "launchfor")) {
+			/* launchfor:SECONDS:WARMUP:GRID — prints this process's share of GPU time after warm-up. */
+			double total = atof(a[1]), warm = atof(a[2]);
+			unsigned grid = (unsigned)atoi(a[3]);
+			if (!busy_fn)
+				busy_fn = (long long (*)(int, int))dlsym(RTLD_DEFAULT, "fakecudaBusyNs");
+			if (!busy_fn)
+				die("fakecudaBusyNs not found%s%s", "", "");
+			double t0 = now_s(), tw = -1;
+			long long b0 = 0;
+			while (now_s() - t0 < total) {
+				if (tw < 0 && now_s() - t0 >= warm) {
+					tw = now_s();
+					b0 = busy_fn(getpid(), 0);
+				}
+				/* No synchronisation: the (fake) launch queue blocks when full, so
+				 * an unthrottled process keeps the device busy, as on a real GPU. */
+				check_rc("cuLaunchKernel",
+					 api.LaunchKernel(NULL, grid, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL), NULL);
+			}
+			check_rc("cuCtxSynchronize", api.CtxSynchronize(), NULL);
+			double share = (busy_fn(getpid(), 0) - b0) / 1e9 / (now_s() - tw) * 100.0;
+			printf("share %.1f\n", share);
+		} else if (!strcmp(op, "thread")) {
+			/* A new thread has no current context: the driver's error, no crash, nothing counted. */
+			pthread_t t;
+			long rcs[2];
+			pthread_create(&t, NULL, thread_alloc, rcs);
+			pthread_join(t, NULL);
+			printf("thread alloc=%ld info=%ld\n", rcs[0], rcs[1]);
+			if (rcs[0] != CUDA_ERROR_INVALID_CONTEXT || rcs[1] != CUDA_ERROR_INVALID_CONTEXT)
+				die("thread without context: unexpected results%s%s", "", "");
+		} else if (!strcmp(op, "fork")) {
+			/* fork:SIZE:PATH — the child allocates SIZE, then waits for PATH and exits. */
+			pid_t c = fork();
+			if (c == 0) {
+				rc = api.MemAlloc(&p, size_arg(a[1]));
+				printf("child %d alloc %d\n", getpid(), rc);
+				fflush(stdout);
+				while (access(a[2], F_OK) != 0)
+					usleep(10000);
+				_exit(rc == CUDA_SUCCESS ? 0 : 1);
+			}
+			printf("forked %d\n", c);
+		} else if (!strcmp(op, "wait")) {
+			int st;
+			while (wait(&st) > 0)
+				if (!WIFEXITED(st) || WEXITSTATUS(st))
+					die("child failed%s%s", "", "");
+		} else if (!strcmp(op, "sleep")) {
+			usleep((useconds_t)atoi(a[1]) * 1000);
+		} else if (!strcmp(op, "waitfile")) {
+			while (access(a[1], F_OK) != 0)
+				usleep(2000);
+		} else if (!strcmp(op, "touch")) {
+			FILE *f = fopen(a[1], "w");
+			if (f)
+				fclose(f);
+		} else if (!strcmp(op, "where")) {
+			/* where:NAME — which library dlsym(libcuda, NAME) resolves to. */
+			void *h = libcuda ? libcuda : dlopen("libcuda.so.1", RTLD_NOW);
+			void *q = dlsym(h, a[1]);
+			printf("where %s %s %s\n", a[1], owner(q), symname(q));
+		} else if (!strcmp(op, "where225")) {
+			void *h = libcuda ? libcuda : dlopen("libcuda.so.1", RTLD_NOW);
+			void *q = dlsym_2_2_5(h, a[1]);
+			printf("where225 %s %s %s\n", a[1], owner(q), symname(q));
+		} else if (!strcmp(op, "driverself")) {
+			int (*f)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "fakecudaSelfLookup");
+			if (!f || f() != 1)
+				die("the driver's own dlsym got a wrapper%s%s", "", "");
+		} else if (!strcmp(op, "wheredef")) {
+			void *q = dlsym(RTLD_DEFAULT, a[1]);
+			printf("wheredef %s %s %s\n", a[1], owner(q), symname(q));
+		} else if (!strcmp(op, "calllegacy")) {
+			/* What a caller that asked for the pre-3.2 ABI gets: the fake aborts. */
+			void *q = NULL;
+			CUdriverProcAddressQueryResult st;
+			if (gpa5)
+				gpa5("cuMemAlloc", &q, 2000, 0, &st);
+			else
+				gpa4("cuMemAlloc", &q, 2000, 0);
+			if (!q)
+				die("no legacy cuMemAlloc%s%s", "", "");
+			((CUresult(*)(CUdeviceptr *, size_t))q)(&p, 1);
+			die("legacy cuMemAlloc returned%s%s", "", "");
+		} else if (!strcmp(op, "gpa")) {
+			/* gpa:NAME:VERSION:FLAGS — what cuGetProcAddress(_v2) returns. */
+			void *q = NULL;
+			CUdriverProcAddressQueryResult st = -1;
+			if (gpa5)
+				rc = gpa5(a[1], &q, atoi(a[2]), (cuuint64_t)atoi(a[3]), &st);
+			else
+				rc = gpa4(a[1], &q, atoi(a[2]), (cuuint64_t)atoi(a[3]));
+			printf("gpa %s %s rc=%d status=%d %s %s\n", a[1], a[2], rc, st, owner(q), symname(q));
+		} else {
+			die("unknown op %s%s", op, "");
+		}
+	}
+}

@@ -1,0 +1,827 @@
+/*
+ * A fake libcuda.so.1 for tests: the driver functions the shim wraps (and
+ * those test programs need), with memory and GPU time kept in fakestate so
+ * several processes see one consistent device, a simulated SM timeline (a
+ * launch "runs" for FAKECUDA_KERNEL_US per wave of SM-count blocks, one
+ * kernel at a time per device), version-dependent cuGetProcAddress tables
+ * whose legacy ABIs abort() when called, and fault injection (fakestate.h).
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cuda_abi.h"
+#include "fakestate.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+struct CUctx_st {
+	int dev;
+	int primary;
+	int refs;
+};
+
+static struct CUctx_st primary_ctx[FK_MAX_DEV];
+static __thread CUcontext current;
+static int initialized;
+static int64_t last_end_ns; /* when this process's last kernel finishes */
+
+/* Allocations of this process: address -> size, device. */
+struct alloc {
+	uint64_t key;
+	uint64_t size;
+	int dev;
+	int kind;
+};
+enum { K_PTR, K_HANDLE, K_ARRAY, K_MIPMAP };
+static struct alloc *allocs;
+static size_t nallocs, capallocs;
+static pthread_mutex_t amu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t next_addr = 0x700000000000ull;
+
+static uint64_t ctx_bytes(void)
+{
+	const char *e = getenv("FAKECUDA_CTX_BYTES");
+	return e ? strtoull(e, NULL, 10) : 0;
+}
+
+static int64_t kernel_ns(void)
+{
+	const char *e = getenv("FAKECUDA_KERNEL_US");
+	return (e ? atoll(e) : 1000) * 1000;
+}
+
+/* Takes bytes on dev for this process; CUDA_ERROR_OUT_OF_MEMORY when the device is full. */
+static CUresult take(int dev, uint64_t bytes)
+{
+	fk_lock();
+	struct fk_dev *d = &fk->dev[dev];
+	if (d->total - d->used < bytes) {
+		fk_reap();
+		if (d->total - d->used < bytes) {
+			fk_unlock();
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+	}
+	d->used += bytes;
+	fk_me()->used[dev] += bytes;
+	fk_unlock();
+	return CUDA_SUCCESS;
+}
+
+static void give(int dev, uint64_t bytes)
+{
+	fk_lock();
+	struct fk_dev *d = &fk->dev[dev];
+	struct fk_proc *p = fk_me();
+	d->used = d->used > bytes ? d->used - bytes : 0;
+	p->used[dev] = p->used[dev] > bytes ? p->used[dev] - bytes : 0;
+	fk_unlock();
+}
+
+static uint64_t record(int kind, uint64_t key, uint64_t size, int dev)
+{
+	pthread_mutex_lock(&amu);
+	if (!key) {
+		key = next_addr;
+		next_addr += (size + 0xfff) / 0x1000 * 0x1000 + 0x1000;
+	}
+	if (nallocs == capallocs) {
+		capallocs = capallocs ? capallocs * 2 : 256;
+		allocs = realloc(allocs, capallocs * sizeof(*allocs));
+	}
+	allocs[nallocs++] = (struct alloc){key, size, dev, kind};
+	pthread_mutex_unlock(&amu);
+	return key;
+}
+
+static int forget(int kind, uint64_t key, struct alloc *out)
+{
+	pthread_mutex_lock(&amu);
+	for (size_t i = 0; i < nallocs; i++)
+		if (allocs[i].key == key && allocs[i].kind == kind) {
+			*out = allocs[i];
+			allocs[i] = allocs[--nallocs];
+			pthread_mutex_unlock(&amu);
+			return 0;
+		}
+	pthread_mutex_unlock(&amu);
+	return -1;
+}
+
+static int cur_dev(void)
+{
+	return current ? current->dev : -1;
+}
+
+static CUresult alloc_common(const char *name, CUdeviceptr *dptr, uint64_t size, int dev)
+{
+	if (!dptr)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (dev < 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (fk_fault(name))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (size == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = take(dev, size);
+	if (rc == CUDA_SUCCESS)
+		*dptr = record(K_PTR, 0, size, dev);
+	return rc;
+}
+
+static CUresult free_common(int kind, uint64_t key)
+{
+	struct alloc a;
+	if (forget(kind, key, &a) != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	give(a.dev, a.size);
+	return CUDA_SUCCESS;
+}
+
+/* ---- init, devices ---------------------------------------------------------- */
+
+static int self_lookup = -1;
+/* A hidden alias: its address is ours even when a preload interposes the name. */
+__attribute__((visibility("hidden"))) CUresult own_cuMemAlloc_v2(CUdeviceptr *p, size_t n);
+
+EXPORT CUresult cuInit(unsigned flags)
+{
+	(void)flags;
+	fk_init();
+	/* The real driver looks up its own entry points too; an interposer must
+	 * hand it its own functions, not wrappers that would count twice. */
+	self_lookup = dlsym(RTLD_DEFAULT, "cuMemAlloc_v2") == (void *)own_cuMemAlloc_v2;
+	initialized = 1;
+	return CUDA_SUCCESS;
+}
+
+/* Test hook: 1 when cuInit's own dlsym of cuMemAlloc_v2 found this library's. */
+EXPORT int fakecudaSelfLookup(void)
+{
+	return self_lookup;
+}
+
+#define NEED_INIT()                                  \
+	do {                                         \
+		if (!initialized)                    \
+			return CUDA_ERROR_NOT_INITIALIZED; \
+	} while (0)
+
+EXPORT CUresult cuDriverGetVersion(int *v)
+{
+	const char *e = getenv("FAKECUDA_VERSION");
+	*v = e ? atoi(e) : 12080;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGetCount(int *n)
+{
+	NEED_INIT();
+	*n = fk->ndev;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGet(CUdevice *d, int ordinal)
+{
+	NEED_INIT();
+	if (ordinal < 0 || ordinal >= fk->ndev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	*d = ordinal;
+	return CUDA_SUCCESS;
+}
+
+#define CHECK_DEV(d)                                        \
+	do {                                                \
+		NEED_INIT();                                \
+		if ((d) < 0 || (d) >= fk->ndev)             \
+			return CUDA_ERROR_INVALID_DEVICE;   \
+	} while (0)
+
+EXPORT CUresult cuDeviceGetName(char *buf, int len, CUdevice d)
+{
+	CHECK_DEV(d);
+	snprintf(buf, (size_t)len, "Fake GPU %d", d);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGetUuid(CUuuid *u, CUdevice d)
+{
+	CHECK_DEV(d);
+	fk_uuid_bytes(fk->dev[d].uuid, (unsigned char *)u->bytes);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *u, CUdevice d)
+{
+	return cuDeviceGetUuid(u, d);
+}
+
+EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d)
+{
+	CHECK_DEV(d);
+	*v = attr == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT ? fk->dev[d].sms : 0;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d)
+{
+	CHECK_DEV(d);
+	*bytes = fk->dev[d].total;
+	return CUDA_SUCCESS;
+}
+
+/* ---- contexts ------------------------------------------------------------------- */
+
+EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
+{
+	CHECK_DEV(d);
+	struct CUctx_st *p = &primary_ctx[d];
+	if (p->refs++ == 0) {
+		p->dev = d;
+		p->primary = 1;
+		if (ctx_bytes() && take(d, ctx_bytes()) != CUDA_SUCCESS) {
+			p->refs--;
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+	}
+	*c = p;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d)
+{
+	CHECK_DEV(d);
+	if (primary_ctx[d].refs <= 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (--primary_ctx[d].refs == 0 && ctx_bytes())
+		give(d, ctx_bytes());
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice d)
+{
+	CHECK_DEV(d);
+	return CUDA_SUCCESS;
+}
+
+static CUresult ctx_create(CUcontext *c, CUdevice d)
+{
+	CHECK_DEV(d);
+	struct CUctx_st *x = calloc(1, sizeof(*x));
+	x->dev = d;
+	if (ctx_bytes() && take(d, ctx_bytes()) != CUDA_SUCCESS) {
+		free(x);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*c = current = x;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxCreate_v2(CUcontext *c, unsigned flags, CUdevice d)
+{
+	(void)flags;
+	return ctx_create(c, d);
+}
+
+EXPORT CUresult cuCtxCreate_v3(CUcontext *c, void *aff, int n, unsigned flags, CUdevice d)
+{
+	(void)aff, (void)n, (void)flags;
+	return ctx_create(c, d);
+}
+
+EXPORT CUresult cuCtxCreate_v4(CUcontext *c, void *params, unsigned flags, CUdevice d)
+{
+	(void)params, (void)flags;
+	return ctx_create(c, d);
+}
+
+EXPORT CUresult cuCtxDestroy_v2(CUcontext c)
+{
+	if (!c || c->primary)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (ctx_bytes())
+		give(c->dev, ctx_bytes());
+	if (current == c)
+		current = NULL;
+	free(c);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxSetCurrent(CUcontext c)
+{
+	current = c;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxGetCurrent(CUcontext *c)
+{
+	*c = current;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxPushCurrent_v2(CUcontext c)
+{
+	current = c;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *c)
+{
+	if (c)
+		*c = current;
+	current = NULL;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxGetDevice(CUdevice *d)
+{
+	if (!current)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	*d = current->dev;
+	return CUDA_SUCCESS;
+}
+
+/* Waits until this process's kernels are done on the simulated timeline. */
+EXPORT CUresult cuCtxSynchronize(void)
+{
+	if (!current)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	fk_sleep_ns(__atomic_load_n(&last_end_ns, __ATOMIC_RELAXED) - fk_now());
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuStreamSynchronize(CUstream s)
+{
+	(void)s;
+	return cuCtxSynchronize();
+}
+
+EXPORT CUresult cuStreamSynchronize_ptsz(CUstream s)
+{
+	return cuStreamSynchronize(s);
+}
+
+/* ---- memory ---------------------------------------------------------------------------- */
+
+EXPORT CUresult cuMemGetInfo_v2(size_t *free_out, size_t *total)
+{
+	int d = cur_dev();
+	if (d < 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!free_out || !total)
+		return CUDA_ERROR_INVALID_VALUE; /* the shim must never pass NULL through */
+	fk_lock();
+	fk_reap(); /* like the real driver, memory of exited processes is free again */
+	*total = fk->dev[d].total;
+	*free_out = fk->dev[d].total - fk->dev[d].used;
+	fk_unlock();
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
+{
+	return alloc_common("cuMemAlloc_v2", p, n, cur_dev());
+}
+
+CUresult own_cuMemAlloc_v2(CUdeviceptr *p, size_t n) __attribute__((alias("cuMemAlloc_v2")));
+
+EXPORT CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned flags)
+{
+	(void)flags;
+	return alloc_common("cuMemAllocManaged", p, n, cur_dev());
+}
+
+EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h, unsigned elem)
+{
+	(void)elem;
+	size_t pt = (w + 511) / 512 * 512;
+	CUresult rc = alloc_common("cuMemAllocPitch_v2", p, (uint64_t)pt * h, cur_dev());
+	if (rc == CUDA_SUCCESS)
+		*pitch = pt;
+	return rc;
+}
+
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s)
+{
+	(void)s;
+	return alloc_common("cuMemAllocAsync", p, n, cur_dev());
+}
+
+EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, CUstream s)
+{
+	(void)s;
+	return alloc_common("cuMemAllocAsync_ptsz", p, n, cur_dev());
+}
+
+EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s)
+{
+	(void)s, (void)pool;
+	return alloc_common("cuMemAllocFromPoolAsync", p, n, cur_dev());
+}
+
+EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s)
+{
+	(void)s, (void)pool;
+	return alloc_common("cuMemAllocFromPoolAsync_ptsz", p, n, cur_dev());
+}
+
+EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
+{
+	return free_common(K_PTR, p);
+}
+
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s)
+{
+	(void)s;
+	return free_common(K_PTR, p);
+}
+
+EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s)
+{
+	(void)s;
+	return free_common(K_PTR, p);
+}
+
+EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t n, const CUmemAllocationProp *prop,
+			    unsigned long long flags)
+{
+	(void)flags;
+	NEED_INIT();
+	if (!h || !prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return CUDA_ERROR_INVALID_VALUE;
+	int d = prop->location.id;
+	if (d < 0 || d >= fk->ndev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	if (fk_fault("cuMemCreate"))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	CUresult rc = take(d, n);
+	if (rc == CUDA_SUCCESS)
+		*h = record(K_HANDLE, 0, n, d);
+	return rc;
+}
+
+EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h)
+{
+	return free_common(K_HANDLE, h);
+}
+
+EXPORT CUresult cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr,
+				    unsigned long long flags)
+{
+	(void)align, (void)addr, (void)flags;
+	pthread_mutex_lock(&amu);
+	*p = next_addr;
+	next_addr += size + 0x200000;
+	pthread_mutex_unlock(&amu);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemAddressFree(CUdeviceptr p, size_t size)
+{
+	(void)p, (void)size;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemMap(CUdeviceptr p, size_t size, size_t off, CUmemGenericAllocationHandle h,
+			 unsigned long long flags)
+{
+	(void)p, (void)size, (void)off, (void)h, (void)flags;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t size)
+{
+	(void)p, (void)size;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemSetAccess(CUdeviceptr p, size_t size, const void *desc, size_t count)
+{
+	(void)p, (void)size, (void)desc, (void)count;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *prop, int option)
+{
+	(void)prop, (void)option;
+	*g = 2 << 20;
+	return CUDA_SUCCESS;
+}
+
+static uint64_t fmt_bytes(int f)
+{
+	switch (f) {
+	case 0x01: case 0x08: return 1;
+	case 0x02: case 0x09: case 0x10: return 2;
+	default: return 4;
+	}
+}
+
+static uint64_t m1(uint64_t v)
+{
+	return v ? v : 1;
+}
+
+static CUresult array_common(const char *name, uint64_t key_kind, uint64_t bytes, uint64_t *key)
+{
+	int d = cur_dev();
+	if (d < 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (fk_fault(name))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	CUresult rc = take(d, bytes);
+	if (rc == CUDA_SUCCESS)
+		*key = record((int)key_kind, 0, bytes, d);
+	return rc;
+}
+
+EXPORT CUresult cuArrayCreate_v2(CUarray *a, const CUDA_ARRAY_DESCRIPTOR *desc)
+{
+	uint64_t key;
+	CUresult rc = array_common("cuArrayCreate_v2", K_ARRAY,
+				   m1(desc->Width) * m1(desc->Height) * fmt_bytes(desc->Format) * m1(desc->NumChannels), &key);
+	if (rc == CUDA_SUCCESS)
+		*a = (CUarray)(uintptr_t)key;
+	return rc;
+}
+
+EXPORT CUresult cuArray3DCreate_v2(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *desc)
+{
+	uint64_t key;
+	CUresult rc = array_common("cuArray3DCreate_v2", K_ARRAY,
+				   m1(desc->Width) * m1(desc->Height) * m1(desc->Depth) * fmt_bytes(desc->Format) *
+					   m1(desc->NumChannels),
+				   &key);
+	if (rc == CUDA_SUCCESS)
+		*a = (CUarray)(uintptr_t)key;
+	return rc;
+}
+
+EXPORT CUresult cuArrayDestroy(CUarray a)
+{
+	return free_common(K_ARRAY, (uint64_t)(uintptr_t)a);
+}
+
+EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *m, const CUDA_ARRAY3D_DESCRIPTOR *desc, unsigned levels)
+{
+	uint64_t total = 0, w = m1(desc->Width), h = desc->Height, dd = desc->Depth;
+	int layered = (desc->Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP)) != 0;
+	for (unsigned l = 0; l < m1(levels); l++) {
+		total += w * m1(h) * m1(dd) * fmt_bytes(desc->Format) * m1(desc->NumChannels);
+		w = m1(w >> 1);
+		h = h ? m1(h >> 1) : 0;
+		if (!layered)
+			dd = dd ? m1(dd >> 1) : 0;
+	}
+	uint64_t key;
+	CUresult rc = array_common("cuMipmappedArrayCreate", K_MIPMAP, total, &key);
+	if (rc == CUDA_SUCCESS)
+		*m = (CUmipmappedArray)(uintptr_t)key;
+	return rc;
+}
+
+EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray m)
+{
+	return free_common(K_MIPMAP, (uint64_t)(uintptr_t)m);
+}
+
+/* ---- launches on the simulated SM timeline ---------------------------------------------------- */
+
+#define QUEUE_NS 10000000ll /* a launch blocks when the device is this far behind: a full queue */
+
+static CUresult run_kernel(uint64_t blocks)
+{
+	int d = cur_dev();
+	if (d < 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	fk_lock();
+	struct fk_dev *dev = &fk->dev[d];
+	uint64_t sms = dev->sms > 0 ? (uint64_t)dev->sms : 1;
+	int64_t dur = kernel_ns() * (int64_t)((m1(blocks) + sms - 1) / sms);
+	int64_t now = fk_now();
+	int64_t start = dev->busy_until_ns > now ? dev->busy_until_ns : now;
+	dev->busy_until_ns = start + dur;
+	struct fk_proc *me = fk_me();
+	me->busy_ns[d] += dur;
+	me->launches[d]++;
+	fk_unlock();
+	if (start + dur > __atomic_load_n(&last_end_ns, __ATOMIC_RELAXED))
+		__atomic_store_n(&last_end_ns, start + dur, __ATOMIC_RELAXED);
+	fk_sleep_ns(start - now - QUEUE_NS);
+	return CUDA_SUCCESS;
+}
+
+#define GRID(x, y, z) ((uint64_t)(x) * (y) * (z))
+
+EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+			       unsigned bz, unsigned shm, CUstream s, void **params, void **extra)
+{
+	(void)f, (void)bx, (void)by, (void)bz, (void)shm, (void)s, (void)params, (void)extra;
+	return run_kernel(GRID(gx, gy, gz));
+}
+
+EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+				    unsigned by, unsigned bz, unsigned shm, CUstream s, void **params, void **extra)
+{
+	return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
+}
+
+EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+					  unsigned by, unsigned bz, unsigned shm, CUstream s, void **params)
+{
+	(void)f, (void)bx, (void)by, (void)bz, (void)shm, (void)s, (void)params;
+	return run_kernel(GRID(gx, gy, gz));
+}
+
+EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+					       unsigned by, unsigned bz, unsigned shm, CUstream s, void **params)
+{
+	return cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shm, s, params);
+}
+
+EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
+{
+	(void)f, (void)params, (void)extra;
+	return run_kernel(GRID(c->gridDimX, c->gridDimY, c->gridDimZ));
+}
+
+EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
+{
+	return cuLaunchKernelEx(c, f, params, extra);
+}
+
+EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream s)
+{
+	(void)g, (void)s;
+	return run_kernel(0);
+}
+
+EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s)
+{
+	return cuGraphLaunch(g, s);
+}
+
+EXPORT CUresult cuGetErrorString(CUresult e, const char **s)
+{
+	*s = e == CUDA_SUCCESS ? "no error" : e == CUDA_ERROR_OUT_OF_MEMORY ? "out of memory" : "error";
+	return CUDA_SUCCESS;
+}
+
+/* Test hooks: the simulated GPU time a process used, and device usage. */
+EXPORT long long fakecudaBusyNs(int pid, int dev)
+{
+	fk_init();
+	long long v = 0;
+	fk_lock();
+	for (int i = 0; i < FK_MAX_PROC; i++)
+		if (fk->proc[i].pid == pid)
+			v = fk->proc[i].busy_ns[dev];
+	fk_unlock();
+	return v;
+}
+
+EXPORT unsigned long long fakecudaDeviceUsed(int dev)
+{
+	fk_init();
+	return fk->dev[dev].used;
+}
+
+/* ---- legacy ABIs: reaching one means an ABI mix-up, fail loudly ---------------------------------- */
+
+#define LEGACY(name)                                                                      \
+	EXPORT CUresult name(void)                                                        \
+	{                                                                                 \
+		fprintf(stderr, "fakecuda: legacy ABI " #name " called (ABI mix-up)\n"); \
+		abort();                                                                  \
+	}
+LEGACY(cuMemAlloc)
+LEGACY(cuMemFree)
+LEGACY(cuMemGetInfo)
+LEGACY(cuDeviceTotalMem)
+LEGACY(cuCtxCreate)
+LEGACY(cuMemAllocPitch)
+LEGACY(cuArrayCreate)
+LEGACY(cuArray3DCreate)
+LEGACY(cuDevicePrimaryCtxRelease)
+LEGACY(cuCtxDestroy)
+
+/* ---- cuGetProcAddress ----------------------------------------------------------------------------- */
+
+EXPORT CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, cuuint64_t flags);
+EXPORT CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint64_t flags,
+				    CUdriverProcAddressQueryResult *status);
+
+struct entry {
+	const char *base;
+	int ver;     /* CUDA version the ABI appeared in */
+	void *fn;
+	void *ptsz;  /* per-thread-default-stream twin, if any */
+};
+
+#define E(base, ver, fn) {#base, ver, (void *)fn, NULL}
+#define EP(base, ver, fn) {#base, ver, (void *)fn, (void *)fn##_ptsz}
+static const struct entry table[] = {
+	E(cuGetProcAddress, 11030, cuGetProcAddress),
+	E(cuGetProcAddress, 12000, cuGetProcAddress_v2),
+	E(cuInit, 2000, cuInit),
+	E(cuDriverGetVersion, 2020, cuDriverGetVersion),
+	E(cuDeviceGet, 2000, cuDeviceGet),
+	E(cuDeviceGetCount, 2000, cuDeviceGetCount),
+	E(cuDeviceGetName, 2000, cuDeviceGetName),
+	E(cuDeviceGetUuid, 9020, cuDeviceGetUuid),
+	E(cuDeviceGetUuid, 11040, cuDeviceGetUuid_v2),
+	E(cuDeviceGetAttribute, 2000, cuDeviceGetAttribute),
+	E(cuDeviceTotalMem, 2000, cuDeviceTotalMem),
+	E(cuDeviceTotalMem, 3020, cuDeviceTotalMem_v2),
+	E(cuDevicePrimaryCtxRetain, 7000, cuDevicePrimaryCtxRetain),
+	E(cuDevicePrimaryCtxRelease, 7000, cuDevicePrimaryCtxRelease),
+	E(cuDevicePrimaryCtxRelease, 11000, cuDevicePrimaryCtxRelease_v2),
+	E(cuDevicePrimaryCtxReset, 11000, cuDevicePrimaryCtxReset_v2),
+	E(cuCtxCreate, 2000, cuCtxCreate),
+	E(cuCtxCreate, 3020, cuCtxCreate_v2),
+	E(cuCtxCreate, 11040, cuCtxCreate_v3),
+	E(cuCtxCreate, 12050, cuCtxCreate_v4),
+	E(cuCtxDestroy, 2000, cuCtxDestroy),
+	E(cuCtxDestroy, 4000, cuCtxDestroy_v2),
+	E(cuCtxSetCurrent, 4000, cuCtxSetCurrent),
+	E(cuCtxGetCurrent, 4000, cuCtxGetCurrent),
+	E(cuCtxGetDevice, 2000, cuCtxGetDevice),
+	E(cuCtxSynchronize, 2000, cuCtxSynchronize),
+	EP(cuStreamSynchronize, 2000, cuStreamSynchronize),
+	E(cuMemGetInfo, 2000, cuMemGetInfo),
+	E(cuMemGetInfo, 3020, cuMemGetInfo_v2),
+	E(cuMemAlloc, 2000, cuMemAlloc),
+	E(cuMemAlloc, 3020, cuMemAlloc_v2),
+	E(cuMemAllocPitch, 2000, cuMemAllocPitch),
+	E(cuMemAllocPitch, 3020, cuMemAllocPitch_v2),
+	E(cuMemAllocManaged, 6000, cuMemAllocManaged),
+	EP(cuMemAllocAsync, 11020, cuMemAllocAsync),
+	EP(cuMemAllocFromPoolAsync, 11020, cuMemAllocFromPoolAsync),
+	E(cuMemFree, 2000, cuMemFree),
+	E(cuMemFree, 3020, cuMemFree_v2),
+	EP(cuMemFreeAsync, 11020, cuMemFreeAsync),
+	E(cuMemCreate, 10020, cuMemCreate),
+	E(cuMemRelease, 10020, cuMemRelease),
+	E(cuMemAddressReserve, 10020, cuMemAddressReserve),
+	E(cuMemAddressFree, 10020, cuMemAddressFree),
+	E(cuMemMap, 10020, cuMemMap),
+	E(cuMemUnmap, 10020, cuMemUnmap),
+	E(cuMemSetAccess, 10020, cuMemSetAccess),
+	E(cuMemGetAllocationGranularity, 10020, cuMemGetAllocationGranularity),
+	E(cuArrayCreate, 2000, cuArrayCreate),
+	E(cuArrayCreate, 3020, cuArrayCreate_v2),
+	E(cuArray3DCreate, 2000, cuArray3DCreate),
+	E(cuArray3DCreate, 3020, cuArray3DCreate_v2),
+	E(cuArrayDestroy, 2000, cuArrayDestroy),
+	E(cuMipmappedArrayCreate, 5000, cuMipmappedArrayCreate),
+	E(cuMipmappedArrayDestroy, 5000, cuMipmappedArrayDestroy),
+	{"cuLaunchKernel", 4000, (void *)cuLaunchKernel, NULL},
+	{"cuLaunchKernel", 7000, (void *)cuLaunchKernel, (void *)cuLaunchKernel_ptsz},
+	EP(cuLaunchKernelEx, 11060, cuLaunchKernelEx),
+	EP(cuLaunchCooperativeKernel, 9000, cuLaunchCooperativeKernel),
+	EP(cuGraphLaunch, 10000, cuGraphLaunch),
+	E(cuGetErrorString, 6000, cuGetErrorString),
+};
+
+/* 0 found, 1 unknown name, 2 only in a newer version. */
+static int lookup(const char *sym, int ver, cuuint64_t flags, void **pfn)
+{
+	const struct entry *best = NULL;
+	int known = 0;
+	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
+		if (strcmp(table[i].base, sym) != 0)
+			continue;
+		known = 1;
+		if (table[i].ver <= ver && (!best || table[i].ver > best->ver))
+			best = &table[i];
+	}
+	if (!best) {
+		*pfn = NULL;
+		return known ? 2 : 1;
+	}
+	*pfn = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) && best->ptsz ? best->ptsz : best->fn;
+	return 0;
+}
+
+EXPORT CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, cuuint64_t flags)
+{
+	if (!sym || !pfn)
+		return CUDA_ERROR_INVALID_VALUE;
+	return lookup(sym, ver, flags, pfn) == 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+EXPORT CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint64_t flags,
+				    CUdriverProcAddressQueryResult *status)
+{
+	if (!sym || !pfn)
+		return CUDA_ERROR_INVALID_VALUE;
+	int r = lookup(sym, ver, flags, pfn);
+	if (status)
+		*status = r;
+	return CUDA_SUCCESS;
+}

@@ -1,0 +1,235 @@
+/* Shared state of the fake driver and NVML (see fakestate.h). */
+#define _GNU_SOURCE
+#include "fakestate.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#define FK_MAGIC 0x46414b4543554441ull
+
+struct fk_state *fk;
+static int fd = -1;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+
+static uint64_t parse_size(const char *s)
+{
+	char *end;
+	double v = strtod(s, &end);
+	if (!strncmp(end, "TiB", 3))
+		v *= 1099511627776.0;
+	else if (!strncmp(end, "GiB", 3))
+		v *= 1073741824.0;
+	else if (!strncmp(end, "MiB", 3))
+		v *= 1048576.0;
+	else if (!strncmp(end, "KiB", 3))
+		v *= 1024.0;
+	return (uint64_t)v;
+}
+
+static void configure(void)
+{
+	const char *d = getenv("FAKECUDA_DEVICES");
+	if (!d || !*d)
+		d = "GPU-00000000-0000-0000-0000-000000000001:16GiB:108";
+	char *copy = strdup(d), *save = NULL;
+	fk->ndev = 0;
+	for (char *tok = strtok_r(copy, ",", &save); tok && fk->ndev < FK_MAX_DEV; tok = strtok_r(NULL, ",", &save)) {
+		struct fk_dev *dev = &fk->dev[fk->ndev];
+		char *c1 = strchr(tok, ':');
+		char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+		if (!c1 || !c2) {
+			fprintf(stderr, "fakecuda: bad FAKECUDA_DEVICES entry %s\n", tok);
+			abort();
+		}
+		*c1 = *c2 = '\0';
+		snprintf(dev->uuid, sizeof(dev->uuid), "%s", tok);
+		dev->total = parse_size(c1 + 1);
+		dev->sms = atoi(c2 + 1);
+		fk->ndev++;
+	}
+	free(copy);
+}
+
+static void init_once(void)
+{
+	const char *dir = getenv("FAKECUDA_STATE");
+	if (dir && *dir) {
+		char path[4096];
+		snprintf(path, sizeof(path), "%s/fakecuda.state", dir);
+		fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+		if (fd < 0) {
+			fprintf(stderr, "fakecuda: %s: %s\n", path, strerror(errno));
+			abort();
+		}
+		struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+		fcntl(fd, F_OFD_SETLKW, &fl);
+		if (ftruncate(fd, sizeof(struct fk_state)) != 0)
+			abort();
+		fk = mmap(NULL, sizeof(*fk), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (fk == MAP_FAILED)
+			abort();
+		if (fk->magic != FK_MAGIC) {
+			configure();
+			fk->magic = FK_MAGIC;
+		}
+		fl.l_type = F_UNLCK;
+		fcntl(fd, F_OFD_SETLK, &fl);
+	} else {
+		fk = calloc(1, sizeof(*fk));
+		configure();
+		fk->magic = FK_MAGIC;
+	}
+}
+
+static void child_reset(void)
+{
+	/* The OFD lock belongs to the open file description: a child needs its own. */
+	pthread_mutex_init(&mu, NULL);
+	if (fd >= 0) {
+		char path[64];
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		int nfd = open(path, O_RDWR | O_CLOEXEC);
+		close(fd);
+		fd = nfd;
+	}
+}
+
+void fk_init(void)
+{
+	static int atfork;
+	pthread_once(&once, init_once);
+	if (!__atomic_exchange_n(&atfork, 1, __ATOMIC_SEQ_CST))
+		pthread_atfork(NULL, NULL, child_reset);
+}
+
+void fk_lock(void)
+{
+	pthread_mutex_lock(&mu);
+	if (fd >= 0) {
+		struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+		while (fcntl(fd, F_OFD_SETLKW, &fl) != 0 && errno == EINTR)
+			;
+	}
+}
+
+void fk_unlock(void)
+{
+	if (fd >= 0) {
+		struct flock fl = {.l_type = F_UNLCK, .l_whence = SEEK_SET};
+		fcntl(fd, F_OFD_SETLK, &fl);
+	}
+	pthread_mutex_unlock(&mu);
+}
+
+void fk_reap(void)
+{
+	for (int i = 0; i < FK_MAX_PROC; i++) {
+		struct fk_proc *p = &fk->proc[i];
+		if (!p->pid || (kill(p->pid, 0) != 0 && errno == ESRCH) == 0)
+			continue;
+		/* The process is gone: the driver frees what it held. */
+		for (int d = 0; d < FK_MAX_DEV; d++)
+			fk->dev[d].used = fk->dev[d].used > p->used[d] ? fk->dev[d].used - p->used[d] : 0;
+		memset(p, 0, sizeof(*p));
+	}
+}
+
+struct fk_proc *fk_me(void)
+{
+	int me = getpid(), free_slot = -1;
+	for (int pass = 0; pass < 2; pass++) {
+		for (int i = 0; i < FK_MAX_PROC; i++) {
+			if (fk->proc[i].pid == me)
+				return &fk->proc[i];
+			if (!fk->proc[i].pid && free_slot < 0)
+				free_slot = i;
+		}
+		if (free_slot >= 0)
+			break;
+		fk_reap();
+	}
+	if (free_slot < 0) {
+		fprintf(stderr, "fakecuda: too many processes\n");
+		abort();
+	}
+	memset(&fk->proc[free_slot], 0, sizeof(fk->proc[free_slot]));
+	fk->proc[free_slot].pid = me;
+	return &fk->proc[free_slot];
+}
+
+int64_t fk_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
+
+void fk_sleep_ns(int64_t ns)
+{
+	if (ns <= 0)
+		return;
+	struct timespec ts = {ns / 1000000000ll, ns % 1000000000ll};
+	while (nanosleep(&ts, &ts) != 0)
+		;
+}
+
+int fk_fault(const char *name)
+{
+	static int counts[64];
+	static char names[64][64];
+	const char *spec = getenv("FAKECUDA_FAIL");
+	if (!spec || !*spec)
+		return 0;
+	size_t nlen = strlen(name);
+	for (const char *p = spec; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
+		if (strncmp(p, name, nlen) != 0 || p[nlen] != ':')
+			continue;
+		int slot = -1;
+		for (int i = 0; i < 64; i++)
+			if (!strcmp(names[i], name) || !names[i][0]) {
+				slot = i;
+				break;
+			}
+		if (slot < 0)
+			return 0;
+		snprintf(names[slot], sizeof(names[slot]), "%s", name);
+		int n = __atomic_add_fetch(&counts[slot], 1, __ATOMIC_SEQ_CST);
+		char *end;
+		long want = strtol(p + nlen + 1, &end, 10);
+		if (n != want)
+			return 0;
+		if (*end == ':') {
+			fk_sleep_ns(strtol(end + 1, NULL, 10) * 1000000ll);
+			return 0;
+		}
+		return 1;
+	}
+	return 0;
+}
+
+void fk_uuid_bytes(const char *s, unsigned char out[16])
+{
+	memset(out, 0, 16);
+	if (!strncmp(s, "GPU-", 4))
+		s += 4;
+	for (int i = 0; i < 16 && *s;) {
+		if (*s == '-') {
+			s++;
+			continue;
+		}
+		unsigned v;
+		if (sscanf(s, "%2x", &v) != 1)
+			break;
+		out[i++] = (unsigned char)v;
+		s += 2;
+	}
+}

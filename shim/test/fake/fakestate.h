@@ -1,0 +1,58 @@
+/*
+ * Shared bookkeeping of the fake CUDA driver and fake NVML (test only).
+ * One file under $FAKECUDA_STATE, mapped by every process, so memory use and
+ * GPU time are consistent across processes and between the two libraries,
+ * like the real driver's. Devices come from $FAKECUDA_DEVICES,
+ * "uuid:memory:SMs,..." (memory as bytes or with KiB/MiB/GiB).
+ */
+#ifndef FAKESTATE_H
+#define FAKESTATE_H
+
+#include <stdint.h>
+
+#define FK_MAX_DEV 16
+#define FK_MAX_PROC 256
+
+struct fk_dev {
+	char uuid[96];
+	uint64_t total;
+	uint64_t used;
+	int32_t sms;
+	int32_t pad;
+	int64_t busy_until_ns; /* the device runs one kernel at a time: its timeline */
+};
+
+struct fk_proc {
+	int32_t pid;
+	int32_t pad;
+	uint64_t used[FK_MAX_DEV];
+	int64_t busy_ns[FK_MAX_DEV]; /* GPU time its kernels took */
+	uint64_t launches[FK_MAX_DEV];
+};
+
+struct fk_state {
+	uint64_t magic;
+	int32_t ndev;
+	int32_t pad;
+	struct fk_dev dev[FK_MAX_DEV];
+	struct fk_proc proc[FK_MAX_PROC];
+};
+
+extern struct fk_state *fk;
+
+void fk_init(void);
+void fk_lock(void);
+void fk_unlock(void);
+/* This process's slot (caller holds the lock). */
+struct fk_proc *fk_me(void);
+/* Frees the slots (and memory) of processes that are gone. Caller holds the lock. */
+void fk_reap(void);
+int64_t fk_now(void);
+void fk_sleep_ns(int64_t ns);
+/* Fault injection from $FAKECUDA_FAIL="name:N[:sleepMS],...": returns 1 when
+ * this (the Nth) call of name must fail; sleeps first when asked. */
+int fk_fault(const char *name);
+/* Parses a GPU UUID "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" into 16 bytes. */
+void fk_uuid_bytes(const char *s, unsigned char out[16]);
+
+#endif

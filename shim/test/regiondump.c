@@ -1,0 +1,65 @@
+/*
+ * Test helper for the usage region.
+ *   regiondump FILE                      print header, devices and live slots
+ *   regiondump forge FILE PID START IDX BYTES
+ *                                         write a slot as a (possibly stale)
+ *                                         process would have left it
+ */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "region.h"
+
+int main(int argc, char **argv)
+{
+	int forge = argc == 7 && !strcmp(argv[1], "forge");
+	const char *path = forge ? argv[2] : argv[1];
+	if (argc < 2 || (!forge && argc != 2)) {
+		fprintf(stderr, "usage: regiondump FILE | regiondump forge FILE PID START IDX BYTES\n");
+		return 2;
+	}
+	int fd = open(path, forge ? O_RDWR : O_RDONLY);
+	if (fd < 0) {
+		perror(path);
+		return 1;
+	}
+	struct flock fl = {.l_type = forge ? F_WRLCK : F_RDLCK, .l_whence = SEEK_SET};
+	fcntl(fd, F_OFD_SETLKW, &fl);
+	struct vgpu_region *r = mmap(NULL, sizeof(*r), forge ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
+	if (r == MAP_FAILED) {
+		perror("mmap");
+		return 1;
+	}
+	if (forge) {
+		int idx = atoi(argv[5]);
+		unsigned long long bytes = strtoull(argv[6], NULL, 10);
+		for (int i = 0; i < VGPU_MAX_PROCS; i++)
+			if (!r->procs[i].pid) {
+				r->procs[i].pid = atoi(argv[3]);
+				r->procs[i].start_time = strtoull(argv[4], NULL, 10);
+				r->procs[i].used[idx] = bytes;
+				r->devices[idx].used += bytes;
+				printf("forged slot %d\n", i);
+				return 0;
+			}
+		return 1;
+	}
+	printf("magic=%s version=%u size=%llu devices=%u slots=%u\n",
+	       r->hdr.magic == VGPU_REGION_MAGIC ? "ok" : "BAD", r->hdr.version, (unsigned long long)r->hdr.size,
+	       r->hdr.device_count, r->hdr.proc_slots);
+	for (unsigned d = 0; d < r->hdr.device_count && d < VGPU_MAX_DEVICES; d++)
+		printf("dev %u uuid=%s limit=%llu used=%llu cores=%u\n", d, r->devices[d].uuid,
+		       (unsigned long long)r->devices[d].limit, (unsigned long long)r->devices[d].used,
+		       r->devices[d].cores);
+	for (int i = 0; i < VGPU_MAX_PROCS; i++)
+		if (r->procs[i].pid)
+			printf("proc pid=%d host_pid=%d start=%llu used0=%llu launches0=%llu\n", r->procs[i].pid, r->procs[i].host_pid,
+			       (unsigned long long)r->procs[i].start_time, (unsigned long long)r->procs[i].used[0],
+			       (unsigned long long)r->procs[i].launches[0]);
+	return 0;
+}

@@ -1,0 +1,565 @@
+#!/usr/bin/env bash
+# C-level tests of libvgpu-shim.so against the fake driver (make -C shim test).
+# Each test gets a temp dir with its own fake-GPU state, limits file and
+# usage region, passed through the overrides NRI_VGPU_LIMITS /
+# NRI_VGPU_REGION_DIR (honoured only while /run/nri-vgpu/limits does not
+# exist; nothing here creates it). Ends with "shim: N passed, M failed".
+set -u
+B=${B:?build dir}
+SHIM=$B/libvgpu-shim.so
+PROG=$B/cudaprog
+DUMP=$B/regiondump
+HERE=$(cd "$(dirname "$0")" && pwd)
+UUID0=GPU-11111111-2222-3333-4444-555555555555
+UUID1=GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee
+MiB=1048576
+GiB=1073741824
+pass=0
+fail=0
+failed=()
+
+if [ -e /run/nri-vgpu/limits ]; then
+	echo "shim tests: /run/nri-vgpu/limits exists; the overrides would be ignored" >&2
+	exit 1
+fi
+
+ROOT=$(mktemp -d /tmp/shimtest.XXXXXX)
+trap 'rm -rf "$ROOT"' EXIT
+
+# setup LIMIT_BYTES [CORES] [POLICY] — a fresh container: one 16 GiB, 132-SM fake GPU
+# (and an 8 GiB, 108-SM one that the limits file does not list).
+setup() {
+	T=$(mktemp -d "$ROOT/t.XXXXXX")
+	mkdir -p "$T/region" "$T/state"
+	export FAKECUDA_STATE=$T/state
+	# Where a dlopen of libcuda.so.1 / libnvidia-ml.so.1 finds the fake driver.
+	export LD_LIBRARY_PATH=$B/fake
+	export FAKECUDA_DEVICES="$UUID0:16GiB:132,$UUID1:8GiB:108"
+	export NRI_VGPU_LIMITS=$T/limits NRI_VGPU_REGION_DIR=$T/region
+	unset FAKECUDA_FAIL FAKECUDA_CTX_BYTES FAKECUDA_KERNEL_US FAKECUDA_SAMPLE_MS
+	limits "${1:-$GiB}" "${2:-100}" "${3:-hard}"
+}
+
+limits() {
+	cat >"$T/limits" <<-EOF
+		# written by the test
+		version=1
+		gpu.0.uuid=$UUID0
+		gpu.0.memory=$1
+		gpu.0.cores=$2
+		cores.policy=$3
+		log.level=warn
+	EOF
+}
+
+# run [cudaprog args...] — the program with the shim preloaded; output in $T/out.
+run() {
+	if ! LD_PRELOAD=$SHIM timeout 60 "$PROG" "$@" >"$T/out" 2>"$T/err"; then
+		echo "    cudaprog $*"
+		tail -n 5 "$T/out" "$T/err" | sed 's/^/    /'
+		return 1
+	fi
+}
+
+used() { "$DUMP" "$T/region/usage" | sed -n 's/^dev 0 .*used=\([0-9]*\).*/\1/p'; }
+slots() { "$DUMP" "$T/region/usage" | grep -c '^proc ' || true; }
+
+waitfor() { # waitfor FILE — up to 30 s
+	local i
+	for i in $(seq 600); do
+		[ -e "$1" ] && return 0
+		sleep 0.05
+	done
+	echo "    timed out waiting for $1"
+	return 1
+}
+
+expect() { # expect WHAT GOT WANT
+	if [ "$2" != "$3" ]; then
+		echo "    $1: got '$2', want '$3'"
+		return 1
+	fi
+}
+
+t() { # t NAME FUNCTION — runs one test
+	local name=$1
+	shift
+	# Not inside "if" or "||": there bash would ignore set -e in the subshell.
+	(
+		set -e
+		"$@"
+	) >"$ROOT/log" 2>&1
+	local rc=$?
+	if [ $rc -eq 0 ]; then
+		pass=$((pass + 1))
+		echo "ok   $name"
+		grep '^    info: ' "$ROOT/log" || true
+	else
+		fail=$((fail + 1))
+		failed+=("$name")
+		echo "FAIL $name"
+		sed 's/^/    /' "$ROOT/log" | tail -n 30
+		[ -n "${T:-}" ] && [ -f "$T/out" ] && { echo "    --- stdout"; tail -n 15 "$T/out" | sed 's/^/    /'; }
+		[ -n "${T:-}" ] && [ -f "$T/err" ] && { echo "    --- stderr"; tail -n 15 "$T/err" | sed 's/^/    /'; }
+	fi
+	rm -f "$ROOT/log"
+}
+
+# ---- the library itself --------------------------------------------------------
+
+test_glibc_versions() {
+	# Referenced (UND) versions must all be <= GLIBC_2.17.
+	local bad
+	bad=$(objdump -T "$SHIM" | awk '$0 ~ /\*UND\*/' | grep -o 'GLIBC_[0-9.]*' | sort -u |
+		awk -F'[_.]' '{ if ($2 > 2 || ($2 == 2 && $3 > 17)) print }')
+	expect "glibc versions newer than 2.17" "$bad" ""
+	objdump -T "$SHIM" | grep -q 'GLIBC_2.2.5 *dlsym\|(GLIBC_2.2.5) *dlsym'
+	objdump -T "$SHIM" | grep -q 'GLIBC_2.34 *dlsym'
+}
+
+test_exports() {
+	local got
+	got=$(objdump -T "$SHIM" | awk '$0 !~ /\*UND\*/ && $0 !~ /\*ABS\*/ && / DF /{print $NF}' | sort -u)
+	expect "exported symbols" "$got" "$(sort -u "$HERE/../exports.txt")"
+	if objdump -p "$SHIM" | grep NEEDED | grep -q 'libcuda\|libnvidia-ml'; then
+		echo "    links a driver library"
+		return 1
+	fi
+}
+
+test_harmless_load() {
+	setup
+	# No GPU use: nothing loaded, nothing created, output unchanged.
+	out=$(LD_PRELOAD=$SHIM bash -c 'echo hello; grep -c "libcuda\|libnvidia-ml" /proc/$$/maps || true')
+	expect "bash output" "$out" "hello
+0"
+	if command -v python3 >/dev/null; then
+		out=$(LD_PRELOAD=$SHIM python3 -c 'print(6*7)')
+		expect "python output" "$out" "42"
+	fi
+	expect "region files" "$(ls "$T/region")" ""
+}
+
+# ---- limits file -----------------------------------------------------------------------
+
+test_limits_parser() {
+	setup
+	local f=$T/l
+	ok() { printf "$1" >"$f"; "$B/limits_check" "$f" >"$T/out" || { echo "    rejected: $1"; cat "$T/out"; return 1; }; }
+	bad() { printf "$1" >"$f"; if "$B/limits_check" "$f" >"$T/out"; then echo "    accepted: $1"; return 1; fi; }
+	ok "# comment\n\n  version = 1  \ngpu.0.uuid=$UUID0\ngpu.0.memory=0 # none\ngpu.0.cores=100\n"
+	grep -q "gpu 0 $UUID0 0 100" "$T/out"
+	ok "version=1\ngpu.1.uuid=b\ngpu.1.memory=2\ngpu.1.cores=1\ngpu.0.uuid=a\ngpu.0.memory=18446744073709551615\ngpu.0.cores=50\ncores.policy=burst\nlog.level=debug\n"
+	grep -q "ok gpus=2 policy=1 level=3" "$T/out"
+	grep -q "gpu 0 a 18446744073709551615 50" "$T/out"
+	ok "version=1\t# tab\ngpu.0.uuid=MIG-x/1.2:3_a\ngpu.0.memory=1\ngpu.0.cores=1 # caf\xc3\xa9\n"
+	bad ""
+	bad "version=1\n"
+	bad "version=1\r\ngpu.0.uuid=a\r\ngpu.0.memory=1\r\ngpu.0.cores=1\r\n"
+	bad "version=1\ngpu.0.uuid=a\ngpu.0.memory=1\ngpu.0.cores=1\n\0\n"
+	bad "version=1\ngpu.0.uuid=a::b\ngpu.0.memory=1\ngpu.0.cores=1\n"
+	bad "version=1\ngpu.0.uuid=a:\ngpu.0.memory=1\ngpu.0.cores=1\n"
+	bad "version=1\ngpu.0.uuid=a*\ngpu.0.memory=1\ngpu.0.cores=1\n"
+	bad "# only a comment\n"
+	bad "version=2\n"
+	bad "gpu.0.uuid=a\nversion=1\n"
+	bad "version=1\nversion=1\n"
+	bad "version=1\ngpu.0.uuid=a\ngpu.0.uuid=a\ngpu.0.memory=1\ngpu.0.cores=1\n"
+	bad "version=1\ngpu.1.uuid=a\ngpu.1.memory=1\ngpu.1.cores=1\n"
+	bad "version=1\ngpu.0.uuid=a\ngpu.0.memory=1\n"
+	bad "version=1\ngpu.0.uuid=a\ngpu.0.memory=-1\ngpu.0.cores=1\n"
+	bad "version=1\ngpu.0.uuid=a\ngpu.0.memory=18446744073709551616\ngpu.0.cores=1\n"
+	bad "version=1\ngpu.0.uuid=a\ngpu.0.memory=01\ngpu.0.cores=1\n"
+	bad "version=1\ngpu.0.uuid=a\ngpu.0.memory=1\ngpu.0.cores=0\n"
+	bad "version=1\ngpu.0.uuid=a\ngpu.0.memory=1\ngpu.0.cores=101\n"
+	bad "version=1\ngpu.0.uuid=a\ngpu.0.memory=1GiB\ngpu.0.cores=1\n"
+	bad "version=1\ngpu.16.uuid=a\n"
+	bad "version=1\ngpu.00.uuid=a\n"
+	bad "version=1\ngpu.0.name=a\n"
+	bad "version=1\ncores.policy=soft\n"
+	bad "version=1\nlog.level=trace\n"
+	bad "version=1\nlog.level=warn\nlog.level=warn\n"
+	bad "version=1\nfoo=bar\n"
+	bad "version=1\njust text\n"
+	bad "version=1\ngpu.0.uuid=a\ngpu.0.memory=1\ngpu.0.cores=1\ngpu.1.uuid=a\ngpu.1.memory=1\ngpu.1.cores=1\n"
+	bad "version=1\ngpu.0.uuid=a b\ngpu.0.memory=1\ngpu.0.cores=1\n"
+	# 4096 bytes is the most.
+	{ echo "version=1"; echo "gpu.0.uuid=a"; echo "gpu.0.memory=1"; echo "gpu.0.cores=1"; head -c 4043 /dev/zero | tr '\0' '#'; echo; } >"$f"
+	expect "size of the 4096-byte file" "$(stat -c %s "$f")" 4096
+	"$B/limits_check" "$f" >/dev/null
+	{ echo "version=1"; head -c 4044 /dev/zero | tr '\0' '#'; echo; } >"$f"
+	if "$B/limits_check" "$f" >/dev/null; then echo "    accepted 4097 bytes"; return 1; fi
+	# 16 GPUs is the most (17 is an index error).
+	{ echo "version=1"; for i in $(seq 0 15); do echo "gpu.$i.uuid=u$i"; echo "gpu.$i.memory=1"; echo "gpu.$i.cores=1"; done; } >"$f"
+	"$B/limits_check" "$f" | grep -q "gpus=16"
+}
+
+test_invalid_limits_fail_closed() {
+	setup
+	printf 'version=1\ngpu.0.uuid=%s\ngpu.0.memory=lots\ngpu.0.cores=50\n' "$UUID0" >"$T/limits"
+	run init alloc:1MiB:2 managed:1MiB:2 alloc:1:2 info:0:-
+	expect "stderr lines" "$(grep -c . "$T/err")" 1
+	grep -q "invalid limits file .*gpu.0.memory must be a byte count" "$T/err"
+}
+
+test_absent_limits_pass_through() {
+	setup
+	rm "$T/limits"
+	run init alloc:4GiB info:12GiB:16GiB nvml:0:16GiB:4GiB:12GiB freeall
+	expect "stderr" "$(cat "$T/err")" ""
+	expect "region files" "$(ls "$T/region")" ""
+}
+
+test_override_ignored_when_fixed_path_exists() {
+	# A copy of the shim built with its fixed paths under $B/fixedroot.
+	setup $GiB
+	local fixed=$B/fixedroot
+	rm -rf "$fixed"
+	mkdir -p "$fixed/region"
+	printf 'version=1\ngpu.0.uuid=%s\ngpu.0.memory=%s\ngpu.0.cores=100\n' $UUID0 $((64 * MiB)) >"$fixed/limits"
+	# The fixed files exist: the environment (1 GiB, another region) is ignored.
+	LD_PRELOAD=$B/fixedpath/libvgpu-shim.so timeout 60 "$PROG" init alloc:64MiB alloc:1:2 >"$T/out" 2>"$T/err"
+	expect "override region used" "$(ls "$T/region")" ""
+	[ -e "$fixed/region/usage" ]
+	# Fixed limits gone: now the override counts (fixed region dir still wins).
+	rm "$fixed/limits"
+	LD_PRELOAD=$B/fixedpath/libvgpu-shim.so timeout 60 "$PROG" init alloc:1GiB alloc:1:2 >"$T/out" 2>"$T/err"
+	rm -rf "$fixed"
+}
+
+# ---- memory quota -------------------------------------------------------------------------
+
+test_boundary() {
+	local m
+	for m in "-m direct" "-m rt12" "-m rt11" "-m rt12 -p" "-p"; do
+		setup $GiB
+		# shellcheck disable=SC2086
+		run $m init alloc:1GiB alloc:1:2 free alloc:1023MiB alloc:1048575 alloc:1 alloc:1:2 free alloc:2:2 \
+			alloc:1 freeall alloc:1GiB touch:"$T/full" waitfile:"$T/exit" &
+		waitfor "$T/full"
+		expect "$m region used while held" "$(used)" $GiB
+		touch "$T/exit"
+		wait
+		grep -q '^ok$' "$T/out"
+		# One line per refusal, and the slot is given back at exit.
+		expect "$m stderr lines" "$(grep -c 'quota exceeded' "$T/err")" 3
+		expect "$m region used after exit" "$(used)" 0
+		# World-writable whatever the umask, so processes of any uid can join.
+		expect "$m region mode" "$(stat -c %a "$T/region/usage")" 666
+	done
+}
+
+test_every_counted_api() {
+	local m k
+	for m in "-m direct" "-m rt12 -p" "-m rt11"; do
+		setup $((64 * MiB))
+		# Each API fills the quota exactly, is refused one byte more, and its free gives it all back.
+		for k in "alloc:64MiB" "managed:64MiB" "async:64MiB" "pool:64MiB" "create:0:64MiB" "pitch:1000:65536" \
+			"array:4096:4096" "array3d:1024:1024:16" "mipmap:4096:4096:1"; do
+			# shellcheck disable=SC2086
+			run $m init "$k" alloc:1:2 free alloc:64MiB free
+			expect "$m $k used after free" "$(used)" 0
+		done
+		# pitch counts the real pitch (1000 -> 1024 bytes) times the height.
+		run $m init pitch:1000:65536:0 alloc:1:2
+		run $m init pitch:1000:65537:2
+		# A mipmap counts every level: 2048x1024 floats = 8 MiB, +2 MiB, +0.5 MiB...
+		run $m init mipmap:2048:1024:3 alloc:53.5MiB alloc:1:2
+		# cuMemCreate on the other GPU (not in the limits file) is refused.
+		run $m init create:1:1MiB:2
+	done
+}
+
+test_driver_failure_gives_back() {
+	setup $((64 * MiB))
+	FAKECUDA_FAIL=cuMemAlloc_v2:1 run init alloc:64MiB:2 alloc:64MiB
+	expect "used" "$(used)" 0
+	FAKECUDA_FAIL=cuMemCreate:1 run init create:0:64MiB:2 create:0:64MiB
+	expect "used" "$(used)" 0
+}
+
+test_context_footprint() {
+	setup $((256 * MiB))
+	export FAKECUDA_CTX_BYTES=$((64 * MiB))
+	run init alloc:192MiB alloc:1:2 info:0:256MiB
+	run init newctx:0 alloc:128MiB alloc:1:2 delctx ctx:0 alloc:192MiB alloc:1:2
+	run init release:0 ctx:0 alloc:192MiB
+}
+
+# ---- reported memory ------------------------------------------------------------------------------
+
+test_reported_memory() {
+	setup $((3 * GiB))
+	run init alloc:1GiB info:2GiB:3GiB infonull:2GiB:3GiB total:0:3GiB total:1:8GiB nvml:0:3GiB:1GiB:2GiB
+	# Limit above the card: the card's size. Limit 0: no limit, the real values.
+	limits $((32 * GiB)) 100 hard
+	run init alloc:1GiB info:15GiB:16GiB total:0:16GiB nvml:0:16GiB:1GiB:15GiB
+	limits 0 100 hard
+	run init alloc:1GiB info:15GiB:16GiB total:0:16GiB
+	# Another process's usage counts (the container's, not the caller's), and
+	# used above the limit saturates free at 0 rather than wrapping.
+	limits $GiB 100 hard
+	"$DUMP" forge "$T/region/usage" $$ "$(awk '{print $22}' /proc/$$/stat)" 0 $((2 * GiB)) >/dev/null
+	run init info:0:1GiB nvml:0:1GiB:2GiB:0 alloc:1:2
+	# Real free below the slice's: min(slice free, real free).
+	setup $((16 * GiB))
+	LD_PRELOAD= timeout 60 "$PROG" init alloc:15GiB sleep:2000 >/dev/null &
+	sleep 0.5
+	run init info:1GiB:16GiB nvml:0:16GiB:0:1GiB
+	wait
+}
+
+test_threads_without_context() {
+	setup $GiB
+	run init alloc:1GiB thread alloc:1:2 alloc:1:2
+}
+
+# ---- interception ----------------------------------------------------------------------------------
+
+test_names_exact() {
+	setup
+	run -m rt12 init where:cuMemAlloc_v2 where:cuMemAlloc where:cuInit where:cudnnCreate wheredef:cudnnCreate \
+		where:cuMemAllocX where:nvmlDeviceGetMemoryInfo where:cuGetProcAddress where:cuGetProcAddress_v2 \
+		gpa:cuMemAlloc:3020:0 gpa:cuMemAlloc:2000:0 gpa:cuLaunchKernel:7000:2 gpa:cuLaunchKernel:7000:0 \
+		gpa:cuLaunchKernel:4000:2 gpa:cuCtxCreate:3020:0 gpa:cuCtxCreate:11040:0 gpa:cuCtxCreate:12050:0 \
+		gpa:cuGetProcAddress:11030:0 gpa:cuGetProcAddress:12000:0 gpa:cuNoSuchThing:12000:0 \
+		gpa:cuMemAllocAsync:11000:0 gpa:cuMemAllocAsync:11020:2 gpa:cuDeviceGetName:2000:0
+	o=$T/out
+	grep -q '^where cuMemAlloc_v2 libvgpu-shim.so cuMemAlloc_v2$' "$o"
+	grep -q '^where cuMemAlloc libcuda.so.1 cuMemAlloc$' "$o"
+	grep -q '^where cuInit libcuda.so.1 cuInit$' "$o"
+	grep -q '^where cudnnCreate NULL' "$o"
+	grep -q '^wheredef cudnnCreate NULL' "$o"
+	grep -q '^where cuMemAllocX NULL' "$o"
+	grep -q '^where cuGetProcAddress libvgpu-shim.so cuGetProcAddress$' "$o"
+	grep -q '^where cuGetProcAddress_v2 libvgpu-shim.so cuGetProcAddress_v2$' "$o"
+	grep -q '^gpa cuMemAlloc 3020 rc=0 status=0 libvgpu-shim.so cuMemAlloc_v2$' "$o"
+	grep -q '^gpa cuMemAlloc 2000 rc=0 status=0 libcuda.so.1 cuMemAlloc$' "$o"
+	grep -q '^gpa cuLaunchKernel 7000 rc=0 status=0 libvgpu-shim.so cuLaunchKernel_ptsz$' "$o"
+	grep -q '^gpa cuLaunchKernel 7000 rc=0 status=0 libvgpu-shim.so cuLaunchKernel$' "$o"
+	grep -q '^gpa cuLaunchKernel 4000 rc=0 status=0 libvgpu-shim.so cuLaunchKernel$' "$o"
+	grep -q '^gpa cuCtxCreate 3020 rc=0 status=0 libvgpu-shim.so cuCtxCreate_v2$' "$o"
+	grep -q '^gpa cuCtxCreate 11040 rc=0 status=0 libvgpu-shim.so cuCtxCreate_v3$' "$o"
+	grep -q '^gpa cuCtxCreate 12050 rc=0 status=0 libvgpu-shim.so cuCtxCreate_v4$' "$o"
+	grep -q '^gpa cuGetProcAddress 11030 rc=0 status=0 libvgpu-shim.so cuGetProcAddress$' "$o"
+	grep -q '^gpa cuGetProcAddress 12000 rc=0 status=0 libvgpu-shim.so cuGetProcAddress_v2$' "$o"
+	grep -q '^gpa cuNoSuchThing 12000 rc=0 status=1 NULL' "$o"
+	grep -q '^gpa cuMemAllocAsync 11000 rc=0 status=2 NULL' "$o"
+	grep -q '^gpa cuMemAllocAsync 11020 rc=0 status=0 libvgpu-shim.so cuMemAllocAsync_ptsz$' "$o"
+	grep -q '^gpa cuDeviceGetName 2000 rc=0 status=0 libcuda.so.1 cuDeviceGetName$' "$o"
+	# Binaries built against glibc < 2.34 call dlsym@GLIBC_2.2.5: hooked the same.
+	run -m rt12 init where225:cuMemAlloc_v2 where225:cudnnCreate where225:cuInit driverself
+	grep -q '^where225 cuMemAlloc_v2 libvgpu-shim.so cuMemAlloc_v2$' "$T/out"
+	grep -q '^where225 cudnnCreate NULL' "$T/out"
+	grep -q '^where225 cuInit libcuda.so.1 cuInit$' "$T/out"
+	# The 4-argument ABI: unknown names fail with CUDA_ERROR_NOT_FOUND, untouched.
+	run -m rt11 init gpa:cuNoSuchThing:11030:0 gpa:cuMemAlloc:3020:0
+	grep -q '^gpa cuNoSuchThing 11030 rc=500 status=-1 NULL' "$T/out"
+	grep -q '^gpa cuMemAlloc 3020 rc=0 status=-1 libvgpu-shim.so cuMemAlloc_v2$' "$T/out"
+	# A legacy ABI is passed through unwrapped, and the fake makes the mix-up loud.
+	if LD_PRELOAD=$SHIM timeout 20 "$PROG" -m rt12 init calllegacy >"$T/out" 2>"$T/err"; then
+		echo "    calling the legacy cuMemAlloc did not abort"
+		return 1
+	fi
+	grep -q "legacy ABI cuMemAlloc called" "$T/err"
+	# Every launch entry point through each access path.
+	run init launchall
+	run -p init launchall
+	run -m rt12 -p init launchall
+}
+
+test_stacked_interposer() {
+	setup $((64 * MiB))
+	LD_PRELOAD="$SHIM $B/libinterposer.so" timeout 20 "$PROG" init alloc:64MiB alloc:1:2 >"$T/out" 2>"$T/err"
+	grep -q "interposer: 1 calls" "$T/err"
+	expect "used" "$(used)" 0
+}
+
+# ---- cross-process ----------------------------------------------------------------------------------------
+
+test_16_racers() {
+	setup $((100 * MiB))
+	local i
+	for i in $(seq 1 16); do
+		LD_PRELOAD=$SHIM timeout 60 "$PROG" init waitfile:"$T/go" fill:1MiB touch:"$T/done.$i" waitfile:"$T/end" \
+			>"$T/racer.$i" 2>/dev/null &
+	done
+	sleep 0.3
+	touch "$T/go"
+	for i in $(seq 1 16); do
+		waitfor "$T/done.$i"
+	done
+	local total
+	total=$(cat "$T"/racer.* | awk '/^filled /{s += $2} END {print s}')
+	expect "allocations across 16 processes" "$total" 100
+	expect "region used" "$(used)" $((100 * MiB))
+	expect "slots" "$(slots)" 16
+	touch "$T/end"
+	wait
+	expect "used after all exit" "$(used)" 0
+	expect "slots after all exit" "$(slots)" 0
+}
+
+test_sigkill_mid_allocation() {
+	setup $((64 * MiB))
+	# The second allocation sleeps inside the (fake) driver, already reserved.
+	FAKECUDA_FAIL=cuMemAlloc_v2:2:60000 LD_PRELOAD=$SHIM "$PROG" init alloc:16MiB alloc:32MiB >/dev/null 2>&1 &
+	local pid=$!
+	local i
+	for i in $(seq 100); do [ "$(used)" = $((48 * MiB)) ] && break; sleep 0.05; done
+	expect "reserved before the driver returned" "$(used)" $((48 * MiB))
+	kill -9 $pid
+	wait $pid 2>/dev/null || true
+	# Neither wedged nor leaked: the whole quota is available to the next process.
+	timeout 10 env LD_PRELOAD=$SHIM timeout 60 "$PROG" init alloc:64MiB >"$T/out" 2>"$T/err"
+	# Killed while holding the lock: an OFD lock dies with its holder.
+	python3 - "$T/region/usage" <<-'EOF' &
+		import fcntl, os, sys, time
+		fd = os.open(sys.argv[1], os.O_RDWR)
+		import struct
+		# struct flock: short type, short whence, off_t start, off_t len, pid_t pid
+		fl = struct.pack('hhqqi4x', fcntl.F_WRLCK, 0, 0, 0, 0)
+		fcntl.fcntl(fd, 38, fl)  # F_OFD_SETLKW
+		open(sys.argv[1] + '.locked', 'w').close()
+		time.sleep(60)
+	EOF
+	local lk=$!
+	for i in $(seq 100); do [ -e "$T/region/usage.locked" ] && break; sleep 0.05; done
+	kill -9 $lk
+	wait $lk 2>/dev/null || true
+	timeout 10 env LD_PRELOAD=$SHIM timeout 60 "$PROG" init alloc:64MiB >"$T/out" 2>"$T/err"
+}
+
+test_pid_reuse() {
+	setup $((64 * MiB))
+	run init # creates the region
+	# A live pid with a different start time: a reused pid, reaped.
+	"$DUMP" forge "$T/region/usage" $$ 12345 0 $((64 * MiB)) >/dev/null
+	run init alloc:64MiB
+	# The same live pid with its real start time: kept, so no room.
+	setup $((64 * MiB))
+	run init
+	"$DUMP" forge "$T/region/usage" $$ "$(awk '{print $22}' /proc/$$/stat)" 0 $((64 * MiB)) >/dev/null
+	run init alloc:1:2
+	# A pid that no longer exists: reaped.
+	setup $((64 * MiB))
+	run init
+	sleep 0 &
+	local gone=$!
+	wait $gone
+	"$DUMP" forge "$T/region/usage" $gone 1 0 $((64 * MiB)) >/dev/null
+	run init alloc:64MiB
+}
+
+test_fork() {
+	setup $((300 * MiB))
+	LD_PRELOAD=$SHIM timeout 60 "$PROG" init alloc:100MiB fork:150MiB:"$T/go" sleep:300 alloc:50MiB alloc:1:2 \
+		touch:"$T/mid" waitfile:"$T/go" wait alloc:150MiB alloc:1:2 >"$T/out" 2>"$T/err" &
+	local pid=$!
+	waitfor "$T/mid"
+	expect "slots while the child runs" "$(slots)" 2
+	expect "used while the child runs" "$(used)" $((300 * MiB))
+	touch "$T/go"
+	wait $pid
+	grep -q "child .* alloc 0" "$T/out"
+}
+
+# ---- SM limiter -------------------------------------------------------------------------------------------------
+
+test_sm_shares() {
+	# Two containers on one simulated 132-SM GPU, 30 % and 70 %, both launching flat out.
+	setup $GiB 30 hard
+	local a=$T
+	export FAKECUDA_KERNEL_US=500
+	# NVML's per-process samples arrive about every 1/6 s, as on hardware.
+	export FAKECUDA_SAMPLE_MS=166
+	local state=$FAKECUDA_STATE
+	NRI_VGPU_LIMITS=$a/limits NRI_VGPU_REGION_DIR=$a/region LD_PRELOAD=$SHIM \
+		timeout 60 "$PROG" init launchfor:6:2.5:132 >"$a/out.a" 2>&1 &
+	local pa=$!
+	T=$(mktemp -d "$ROOT/t.XXXXXX")
+	mkdir -p "$T/region"
+	limits $GiB 70 hard
+	FAKECUDA_STATE=$state NRI_VGPU_LIMITS=$T/limits NRI_VGPU_REGION_DIR=$T/region LD_PRELOAD=$SHIM \
+		timeout 60 "$PROG" init launchfor:6:2.5:132 >"$T/out.b" 2>&1
+	wait $pa
+	local sa sb
+	sa=$(sed -n 's/^share //p' "$a/out.a")
+	sb=$(sed -n 's/^share //p' "$T/out.b")
+	echo "    info: shares $sa (limit 30), $sb (limit 70)"
+	awk -v a="$sa" -v b="$sb" 'BEGIN { exit !(a >= 25 && a <= 35 && b >= 65 && b <= 75) }'
+}
+
+test_sm_burst() {
+	# Alone on the GPU, burst may use what nobody else wants; hard may not.
+	setup $GiB 30 burst
+	export FAKECUDA_KERNEL_US=500 FAKECUDA_SAMPLE_MS=166
+	run init launchfor:3:1.5:132
+	local s
+	s=$(sed -n 's/^share //p' "$T/out")
+	echo "    info: burst share alone $s (limit 30)"
+	awk -v s="$s" 'BEGIN { exit !(s >= 60) }'
+	limits $GiB 30 hard
+	run init launchfor:3:1.5:132 touch:"$T/done" &
+	waitfor "$T/done"
+	s=$(sed -n 's/^share //p' "$T/out")
+	echo "    info: hard share alone $s (limit 30)"
+	awk -v s="$s" 'BEGIN { exit !(s >= 25 && s <= 35) }'
+	wait
+}
+
+test_sm_launch_counters() {
+	setup $GiB 50 hard
+	LD_PRELOAD=$SHIM timeout 60 "$PROG" init launch:20 touch:"$T/done" waitfile:"$T/end" >"$T/out" 2>&1 &
+	waitfor "$T/done"
+	"$DUMP" "$T/region/usage" | grep -q '^proc .* launches0=20$'
+	touch "$T/end"
+	wait
+}
+
+test_sm_unlimited_no_thread() {
+	setup $GiB 100 hard
+	LD_PRELOAD=$SHIM timeout 60 "$PROG" init launch:5 sleep:300 >"$T/out" 2>&1 &
+	local pid=$!
+	sleep 0.2
+	expect "threads at cores=100" "$(ls /proc/$pid/task | wc -l)" 1
+	wait $pid
+}
+
+test_fuzz_limits_parser() {
+	if ! command -v clang >/dev/null; then
+		echo "    clang is needed for the libFuzzer target (Debian: apt-get install clang)"
+		return 1
+	fi
+	make -s -C "$HERE/.." fuzz FUZZTIME=${FUZZTIME:-3} >"/tmp/shimfuzz.$$" 2>&1 || { tail -n 30 "/tmp/shimfuzz.$$"; rm -f "/tmp/shimfuzz.$$"; return 1; }
+	grep -q 'Done [0-9]* runs' "/tmp/shimfuzz.$$"
+	rm -f "/tmp/shimfuzz.$$"
+}
+
+t glibc_versions test_glibc_versions
+t exports test_exports
+t harmless_load test_harmless_load
+t limits_parser test_limits_parser
+t invalid_limits_fail_closed test_invalid_limits_fail_closed
+t absent_limits_pass_through test_absent_limits_pass_through
+t override_rule test_override_ignored_when_fixed_path_exists
+t boundary test_boundary
+t every_counted_api test_every_counted_api
+t driver_failure_gives_back test_driver_failure_gives_back
+t context_footprint test_context_footprint
+t reported_memory test_reported_memory
+t threads_without_context test_threads_without_context
+t names_exact test_names_exact
+t stacked_interposer test_stacked_interposer
+t 16_racers test_16_racers
+t sigkill_mid_allocation test_sigkill_mid_allocation
+t pid_reuse test_pid_reuse
+t fork test_fork
+t sm_unlimited_no_thread test_sm_unlimited_no_thread
+t sm_shares_30_70 test_sm_shares
+t sm_burst test_sm_burst
+t sm_launch_counters test_sm_launch_counters
+t fuzz_limits_parser test_fuzz_limits_parser
+
+echo "shim: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

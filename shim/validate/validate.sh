@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Checks libvgpu-shim.so on a real NVIDIA GPU (issue item 10), with PyTorch and
+# nvidia-smi. Needs: an NVIDIA driver, nvidia-smi, python3 with torch (CUDA).
+# Uses the override paths (NRI_VGPU_LIMITS / NRI_VGPU_REGION_DIR), so it must
+# not run where /run/nri-vgpu/limits exists. Prints one PASS/FAIL line per check
+# and the numbers behind it; record them in docs/validation.md.
+#
+#   shim/validate/validate.sh [GPU-index]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+gpu=${1:-0}
+make -s || exit 1
+SHIM=$PWD/build/libvgpu-shim.so
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+[ -e /run/nri-vgpu/limits ] && { echo "validate: /run/nri-vgpu/limits exists; overrides would be ignored" >&2; exit 1; }
+command -v nvidia-smi >/dev/null || { echo "validate: nvidia-smi not found" >&2; exit 1; }
+python3 -c 'import torch; assert torch.cuda.is_available()' || { echo "validate: PyTorch with CUDA needed" >&2; exit 1; }
+
+uuid=$(nvidia-smi -i "$gpu" --query-gpu=uuid --format=csv,noheader | tr -d ' ')
+total_mib=$(nvidia-smi -i "$gpu" --query-gpu=memory.total --format=csv,noheader,nounits | tr -d ' ')
+limit=$(( total_mib / 4 * 1048576 ))   # a quarter of the card
+fails=0
+result() { if [ "$1" = 0 ]; then echo "PASS $2"; else echo "FAIL $2"; fails=$((fails + 1)); fi; }
+
+limits() { # limits MEMORY CORES
+	mkdir -p "$W/region"
+	printf 'version=1\ngpu.0.uuid=%s\ngpu.0.memory=%s\ngpu.0.cores=%s\ncores.policy=hard\nlog.level=warn\n' \
+		"$uuid" "$1" "$2" >"$W/limits"
+}
+shimmed() { CUDA_VISIBLE_DEVICES=$gpu NRI_VGPU_LIMITS=$W/limits NRI_VGPU_REGION_DIR=$W/region LD_PRELOAD=$SHIM "$@"; }
+
+echo "GPU $gpu $uuid, ${total_mib} MiB; memory limit $limit bytes"
+limits "$limit" 100
+
+# 1. mem_get_info reports the slice; allocation at the limit fails cleanly.
+shimmed python3 - "$limit" <<'PY'
+import sys, torch
+limit = int(sys.argv[1])
+free, total = torch.cuda.mem_get_info()
+print(f"  mem_get_info free={free} total={total}")
+assert total == limit, "total is not the limit"
+chunks, n = [], 0
+try:
+    while True:
+        chunks.append(torch.empty(64 << 20, dtype=torch.uint8, device="cuda")); n += 1
+except torch.cuda.OutOfMemoryError as e:
+    print(f"  OOM after {n} x 64 MiB = {n * 64} MiB (limit {limit >> 20} MiB): {str(e).splitlines()[0][:100]}")
+assert n * (64 << 20) <= limit, "allocated past the limit"
+PY
+result $? "mem_get_info reports the slice; allocation past the limit raises OutOfMemoryError"
+
+# 2. nvidia-smi (its own NVML calls) reports the slice while a process holds memory.
+shimmed python3 -c 'import torch,time; x=torch.empty(256<<20,dtype=torch.uint8,device="cuda"); open("'"$W"'/held","w"); time.sleep(20)' &
+holder=$!
+for _ in $(seq 100); do [ -e "$W/held" ] && break; sleep 0.2; done
+line=$(shimmed nvidia-smi -i "$gpu" --query-gpu=memory.total,memory.used --format=csv,noheader,nounits)
+kill $holder 2>/dev/null; wait $holder 2>/dev/null
+echo "  nvidia-smi total,used (MiB): $line"
+smi_total=$(echo "$line" | cut -d, -f1 | tr -d ' ')
+[ "$smi_total" = $((limit / 1048576)) ]
+result $? "nvidia-smi shows the slice as total"
+
+# 3. Expandable segments (cuMemCreate/cuMemMap) are counted.
+PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True shimmed python3 - "$limit" <<'PY'
+import sys, torch
+limit = int(sys.argv[1]); n = 0; keep = []
+try:
+    while True:
+        keep.append(torch.empty(32 << 20, dtype=torch.uint8, device="cuda")); n += 1
+except torch.cuda.OutOfMemoryError:
+    pass
+print(f"  expandable segments: {n * 32} MiB before OOM (limit {limit >> 20} MiB)")
+assert 0 < n * (32 << 20) <= limit
+PY
+result $? "expandable segments stop at the limit"
+
+# 4. SM limits: matmul throughput relative to the unlimited run.
+bench='
+import time, torch
+a = torch.randn(4096, 4096, device="cuda"); b = torch.randn(4096, 4096, device="cuda")
+for _ in range(20): a @ b
+torch.cuda.synchronize(); t = time.time(); n = 0
+while time.time() - t < 10:
+    a @ b; n += 1
+    if n % 10 == 0: torch.cuda.synchronize()
+torch.cuda.synchronize(); print(n / (time.time() - t))'
+base=$(CUDA_VISIBLE_DEVICES=$gpu python3 -c "$bench")
+echo "  unlimited, no shim: $base matmul/s"
+for cores in 30 50 70; do
+	limits 0 "$cores"
+	got=$(shimmed python3 -c "$bench")
+	share=$(python3 -c "print(round(100 * $got / $base, 1))")
+	echo "  cores=$cores: $got matmul/s = $share %"
+	python3 -c "import sys; sys.exit(0 if abs($share - $cores) <= 5 else 1)"
+	result $? "SM limit $cores % within 5 points"
+done
+
+# 5. Overhead with the shim loaded and no limits in force.
+limits 0 100
+got=$(shimmed python3 -c "$bench")
+over=$(python3 -c "print(round(100 * (1 - $got / $base), 2))")
+echo "  shim, no limit: $got matmul/s, overhead $over %"
+python3 -c "import sys; sys.exit(0 if $over < 1 else 1)"
+result $? "overhead at no limit below 1 %"
+
+echo "validate: $fails check(s) failed"
+[ "$fails" -eq 0 ]
