@@ -93,7 +93,7 @@ bench:
 ## demo: the whole chain on simulated GPUs
 ## demo: the whole chain on simulated GPUs (root; docs/demo.md)
 demo: build
-	@bin=$$(hack/e2e-deps.sh) && $(GO) run ./test/e2e/cmd/demo --containerd-bin "$$bin"
+	@bin=$$(hack/e2e-deps.sh v2.4.2) && $(GO) run ./test/e2e/cmd/demo --containerd-bin "$$bin"
 
 clean:
 	rm -rf $(BIN) $(TOOLS) dist

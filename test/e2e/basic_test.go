@@ -17,8 +17,10 @@ import (
 // TestContainerdRunsAPod checks the harness itself, with no nri-vgpu part: a
 // containerd with NRI on runs a busybox pod through CRI, exec works, the pod
 // goes away, and a restart of containerd keeps a running pod.
-func TestContainerdRunsAPod(t *testing.T) {
-	c := startContainerd(t, "")
+func TestContainerdRunsAPod(t *testing.T) { forEachContainerd(t, testContainerdRunsAPod) }
+
+func testContainerdRunsAPod(t *testing.T, containerd string) {
+	c := startContainerd(t, containerd, "")
 	ctx := testContext(t, 3*time.Minute)
 
 	if _, err := c.Runtime.Version(ctx, &runtimeapi.VersionRequest{}); err != nil {

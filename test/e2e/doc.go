@@ -9,6 +9,10 @@
 //
 //	hack/e2e-deps.sh && make -C shim && go test -tags e2e -count=1 -v ./test/e2e/
 //
+// Each scenario runs once per containerd version, v2.4.2 and v1.7.35 by
+// default; NRI_VGPU_E2E_CONTAINERD="v2.4.2" (space- or comma-separated)
+// selects fewer.
+//
 // Every test runs its own containerd in a temporary root and removes it,
 // with the pods, mounts and processes it started, whether it passes or not.
 package e2e

@@ -32,10 +32,21 @@ func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
 
+// containerdVersions are the containerd versions every scenario runs
+// against: $NRI_VGPU_E2E_CONTAINERD, else harness.ContainerdVersions.
+var containerdVersions []string
+
 func run(m *testing.M) int {
-	if err := harness.Preflight(harness.DefaultBinDir(), harness.DefaultRunc()); err != nil {
+	var err error
+	if containerdVersions, err = harness.SelectedContainerdVersions(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
+	}
+	for _, v := range containerdVersions {
+		if err := harness.Preflight(harness.BinDir(v), harness.DefaultRunc()); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: containerd %s: %v\n", v, err)
+			return 1
+		}
 	}
 	swept, err := harness.SweepStale(harness.DefaultRunc())
 	for _, d := range swept {
@@ -72,11 +83,20 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-// startContainerd starts a containerd for t with the given NRI plugins and
-// the base images, and tears it down when t ends; on failure the tail of
+// forEachContainerd runs test as a subtest of t, named after the version,
+// for each containerd version selected.
+func forEachContainerd(t *testing.T, test func(t *testing.T, containerd string)) {
+	t.Helper()
+	for _, v := range containerdVersions {
+		t.Run(v, func(t *testing.T) { test(t, v) })
+	}
+}
+
+// startContainerd starts containerd version for t with the given NRI plugins
+// and the base images, and tears it down when t ends; on failure the tail of
 // containerd's log and of each plugin's log is printed first. nriSocket ""
 // leaves the NRI socket in containerd's directory.
-func startContainerd(t *testing.T, nriSocket string, plugins ...harness.NRIPlugin) *harness.Containerd {
+func startContainerd(t *testing.T, version, nriSocket string, plugins ...harness.NRIPlugin) *harness.Containerd {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -85,6 +105,7 @@ func startContainerd(t *testing.T, nriSocket string, plugins ...harness.NRIPlugi
 		imgs = append(imgs, images.cudaTest)
 	}
 	c, err := harness.Start(ctx, harness.Options{
+		Version:      version,
 		Images:       imgs,
 		SandboxImage: harness.PauseImage,
 		NRIPlugins:   plugins,

@@ -52,8 +52,10 @@ func (v *vgpu) cudaprog(t *testing.T, ctx context.Context, id, env, mode string,
 // GiB of a 16 GiB GPU) in cuMemGetInfo, cuDeviceTotalMem and NVML, and is
 // refused an allocation past it, whether it links libcuda or loads it the
 // way the CUDA runtime does.
-func TestShimEnforcesTheSlice(t *testing.T) {
-	v := startVGPU(t, vgpuOptions{})
+func TestShimEnforcesTheSlice(t *testing.T) { forEachContainerd(t, testShimEnforcesTheSlice) }
+
+func testShimEnforcesTheSlice(t *testing.T, containerd string) {
+	v := startVGPU(t, containerd, vgpuOptions{})
 	ctx := testContext(t, 3*time.Minute)
 	rp := v.mustRun(t, ctx, cudaPod(t, "cuda", 1))
 	id := rp.ContainerID("main")
@@ -78,8 +80,10 @@ func TestShimEnforcesTheSlice(t *testing.T) {
 // TestTwoPodsShareAGPU: two pods of two slices each land on the same GPU
 // (binpack); each holds at most its 8 GiB, counted over all its processes,
 // and together they stay within the GPU's 16 GiB.
-func TestTwoPodsShareAGPU(t *testing.T) {
-	v := startVGPU(t, vgpuOptions{})
+func TestTwoPodsShareAGPU(t *testing.T) { forEachContainerd(t, testTwoPodsShareAGPU) }
+
+func testTwoPodsShareAGPU(t *testing.T, containerd string) {
+	v := startVGPU(t, containerd, vgpuOptions{})
 	ctx := testContext(t, 3*time.Minute)
 	// The fake driver's state is shared by both pods, like a real GPU; it
 	// tells live processes by PID, so the pods use the node's PID namespace.

@@ -105,8 +105,9 @@ type vgpuOptions struct {
 	withoutNRI bool
 }
 
-// startVGPU sets up a node for t and tears it down when t ends.
-func startVGPU(t *testing.T, opts vgpuOptions) *vgpu {
+// startVGPU sets up a node on containerd version for t and tears it down
+// when t ends.
+func startVGPU(t *testing.T, containerd string, opts vgpuOptions) *vgpu {
 	t.Helper()
 	if binaries.dpErr != nil {
 		t.Fatalf("the device plugin: %v", binaries.dpErr)
@@ -152,7 +153,7 @@ func startVGPU(t *testing.T, opts vgpuOptions) *vgpu {
 			Env:  []string{"NRI_VGPU_CONFIG=" + v.configPath},
 		})
 	}
-	v.c = startContainerd(t, v.nriSocket, plugins...)
+	v.c = startContainerd(t, containerd, v.nriSocket, plugins...)
 
 	v.kubelet, err = kubeletsim.New(kubeletsim.Options{SocketDir: kubeletDir, Logger: nil})
 	if err != nil {

@@ -6,8 +6,9 @@
 // killed, mounts under the directory are detached, and the directory is
 // removed.
 //
-// It needs root, Debian's runc, and containerd v2.4 binaries as installed by
-// hack/e2e-deps.sh.
+// It needs root, Debian's runc, and containerd binaries as installed by
+// hack/e2e-deps.sh: v2.x, which has NRI on by default and reads a config of
+// version 3, or v1.7, which needs NRI turned on in a config of version 2.
 package harness
 
 import (
@@ -22,6 +23,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -36,20 +39,39 @@ import (
 )
 
 // EnvBinDir names the directory of containerd, ctr and
-// containerd-shim-runc-v2; without it, the cache directory of
-// hack/e2e-deps.sh is used.
+// containerd-shim-runc-v2 of ContainerdVersion; without it, the cache
+// directory of hack/e2e-deps.sh is used. Other versions always come from
+// that cache.
 const EnvBinDir = "NRI_VGPU_E2E_BIN"
 
-// ContainerdVersion is the containerd that hack/e2e-deps.sh installs.
+// EnvContainerdVersions selects, as a space-separated list, the containerd
+// versions the end-to-end tests run against (default: ContainerdVersions).
+// hack/e2e-deps.sh reads it too, to install just those.
+const EnvContainerdVersions = "NRI_VGPU_E2E_CONTAINERD"
+
+// ContainerdVersion is the containerd 2.x that hack/e2e-deps.sh installs,
+// the one the demo runs.
 const ContainerdVersion = "v2.4.2"
+
+// ContainerdVersion17 is the containerd 1.7 that hack/e2e-deps.sh installs:
+// the newest 1.7 release, the oldest line with NRI.
+const ContainerdVersion17 = "v1.7.35"
+
+// ContainerdVersions are the versions hack/e2e-deps.sh installs and the
+// end-to-end tests run against by default, in that order.
+var ContainerdVersions = []string{ContainerdVersion, ContainerdVersion17}
 
 // Namespace is the containerd namespace of CRI.
 const Namespace = "k8s.io"
 
 // Options configure Start.
 type Options struct {
+	// Version is the containerd to run, "v1.7.35" say. It picks BinDir when
+	// that is empty, and the binaries found there must report it. Empty:
+	// whatever version the binaries in BinDir are.
+	Version string
 	// BinDir holds containerd, ctr and containerd-shim-runc-v2 (default:
-	// DefaultBinDir()).
+	// BinDir(Version), or DefaultBinDir() with no Version).
 	BinDir string
 	// Runc is the runc binary (default: runc on PATH, else /usr/sbin/runc).
 	Runc string
@@ -89,6 +111,9 @@ type NRIPlugin struct {
 
 // Containerd is a running containerd with its CRI clients.
 type Containerd struct {
+	// Version is what the containerd binary reports ("v1.7.35"); it
+	// decides the config's format.
+	Version string
 	// Dir is the temporary directory everything lives in.
 	Dir        string
 	Address    string // containerd's gRPC socket
@@ -115,11 +140,15 @@ type Containerd struct {
 	closed  bool
 }
 
-// DefaultBinDir is $NRI_VGPU_E2E_BIN, else where hack/e2e-deps.sh installs
-// containerd (its NRI_VGPU_E2E_CACHE, else /var/cache/nri-vgpu-e2e as root or
-// ~/.cache/nri-vgpu-e2e).
-func DefaultBinDir() string {
-	if d := os.Getenv(EnvBinDir); d != "" {
+// DefaultBinDir is BinDir(ContainerdVersion).
+func DefaultBinDir() string { return BinDir(ContainerdVersion) }
+
+// BinDir is where hack/e2e-deps.sh installs containerd version (its
+// NRI_VGPU_E2E_CACHE, else /var/cache/nri-vgpu-e2e as root or
+// ~/.cache/nri-vgpu-e2e, then containerd-<version>/bin); for
+// ContainerdVersion, $NRI_VGPU_E2E_BIN comes first.
+func BinDir(version string) string {
+	if d := os.Getenv(EnvBinDir); d != "" && version == ContainerdVersion {
 		return d
 	}
 	cache := os.Getenv("NRI_VGPU_E2E_CACHE")
@@ -130,7 +159,73 @@ func DefaultBinDir() string {
 			cache = filepath.Join(d, "nri-vgpu-e2e")
 		}
 	}
-	return filepath.Join(cache, "containerd-"+ContainerdVersion, "bin")
+	return filepath.Join(cache, "containerd-"+version, "bin")
+}
+
+// SelectedContainerdVersions are the versions named in
+// $NRI_VGPU_E2E_CONTAINERD (space- or comma-separated), else
+// ContainerdVersions. Each must be a release with NRI: v1.7.x or v2.x.y.
+func SelectedContainerdVersions() ([]string, error) {
+	env := os.Getenv(EnvContainerdVersions)
+	if strings.TrimSpace(env) == "" {
+		return slices.Clone(ContainerdVersions), nil
+	}
+	var versions []string
+	for _, v := range strings.FieldsFunc(env, func(r rune) bool { return r == ' ' || r == ',' || r == '\t' }) {
+		if _, err := parseVersion(v); err != nil {
+			return nil, fmt.Errorf("harness: %s: %w", EnvContainerdVersions, err)
+		}
+		if !slices.Contains(versions, v) {
+			versions = append(versions, v)
+		}
+	}
+	return versions, nil
+}
+
+// version is a containerd release number.
+type version struct{ major, minor, patch int }
+
+// versionRE matches a release number, with or without its "v" and with any
+// build suffix ("2.4.2+unknown", as `go install` builds report).
+var versionRE = regexp.MustCompile(`^v?(\d+)\.(\d+)\.(\d+)(?:[-+].*)?$`)
+
+// parseVersion parses a containerd release number that has NRI (1.7 or
+// newer).
+func parseVersion(s string) (version, error) {
+	m := versionRE.FindStringSubmatch(s)
+	if m == nil {
+		return version{}, fmt.Errorf("containerd version %q: want vMAJOR.MINOR.PATCH", s)
+	}
+	var v version
+	v.major, _ = strconv.Atoi(m[1])
+	v.minor, _ = strconv.Atoi(m[2])
+	v.patch, _ = strconv.Atoi(m[3])
+	if v.major < 1 || v.major == 1 && v.minor < 7 {
+		return version{}, fmt.Errorf("containerd %s has no NRI: want v1.7 or newer", s)
+	}
+	return v, nil
+}
+
+func (v version) String() string { return fmt.Sprintf("v%d.%d.%d", v.major, v.minor, v.patch) }
+
+// BinaryVersion is the version the containerd binary in binDir reports
+// ("v1.7.35"), from `containerd --version`: "containerd <module> <version>
+// <revision>".
+func BinaryVersion(binDir string) (string, error) {
+	bin := filepath.Join(binDir, "containerd")
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("harness: %s --version: %w", bin, err)
+	}
+	fields := strings.Fields(string(out))
+	if len(fields) < 3 {
+		return "", fmt.Errorf("harness: %s --version printed %q, want \"containerd <module> <version> ...\"", bin, out)
+	}
+	v, err := parseVersion(fields[2])
+	if err != nil {
+		return "", fmt.Errorf("harness: %s: %w", bin, err)
+	}
+	return v.String(), nil
 }
 
 // Preflight reports what is missing to run containerd here, or nil.
@@ -167,6 +262,9 @@ func DefaultRunc() string {
 func Start(ctx context.Context, opts Options) (*Containerd, error) {
 	if opts.BinDir == "" {
 		opts.BinDir = DefaultBinDir()
+		if opts.Version != "" {
+			opts.BinDir = BinDir(opts.Version)
+		}
 	}
 	if opts.Runc == "" {
 		opts.Runc = DefaultRunc()
@@ -177,6 +275,13 @@ func Start(ctx context.Context, opts Options) (*Containerd, error) {
 	if err := Preflight(opts.BinDir, opts.Runc); err != nil {
 		return nil, err
 	}
+	got, err := BinaryVersion(opts.BinDir)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Version != "" && got != opts.Version {
+		return nil, fmt.Errorf("harness: %s holds containerd %s, want %s (hack/e2e-deps.sh installs it)", opts.BinDir, got, opts.Version)
+	}
 	// A short path: unix socket paths are limited to 108 bytes, and
 	// containerd nests sockets below its state directory.
 	dir, err := MkdirTemp("ctd")
@@ -184,6 +289,7 @@ func Start(ctx context.Context, opts Options) (*Containerd, error) {
 		return nil, err
 	}
 	c := &Containerd{
+		Version:      got,
 		Dir:          dir,
 		Address:      filepath.Join(dir, "containerd.sock"),
 		ConfigPath:   filepath.Join(dir, "config.toml"),
@@ -225,8 +331,12 @@ func (c *Containerd) setup() error {
 	if err := os.MkdirAll(c.logDir(), 0o755); err != nil {
 		return fmt.Errorf("harness: %w", err)
 	}
+	tmpl, err := configTemplateFor(c.Version)
+	if err != nil {
+		return err
+	}
 	var cfg bytes.Buffer
-	if err := configTemplate.Execute(&cfg, map[string]string{
+	if err := tmpl.Execute(&cfg, map[string]string{
 		"Dir":          c.Dir,
 		"Address":      c.Address,
 		"Runc":         c.opts.Runc,
@@ -319,7 +429,7 @@ func (c *Containerd) start(ctx context.Context) error {
 	c.mu.Lock()
 	c.cmd, c.exited, c.logFile = cmd, exited, logFile
 	c.mu.Unlock()
-	c.logf("containerd started (pid %d, root %s)", cmd.Process.Pid, c.Dir)
+	c.logf("containerd %s started (pid %d, root %s)", c.Version, cmd.Process.Pid, c.Dir)
 
 	conn, err := grpc.NewClient("unix://"+c.Address, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -523,8 +633,10 @@ func (c *Containerd) killLeftovers() []error {
 		}
 	}
 	// A shim that died already cannot have removed its socket either; each
-	// task's bundle names it in bootstrap.json.
-	files, _ := filepath.Glob(filepath.Join(c.Dir, "state", "io.containerd.runtime.v2.task", "*", "*", "bootstrap.json"))
+	// task's bundle names it, in bootstrap.json (containerd 2.x) or in a
+	// file "address" (1.7).
+	bundles := filepath.Join(c.Dir, "state", "io.containerd.runtime.v2.task", "*", "*")
+	files, _ := filepath.Glob(filepath.Join(bundles, "bootstrap.json"))
 	for _, f := range files {
 		raw, err := os.ReadFile(f)
 		if err != nil {
@@ -537,6 +649,16 @@ func (c *Containerd) killLeftovers() []error {
 			continue
 		}
 		if err := removeShimSocket(strings.TrimPrefix(bootstrap.Address, "unix://")); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	files, _ = filepath.Glob(filepath.Join(bundles, "address"))
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		if err := removeShimSocket(strings.TrimPrefix(strings.TrimSpace(string(raw)), "unix://")); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -656,7 +778,21 @@ func unescapeMountPath(s string) string {
 	return b.String()
 }
 
-// configTemplate is containerd's config (version 3). Settings this needs on
+// configTemplateFor picks the config template for containerd version:
+// config version 2 with the CRI plugin of 1.7 for 1.x, version 3 with the
+// split CRI plugins of 2.x otherwise.
+func configTemplateFor(v string) (*template.Template, error) {
+	parsed, err := parseVersion(v)
+	if err != nil {
+		return nil, fmt.Errorf("harness: containerd config: %w", err)
+	}
+	if parsed.major == 1 {
+		return configTemplate17, nil
+	}
+	return configTemplate, nil
+}
+
+// configTemplate is containerd 2.x's config (version 3). Settings this needs on
 // a root-without-CAP_SYS_RESOURCE, cgroup v1, no-AppArmor machine:
 // restrict_oom_score_adj (else every sandbox fails on oom_score_adj),
 // disable_apparmor, cgroupfs (no systemd), runc state under our root, a
@@ -702,6 +838,55 @@ state = "{{.Dir}}/state"
         SystemdCgroup = false
 
 [plugins.'io.containerd.nri.v1.nri']
+  disable = false
+  socket_path = "{{.NRISocket}}"
+  plugin_path = "{{.NRIPluginDir}}"
+  plugin_config_path = "{{.NRIConfigDir}}"
+  plugin_registration_timeout = "5s"
+  plugin_request_timeout = "5s"
+`))
+
+// configTemplate17 is containerd 1.7's config (version 2): the settings of
+// configTemplate under 1.7's single CRI plugin, io.containerd.grpc.v1.cri,
+// where the sandbox image is sandbox_image and the snapshotter belongs to
+// the containerd table. NRI is off by default in 1.7; disable = false
+// turns it on.
+var configTemplate17 = template.Must(template.New("config17").Parse(`version = 2
+root = "{{.Dir}}/root"
+state = "{{.Dir}}/state"
+
+[grpc]
+  address = "{{.Address}}"
+
+[ttrpc]
+  address = "{{.Address}}.ttrpc"
+
+[debug]
+  level = "debug"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{{.Dir}}/opt"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  restrict_oom_score_adj = true
+  disable_apparmor = true
+  sandbox_image = "{{.SandboxImage}}"
+  enable_cdi = true
+  cdi_spec_dirs = ["{{.Dir}}/cdi"]
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{{.Dir}}/cni/bin"
+    conf_dir = "{{.Dir}}/cni/conf"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        BinaryName = "{{.Runc}}"
+        Root = "{{.RuncRoot}}"
+        SystemdCgroup = false
+
+[plugins."io.containerd.nri.v1.nri"]
   disable = false
   socket_path = "{{.NRISocket}}"
   plugin_path = "{{.NRIPluginDir}}"

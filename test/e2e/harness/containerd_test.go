@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,47 +14,203 @@ import (
 	"github.com/BurntSushi/toml"
 )
 
+// TestConfigTemplate checks the keys that matter in the config generated
+// for each containerd line: 2.x reads version 3 with the split CRI plugins,
+// 1.7 version 2 with the single CRI plugin.
 func TestConfigTemplate(t *testing.T) {
-	dir := t.TempDir()
-	c := &Containerd{
-		Dir: dir, Address: dir + "/containerd.sock", ConfigPath: filepath.Join(dir, "config.toml"),
-		NRISocket: dir + "/nri/nri.sock", NRIPluginDir: dir + "/nri/plugins", NRIConfigDir: dir + "/nri/conf.d",
-		RuncRoot: dir + "/runc",
-		opts:     Options{Runc: "/usr/sbin/runc", SandboxImage: PauseImage},
+	// lookup walks a path of table names in a decoded config.
+	lookup := func(t *testing.T, cfg map[string]any, path ...string) any {
+		t.Helper()
+		var v any = cfg
+		for i, k := range path {
+			m, ok := v.(map[string]any)
+			if !ok {
+				t.Fatalf("%s is not a table", strings.Join(path[:i], "."))
+			}
+			v = m[k]
+		}
+		return v
 	}
-	if err := c.setup(); err != nil {
-		t.Fatal(err)
-	}
-	var cfg map[string]any
-	if _, err := toml.DecodeFile(c.ConfigPath, &cfg); err != nil {
-		t.Fatalf("the generated config is not valid TOML: %v", err)
-	}
-	plugins := cfg["plugins"].(map[string]any)
-	rt := plugins["io.containerd.cri.v1.runtime"].(map[string]any)
-	runc := rt["containerd"].(map[string]any)["runtimes"].(map[string]any)["runc"].(map[string]any)["options"].(map[string]any)
-	nri := plugins["io.containerd.nri.v1.nri"].(map[string]any)
-	images := plugins["io.containerd.cri.v1.images"].(map[string]any)
 	tests := []struct {
-		key  string
-		got  any
-		want any
+		version string
+		// keys maps a key path (table names joined by "/") to the value it
+		// must have.
+		keys func(c *Containerd) map[string]any
 	}{
-		{"version", cfg["version"], int64(3)},
-		{"restrict_oom_score_adj", rt["restrict_oom_score_adj"], true},
-		{"disable_apparmor", rt["disable_apparmor"], true},
-		{"runc BinaryName", runc["BinaryName"], "/usr/sbin/runc"},
-		{"runc Root", runc["Root"], c.RuncRoot},
-		{"SystemdCgroup", runc["SystemdCgroup"], false},
-		{"sandbox image", images["pinned_images"].(map[string]any)["sandbox"], PauseImage},
-		{"nri disable", nri["disable"], false},
-		{"nri socket_path", nri["socket_path"], c.NRISocket},
-		{"nri plugin_path", nri["plugin_path"], c.NRIPluginDir},
-		{"nri plugin_config_path", nri["plugin_config_path"], c.NRIConfigDir},
+		{"v2.4.2", func(c *Containerd) map[string]any {
+			rt := "plugins/io.containerd.cri.v1.runtime/"
+			runc := rt + "containerd/runtimes/runc/options/"
+			return map[string]any{
+				"version":                     int64(3),
+				rt + "restrict_oom_score_adj": true,
+				rt + "disable_apparmor":       true,
+				runc + "BinaryName":           "/usr/sbin/runc",
+				runc + "Root":                 c.RuncRoot,
+				runc + "SystemdCgroup":        false,
+				"plugins/io.containerd.cri.v1.images/pinned_images/sandbox": PauseImage,
+			}
+		}},
+		{"v1.7.35", func(c *Containerd) map[string]any {
+			cri := "plugins/io.containerd.grpc.v1.cri/"
+			runc := cri + "containerd/runtimes/runc/options/"
+			return map[string]any{
+				"version":                      int64(2),
+				cri + "restrict_oom_score_adj": true,
+				cri + "disable_apparmor":       true,
+				cri + "sandbox_image":          PauseImage,
+				runc + "BinaryName":            "/usr/sbin/runc",
+				runc + "Root":                  c.RuncRoot,
+				runc + "SystemdCgroup":         false,
+			}
+		}},
 	}
 	for _, tt := range tests {
-		if tt.got != tt.want {
-			t.Errorf("%s = %v, want %v", tt.key, tt.got, tt.want)
+		t.Run(tt.version, func(t *testing.T) {
+			dir := t.TempDir()
+			c := &Containerd{
+				Version: tt.version,
+				Dir:     dir, Address: dir + "/containerd.sock", ConfigPath: filepath.Join(dir, "config.toml"),
+				NRISocket: dir + "/nri/nri.sock", NRIPluginDir: dir + "/nri/plugins", NRIConfigDir: dir + "/nri/conf.d",
+				RuncRoot: dir + "/runc",
+				opts:     Options{Runc: "/usr/sbin/runc", SandboxImage: PauseImage},
+			}
+			if err := c.setup(); err != nil {
+				t.Fatal(err)
+			}
+			var cfg map[string]any
+			if _, err := toml.DecodeFile(c.ConfigPath, &cfg); err != nil {
+				t.Fatalf("the generated config is not valid TOML: %v", err)
+			}
+			keys := tt.keys(c)
+			// NRI: the same plugin ID and keys in both lines; 1.7 has it
+			// off by default, so disable = false must be there.
+			nri := "plugins/io.containerd.nri.v1.nri/"
+			keys[nri+"disable"] = false
+			keys[nri+"socket_path"] = c.NRISocket
+			keys[nri+"plugin_path"] = c.NRIPluginDir
+			keys[nri+"plugin_config_path"] = c.NRIConfigDir
+			for key, want := range keys {
+				path := strings.Split(key, "/")
+				if got := lookup(t, cfg, path...); got != want {
+					t.Errorf("%s = %v, want %v", strings.Join(path, "."), got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestConfigTemplateRefusesContainerdWithoutNRI(t *testing.T) {
+	for _, v := range []string{"v1.6.20", "1.5.0", "latest", ""} {
+		if _, err := configTemplateFor(v); err == nil {
+			t.Errorf("configTemplateFor(%q) accepted", v)
 		}
+	}
+}
+
+func TestParseVersion(t *testing.T) {
+	tests := []struct {
+		in, want string // want "" means rejected
+	}{
+		{"v1.7.35", "v1.7.35"},
+		{"1.7.35", "v1.7.35"},
+		{"2.4.2+unknown", "v2.4.2"},
+		{"v2.1.0-rc.1", "v2.1.0"},
+		{"v1.6.38", ""},
+		{"v0.9.0", ""},
+		{"v1.7", ""},
+		{"1.7.x", ""},
+		{"", ""},
+	}
+	for _, tt := range tests {
+		v, err := parseVersion(tt.in)
+		switch {
+		case tt.want == "" && err == nil:
+			t.Errorf("parseVersion(%q) = %v, want an error", tt.in, v)
+		case tt.want != "" && err != nil:
+			t.Errorf("parseVersion(%q): %v", tt.in, err)
+		case tt.want != "" && v.String() != tt.want:
+			t.Errorf("parseVersion(%q) = %v, want %s", tt.in, v, tt.want)
+		}
+	}
+}
+
+func TestSelectedContainerdVersions(t *testing.T) {
+	tests := []struct {
+		env  string
+		want []string // nil: an error
+	}{
+		{"", ContainerdVersions},
+		{"  ", ContainerdVersions},
+		{"v1.7.35", []string{"v1.7.35"}},
+		{"v1.7.35 v2.4.2", []string{"v1.7.35", "v2.4.2"}},
+		{"v2.4.2,v1.7.35, v2.4.2", []string{"v2.4.2", "v1.7.35"}},
+		{"v1.6.38", nil},
+		{"v2.4.2 latest", nil},
+	}
+	for _, tt := range tests {
+		t.Setenv(EnvContainerdVersions, tt.env)
+		got, err := SelectedContainerdVersions()
+		if tt.want == nil {
+			if err == nil || !strings.Contains(err.Error(), EnvContainerdVersions) {
+				t.Errorf("%s=%q: got %v, %v; want an error naming the variable", EnvContainerdVersions, tt.env, got, err)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got, tt.want) {
+			t.Errorf("%s=%q: got %v, %v; want %v", EnvContainerdVersions, tt.env, got, err, tt.want)
+		}
+	}
+}
+
+// TestBinaryVersion reads the version from `containerd --version` as a
+// go-install build and a release build print it.
+func TestBinaryVersion(t *testing.T) {
+	tests := []struct {
+		output, want string // want "" means an error
+	}{
+		{"containerd github.com/containerd/containerd/v2 2.4.2+unknown ", "v2.4.2"},
+		{"containerd github.com/containerd/containerd v1.7.35 2c0b3b1ba6b1d48b6ddcd1bd1e0b9a1c0a0c7f46", "v1.7.35"},
+		{"containerd github.com/containerd/containerd v1.6.38 abc", ""},
+		{"containerd", ""},
+	}
+	for _, tt := range tests {
+		dir := t.TempDir()
+		script := "#!/bin/sh\n[ \"$1\" = --version ] || exit 2\necho " + shellQuote(tt.output) + "\n"
+		if err := os.WriteFile(filepath.Join(dir, "containerd"), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		got, err := BinaryVersion(dir)
+		if tt.want == "" {
+			if err == nil {
+				t.Errorf("BinaryVersion for %q = %q, want an error", tt.output, got)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("BinaryVersion for %q = %q, %v; want %s", tt.output, got, err, tt.want)
+		}
+	}
+	if _, err := BinaryVersion(t.TempDir()); err == nil {
+		t.Error("BinaryVersion of an empty directory succeeded")
+	}
+}
+
+func TestBinDir(t *testing.T) {
+	t.Setenv("NRI_VGPU_E2E_CACHE", "/cache")
+	t.Setenv(EnvBinDir, "")
+	if got, want := BinDir("v1.7.35"), "/cache/containerd-v1.7.35/bin"; got != want {
+		t.Errorf("BinDir(v1.7.35) = %s, want %s", got, want)
+	}
+	if got, want := DefaultBinDir(), "/cache/containerd-"+ContainerdVersion+"/bin"; got != want {
+		t.Errorf("DefaultBinDir() = %s, want %s", got, want)
+	}
+	// NRI_VGPU_E2E_BIN stands for ContainerdVersion only.
+	t.Setenv(EnvBinDir, "/mine")
+	if got := DefaultBinDir(); got != "/mine" {
+		t.Errorf("DefaultBinDir() with %s=/mine = %s", EnvBinDir, got)
+	}
+	if got, want := BinDir("v1.7.35"), "/cache/containerd-v1.7.35/bin"; got != want {
+		t.Errorf("BinDir(v1.7.35) with %s set = %s, want %s", EnvBinDir, got, want)
 	}
 }
 
@@ -192,7 +349,7 @@ func TestLogDir(t *testing.T) {
 	if err := os.WriteFile(plugin, []byte("#!/bin/sh\necho hello\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	c := &Containerd{Dir: dir, ConfigPath: filepath.Join(dir, "config.toml"),
+	c := &Containerd{Version: ContainerdVersion, Dir: dir, ConfigPath: filepath.Join(dir, "config.toml"),
 		NRIPluginDir: filepath.Join(dir, "nri", "plugins"), NRIConfigDir: filepath.Join(dir, "nri", "conf.d"),
 		opts: Options{Runc: "/usr/sbin/runc", SandboxImage: PauseImage, LogDir: logs,
 			NRIPlugins: []NRIPlugin{{Name: "10-hello", Path: plugin}}}}
@@ -207,5 +364,25 @@ func TestLogDir(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(logs, "nri-10-hello.log")); err != nil || string(b) != "hello\n" {
 		t.Errorf("plugin log in LogDir = %q, %v; want \"hello\\n\"", b, err)
+	}
+}
+
+// TestInstallScriptPinsTheSameVersions: hack/e2e-deps.sh installs by default
+// the versions the tests run against by default.
+func TestInstallScriptPinsTheSameVersions(t *testing.T) {
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	script, err := os.ReadFile(filepath.Join(root, "hack", "e2e-deps.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^DEFAULT_VERSIONS=\(([^)]*)\)$`).FindSubmatch(script)
+	if m == nil {
+		t.Fatal("hack/e2e-deps.sh has no DEFAULT_VERSIONS=(...) line")
+	}
+	if got := strings.Fields(string(m[1])); !slices.Equal(got, ContainerdVersions) {
+		t.Errorf("hack/e2e-deps.sh installs %v by default, the tests run against %v", got, ContainerdVersions)
 	}
 }

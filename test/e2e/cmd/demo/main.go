@@ -45,6 +45,8 @@ type options struct {
 	shimBuild     string // libvgpu-shim.so, cudaprog, fake/
 	containerdBin string
 	runc          string
+	// containerdVersion is what the containerd in containerdBin reports.
+	containerdVersion string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -102,6 +104,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	p := &printer{w: stdout}
 	start := time.Now()
+	o.containerdVersion = harness.ContainerdVersion
+	if v, err := harness.BinaryVersion(o.containerdBin); err == nil {
+		o.containerdVersion = v
+	}
 	p.intro(o)
 
 	if err := harness.Preflight(o.containerdBin, o.runc); err != nil {
@@ -204,7 +210,7 @@ Uses (hack/e2e-deps.sh installs what is missing; make build builds the rest):
 Starts, each in a temporary directory that is removed at the end (even on
 failure or Ctrl-C): containerd with NRI and nri-vgpu, the device plugin, a
 kubelet simulator, and pods run through CRI.
-`, harness.ContainerdVersion, o.containerdBin, o.runc, harness.BusyboxPath, o.binDir, o.shimBuild)
+`, o.containerdVersion, o.containerdBin, o.runc, harness.BusyboxPath, o.binDir, o.shimBuild)
 }
 
 // stepError names the step of the demo that failed.

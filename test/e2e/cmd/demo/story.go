@@ -91,7 +91,7 @@ func (d *demo) setup(ctx context.Context) error {
 			images, err = buildImages(ctx, dir, o.shimBuild)
 			return err
 		}},
-		{"containerd " + harness.ContainerdVersion + " with NRI, nri-vgpu pre-registered", func() error {
+		{"containerd " + o.containerdVersion + " with NRI, nri-vgpu pre-registered", func() error {
 			return n.startContainerd(ctx, images, o.containerdBin, o.runc, filepath.Join(o.binDir, "nri-vgpu"))
 		}},
 		{"device plugin registered with the kubelet simulator", func() error {
