@@ -88,7 +88,7 @@ type DeviceUsage struct {
 // Usage.Devices.
 type ProcessUsage struct {
 	PID       int32  // in the container's pid namespace
-	HostPID   int32  // as NVML reports it; 0 = unknown
+	HostPID   int32  // as NVML reports it (found by the shim at its first context); 0 = unknown
 	StartTime uint64 // /proc/<pid>/stat field 22, in clock ticks since boot
 	Used      []uint64
 	Launches  []uint64

@@ -215,7 +215,9 @@ func TestReadUsage(t *testing.T) {
 }
 
 // TestReadsTheShimsRegion runs the real shim against the fake driver and reads
-// what it wrote while the process holds memory.
+// what it wrote while the process holds memory. In a simulated pid namespace
+// (the fake NVML reports pid+offset) the shim must still record the pid NVML
+// reports as the process's host pid.
 func TestReadsTheShimsRegion(t *testing.T) {
 	needGCC(t)
 	if _, err := os.Stat("/run/nri-vgpu/limits"); err == nil {
@@ -225,7 +227,20 @@ func TestReadsTheShimsRegion(t *testing.T) {
 	if out, err := exec.Command("make", "-s", "-C", shim).CombinedOutput(); err != nil {
 		t.Fatalf("building the shim: %v\n%s", err, out)
 	}
-	build := filepath.Join(shim, "build")
+	for _, tc := range []struct {
+		name   string
+		offset int32 // FAKECUDA_PIDNS_OFFSET: what NVML adds to every pid
+	}{
+		{"host pid namespace", 0},
+		{"own pid namespace", 1000000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			readShimRegion(t, filepath.Join(shim, "build"), tc.offset)
+		})
+	}
+}
+
+func readShimRegion(t *testing.T, build string, offset int32) {
 	dir := t.TempDir()
 	const uuid = "GPU-11111111-2222-3333-4444-555555555555"
 	limits := fmt.Sprintf("version=1\ngpu.0.uuid=%s\ngpu.0.memory=%d\ngpu.0.cores=100\n", uuid, 1<<30)
@@ -247,6 +262,7 @@ func TestReadsTheShimsRegion(t *testing.T) {
 		"FAKECUDA_STATE="+dir,
 		"FAKECUDA_DEVICES="+uuid+":16GiB:132",
 		"FAKECUDA_KERNEL_US=10",
+		"FAKECUDA_PIDNS_OFFSET="+strconv.Itoa(int(offset)),
 	)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -276,8 +292,9 @@ func TestReadsTheShimsRegion(t *testing.T) {
 	if len(u.Devices) != 1 || u.Devices[0].UUID != uuid || u.Devices[0].Limit != 1<<30 || u.Devices[0].Used != want {
 		t.Errorf("devices = %+v, want one %s with limit 1GiB and used 128MiB", u.Devices, uuid)
 	}
-	if len(u.Processes) != 1 || u.Processes[0].PID != int32(cmd.Process.Pid) || u.Processes[0].Used[0] != want ||
-		u.Processes[0].StartTime == 0 || u.Processes[0].HostPID != int32(cmd.Process.Pid) {
-		t.Errorf("processes = %+v, want pid %d holding 128MiB", u.Processes, cmd.Process.Pid)
+	pid := int32(cmd.Process.Pid)
+	if len(u.Processes) != 1 || u.Processes[0].PID != pid || u.Processes[0].Used[0] != want ||
+		u.Processes[0].StartTime == 0 || u.Processes[0].HostPID != pid+offset {
+		t.Errorf("processes = %+v, want pid %d (host pid %d) holding 128MiB", u.Processes, pid, pid+offset)
 	}
 }

@@ -31,7 +31,7 @@ struct vgpu_region_device {
 
 struct vgpu_region_proc {
 	int32_t pid;         /* in the container's pid namespace; 0 = free slot */
-	int32_t host_pid;    /* as NVML reports it (outermost visible namespace); 0 = unknown */
+	int32_t host_pid;    /* as NVML reports it (src/hostpid.c); 0 = unknown */
 	uint64_t start_time; /* /proc/<pid>/stat field 22, clock ticks since boot */
 	uint64_t used[VGPU_MAX_DEVICES];     /* bytes held per device */
 	uint64_t launches[VGPU_MAX_DEVICES]; /* kernel launches per device */

@@ -59,7 +59,9 @@ static ssize_t read_small(const char *path, char *buf, size_t cap, int *err)
 static void atfork_child(void)
 {
 	vgpu_region_after_fork();
+	vgpu_hostpid_after_fork();
 	vgpu_mem_after_fork();
+	vgpu_ctx_after_fork();
 	vgpu_limiter_after_fork();
 }
 

@@ -5,7 +5,7 @@
  * from a per-device bucket; with the bucket empty the launching thread waits.
  * A watcher thread refills the bucket every period with `rate` tokens and
  * steers the rate from NVML's per-process utilisation of the container's
- * processes (the pids in the usage region): the rate is scaled by the gap
+ * processes (the host pids in the usage region): the rate is scaled by the gap
  * between target and measured share, damped, so the step is proportional
  * to the gap and independent of the SM count. `hard` holds the container to
  * its share; `burst` lets it use what the rest of the GPU leaves idle.
@@ -87,14 +87,17 @@ static int measure(struct bucket *b, unsigned *mine, unsigned *all)
 			b->last_seen = s[i].timeStamp;
 	if (!fresh)
 		return 1;
-	/* NVML speaks in host pids: a slot's host pid when known, else its pid. */
+	/* NVML speaks in host pids: the container's processes are the slots'
+	 * host pids (hostpid.c). A slot whose host pid is unknown is left out
+	 * rather than matched by its namespace pid, which may be another
+	 * container's process in NVML's numbering. */
 	int32_t pids[VGPU_MAX_PROCS];
 	int nids = 0;
 	for (int i = 0; i < VGPU_MAX_PROCS; i++) {
 		int32_t p = __atomic_load_n(&vgpu.region->procs[i].pid, __ATOMIC_RELAXED);
 		int32_t h = __atomic_load_n(&vgpu.region->procs[i].host_pid, __ATOMIC_RELAXED);
-		if (p)
-			pids[nids++] = h ? h : p;
+		if (p && h)
+			pids[nids++] = h;
 	}
 	for (unsigned k = 0; k < np; k++) {
 		unsigned util = per[k].sum / per[k].count;

@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "shim.h"
@@ -342,32 +343,31 @@ VGPU_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray m)
 
 /*
  * A context costs device memory of its own (hundreds of MiB on real GPUs).
- * The driver reports it per process through NVML; whatever our pid holds
- * beyond what we track is the context. In a pid namespace NVML's pids do not
- * match ours and the footprint is not counted.
+ * The driver reports it per process through NVML, under the host pid;
+ * whatever this process holds beyond what we track is the context. With the
+ * host pid unknown nothing is counted: a pid from our own namespace could
+ * name another container's process in NVML's list.
  */
 static uint64_t ctx_footprint(int idx)
 {
-	typedef nvmlReturn_t (*procs_fn)(nvmlDevice_t, unsigned *, nvmlProcessInfo_v1_t *);
-	void *h = vgpu_lib_handle(LIB_NVML);
-	procs_fn f = h ? (procs_fn)vgpu_real_dlsym(h, "nvmlDeviceGetComputeRunningProcesses") : NULL;
+	int32_t hp = vgpu_host_pid();
 	nvmlDevice_t dev;
-	if (!f || vgpu_nvml_init() != NVML_SUCCESS ||
+	if (!hp || vgpu_nvml_init() != NVML_SUCCESS ||
 	    vgpu_nvml_handle_by_uuid(vgpu.limits.gpu[idx].uuid, &dev) != NVML_SUCCESS)
 		return 0;
 	nvmlProcessInfo_v1_t info[64];
 	unsigned n = 64;
-	if (f(dev, &n, info) != NVML_SUCCESS)
+	if (vgpu_nvml_compute_procs(dev, &n, info) != NVML_SUCCESS)
 		return 0;
-	unsigned me = (unsigned)getpid();
 	uint64_t mine = 0;
 	for (unsigned i = 0; i < n && i < 64; i++)
-		if (info[i].pid == me)
+		if (info[i].pid == (unsigned)hp)
 			mine = info[i].usedGpuMemory;
 	/* What we already count for this process on the device. */
+	int32_t me = (int32_t)getpid();
 	uint64_t counted = 0;
 	for (int s = 0; s < VGPU_MAX_PROCS; s++)
-		if (vgpu.region->procs[s].pid == (int32_t)me)
+		if (vgpu.region->procs[s].pid == me)
 			counted = vgpu.region->procs[s].used[idx];
 	return mine > counted ? mine - counted : 0;
 }
@@ -392,10 +392,21 @@ static CUcontext primary[VGPU_MAX_DEVICES * 4];
 static int primary_refs[VGPU_MAX_DEVICES * 4];
 static pthread_mutex_t primary_mu = PTHREAD_MUTEX_INITIALIZER;
 
+/* Evaluates call, a context creation on dev that stores the new context
+ * through ctxp, inside host-pid discovery (hostpid.c); yields its CUresult. */
+#define WITH_DISCOVERY(dev, call, ctxp)                                                  \
+	({                                                                               \
+		struct vgpu_hostpid_scan s_;                                             \
+		vgpu_hostpid_before((dev), &s_);                                         \
+		CUresult rc_ = (call);                                                   \
+		vgpu_hostpid_after(&s_, rc_ == CUDA_SUCCESS && (ctxp) ? *(ctxp) : NULL); \
+		rc_;                                                                     \
+	})
+
 VGPU_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev)
 {
 	vgpu_init();
-	CUresult rc = NEXT(cuDevicePrimaryCtxRetain)(ctx, dev);
+	CUresult rc = WITH_DISCOVERY(dev, NEXT(cuDevicePrimaryCtxRetain)(ctx, dev), ctx);
 	if (rc != CUDA_SUCCESS || vgpu.mode != VGPU_ENFORCE || dev < 0 || dev >= VGPU_MAX_DEVICES * 4)
 		return rc;
 	pthread_mutex_lock(&primary_mu);
@@ -421,6 +432,15 @@ static void primary_gone(CUdevice dev, int reset)
 		vgpu_track_drop_ctx(c);
 }
 
+void vgpu_ctx_after_fork(void)
+{
+	/* The child holds none of the parent's primary contexts; retaining one
+	 * there creates a context of its own, with its own footprint. */
+	pthread_mutex_init(&primary_mu, NULL);
+	memset(primary, 0, sizeof(primary));
+	memset(primary_refs, 0, sizeof(primary_refs));
+}
+
 VGPU_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
 	CUresult rc = NEXT(cuDevicePrimaryCtxRelease_v2)(dev);
@@ -440,7 +460,7 @@ VGPU_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 VGPU_EXPORT CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned flags, CUdevice dev)
 {
 	vgpu_init();
-	CUresult rc = NEXT(cuCtxCreate_v2)(ctx, flags, dev);
+	CUresult rc = WITH_DISCOVERY(dev, NEXT(cuCtxCreate_v2)(ctx, flags, dev), ctx);
 	if (rc == CUDA_SUCCESS)
 		count_ctx(*ctx, dev);
 	return rc;
@@ -449,7 +469,7 @@ VGPU_EXPORT CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned flags, CUdevice dev
 VGPU_EXPORT CUresult cuCtxCreate_v3(CUcontext *ctx, void *affinity, int n, unsigned flags, CUdevice dev)
 {
 	vgpu_init();
-	CUresult rc = NEXT(cuCtxCreate_v3)(ctx, affinity, n, flags, dev);
+	CUresult rc = WITH_DISCOVERY(dev, NEXT(cuCtxCreate_v3)(ctx, affinity, n, flags, dev), ctx);
 	if (rc == CUDA_SUCCESS)
 		count_ctx(*ctx, dev);
 	return rc;
@@ -458,7 +478,7 @@ VGPU_EXPORT CUresult cuCtxCreate_v3(CUcontext *ctx, void *affinity, int n, unsig
 VGPU_EXPORT CUresult cuCtxCreate_v4(CUcontext *ctx, void *params, unsigned flags, CUdevice dev)
 {
 	vgpu_init();
-	CUresult rc = NEXT(cuCtxCreate_v4)(ctx, params, flags, dev);
+	CUresult rc = WITH_DISCOVERY(dev, NEXT(cuCtxCreate_v4)(ctx, params, flags, dev), ctx);
 	if (rc == CUDA_SUCCESS)
 		count_ctx(*ctx, dev);
 	return rc;

@@ -172,6 +172,11 @@ CUresult vgpu_cu_ctx_get_current(CUcontext *ctx)
 	PLAIN(LIB_CUDA, "cuCtxGetCurrent", CUresult(*)(CUcontext *), CUDA_ERROR_NOT_FOUND, ctx);
 }
 
+CUresult vgpu_cu_ctx_set_current(CUcontext ctx)
+{
+	PLAIN(LIB_CUDA, "cuCtxSetCurrent", CUresult(*)(CUcontext), CUDA_ERROR_NOT_FOUND, ctx);
+}
+
 CUresult vgpu_cu_device_attr(int *value, int attr, CUdevice dev)
 {
 	PLAIN(LIB_CUDA, "cuDeviceGetAttribute", CUresult(*)(int *, int, CUdevice), CUDA_ERROR_NOT_FOUND,
@@ -212,4 +217,12 @@ nvmlReturn_t vgpu_nvml_process_utilization(nvmlDevice_t dev, nvmlProcessUtilizat
 	PLAIN(LIB_NVML, "nvmlDeviceGetProcessUtilization",
 	      nvmlReturn_t(*)(nvmlDevice_t, nvmlProcessUtilizationSample_t *, unsigned *, unsigned long long),
 	      NVML_ERROR_FUNCTION_NOT_FOUND, dev, s, count, since);
+}
+
+nvmlReturn_t vgpu_nvml_compute_procs(nvmlDevice_t dev, unsigned *count, nvmlProcessInfo_v1_t *out)
+{
+	/* The bare name is the v1 ABI (16-byte records), present in every NVML. */
+	PLAIN(LIB_NVML, "nvmlDeviceGetComputeRunningProcesses",
+	      nvmlReturn_t(*)(nvmlDevice_t, unsigned *, nvmlProcessInfo_v1_t *), NVML_ERROR_FUNCTION_NOT_FOUND,
+	      dev, count, out);
 }

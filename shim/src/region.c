@@ -83,27 +83,6 @@ uint64_t vgpu_proc_start_time(int pid)
 	return p ? strtoull(p + 1, NULL, 10) : 0;
 }
 
-/*
- * Our pid in the outermost pid namespace this /proc shows (NSpid's first
- * field). NVML reports host pids; inside a container with its own /proc this
- * is just our pid again, and matching NVML samples to the container needs a
- * host-side helper to fill host_pid (see shim/README.md).
- */
-static int32_t outer_pid(int me)
-{
-	char buf[2048];
-	int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return me;
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return me;
-	buf[n] = '\0';
-	char *p = strstr(buf, "\nNSpid:");
-	return p ? (int32_t)strtol(p + 7, NULL, 10) : me;
-}
-
 /* Whether a slot still belongs to a live process (not a dead or reused pid). */
 static int slot_alive(const struct vgpu_region_proc *s)
 {
@@ -226,7 +205,7 @@ static void register_locked(void)
 		return;
 	}
 	r->procs[free_slot].start_time = st;
-	r->procs[free_slot].host_pid = outer_pid(me);
+	r->procs[free_slot].host_pid = vgpu_host_pid();
 	__atomic_store_n(&r->procs[free_slot].pid, me, __ATOMIC_RELEASE);
 	slot = free_slot;
 }
@@ -235,6 +214,39 @@ static inline void ensure_slot_locked(void)
 {
 	if (slot < 0 && !slot_tried)
 		register_locked();
+}
+
+void vgpu_region_lock(void)
+{
+	lock();
+}
+
+void vgpu_region_unlock(void)
+{
+	unlock();
+}
+
+void vgpu_region_set_host_pid_locked(int32_t hp)
+{
+	if (!vgpu.region)
+		return;
+	ensure_slot_locked();
+	if (slot >= 0)
+		__atomic_store_n(&vgpu.region->procs[slot].host_pid, hp, __ATOMIC_RELAXED);
+}
+
+int vgpu_region_host_pid_claimed_locked(int32_t hp)
+{
+	struct vgpu_region *r = vgpu.region;
+	if (!r || !hp)
+		return 0;
+	int me = (int)getpid();
+	for (int i = 0; i < VGPU_MAX_PROCS; i++) {
+		const struct vgpu_region_proc *s = &r->procs[i];
+		if (s->pid && s->pid != me && s->host_pid == hp && slot_alive(s))
+			return 1;
+	}
+	return 0;
 }
 
 static int reserve(int idx, uint64_t bytes, int force)

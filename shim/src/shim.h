@@ -62,10 +62,12 @@ CUresult vgpu_cu_ctx_get_device(CUdevice *dev);
 CUresult vgpu_cu_device_uuid(CUdevice dev, CUuuid *uuid);
 CUresult vgpu_cu_device_attr(int *value, int attr, CUdevice dev);
 CUresult vgpu_cu_ctx_get_current(CUcontext *ctx);
+CUresult vgpu_cu_ctx_set_current(CUcontext ctx);
 nvmlReturn_t vgpu_nvml_device_uuid(nvmlDevice_t dev, char *buf, unsigned len);
 nvmlReturn_t vgpu_nvml_handle_by_uuid(const char *uuid, nvmlDevice_t *dev);
 nvmlReturn_t vgpu_nvml_process_utilization(nvmlDevice_t dev, nvmlProcessUtilizationSample_t *s,
 					   unsigned *count, unsigned long long since);
+nvmlReturn_t vgpu_nvml_compute_procs(nvmlDevice_t dev, unsigned *count, nvmlProcessInfo_v1_t *out);
 nvmlReturn_t vgpu_nvml_init(void);
 void vgpu_real_reset_after_fork(void);
 
@@ -124,10 +126,42 @@ void vgpu_count_launch(int idx);
 void vgpu_region_after_fork(void);
 /* Reads /proc/<pid>/stat field 22; 0 when the process is gone. */
 uint64_t vgpu_proc_start_time(int pid);
+/* The region's lock (thread mutex + OFD lock), for multi-step updates elsewhere. */
+void vgpu_region_lock(void);
+void vgpu_region_unlock(void);
+/* Records hp as this process's host pid in its slot (registering one if
+ * needed). Caller holds the lock. */
+void vgpu_region_set_host_pid_locked(int32_t hp);
+/* Whether a live process of the container other than this one has claimed
+ * host pid hp. Caller holds the lock. */
+int vgpu_region_host_pid_claimed_locked(int32_t hp);
+
+/* ---- hostpid.c: this process's pid as NVML reports it ----------------------------- */
+
+/* What discovery carries across a context creation (vgpu_hostpid_before/after). */
+struct vgpu_hostpid_scan {
+	int active; /* 1: the region lock is held and before[] was taken */
+	CUdevice dev;
+	nvmlDevice_t nvml;
+	nvmlProcessInfo_v1_t *before;
+	unsigned nbefore;
+};
+
+/* This process's host pid; 0 = unknown. */
+int32_t vgpu_host_pid(void);
+/* Called before creating a context on dev. When this is the process's first
+ * context there and its host pid is not known yet, takes the region lock and
+ * NVML's process list and returns 1; vgpu_hostpid_after must follow. */
+int vgpu_hostpid_before(CUdevice dev, struct vgpu_hostpid_scan *s);
+/* Called after: ctx is the new context, or NULL when creation failed. */
+void vgpu_hostpid_after(struct vgpu_hostpid_scan *s, CUcontext ctx);
+void vgpu_hostpid_after_fork(void);
 
 /* ---- mem.c: allocation bookkeeping ----------------------------------------------- */
 
 void vgpu_mem_after_fork(void);
+/* Forgets the parent's primary contexts in a fork child. */
+void vgpu_ctx_after_fork(void);
 
 /* ---- limiter.c ---------------------------------------------------------------- */
 

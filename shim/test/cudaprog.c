@@ -553,6 +553,22 @@ static void run(int argc, char **argv)
 				_exit(rc == CUDA_SUCCESS ? 0 : 1);
 			}
 			printf("forked %d\n", c);
+		} else if (!strcmp(op, "forkctx")) {
+			/* forkctx:READY:END — the child retains a primary context of its own
+			 * (CUDA state does not survive fork), allocates 1 MiB, touches READY,
+			 * then waits for END and exits. */
+			pid_t c = fork();
+			if (c == 0) {
+				set_ctx(0);
+				check_rc("child cuMemAlloc", api.MemAlloc(&p, 1 << 20), NULL);
+				FILE *f = fopen(a[1], "w");
+				if (f)
+					fclose(f);
+				while (access(a[2], F_OK) != 0)
+					usleep(10000);
+				_exit(0);
+			}
+			printf("forked %d\n", c);
 		} else if (!strcmp(op, "wait")) {
 			int st;
 			while (wait(&st) > 0)

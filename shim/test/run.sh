@@ -14,6 +14,9 @@ UUID0=GPU-11111111-2222-3333-4444-555555555555
 UUID1=GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee
 MiB=1048576
 GiB=1073741824
+# FAKECUDA_PIDNS_OFFSET for the tests that simulate a container's pid
+# namespace: fake NVML reports every process as pid+PIDNS.
+PIDNS=1000000
 pass=0
 fail=0
 failed=()
@@ -26,7 +29,7 @@ fi
 ROOT=$(mktemp -d /tmp/shimtest.XXXXXX)
 trap 'rm -rf "$ROOT"' EXIT
 
-# setup LIMIT_BYTES [CORES] [POLICY] — a fresh container: one 16 GiB, 132-SM fake GPU
+# setup LIMIT_BYTES [CORES] [POLICY] [LOG_LEVEL] — a fresh container: one 16 GiB, 132-SM fake GPU
 # (and an 8 GiB, 108-SM one that the limits file does not list).
 setup() {
 	T=$(mktemp -d "$ROOT/t.XXXXXX")
@@ -36,11 +39,12 @@ setup() {
 	export LD_LIBRARY_PATH=$B/fake
 	export FAKECUDA_DEVICES="$UUID0:16GiB:132,$UUID1:8GiB:108"
 	export NRI_VGPU_LIMITS=$T/limits NRI_VGPU_REGION_DIR=$T/region
-	unset FAKECUDA_FAIL FAKECUDA_CTX_BYTES FAKECUDA_KERNEL_US FAKECUDA_SAMPLE_MS
-	limits "${1:-$GiB}" "${2:-100}" "${3:-hard}"
+	unset FAKECUDA_FAIL FAKECUDA_CTX_BYTES FAKECUDA_KERNEL_US FAKECUDA_SAMPLE_MS FAKECUDA_PIDNS_OFFSET \
+		FAKECUDA_CTX_SLEEP_MS
+	limits "${1:-$GiB}" "${2:-100}" "${3:-hard}" "${4:-warn}"
 }
 
-limits() {
+limits() { # limits LIMIT_BYTES CORES POLICY [LOG_LEVEL]
 	cat >"$T/limits" <<-EOF
 		# written by the test
 		version=1
@@ -48,8 +52,26 @@ limits() {
 		gpu.0.memory=$1
 		gpu.0.cores=$2
 		cores.policy=$3
-		log.level=warn
+		log.level=${4:-warn}
 	EOF
+}
+
+# pidns OFFSET — from now on this test's processes live in a simulated pid
+# namespace (OFFSET 0: the host's).
+pidns() {
+	if [ "$1" != 0 ]; then export FAKECUDA_PIDNS_OFFSET=$1; fi
+}
+
+# hostpids — "pid host_pid" of every live slot in this test's region.
+hostpids() { "$DUMP" "$T/region/usage" | sed -n 's/^proc pid=\([0-9]*\) host_pid=\([0-9-]*\) .*/\1 \2/p'; }
+
+# expect_hostpids N OFFSET — N slots, each with host pid = pid + OFFSET.
+expect_hostpids() {
+	local got bad
+	got=$(hostpids)
+	expect "slots" "$(printf '%s\n' "$got" | grep -c .)" "$1"
+	bad=$(printf '%s\n' "$got" | awk -v o="$2" '$2 != $1 + o')
+	expect "slots whose host pid is not pid+$2 (pid host_pid)" "$bad" ""
 }
 
 # run [cudaprog args...] — the program with the shim preloaded; output in $T/out.
@@ -278,8 +300,9 @@ test_driver_failure_gives_back() {
 	expect "used" "$(used)" 0
 }
 
-test_context_footprint() {
+test_context_footprint() { # [PIDNS_OFFSET]
 	setup $((256 * MiB))
+	pidns "${1:-0}"
 	export FAKECUDA_CTX_BYTES=$((64 * MiB))
 	run init alloc:192MiB alloc:1:2 info:0:256MiB
 	run init newctx:0 alloc:128MiB alloc:1:2 delctx ctx:0 alloc:192MiB alloc:1:2
@@ -464,11 +487,111 @@ test_fork() {
 	grep -q "child .* alloc 0" "$T/out"
 }
 
+# ---- host pids (NVML's numbering) ---------------------------------------------------------------------
+
+test_hostpid_discovery() {
+	local off
+	for off in 0 $PIDNS; do
+		setup
+		pidns $off
+		LD_PRELOAD=$SHIM timeout 60 "$PROG" init alloc:1MiB touch:"$T/ready" waitfile:"$T/end" >"$T/out" 2>"$T/err" &
+		waitfor "$T/ready"
+		expect_hostpids 1 $off
+		touch "$T/end"
+		wait
+	done
+}
+
+test_hostpid_same_namespace_concurrent() {
+	# Two processes of one container create their first contexts at the same
+	# time, each taking 0.3 s before and after it shows in NVML's list.
+	setup
+	pidns $PIDNS
+	export FAKECUDA_CTX_SLEEP_MS=300
+	local i
+	for i in 1 2; do
+		LD_PRELOAD=$SHIM timeout 60 "$PROG" init alloc:1MiB touch:"$T/ready.$i" waitfile:"$T/end" \
+			>"$T/out.$i" 2>"$T/err.$i" &
+	done
+	waitfor "$T/ready.1"
+	waitfor "$T/ready.2"
+	expect_hostpids 2 $PIDNS
+	touch "$T/end"
+	wait
+}
+
+# two_containers OPS... — this test's container ($T) and a second one ($T2,
+# same fake GPU and limits) each run cudaprog OPS at the same moment, with
+# context creation slow enough that both see two new pids in NVML's list.
+# Each holds until $T/end exists; output in DIR/out and DIR/err.
+two_containers() {
+	export FAKECUDA_CTX_SLEEP_MS=300
+	T2=$(mktemp -d "$ROOT/t.XXXXXX")
+	mkdir -p "$T2/region"
+	cp "$T/limits" "$T2/limits"
+	local d
+	for d in "$T" "$T2"; do
+		NRI_VGPU_LIMITS=$d/limits NRI_VGPU_REGION_DIR=$d/region LD_PRELOAD=$SHIM timeout 60 "$PROG" \
+			"$@" touch:"$d/ready" waitfile:"$T/end" >"$d/out" 2>"$d/err" &
+	done
+	waitfor "$T/ready"
+	waitfor "$T2/ready"
+}
+
+test_hostpid_other_container_concurrent() {
+	# Two containers (two regions) start contexts at the same moment: a probe
+	# allocation tells their processes apart.
+	setup $GiB 100 hard debug
+	pidns $PIDNS
+	two_containers init alloc:1MiB
+	local d
+	for d in "$T" "$T2"; do
+		T=$d expect_hostpids 1 $PIDNS
+		grep -q "in NVML's process list (probe allocation)" "$d/err" ||
+			{ echo "    $d: not told apart by a probe:"; cat "$d/err"; return 1; }
+	done
+	# The probes were given back: the device holds the two 1 MiB allocations.
+	LD_PRELOAD= timeout 60 "$PROG" nvml:0:16GiB:2MiB >"$T/out" 2>"$T/err"
+	touch "$T/end"
+	wait
+}
+
+test_hostpid_ambiguous_stays_unknown() {
+	# As above on a GPU too full for any probe: neither process can tell which
+	# new pid is its own, so both leave the host pid unknown rather than guess.
+	setup $GiB 50 hard debug
+	pidns $PIDNS
+	export FAKECUDA_DEVICES="$UUID0:1MiB:132"
+	two_containers init launch:1
+	local d
+	for d in "$T" "$T2"; do
+		expect "$d slots" "$(T=$d hostpids | wc -l)" 1
+		expect "$d host pid" "$(T=$d hostpids | cut -d' ' -f2)" 0
+		grep -q "host pid of [0-9]* not found .*no probe told them apart.*left unknown" "$d/err" ||
+			{ echo "    $d: no debug line for the unknown host pid:"; cat "$d/err"; return 1; }
+	done
+	touch "$T/end"
+	wait
+}
+
+test_hostpid_fork_child() {
+	# A fork child's context is its own: it finds its own host pid.
+	setup
+	pidns $PIDNS
+	LD_PRELOAD=$SHIM timeout 60 "$PROG" init alloc:1MiB forkctx:"$T/ready":"$T/end" waitfile:"$T/end" wait \
+		>"$T/out" 2>"$T/err" &
+	waitfor "$T/ready"
+	expect_hostpids 2 $PIDNS
+	touch "$T/end"
+	wait
+}
+
 # ---- SM limiter -------------------------------------------------------------------------------------------------
 
-test_sm_shares() {
+test_sm_shares() { # [PIDNS_OFFSET]
 	# Two containers on one simulated 132-SM GPU, 30 % and 70 %, both launching flat out.
 	setup $GiB 30 hard
+	pidns "${1:-0}"
 	local a=$T
 	export FAKECUDA_KERNEL_US=500
 	# NVML's per-process samples arrive about every 1/6 s, as on hardware.
@@ -547,6 +670,7 @@ t boundary test_boundary
 t every_counted_api test_every_counted_api
 t driver_failure_gives_back test_driver_failure_gives_back
 t context_footprint test_context_footprint
+t context_footprint_pidns test_context_footprint $PIDNS
 t reported_memory test_reported_memory
 t threads_without_context test_threads_without_context
 t names_exact test_names_exact
@@ -555,8 +679,14 @@ t 16_racers test_16_racers
 t sigkill_mid_allocation test_sigkill_mid_allocation
 t pid_reuse test_pid_reuse
 t fork test_fork
+t hostpid_discovery test_hostpid_discovery
+t hostpid_same_namespace_concurrent test_hostpid_same_namespace_concurrent
+t hostpid_other_container_concurrent test_hostpid_other_container_concurrent
+t hostpid_ambiguous_stays_unknown test_hostpid_ambiguous_stays_unknown
+t hostpid_fork_child test_hostpid_fork_child
 t sm_unlimited_no_thread test_sm_unlimited_no_thread
 t sm_shares_30_70 test_sm_shares
+t sm_shares_30_70_pidns test_sm_shares $PIDNS
 t sm_burst test_sm_burst
 t sm_launch_counters test_sm_launch_counters
 t fuzz_limits_parser test_fuzz_limits_parser

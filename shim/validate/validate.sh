@@ -104,5 +104,31 @@ echo "  shim, no limit: $got matmul/s, overhead $over %"
 python3 -c "import sys; sys.exit(0 if $over < 1 else 1)"
 result $? "overhead at no limit below 1 %"
 
+# 6. In a pid namespace of its own, as in a container, the shim finds its host
+#    pid (the pid nvidia-smi lists) and the SM limit still holds.
+if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null; then
+	inns() { shimmed unshare --pid --fork --mount-proc --kill-child "$@"; }
+	limits "$limit" 100
+	rm -f "$W/held"
+	inns python3 -c 'import torch,time; x=torch.empty(64<<20,dtype=torch.uint8,device="cuda"); open("'"$W"'/held","w"); time.sleep(20)' &
+	holder=$!
+	for _ in $(seq 100); do [ -e "$W/held" ] && break; sleep 0.2; done
+	region_line=$(build/regiondump "$W/region/usage" | grep '^proc ' | head -n 1)
+	host_pid=$(echo "$region_line" | sed -n 's/.* host_pid=\([0-9-]*\) .*/\1/p')
+	smi_pids=$(nvidia-smi -i "$gpu" --query-compute-apps=pid --format=csv,noheader | tr -d ' ')
+	kill $holder 2>/dev/null; wait $holder 2>/dev/null
+	echo "  region: $region_line; nvidia-smi pids: $(echo $smi_pids)"
+	[ -n "$host_pid" ] && [ "$host_pid" != 0 ] && echo "$smi_pids" | grep -qx "$host_pid"
+	result $? "host pid found inside a pid namespace"
+	limits 0 30
+	got=$(inns python3 -c "$bench")
+	share=$(python3 -c "print(round(100 * $got / $base, 1))")
+	echo "  cores=30 in a pid namespace: $got matmul/s = $share %"
+	python3 -c "import sys; sys.exit(0 if abs($share - 30) <= 5 else 1)"
+	result $? "SM limit 30 % within 5 points inside a pid namespace"
+else
+	echo "  pid-namespace checks skipped: they need root and unshare(1)"
+fi
+
 echo "validate: $fails check(s) failed"
 [ "$fails" -eq 0 ]

@@ -5,6 +5,9 @@
  * launch "runs" for FAKECUDA_KERNEL_US per wave of SM-count blocks, one
  * kernel at a time per device), version-dependent cuGetProcAddress tables
  * whose legacy ABIs abort() when called, and fault injection (fakestate.h).
+ * FAKECUDA_CTX_SLEEP_MS makes creating a context take that long before and
+ * again after it becomes visible to NVML, as a slow context start on
+ * hardware does (concurrent starts overlap).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -47,6 +50,27 @@ static uint64_t ctx_bytes(void)
 {
 	const char *e = getenv("FAKECUDA_CTX_BYTES");
 	return e ? strtoull(e, NULL, 10) : 0;
+}
+
+/* A new context of this process on dev: visible in NVML's process list from now on. */
+static void ctx_born(int dev)
+{
+	const char *e = getenv("FAKECUDA_CTX_SLEEP_MS");
+	int64_t ns = e ? atoll(e) * 1000000ll : 0;
+	fk_sleep_ns(ns);
+	fk_lock();
+	fk_me()->ctxs[dev]++;
+	fk_unlock();
+	fk_sleep_ns(ns);
+}
+
+static void ctx_died(int dev)
+{
+	fk_lock();
+	struct fk_proc *p = fk_me();
+	if (p->ctxs[dev] > 0)
+		p->ctxs[dev]--;
+	fk_unlock();
 }
 
 static int64_t kernel_ns(void)
@@ -149,10 +173,29 @@ static int self_lookup = -1;
 /* A hidden alias: its address is ours even when a preload interposes the name. */
 __attribute__((visibility("hidden"))) CUresult own_cuMemAlloc_v2(CUdeviceptr *p, size_t n);
 
+/*
+ * CUDA state does not survive fork: the child's primary contexts are its own
+ * to retain again. (The current-context pointer is kept, so a child that
+ * allocates straight away still reaches this device, which the fork test of
+ * the shim relies on.)
+ */
+static void fork_child(void)
+{
+	for (int d = 0; d < FK_MAX_DEV; d++)
+		primary_ctx[d].refs = 0;
+}
+
+static void register_fork(void)
+{
+	pthread_atfork(NULL, NULL, fork_child);
+}
+
 EXPORT CUresult cuInit(unsigned flags)
 {
+	static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 	(void)flags;
 	fk_init();
+	pthread_once(&fork_once, register_fork);
 	/* The real driver looks up its own entry points too; an interposer must
 	 * hand it its own functions, not wrappers that would count twice. */
 	self_lookup = dlsym(RTLD_DEFAULT, "cuMemAlloc_v2") == (void *)own_cuMemAlloc_v2;
@@ -248,6 +291,7 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
 			p->refs--;
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		}
+		ctx_born(d);
 	}
 	*c = p;
 	return CUDA_SUCCESS;
@@ -258,8 +302,11 @@ EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d)
 	CHECK_DEV(d);
 	if (primary_ctx[d].refs <= 0)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	if (--primary_ctx[d].refs == 0 && ctx_bytes())
-		give(d, ctx_bytes());
+	if (--primary_ctx[d].refs == 0) {
+		if (ctx_bytes())
+			give(d, ctx_bytes());
+		ctx_died(d);
+	}
 	return CUDA_SUCCESS;
 }
 
@@ -278,6 +325,7 @@ static CUresult ctx_create(CUcontext *c, CUdevice d)
 		free(x);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
+	ctx_born(d);
 	*c = current = x;
 	return CUDA_SUCCESS;
 }
@@ -306,6 +354,7 @@ EXPORT CUresult cuCtxDestroy_v2(CUcontext c)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	if (ctx_bytes())
 		give(c->dev, ctx_bytes());
+	ctx_died(c->dev);
 	if (current == c)
 		current = NULL;
 	free(c);

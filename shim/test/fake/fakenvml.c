@@ -155,12 +155,14 @@ EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t h, unsigne
 	unsigned n = 0;
 	nvmlReturn_t rc = NVML_SUCCESS;
 	fk_lock();
+	fk_reap(); /* the driver lists no process that has exited */
 	for (int i = 0; i < FK_MAX_PROC; i++) {
 		struct fk_proc *p = &fk->proc[i];
-		if (!p->pid || !p->used[h->index])
+		/* A process with a context is listed even before it allocates, as on hardware. */
+		if (!p->pid || (!p->used[h->index] && !p->ctxs[h->index]))
 			continue;
 		if (n < *count && out)
-			out[n] = (nvmlProcessInfo_v1_t){(unsigned)p->pid, p->used[h->index]};
+			out[n] = (nvmlProcessInfo_v1_t){fk_nvml_pid(p->pid), p->used[h->index]};
 		else
 			rc = NVML_ERROR_INSUFFICIENT_SIZE;
 		n++;
@@ -219,7 +221,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, nvmlProcessU
 		if (util > 100)
 			util = 100;
 		if (s && n < *count)
-			s[n] = (nvmlProcessUtilizationSample_t){.pid = (unsigned)p->pid,
+			s[n] = (nvmlProcessUtilizationSample_t){.pid = fk_nvml_pid(p->pid),
 								.timeStamp = (unsigned long long)(now / 1000),
 								.smUtil = util};
 		n++;

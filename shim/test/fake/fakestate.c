@@ -57,6 +57,8 @@ static void configure(void)
 		fk->ndev++;
 	}
 	free(copy);
+	const char *off = getenv("FAKECUDA_PIDNS_OFFSET");
+	fk->pidns_offset = off ? atoi(off) : 0;
 }
 
 static void init_once(void)
@@ -164,6 +166,11 @@ struct fk_proc *fk_me(void)
 	memset(&fk->proc[free_slot], 0, sizeof(fk->proc[free_slot]));
 	fk->proc[free_slot].pid = me;
 	return &fk->proc[free_slot];
+}
+
+unsigned fk_nvml_pid(int32_t pid)
+{
+	return (unsigned)pid + (unsigned)fk->pidns_offset;
 }
 
 int64_t fk_now(void)

@@ -4,6 +4,12 @@
  * GPU time are consistent across processes and between the two libraries,
  * like the real driver's. Devices come from $FAKECUDA_DEVICES,
  * "uuid:memory:SMs,..." (memory as bytes or with KiB/MiB/GiB).
+ *
+ * $FAKECUDA_PIDNS_OFFSET=N simulates a container's pid namespace: fake NVML
+ * reports every process as pid+N (process lists and utilisation samples),
+ * the way real NVML reports host pids to a process that knows only its
+ * namespace's. Read when the state file is created, so every process of one
+ * fake machine agrees.
  */
 #ifndef FAKESTATE_H
 #define FAKESTATE_H
@@ -26,6 +32,7 @@ struct fk_proc {
 	int32_t pid;
 	int32_t pad;
 	uint64_t used[FK_MAX_DEV];
+	int32_t ctxs[FK_MAX_DEV];    /* live contexts: NVML lists a process with one */
 	int64_t busy_ns[FK_MAX_DEV]; /* GPU time its kernels took */
 	uint64_t launches[FK_MAX_DEV];
 };
@@ -33,7 +40,7 @@ struct fk_proc {
 struct fk_state {
 	uint64_t magic;
 	int32_t ndev;
-	int32_t pad;
+	int32_t pidns_offset; /* added to every pid NVML reports */
 	struct fk_dev dev[FK_MAX_DEV];
 	struct fk_proc proc[FK_MAX_PROC];
 };
@@ -48,6 +55,8 @@ struct fk_proc *fk_me(void);
 /* Frees the slots (and memory) of processes that are gone. Caller holds the lock. */
 void fk_reap(void);
 int64_t fk_now(void);
+/* A pid as fake NVML reports it (see FAKECUDA_PIDNS_OFFSET). */
+unsigned fk_nvml_pid(int32_t pid);
 void fk_sleep_ns(int64_t ns);
 /* Fault injection from $FAKECUDA_FAIL="name:N[:sleepMS],...": returns 1 when
  * this (the Nth) call of name must fail; sleeps first when asked. */

@@ -1,0 +1,291 @@
+/*
+ * This process's pid as NVML reports it (the "host pid").
+ *
+ * NVML names processes by their pid in the host's namespace; a container
+ * with its own pid namespace knows only getpid() in its own. The SM limiter
+ * (NVML's per-process utilisation) and the context footprint (NVML's
+ * per-process memory) match NVML's pids against the host pids recorded in
+ * the region's slots, so each process must find its own:
+ *
+ *  1. Cheap route: /proc/self/status NSpid lists the pid in every namespace
+ *     from the one /proc was mounted in inwards. With more than one entry
+ *     /proc comes from an ancestor namespace and the first entry is the
+ *     outermost pid visible; it is recorded when the slot is registered.
+ *  2. Discovery, once per process, around its first context on a device and
+ *     under the region lock (so the container's other processes cannot start
+ *     contexts in between): NVML's compute-process list before and after.
+ *     A pid that is new and not claimed by another live slot of the region
+ *     is ours. Preferred: the NSpid pid when it is among them. Several new
+ *     pids mean processes of other containers started at the same moment:
+ *     a short probe allocation (a size drawn at random) shows which of them
+ *     grew by exactly that much, retried a few times with backoff. No new
+ *     pid: a context we did not see created already existed, and in the
+ *     initial pid namespace getpid() is NVML's pid if NVML lists it.
+ *  What stays ambiguous stays unknown (0, logged once at debug level): a
+ *  wrong host pid would throttle or charge the container for another's work.
+ *
+ * NVML is the judge of its own numbering: a driver that reports pids in the
+ * caller's namespace simply lists getpid() as the new pid. A fork child starts
+ * over (its contexts are its own).
+ */
+#include "glibc_compat.h"
+
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "shim.h"
+
+#define MAX_DEV 64          /* CUDA ordinals tracked for "first context here" */
+#define PROBE_TRIES 4
+#define PROBE_UNIT (2u << 20) /* GPU allocation granularity: 2 MiB */
+#define PROBE_MAX_UNITS 8
+#define INIT_PID_NS "pid:[4026531836]" /* PROC_PID_INIT_INO: the initial pid namespace */
+
+static int32_t host_pid;  /* 0 = unknown */
+static int nspid_read;    /* host_pid holds the NSpid result (or 0) */
+static int confirmed;     /* discovery found host_pid; nothing left to do */
+static int gave_up_logged;
+static unsigned char ctx_seen[MAX_DEV]; /* this process has had a context on the device */
+
+/* The outermost pid NSpid shows, or 0 when it shows only our own namespace. */
+static int32_t nspid_outer(void)
+{
+	char buf[8192];
+	int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	size_t n = 0;
+	for (ssize_t r; n < sizeof(buf) - 1 && (r = read(fd, buf + n, sizeof(buf) - 1 - n)) > 0;)
+		n += (size_t)r;
+	close(fd);
+	buf[n] = '\0';
+	char *p = strstr(buf, "\nNSpid:");
+	if (!p)
+		return 0;
+	char *end;
+	long outer = strtol(p + 7, &end, 10);
+	/* A second number on the same line: /proc is from an ancestor namespace. */
+	while (*end == ' ' || *end == '\t')
+		end++;
+	if (*end < '0' || *end > '9' || outer <= 0 || outer > INT32_MAX)
+		return 0;
+	return (int32_t)outer;
+}
+
+int32_t vgpu_host_pid(void)
+{
+	if (unlikely(!__atomic_load_n(&nspid_read, __ATOMIC_ACQUIRE))) {
+		int32_t outer = nspid_outer();
+		int32_t none = 0;
+		/* Discovery may have stored a value meanwhile: it wins. */
+		__atomic_compare_exchange_n(&host_pid, &none, outer, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+		__atomic_store_n(&nspid_read, 1, __ATOMIC_RELEASE);
+	}
+	return __atomic_load_n(&host_pid, __ATOMIC_RELAXED);
+}
+
+static int in_init_pid_ns(void)
+{
+	char link[64];
+	ssize_t n = readlink("/proc/self/ns/pid", link, sizeof(link) - 1);
+	if (n <= 0)
+		return 0;
+	link[n] = '\0';
+	return strcmp(link, INIT_PID_NS) == 0;
+}
+
+/* NVML's compute processes on dev, in a malloc'ed array; -1 on error. */
+static int list_procs(nvmlDevice_t dev, nvmlProcessInfo_v1_t **out, unsigned *n)
+{
+	unsigned cap = 64;
+	*out = NULL;
+	for (int tries = 0; tries < 4; tries++) {
+		nvmlProcessInfo_v1_t *v = realloc(*out, cap * sizeof(*v));
+		if (!v)
+			break;
+		*out = v;
+		unsigned count = cap;
+		nvmlReturn_t rc = vgpu_nvml_compute_procs(dev, &count, v);
+		if (rc == NVML_SUCCESS) {
+			*n = count < cap ? count : cap;
+			return 0;
+		}
+		if (rc != NVML_ERROR_INSUFFICIENT_SIZE)
+			break;
+		cap = count + 16; /* processes may start in between */
+	}
+	free(*out);
+	*out = NULL;
+	return -1;
+}
+
+static const nvmlProcessInfo_v1_t *find(const nvmlProcessInfo_v1_t *v, unsigned n, unsigned pid)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (v[i].pid == pid)
+			return &v[i];
+	return NULL;
+}
+
+static void sleep_ms(unsigned ms)
+{
+	struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000l};
+	while (nanosleep(&ts, &ts) != 0)
+		;
+}
+
+/*
+ * Which candidate is this process: allocate a random multiple of the
+ * allocation granularity in ctx (straight from the driver: not counted, and
+ * freed at once) and see whose NVML memory grew by exactly that. Returns the
+ * pid, or 0 when no try singles one out.
+ */
+static int32_t probe(nvmlDevice_t nd, CUcontext ctx, const unsigned *cand, unsigned ncand)
+{
+	CUresult (*alloc)(CUdeviceptr *, size_t) = (CUresult(*)(CUdeviceptr *, size_t))vgpu_lib_sym(HOOK_cuMemAlloc_v2);
+	CUresult (*release)(CUdeviceptr) = (CUresult(*)(CUdeviceptr))vgpu_lib_sym(HOOK_cuMemFree_v2);
+	CUcontext prev = NULL;
+	if (!alloc || !release || vgpu_cu_ctx_get_current(&prev) != CUDA_SUCCESS)
+		return 0;
+	if (prev != ctx && vgpu_cu_ctx_set_current(ctx) != CUDA_SUCCESS)
+		return 0;
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	unsigned seed = (unsigned)getpid() * 2654435761u ^ (unsigned)now.tv_nsec;
+	int32_t found = 0;
+	for (int t = 0; t < PROBE_TRIES && !found; t++) {
+		if (t)
+			sleep_ms(2u + (unsigned)rand_r(&seed) % (5u * (unsigned)t)); /* desynchronise from other probers */
+		uint64_t bytes = (uint64_t)PROBE_UNIT * (1u + (unsigned)rand_r(&seed) % PROBE_MAX_UNITS);
+		nvmlProcessInfo_v1_t *s1 = NULL, *s2 = NULL;
+		unsigned n1 = 0, n2 = 0;
+		CUdeviceptr p = 0;
+		if (list_procs(nd, &s1, &n1) == 0 && alloc(&p, (size_t)bytes) == CUDA_SUCCESS) {
+			int ok = list_procs(nd, &s2, &n2) == 0;
+			release(p);
+			unsigned hits = 0;
+			for (unsigned i = 0; ok && i < ncand; i++) {
+				const nvmlProcessInfo_v1_t *a = find(s1, n1, cand[i]), *b = find(s2, n2, cand[i]);
+				if (a && b && b->usedGpuMemory - a->usedGpuMemory == bytes) {
+					hits++;
+					found = (int32_t)cand[i];
+				}
+			}
+			if (hits != 1)
+				found = 0;
+		}
+		free(s1);
+		free(s2);
+	}
+	if (prev != ctx)
+		vgpu_cu_ctx_set_current(prev);
+	return found;
+}
+
+int vgpu_hostpid_before(CUdevice dev, struct vgpu_hostpid_scan *s)
+{
+	s->active = 0;
+	if (vgpu.mode != VGPU_ENFORCE || dev < 0 || dev >= MAX_DEV)
+		return 0;
+	if (__atomic_load_n(&confirmed, __ATOMIC_ACQUIRE) || __atomic_load_n(&ctx_seen[dev], __ATOMIC_RELAXED))
+		return 0;
+	int idx = vgpu_device_index(dev);
+	if (idx < 0 || vgpu_nvml_init() != NVML_SUCCESS ||
+	    vgpu_nvml_handle_by_uuid(vgpu.limits.gpu[idx].uuid, &s->nvml) != NVML_SUCCESS)
+		return 0;
+	vgpu_host_pid(); /* the NSpid answer first, so discovery's result replaces it */
+	vgpu_region_lock();
+	/* Another thread may have created the first context while we waited. */
+	if (__atomic_load_n(&confirmed, __ATOMIC_ACQUIRE) || __atomic_load_n(&ctx_seen[dev], __ATOMIC_RELAXED) ||
+	    list_procs(s->nvml, &s->before, &s->nbefore) != 0) {
+		vgpu_region_unlock();
+		return 0;
+	}
+	s->dev = dev;
+	s->active = 1;
+	return 1;
+}
+
+/* Picks our pid out of NVML's lists (see the top of the file); 0 when unsure. */
+static int32_t decide(struct vgpu_hostpid_scan *s, CUcontext ctx, const char **why, const char **how)
+{
+	nvmlProcessInfo_v1_t *after = NULL;
+	unsigned nafter = 0;
+	if (list_procs(s->nvml, &after, &nafter) != 0) {
+		*why = "NVML's process list is unavailable";
+		return 0;
+	}
+	unsigned *cand = malloc((nafter ? nafter : 1) * sizeof(*cand)), ncand = 0;
+	int32_t outer = nspid_outer(), pick = 0;
+	for (unsigned i = 0; cand && i < nafter; i++) {
+		unsigned pid = after[i].pid;
+		if (pid && pid <= INT32_MAX && !find(s->before, s->nbefore, pid) &&
+		    !vgpu_region_host_pid_claimed_locked((int32_t)pid))
+			cand[ncand++] = pid;
+	}
+	for (unsigned i = 0; outer && i < ncand; i++)
+		if (cand[i] == (unsigned)outer) {
+			pick = outer;
+			*how = "NSpid";
+		}
+	if (!pick && ncand == 1) {
+		pick = (int32_t)cand[0];
+		*how = "the one new process";
+	}
+	if (!pick && ncand > 1) {
+		pick = probe(s->nvml, ctx, cand, ncand);
+		*how = "probe allocation";
+		if (!pick)
+			*why = "several processes started a context at the same moment and no probe told them apart";
+	}
+	if (!pick && ncand == 0) {
+		*how = "initial pid namespace";
+		if (find(after, nafter, (unsigned)getpid()) && in_init_pid_ns())
+			pick = (int32_t)getpid();
+		else
+			*why = "no new process appeared in NVML's list with this process's context";
+	}
+	free(cand);
+	free(after);
+	return pick;
+}
+
+void vgpu_hostpid_after(struct vgpu_hostpid_scan *s, CUcontext ctx)
+{
+	if (!s->active)
+		return;
+	if (ctx) {
+		__atomic_store_n(&ctx_seen[s->dev], 1, __ATOMIC_RELAXED);
+		const char *why = "", *how = "";
+		int32_t pick = decide(s, ctx, &why, &how);
+		if (pick) {
+			__atomic_store_n(&host_pid, pick, __ATOMIC_RELAXED);
+			__atomic_store_n(&confirmed, 1, __ATOMIC_RELEASE);
+			vgpu_region_set_host_pid_locked(pick);
+			LOGD("pid %d is %d in NVML's process list (%s)", (int)getpid(), (int)pick, how);
+		} else if (!gave_up_logged) {
+			gave_up_logged = 1;
+			LOGD("host pid of %d not found on CUDA device %d (%s); SM limit and context footprint "
+			     "rely on %s",
+			     (int)getpid(), (int)s->dev, why, host_pid ? "the NSpid pid" : "nothing: left unknown");
+		}
+	}
+	free(s->before);
+	s->before = NULL;
+	s->active = 0;
+	vgpu_region_unlock();
+}
+
+void vgpu_hostpid_after_fork(void)
+{
+	/* The child is a new process with contexts of its own to come. */
+	host_pid = 0;
+	nspid_read = 0;
+	confirmed = 0;
+	gave_up_logged = 0;
+	memset(ctx_seen, 0, sizeof(ctx_seen));
+}
