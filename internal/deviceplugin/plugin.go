@@ -131,6 +131,12 @@ func (p *Plugin) SocketPath() string { return filepath.Join(p.dir, p.socketName)
 // reload of the simulated backend, say) and sends the new device list on
 // every ListAndWatch stream if it changed.
 func (p *Plugin) Refresh() error {
+	// The GPUs are read under p.mu (here and in applyHealth), so that of a
+	// reload and a health event racing, the one that reads the backend
+	// last also installs its list last: an older list never replaces a
+	// newer one.
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	devs, err := p.backend.Devices()
 	if err != nil {
 		return fmt.Errorf("device plugin: list GPUs from the %s backend: %w", p.backend.Name(), err)
@@ -138,8 +144,6 @@ func (p *Plugin) Refresh() error {
 	if len(devs) == 0 {
 		p.log.Warn("the GPU backend lists no GPUs; advertising no devices", "backend", p.backend.Name())
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.setInventory(p.buildInventory(devs))
 	return nil
 }
@@ -152,9 +156,9 @@ func (p *Plugin) applyHealth(ev gpu.HealthEvent) {
 		level = slog.LevelWarn
 	}
 	p.log.Log(context.Background(), level, "GPU health changed", "uuid", ev.UUID, "healthy", ev.Healthy, "reason", ev.Reason)
-	devs, err := p.backend.Devices()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	devs, err := p.backend.Devices() // under p.mu: see Refresh
 	p.events[ev.UUID] = ev
 	if err != nil {
 		// Keep the GPU list we have and apply the event to it.

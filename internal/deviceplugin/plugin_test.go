@@ -851,3 +851,118 @@ func BenchmarkGetPreferredAllocation(b *testing.B) {
 		})
 	}
 }
+
+// pausingBackend is a simulated backend whose next Devices call, once armed,
+// reads the GPUs and then waits, so that a test can interleave two readers.
+type pausingBackend struct {
+	*gpu.Simulated
+	mu   sync.Mutex
+	read chan struct{} // closed when the armed call has read the GPUs
+	hold chan struct{} // the armed call returns when this is closed
+}
+
+func (b *pausingBackend) arm() (read, hold chan struct{}) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.read, b.hold = make(chan struct{}), make(chan struct{})
+	return b.read, b.hold
+}
+
+func (b *pausingBackend) Devices() ([]gpu.Device, error) {
+	devs, err := b.Simulated.Devices()
+	b.mu.Lock()
+	read, hold := b.read, b.hold
+	b.read, b.hold = nil, nil
+	b.mu.Unlock()
+	if read != nil {
+		close(read)
+		<-hold
+	}
+	return devs, err
+}
+
+// TestRefreshRacingHealthEvent: a reload that read the GPUs before a health
+// event must not install its older list after the event's newer one.
+func TestRefreshRacingHealthEvent(t *testing.T) {
+	cfg := testConfig(shortDir(t), simGPU(uuidA, "A", 8*gib, 0))
+	sim, err := gpu.NewSimulated(cfg.GPU.Simulated)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	b := &pausingBackend{Simulated: sim}
+	p, err := New(Options{Config: cfg, Backend: b, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	read, hold := b.arm()
+	refreshed := make(chan error, 1)
+	go func() { refreshed <- p.Refresh() }() // reads A healthy, then waits
+	<-read
+
+	ev := gpu.HealthEvent{UUID: uuidA, Healthy: false, Reason: "XID 79"}
+	if err := sim.SetHealthy(uuidA, false, ev.Reason); err != nil {
+		t.Fatal(err)
+	}
+	applied := make(chan struct{})
+	go func() { p.applyHealth(ev); close(applied) }()
+	// Give the event every chance to be applied before the reload
+	// finishes; a correct plugin makes it wait for the reload instead.
+	select {
+	case <-applied:
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(hold)
+	if err := <-refreshed; err != nil {
+		t.Fatal(err)
+	}
+	<-applied
+
+	inv, _ := p.snapshot()
+	for _, d := range inv.devices {
+		if d.Health != pluginapi.Unhealthy {
+			t.Errorf("%s is %s after an XID on its GPU, want %s (a stale list won)", d.ID, d.Health, pluginapi.Unhealthy)
+		}
+	}
+}
+
+// TestWatchesSocketDirCreatedByPlugin: when the plugin starts before kubelet
+// has created socket_dir, it creates it and still watches it rather than
+// falling back to polling.
+func TestWatchesSocketDirCreatedByPlugin(t *testing.T) {
+	watchErr := make(chan error, 1)
+	newDirWatcher = func(dir string) (*dirWatcher, error) {
+		w, err := watchDir(dir)
+		watchErr <- err
+		return w, err
+	}
+	t.Cleanup(func() { newDirWatcher = watchDir })
+	if w, err := watchDir(shortDir(t)); err != nil {
+		t.Skipf("no inotify here: %v", err)
+	} else {
+		w.Close()
+	}
+
+	root := shortDir(t)
+	cfg := testConfig(filepath.Join(root, "device-plugins"), simGPU(uuidA, "A", 8*gib, 0))
+	cfg.Paths.StateDir = filepath.Join(root, "state") // not inside socket_dir
+	p, _ := newPlugin(t, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- p.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-runErr; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	select {
+	case err := <-watchErr:
+		if err != nil {
+			t.Errorf("socket_dir is not watched: %v", err)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("the plugin never tried to watch socket_dir")
+	}
+}

@@ -163,7 +163,12 @@ func (p *Plugin) supervise(ctx context.Context) error {
 	kubeletPath := filepath.Join(p.dir, KubeletSocketName)
 
 	// Directory events make the reaction immediate; the ticker catches what
-	// they miss and retries failed registrations.
+	// they miss and retries failed registrations. socket_dir is created
+	// first: the plugin may start before kubelet has made it, and a
+	// directory that does not exist cannot be watched.
+	if err := os.MkdirAll(p.dir, 0o755); err != nil {
+		return fmt.Errorf("device plugin: create socket_dir: %w", err)
+	}
 	var dirEvents <-chan dirEvent
 	if w, err := newDirWatcher(p.dir); err != nil {
 		p.log.Warn("cannot watch socket_dir; polling it every second instead", "dir", p.dir, "error", err)

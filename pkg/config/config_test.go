@@ -418,6 +418,7 @@ func TestValidationErrors(t *testing.T) {
 		{"simulated without GPUs", "[gpu]\nbackend = \"simulated\"\n", 2, "gpu.backend", "no [[gpu.simulated]] GPU is described"},
 		{"uuid prefix", strings.Replace(simulatedDoc, `"GPU-11111111`, `"gpu-11111111`, 1), 11, "gpu.simulated[1].uuid", `not "gpu-11111111-1111-1111-1111-111111111111"`},
 		{"uuid empty", strings.Replace(simulatedDoc, `"GPU-11111111-1111-1111-1111-111111111111"`, `""`, 1), 11, "gpu.simulated[1].uuid", `not ""`},
+		{"uuid too long", strings.Replace(simulatedDoc, `"GPU-11111111-1111`, `"GPU-`+strings.Repeat("1", 92)+`-1111`, 1), 11, "gpu.simulated[1].uuid", "at most 95"},
 		{"uuid with separator", strings.Replace(simulatedDoc, `"GPU-11111111-1111`, `"GPU-11111111::1111`, 1), 11, "gpu.simulated[1].uuid", "must look like"},
 		{"uuid duplicate", strings.Replace(simulatedDoc, "GPU-11111111-1111-1111-1111-111111111111", "GPU-00000000-0000-0000-0000-000000000000", 1), 11, "gpu.simulated[1].uuid", "already used by gpu.simulated[0]"},
 		{"minor duplicate", strings.Replace(simulatedDoc, "minor = 1", "minor = 0", 1), 14, "gpu.simulated[1].minor", "0 is already used by gpu.simulated[0]"},
@@ -724,5 +725,25 @@ func TestScalingBoundaries(t *testing.T) {
 		if err := cfg.Validate(); err != nil {
 			t.Errorf("scaling %g: %v", v, err)
 		}
+	}
+}
+
+// TestSimulatedMemorySplitBoundary: the smallest-slice check uses the same
+// exact arithmetic as the device plugin, so a GPU whose slices come to exactly
+// 1MiB is accepted even where floating point falls just short of it, and one
+// byte less is not.
+func TestSimulatedMemorySplitBoundary(t *testing.T) {
+	doc := func(memory string) string {
+		return "[device_plugin]\nsplit_count = 63\nmemory_scaling = 0.7\n" +
+			"[gpu]\nbackend = \"simulated\"\n" +
+			"[[gpu.simulated]]\nuuid = \"GPU-1\"\nname = \"x\"\nmemory = " + memory + "\n"
+	}
+	// 0.7 × 90MiB = 63MiB: exactly 1MiB per slice.
+	if _, err := Parse("ok.toml", []byte(doc(`"90MiB"`))); err != nil {
+		t.Errorf("90MiB in 63 slices at 0.7: %v", err)
+	}
+	_, err := Parse("small.toml", []byte(doc(strconv.Itoa(90<<20-2))))
+	if err == nil || !strings.Contains(err.Error(), "leaves less than 1MiB per slice") {
+		t.Errorf("90MiB-2B in 63 slices at 0.7: %v, want less than 1MiB per slice", err)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 )
 
 // Validate checks every value and returns all problems found, joined; nil
@@ -139,6 +141,10 @@ func (g *GPU) validate(ck *checker, dp *DevicePlugin) {
 		p := indexPath("gpu.simulated", i)
 		if !uuidPattern.MatchString(s.UUID) {
 			ck.add(p+".uuid", `must look like "GPU-8e1c3f5a-0d2b-4c6e-9f71-2a3b4c5d6e7f" ("GPU-" then letters, digits and "-"), not %q`, s.UUID)
+		} else if err := limits.ValidateUUID(s.UUID); err != nil {
+			// Too long for device IDs and the allocation: the GPU would
+			// be advertised, but every Allocate of it refused.
+			ck.add(p+".uuid", "%w", err)
 		} else if first, dup := uuids[s.UUID]; dup {
 			ck.add(p+".uuid", "%q is already used by gpu.simulated[%d]", s.UUID, first)
 		} else {
@@ -178,8 +184,11 @@ func checkSimulatedMemory(ck *checker, path string, memory uint64, split int, sc
 	if split < MinSplitCount || split > MaxSplitCount || !(scaling > 0 && scaling <= MaxScaling) {
 		return // reported on its own key
 	}
-	const mib = 1 << 20
-	if slice := scaling * float64(memory) / float64(split); slice < mib {
+	// The scaled memory exactly as the device plugin computes it (the
+	// scaling as the decimal it is written as): in floats, 0.7 × 90MiB / 63
+	// falls just short of the 1MiB it is.
+	scaled := limits.Quota(memory, split, split, scaling, 1).Memory
+	if scaled/uint64(split) < limits.MiB {
 		ck.add(path, "%s split into %d slices (memory_scaling %g) leaves less than 1MiB per slice", Bytes(memory), split, scaling)
 	}
 }
