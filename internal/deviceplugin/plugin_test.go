@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -964,5 +965,97 @@ func TestWatchesSocketDirCreatedByPlugin(t *testing.T) {
 		}
 	case <-time.After(waitTimeout):
 		t.Fatal("the plugin never tried to watch socket_dir")
+	}
+}
+
+// signalHandler closes seen the first time a record with message msg is
+// logged.
+type signalHandler struct {
+	slog.Handler
+	msg  string
+	once *sync.Once
+	seen chan struct{}
+}
+
+func (h signalHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.once.Do(func() { close(h.seen) })
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+// TestSecondInstanceWaitsForTheFirst: a plugin whose socket path is served
+// by a live process must not unlink it (the two would take the socket from
+// each other forever); it waits, and takes over once the other is gone.
+func TestSecondInstanceWaitsForTheFirst(t *testing.T) {
+	cfg := testConfig(shortDir(t), simGPU(uuidA, "A", 8*gib, 0))
+	k, err := kubelettest.Start(cfg.DevicePlugin.SocketDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(k.Stop)
+
+	// The first instance: a live listener on the plugin's socket path.
+	path := filepath.Join(cfg.DevicePlugin.SocketDir, SocketName(cfg.DevicePlugin.ResourceName))
+	other, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := other.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	before, err := statID(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	sim, err := gpu.NewSimulated(cfg.GPU.Simulated)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sim.Close() })
+	seen := make(chan struct{})
+	logger := slog.New(signalHandler{Handler: testLogger(t).Handler(),
+		msg: "another instance serves this resource; waiting for it to stop", once: &sync.Once{}, seen: seen})
+	p, err := New(Options{Config: cfg, Backend: sim, Logger: logger, Now: func() time.Time { return fixedNow }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-runErr; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+
+	select {
+	case <-seen:
+	case <-time.After(waitTimeout):
+		t.Fatal("the plugin did not report that another instance holds the socket")
+	}
+	if now, err := statID(path); err != nil || now != before {
+		t.Fatalf("the live socket was replaced while its owner was serving (%v)", err)
+	}
+
+	// The first instance stops and removes its socket: the plugin takes over.
+	other.Close()
+	wctx, wcancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer wcancel()
+	r, err := k.WaitRegistration(wctx)
+	if err != nil {
+		t.Fatalf("no registration after the other instance stopped: %v", err)
+	}
+	t.Cleanup(r.Close)
+	if r.Request.Endpoint != SocketName(cfg.DevicePlugin.ResourceName) {
+		t.Errorf("registered endpoint %q", r.Request.Endpoint)
 	}
 }

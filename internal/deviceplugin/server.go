@@ -83,11 +83,32 @@ type socketServer struct {
 	done chan struct{}
 }
 
-// startServer removes a stale socket, listens and serves.
+// errSocketBusy means another process answers on our socket path: a second
+// instance for the same resource (a DaemonSet rollout with surge, or both
+// the systemd unit and the Helm chart on one node).
+var errSocketBusy = errors.New("another process is serving this socket")
+
+// socketAnswers reports whether something accepts connections on path. A
+// socket file left behind by a dead process refuses them.
+func socketAnswers(path string) bool {
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err != nil {
+		return false
+	}
+	_ = c.Close()
+	return true
+}
+
+// startServer removes a stale socket, listens and serves. It never takes
+// the socket from a live process: two instances doing that would keep
+// unlinking each other's socket and re-registering.
 func (p *Plugin) startServer() (*socketServer, error) {
 	path := p.SocketPath()
 	if err := os.MkdirAll(p.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("device plugin: create socket_dir: %w", err)
+	}
+	if socketAnswers(path) {
+		return nil, fmt.Errorf("device plugin: %s: %w", path, errSocketBusy)
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("device plugin: remove stale socket: %w", err)
@@ -184,6 +205,7 @@ func (p *Plugin) supervise(ctx context.Context) error {
 		registered bool   // with the kubelet whose socket is kubeletID
 		kubeletID  fileID // kubelet.sock when we registered
 		lastErr    string // last registration error, logged once
+		waiting    bool   // for another instance to free the socket
 	)
 	defer func() {
 		if srv != nil {
@@ -200,14 +222,28 @@ func (p *Plugin) supervise(ctx context.Context) error {
 				srv = nil
 			}
 			s, err := p.startServer()
-			if err != nil {
+			switch {
+			case errors.Is(err, errSocketBusy):
+				if !waiting {
+					p.log.Warn("another instance serves this resource; waiting for it to stop",
+						"resource", p.cfg.ResourceName, "socket", sockPath)
+					waiting = true
+				}
+			case err != nil:
 				return err
+			default:
+				if waiting {
+					p.log.Info("the other instance stopped; taking over", "socket", sockPath)
+					waiting = false
+				}
+				srv, registered = s, false
 			}
-			srv, registered = s, false
 		}
 
 		kid, err := statID(kubeletPath)
 		switch {
+		case srv == nil:
+			// Nothing to register until we serve.
 		case err != nil:
 			if registered {
 				p.log.Warn("kubelet.sock is gone; waiting for kubelet to come back", "socket", kubeletPath)
