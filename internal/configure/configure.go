@@ -72,19 +72,29 @@ func (r *Result) Diff() string {
 
 // Apply makes the changes. Files are replaced atomically (a temporary file in
 // the same directory, then rename) and keep their mode and owner; missing
-// parent directories are created with mode 0755. Apply refuses to write a
+// parent directories are created with mode 0755. A file that is a symlink
+// (a config kept elsewhere, or by a configuration manager) is written where
+// the link points, inside Root, and the link stays. Apply refuses to write a
 // file that changed since the Result was computed.
 func (r *Result) Apply() error {
 	for _, c := range r.Changes {
-		path := filepath.Join(r.root(), c.Path)
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			return fmt.Errorf("creating the directory of %s: %w", c.Path, err)
-		}
 		if c.LinkTarget != "" {
+			path := filepath.Join(r.root(), c.Path)
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				return fmt.Errorf("creating the directory of %s: %w", c.Path, err)
+			}
 			if err := os.Symlink(c.LinkTarget, path); err != nil {
 				return fmt.Errorf("registering the plugin: %w", err)
 			}
 			continue
+		}
+		target, err := resolveLink(r.root(), c.Path)
+		if err != nil {
+			return err
+		}
+		path := filepath.Join(r.root(), target)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return fmt.Errorf("creating the directory of %s: %w", c.Path, err)
 		}
 		if err := writeFileAtomic(path, c); err != nil {
 			return fmt.Errorf("writing %s: %w", c.Path, err)
@@ -125,9 +135,43 @@ func writeFileAtomic(path string, c Change) error {
 	return atomicfile.WriteOwned(path, c.New, mode, uid, gid)
 }
 
-// readOptional reads root/path; a missing file gives (nil, nil).
+// maxLinks bounds the symlinks resolveLink follows, as the kernel's
+// ELOOP limit does.
+const maxLinks = 40
+
+// resolveLink returns the host path (without root) that path names once the
+// symlinks of its last element are followed, each read relative to root: an
+// absolute target is taken under root, as a program inside root would see
+// it. A path that is not a symlink, or does not exist, is returned as is.
+// Replacing the file by rename must happen at the returned path: a rename
+// over the link itself would replace the link with a plain file.
+func resolveLink(root, path string) (string, error) {
+	for range maxLinks {
+		full := filepath.Join(root, path)
+		st, err := os.Lstat(full)
+		if err != nil || st.Mode()&fs.ModeSymlink == 0 {
+			return path, nil
+		}
+		target, err := os.Readlink(full)
+		if err != nil {
+			return "", fmt.Errorf("reading the symlink %s: %w", path, err)
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(path), target)
+		}
+		path = filepath.Clean(target)
+	}
+	return "", fmt.Errorf("%s: more than %d levels of symlinks", path, maxLinks)
+}
+
+// readOptional reads root/path, following symlinks as resolveLink does; a
+// missing file gives (nil, nil).
 func readOptional(root, path string) ([]byte, error) {
-	data, err := os.ReadFile(filepath.Join(root, path))
+	target, err := resolveLink(root, path)
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(filepath.Join(root, target))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}

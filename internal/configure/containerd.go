@@ -266,12 +266,33 @@ func Containerd(opts ContainerdOptions) (*Result, error) {
 		pluginPath = p
 	}
 	link := filepath.Join(pluginPath, opts.PluginIndex+"-"+PluginName)
+	// Two instances of the plugin must not run: both would edit every
+	// container. A registration under another index (an earlier install,
+	// before nri.plugin_index changed), or any registration where the
+	// plugin runs another way, would start a second one.
+	registered, err := filepath.Glob(filepath.Join(opts.Root, pluginPath, "[0-9][0-9]-"+PluginName))
+	if err != nil {
+		return nil, fmt.Errorf("checking the plugin registrations in %s: %w", pluginPath, err)
+	}
+	for _, r := range registered {
+		other := filepath.Join(pluginPath, filepath.Base(r))
+		switch {
+		case opts.NoRegister:
+			return nil, fmt.Errorf("--no-register, but the plugin is registered as %s: containerd starts that one too, so the plugin would run twice; remove %s", other, other)
+		case other != link:
+			return nil, fmt.Errorf("the plugin is already registered as %s, under another index than %s: remove it, or pass --plugin-index %s", other, opts.PluginIndex, strings.TrimSuffix(filepath.Base(r), "-"+PluginName))
+		}
+	}
 	if !opts.NoRegister {
-		switch _, err := os.Lstat(filepath.Join(opts.Root, link)); {
+		switch st, err := os.Lstat(filepath.Join(opts.Root, link)); {
 		case errors.Is(err, fs.ErrNotExist):
 			res.Changes = append(res.Changes, Change{Path: link, LinkTarget: opts.PluginBinary})
 		case err != nil:
 			return nil, fmt.Errorf("checking the plugin registration %s: %w", link, err)
+		case st.Mode()&fs.ModeSymlink != 0:
+			if target, err := os.Readlink(filepath.Join(opts.Root, link)); err == nil && target != opts.PluginBinary {
+				res.Notes = append(res.Notes, fmt.Sprintf("%s links to %s, not %s: containerd starts that one", link, target, opts.PluginBinary))
+			}
 		}
 	}
 	if pluginPath != defaultNRIPluginPath && !opts.NoRegister {

@@ -418,6 +418,54 @@ func TestContainerdErrors(t *testing.T) {
 	}
 }
 
+// TestContainerdPluginRegistrations checks that configure never leaves two
+// registrations of the plugin behind, and says when the one it finds starts
+// another binary.
+func TestContainerdPluginRegistrations(t *testing.T) {
+	v24 := fixture(t, "containerd-2.4.2-default.toml")
+	tests := []struct {
+		name       string
+		files      map[string]string
+		noRegister bool
+		err        string // expected in the error ("" = none)
+		note       string // expected in the notes
+	}{{
+		name:  "registered under another index",
+		files: map[string]string{mainConfig: v24, "/opt/nri/plugins/05-nri-vgpu": "->/usr/bin/nri-vgpu"},
+		err:   "already registered as /opt/nri/plugins/05-nri-vgpu, under another index than 10: remove it, or pass --plugin-index 05",
+	}, {
+		name:       "registered, but the plugin runs another way",
+		files:      map[string]string{mainConfig: v24, pluginLink: "->/usr/bin/nri-vgpu"},
+		noRegister: true,
+		err:        "registered as /opt/nri/plugins/10-nri-vgpu",
+	}, {
+		name:  "registered, linking to another binary",
+		files: map[string]string{mainConfig: v24, pluginLink: "->/usr/local/bin/nri-vgpu"},
+		note:  "/opt/nri/plugins/10-nri-vgpu links to /usr/local/bin/nri-vgpu, not /usr/bin/nri-vgpu",
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := makeRoot(t, tt.files)
+			res, err := Containerd(ContainerdOptions{Root: root, Version: "2.4.2", NoRegister: tt.noRegister})
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("error = %v, want one containing %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Containerd: %v", err)
+			}
+			if res.Changed() {
+				t.Errorf("changes:\n%s", res.Diff())
+			}
+			if !strings.Contains(strings.Join(res.Notes, "\n"), tt.note) {
+				t.Errorf("notes %q do not mention %q", res.Notes, tt.note)
+			}
+		})
+	}
+}
+
 func TestParseContainerdVersion(t *testing.T) {
 	tests := []struct {
 		in           string

@@ -1,6 +1,9 @@
 package configure
 
 import (
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -138,3 +141,37 @@ func TestApplyRefusesAFileChangedMeanwhile(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+func TestApplyWritesThroughASymlink(t *testing.T) {
+	const kept = "/etc/config-management/daemon.json"
+	tests := []struct{ name, link string }{
+		{"relative link", "->../config-management/daemon.json"},
+		{"absolute link, taken under the root", "->" + kept},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := makeRoot(t, map[string]string{kept: `{"debug": true}`, DefaultDaemonJSON: tt.link})
+			res, err := Docker(DockerOptions{Root: root})
+			if err != nil {
+				t.Fatalf("Docker: %v", err)
+			}
+			if c := changeFor(res, DefaultDaemonJSON); c == nil || string(c.Old) != `{"debug": true}` {
+				t.Fatalf("change = %+v, want one from the linked file's content", c)
+			}
+			if err := res.Apply(); err != nil {
+				t.Fatalf("Apply: %v", err)
+			}
+			st, err := os.Lstat(filepath.Join(root, DefaultDaemonJSON))
+			if err != nil || st.Mode()&fs.ModeSymlink == 0 {
+				t.Fatalf("%s is no longer a symlink (%v, %v)", DefaultDaemonJSON, st, err)
+			}
+			data, err := os.ReadFile(filepath.Join(root, kept))
+			if err != nil || !strings.Contains(string(data), `"nri-vgpu"`) || !strings.Contains(string(data), `"debug": true`) {
+				t.Errorf("linked file = %q, %v; want the runtime added to it", data, err)
+			}
+			if again, err := Docker(DockerOptions{Root: root}); err != nil || again.Changed() {
+				t.Errorf("second run: %v, changes:\n%s", err, again.Diff())
+			}
+		})
+	}
+}

@@ -48,15 +48,9 @@ type Plugin struct {
 	inv  Inventory
 	log  *slog.Logger
 
-	mu         sync.Mutex
-	bindings   *limits.Bindings
-	known      map[string]bool // GPU UUIDs of the node, refreshed on a miss
-	containers map[string]tracked
-}
-
-// tracked is a vGPU container this plugin prepared or found at Synchronize.
-type tracked struct {
-	podUID, allocID string
+	mu       sync.Mutex
+	bindings *limits.Bindings
+	known    map[string]bool // GPU UUIDs of the node, refreshed on a miss
 }
 
 // New returns a plugin. It does not connect to the runtime; see Run.
@@ -73,14 +67,13 @@ func New(opts Options) (*Plugin, error) {
 		log = slog.Default()
 	}
 	return &Plugin{
-		cfg:        opts.Config,
-		key:        opts.Key,
-		host:       opts.Host,
-		inv:        opts.Inventory,
-		log:        log,
-		bindings:   limits.NewBindings(),
-		known:      map[string]bool{},
-		containers: map[string]tracked{},
+		cfg:      opts.Config,
+		key:      opts.Key,
+		host:     opts.Host,
+		inv:      opts.Inventory,
+		log:      log,
+		bindings: limits.NewBindings(),
+		known:    map[string]bool{},
 	}, nil
 }
 
@@ -180,10 +173,6 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	}
 	adj := &api.ContainerAdjustment{}
 	edits.ApplyToAdjustment(adj)
-
-	p.mu.Lock()
-	p.containers[ctr.GetId()] = tracked{podUID: uid, allocID: a.ID}
-	p.mu.Unlock()
 	log.Info("vGPU container", "allocation", a.ID, "gpus", gpuSummary(a), "took", time.Since(start))
 	return adj, nil, nil
 }
@@ -224,9 +213,6 @@ func (p *Plugin) hide(pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAd
 
 // RemoveContainer deletes the container's host directory.
 func (p *Plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
-	p.mu.Lock()
-	delete(p.containers, ctr.GetId())
-	p.mu.Unlock()
 	if oci.ValidContainerID(ctr.GetId()) != nil {
 		return nil // never prepared
 	}
@@ -255,7 +241,7 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, containe
 		byID[pod.GetId()] = pod
 	}
 	bindings := limits.NewBindings()
-	found := map[string]tracked{}
+	vgpu := 0
 	exists := make(map[string]bool, len(containers))
 	for _, ctr := range containers {
 		exists[ctr.GetId()] = true
@@ -275,11 +261,10 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, containe
 			p.log.Error("existing containers of different pods share an allocation", "container", ctr.GetId(), "err", err)
 			continue
 		}
-		found[ctr.GetId()] = tracked{podUID: uid, allocID: a.ID}
+		vgpu++
 	}
 	p.mu.Lock()
 	p.bindings = bindings
-	p.containers = found
 	p.mu.Unlock()
 
 	removed, err := oci.SweepContainerDirs(p.cfg, func(id string) bool {
@@ -293,18 +278,11 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, containe
 	if err != nil {
 		p.log.Error("sweeping container directories", "err", err)
 	}
-	p.log.Info("synchronized", "containers", len(containers), "vgpu_containers", len(found), "swept", removed)
+	p.log.Info("synchronized", "containers", len(containers), "vgpu_containers", vgpu, "swept", removed)
 	return nil, nil
 }
 
 // Shutdown logs that the runtime is going away.
 func (p *Plugin) Shutdown(context.Context) {
 	p.log.Info("runtime shutting down")
-}
-
-// trackedCount returns the number of vGPU containers the plugin knows of.
-func (p *Plugin) trackedCount() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.containers)
 }
