@@ -103,8 +103,14 @@ const lockWait = 2 * time.Second
 
 // ReadUsage reads the region at path under a brief OFD read lock, so it never
 // sees a half-done update, and validates its magic, version and size.
+//
+// The region directory is writable from inside the container, and the
+// readers (nri-vgpu status, the metrics collector) run as root on the host:
+// the file is opened without following a symlink and without blocking, and
+// anything but a regular file is refused, so a container cannot make them
+// open a host device or hang on a FIFO.
 func ReadUsage(path string) (*Usage, error) {
-	f, err := os.Open(path)
+	f, err := openRegular(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading usage region: %w", err)
 	}
@@ -127,6 +133,29 @@ func ReadUsage(path string) (*Usage, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return u, nil
+}
+
+// openRegular opens path read-only if it is a regular file, and fails at
+// once otherwise (a symlink, a FIFO, a device, a directory).
+func openRegular(path string) (*os.File, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) {
+			return nil, fmt.Errorf("%s: %w: is a symbolic link", path, ErrInvalid)
+		}
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path)
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w: not a regular file (%s)", path, ErrInvalid, fi.Mode().Type())
+	}
+	return f, nil
 }
 
 func readLock(f *os.File) error {

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 func shimDir(t *testing.T) string {
@@ -296,5 +298,38 @@ func readShimRegion(t *testing.T, build string, offset int32) {
 	if len(u.Processes) != 1 || u.Processes[0].PID != pid || u.Processes[0].Used[0] != want ||
 		u.Processes[0].StartTime == 0 || u.Processes[0].HostPID != pid+offset {
 		t.Errorf("processes = %+v, want pid %d (host pid %d) holding 128MiB", u.Processes, pid, pid+offset)
+	}
+}
+
+// TestReadUsageRefusesWhatAContainerCanPlant: the region directory is
+// writable from the container, the readers run as root on the host.
+func TestReadUsageRefusesWhatAContainerCanPlant(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink("/dev/null", link); err != nil {
+		t.Fatal(err)
+	}
+	sub := filepath.Join(dir, "dir")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{fifo, link, sub, "/dev/null"} {
+		done := make(chan error, 1)
+		go func() { _, err := ReadUsage(path); done <- err }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("ReadUsage(%s) = %v, want an error wrapping ErrInvalid", path, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("ReadUsage(%s) blocked", path)
+		}
+	}
+	if _, err := ReadUsage(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("ReadUsage(missing) = %v, want an error wrapping os.ErrNotExist", err)
 	}
 }
