@@ -172,7 +172,7 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		return nil, nil, fmt.Errorf("nri-vgpu: container %s: %w", ctr.GetId(), err)
 	}
 	adj := &api.ContainerAdjustment{}
-	edits.ApplyToAdjustment(adj)
+	edits.ApplyToAdjustment(adj, ctr.GetMounts())
 	log.Info("vGPU container", "allocation", a.ID, "gpus", gpuSummary(a), "took", time.Since(start))
 	return adj, nil, nil
 }
@@ -207,7 +207,7 @@ func (p *Plugin) hide(pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAd
 		return nil, fmt.Errorf("nri-vgpu: container %s: %w", ctr.GetId(), err)
 	}
 	adj := &api.ContainerAdjustment{}
-	edits.ApplyToAdjustment(adj)
+	edits.ApplyToAdjustment(adj, ctr.GetMounts())
 	return adj, nil
 }
 

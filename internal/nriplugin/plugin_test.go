@@ -132,6 +132,50 @@ func TestGPUContainerGetsEveryEdit(t *testing.T) {
 	}
 }
 
+// TestContainerMountsCannotCoverOurs checks, through the runtime side of
+// NRI, that mounts of the container's own at our destinations in another
+// spelling, or beneath them, are removed, and mounts of their parents kept.
+func TestContainerMountsCannotCoverOurs(t *testing.T) {
+	h := newHarness(t, newConfig(t))
+	ann, _ := sign(t, h.key, gpu0)
+	p := pod("sb1", "uid-1")
+	own := []specs.Mount{
+		{Destination: "/etc", Type: "bind", Source: "/host/etc", Options: []string{"rbind", "ro"}},
+		{Destination: "/etc/ld.so.preload/", Type: "bind", Source: "/host/preload", Options: []string{"rbind", "ro"}},
+		{Destination: "/run/nri-vgpu/region/usage", Type: "bind", Source: "/host/usage", Options: []string{"rbind", "rw"}},
+		{Destination: "/run/nri-vgpu/", Type: "tmpfs", Source: "tmpfs"},
+	}
+	c := container("c1", p, ann)
+	c.Mounts = api.FromOCIMounts(own)
+	adj, err := h.create(p, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &specs.Spec{Process: &specs.Process{}, Mounts: slices.Clone(own), Linux: &specs.Linux{}}
+	if err := ocitest.ApplyAdjustment(s, adj); err != nil {
+		t.Fatal(err)
+	}
+	dests := make([]string, len(s.Mounts))
+	for i, m := range s.Mounts {
+		dests[i] = m.Destination
+	}
+	for _, gone := range []string{"/etc/ld.so.preload/", "/run/nri-vgpu/region/usage"} {
+		if slices.Contains(dests, gone) {
+			t.Errorf("container mount %s over ours was kept: %v", gone, dests)
+		}
+	}
+	// Parents stay, and come before what they contain.
+	for _, order := range [][2]string{{"/etc", "/etc/ld.so.preload"}, {"/run/nri-vgpu/", "/run/nri-vgpu/region"}, {"/run/nri-vgpu/", "/run/nri-vgpu/limits"}} {
+		i, j := slices.Index(dests, order[0]), slices.Index(dests, order[1])
+		if i < 0 || j < 0 || i > j {
+			t.Errorf("mounts %v: want %s before %s", dests, order[0], order[1])
+		}
+	}
+	if m, ok := mountAt(s, "/etc/ld.so.preload"); !ok || m.Source != filepath.Join(h.cfg.Paths.RunDir, "ld.so.preload") {
+		t.Errorf("preload mount %+v", m)
+	}
+}
+
 func TestContainerWithoutAllocationIsStripped(t *testing.T) {
 	h := newHarness(t, newConfig(t))
 	p := pod("sb1", "uid-1")
@@ -349,14 +393,24 @@ func TestRemoveAndSweep(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := os.MkdirAll(oci.ContainerDir(h.cfg, "half-made"), 0o755); err != nil { // no container.json
-		t.Fatal(err)
+	// Directories without container.json: one being prepared right now
+	// (by the runtime wrapper: it writes container.json last), which must
+	// survive, and one abandoned long ago.
+	for id, age := range map[string]time.Duration{"being-prepared": 0, "abandoned": 2 * oci.PrepareGrace} {
+		dir := oci.ContainerDir(h.cfg, id)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		mtime := time.Now().Add(-age)
+		if err := os.Chtimes(dir, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
 	}
 	h.stopPlugin()
 	h.startPlugin()
 	ids, _ := oci.ListContainerDirs(h.cfg)
 	slices.Sort(ids)
-	if want := []string{"c2", "docker1"}; !slices.Equal(ids, want) {
+	if want := []string{"being-prepared", "c2", "docker1"}; !slices.Equal(ids, want) {
 		t.Errorf("after the sweep the container dirs are %v, want %v", ids, want)
 	}
 }

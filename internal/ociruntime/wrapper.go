@@ -4,8 +4,10 @@
 // its environment, admits it against the node's ledger, applies the same
 // edits as the NRI plugin (pkg/oci) to the bundle's config.json, and execs
 // the next runtime with the command line unchanged. Every other verb goes
-// straight to the next runtime; delete first removes the container's host
-// directory and ledger entry.
+// straight to the next runtime, except the delete of a container this
+// wrapper prepared: that runs the next runtime as a child, and releases the
+// container's host directory and ledger entry once the runtime has deleted
+// it.
 package ociruntime
 
 import (
@@ -15,6 +17,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -46,6 +49,10 @@ type Wrapper struct {
 	// Exec replaces the process with the next runtime; it returns only on
 	// failure (default: syscall.Exec).
 	Exec func(path string, argv, env []string) error
+	// Spawn runs the next runtime as a child process with the wrapper's
+	// stdio and returns its exit status; err only when it could not be run
+	// (default: runChild).
+	Spawn func(path string, argv, env []string) (status int, err error)
 	// Environ is the environment passed to the next runtime (default:
 	// os.Environ).
 	Environ func() []string
@@ -54,30 +61,50 @@ type Wrapper struct {
 	Path, Self string
 	// Now is the clock (default: time.Now).
 	Now func() time.Time
+	// PassThrough skips the wrapper's own work: every verb, create
+	// included, only execs the next runtime. Main sets it when the
+	// configuration cannot be loaded, so that existing containers can
+	// still be stopped and deleted.
+	PassThrough bool
 }
 
-// Run handles one command line: the work of create or delete, then the
-// exec of the next runtime with argv unchanged. It returns only on error,
-// or, with a test's Exec, after "exec".
+// ExitStatusError is the failure of a next runtime that ran as a child: the
+// wrapper exits with Status and adds no message of its own, since the
+// runtime has already reported why.
+type ExitStatusError struct {
+	Path   string
+	Status int
+}
+
+func (e *ExitStatusError) Error() string {
+	return fmt.Sprintf("next runtime %s exited with status %d", e.Path, e.Status)
+}
+
+// Run handles one command line: the work of create, then the exec of the
+// next runtime with argv unchanged. It returns only on error, or, with a
+// test's Exec, after "exec". The delete of a container this wrapper
+// prepared is the exception: the next runtime runs as a child, and Run
+// returns its failure as an *ExitStatusError.
 func (w *Wrapper) Run(a *Args) error {
 	w.defaults()
 	next, err := FindNext(w.Config.Runtime.Next, w.Path, w.Self)
 	if err != nil {
 		return err
 	}
-	w.Log.Debug("invoked", "argv", a.Argv, "next", next)
-	var undo func()
-	switch a.Verb {
-	case "create":
-		if undo, err = w.create(a); err != nil {
-			return err
-		}
-	case "delete":
-		w.delete(a)
-	}
+	w.Log.Debug("invoked", "argv", a.Argv, "next", next, "pass_through", w.PassThrough)
 	argv := []string{next}
 	if len(a.Argv) > 1 {
 		argv = append(argv, a.Argv[1:]...)
+	}
+	var undo func()
+	switch {
+	case w.PassThrough:
+	case a.Verb == "create":
+		if undo, err = w.create(a); err != nil {
+			return err
+		}
+	case a.Verb == "delete" && w.prepared(a.ContainerID):
+		return w.delete(a, next, argv)
 	}
 	if err := w.Exec(next, argv, w.Environ()); err != nil {
 		if undo != nil {
@@ -97,6 +124,9 @@ func (w *Wrapper) defaults() {
 	}
 	if w.Exec == nil {
 		w.Exec = syscall.Exec
+	}
+	if w.Spawn == nil {
+		w.Spawn = runChild
 	}
 	if w.Environ == nil {
 		w.Environ = os.Environ
@@ -245,23 +275,57 @@ func (w *Wrapper) release(id string) {
 	}
 }
 
-// delete releases a container prepared by this wrapper. It never fails the
-// delete: a container must always be deletable, and an entry left behind
-// is dropped by the next create's Sync once the directory is gone.
-func (w *Wrapper) delete(a *Args) {
-	id := a.ContainerID
+// prepared reports whether id names a container whose host directory this
+// wrapper prepared. A directory without a readable container.json counts:
+// only the NRI plugin's own (Source "nri") are left to it.
+func (w *Wrapper) prepared(id string) bool {
 	if oci.ValidContainerID(id) != nil {
-		return
+		return false
 	}
 	dir := oci.ContainerDir(w.Config, id)
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-		return // not a vGPU container (or already released)
+		return false // not a vGPU container (or already released)
 	}
 	if info, err := oci.ReadContainerInfo(dir); err == nil && info.Source != Source {
-		return // prepared by the NRI plugin, which removes its own
+		return false // prepared by the NRI plugin, which removes its own
+	}
+	return true
+}
+
+// delete runs the next runtime's delete of a container this wrapper
+// prepared, and releases the container only once the runtime has deleted
+// it: a delete the runtime refuses (without --force, of a running
+// container) leaves the container running, and it must stay counted and
+// keep its limits and usage region. The container is taken as deleted when
+// the runtime succeeded or when its state directory (<root>/<id>) is gone
+// afterwards (a delete of a container the runtime never knew fails, and
+// there is nothing left to keep).
+func (w *Wrapper) delete(a *Args, next string, argv []string) error {
+	id := a.ContainerID
+	status, err := w.Spawn(next, argv, w.Environ())
+	if err != nil {
+		return fmt.Errorf("run next runtime %s: %w", next, err)
+	}
+	if status != 0 && !w.stateGone(a) {
+		w.Log.Debug("next runtime did not delete the container; its GPUs stay reserved", "container", id, "status", status)
+		return &ExitStatusError{Path: next, Status: status}
 	}
 	w.release(id)
 	w.Log.Debug("released", "container", id)
+	if status != 0 {
+		return &ExitStatusError{Path: next, Status: status}
+	}
+	return nil
+}
+
+// stateGone reports whether the runtime's state directory of the container
+// is known not to exist. Without --root it cannot be known.
+func (w *Wrapper) stateGone(a *Args) bool {
+	if a.Root == "" {
+		return false
+	}
+	_, err := os.Lstat(filepath.Join(a.Root, a.ContainerID))
+	return errors.Is(err, fs.ErrNotExist)
 }
 
 // Main is the program: it returns the exit status. Errors go to stderr and,
@@ -270,21 +334,37 @@ func Main(argv []string, stderr io.Writer) int {
 	a := ParseArgs(argv)
 	log, closeLog := openRuntimeLog(a)
 	defer closeLog.Close()
-	fail := func(err error) int {
+	report := func(err error) {
 		msg := Name + ": " + err.Error()
 		fmt.Fprintln(stderr, msg)
 		log.Error(msg)
+	}
+	fail := func(err error) int {
+		var exit *ExitStatusError
+		if errors.As(err, &exit) {
+			return exit.Status // the next runtime has said why
+		}
+		report(err)
 		return 1
 	}
 	cfg, err := config.LoadResolved("")
+	passThrough := false
 	if err != nil {
-		return fail(err)
+		if a.Verb == "create" {
+			return fail(err)
+		}
+		// A broken config must not make existing containers unstoppable:
+		// kill, delete and state go to the default next runtime untouched.
+		// The host directories of containers deleted meanwhile are left to
+		// the ledger's reconciliation (ledger.State.Sync) at a later create.
+		report(fmt.Errorf("%w (passing %q through to the default next runtime)", err, a.Verb))
+		cfg, passThrough = config.Default(), true
 	}
 	self, err := os.Executable()
 	if err != nil {
 		return fail(fmt.Errorf("locate this executable: %w", err))
 	}
-	w := &Wrapper{Config: cfg, Log: log, Path: os.Getenv("PATH"), Self: self}
+	w := &Wrapper{Config: cfg, Log: log, Path: os.Getenv("PATH"), Self: self, PassThrough: passThrough}
 	if err := w.Run(a); err != nil {
 		return fail(err)
 	}

@@ -155,12 +155,17 @@ func writeBundle(t *testing.T, spec *specs.Spec) (string, []byte) {
 	return bundle, data
 }
 
-// execRecord is what the stubbed exec saw.
+// execRecord is what the stubbed exec (or spawn) saw.
 type execRecord struct {
-	called bool
-	path   string
-	argv   []string
-	spec   []byte // the bundle's config.json at the time of the exec
+	called  bool
+	spawned bool // run as a child rather than exec'd
+	path    string
+	argv    []string
+	spec    []byte // the bundle's config.json at the time of the exec
+	// status is the exit status the stubbed spawn returns, and onSpawn
+	// what the child does besides (e.g. remove its state directory).
+	status  int
+	onSpawn func()
 }
 
 // wrapper returns an in-process wrapper over e whose exec records instead
@@ -177,6 +182,13 @@ func (e *testEnv) wrapper(rec *execRecord, specPath string) *Wrapper {
 				rec.spec, _ = os.ReadFile(specPath)
 			}
 			return nil
+		},
+		Spawn: func(path string, argv, _ []string) (int, error) {
+			rec.called, rec.spawned, rec.path, rec.argv = true, true, path, argv
+			if rec.onSpawn != nil {
+				rec.onSpawn()
+			}
+			return rec.status, nil
 		},
 	}
 }
@@ -413,14 +425,83 @@ func TestDeleteReleases(t *testing.T) {
 	if err := e.wrapper(&rec, "").Run(ParseArgs(argv)); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(rec.argv, append([]string{e.next}, argv[1:]...)) {
-		t.Errorf("delete exec'd %q", rec.argv)
+	if !rec.spawned || !slices.Equal(rec.argv, append([]string{e.next}, argv[1:]...)) {
+		t.Errorf("delete ran %q (as a child: %v), want the next runtime as a child with the arguments unchanged", rec.argv, rec.spawned)
 	}
 	if _, err := os.Stat(oci.ContainerDir(e.cfg, "first")); !os.IsNotExist(err) {
 		t.Errorf("container directory after delete: %v", err)
 	}
 	if err := create("second"); err != nil {
 		t.Fatalf("create after the holder's delete: %v", err)
+	}
+}
+
+// TestDeleteRefused checks that a container is released only when the next
+// runtime deleted it: a refused delete (a running container without
+// --force) leaves it counted, with its host directory, and the wrapper
+// exits with the runtime's status.
+func TestDeleteRefused(t *testing.T) {
+	tests := []struct {
+		name      string
+		root      bool // pass --root
+		status    int
+		stateGone bool // the runtime's <root>/<id> is gone after the delete
+		released  bool
+	}{
+		{name: "deleted", root: true, status: 0, released: true},
+		{name: "deleted, state gone", root: true, status: 0, stateGone: true, released: true},
+		{name: "refused, still running", root: true, status: 1},
+		{name: "failed, state gone", root: true, status: 1, stateGone: true, released: true},
+		{name: "failed without --root", status: 1},
+		{name: "killed by a signal", root: true, status: 137},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newTestEnv(t, "none")
+			root := t.TempDir()
+			bundle, _ := writeBundle(t, baseSpec("NVIDIA_VISIBLE_DEVICES=0", "NRI_VGPU_MEMORY=2GiB"))
+			var rec execRecord
+			if err := e.wrapper(&rec, "").Run(ParseArgs([]string{"x", "--root", root, "create", "--bundle", bundle, ctrID})); err != nil {
+				t.Fatal(err)
+			}
+			state := filepath.Join(root, ctrID) // what the runtime made at create
+			if err := os.Mkdir(state, 0o700); err != nil {
+				t.Fatal(err)
+			}
+
+			argv := []string{"x", "delete", ctrID}
+			if tt.root {
+				argv = []string{"x", "--root", root, "delete", ctrID}
+			}
+			rec = execRecord{status: tt.status, onSpawn: func() {
+				if tt.stateGone {
+					_ = os.Remove(state)
+				}
+			}}
+			err := e.wrapper(&rec, "").Run(ParseArgs(argv))
+			var exit *ExitStatusError
+			switch {
+			case tt.status == 0 && err != nil:
+				t.Fatalf("Run: %v", err)
+			case tt.status != 0 && (!errors.As(err, &exit) || exit.Status != tt.status):
+				t.Fatalf("Run error %v, want exit status %d", err, tt.status)
+			}
+			if !rec.spawned {
+				t.Fatal("the next runtime's delete was exec'd: the wrapper cannot see its result")
+			}
+			_, statErr := os.Stat(oci.ContainerDir(e.cfg, ctrID))
+			s, err := ledger.New(e.cfg.Paths.StateDir).Read()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.released {
+				if !os.IsNotExist(statErr) || len(s.Containers) != 0 {
+					t.Errorf("container not released: directory %v, ledger %v", statErr, s.IDs())
+				}
+			} else if statErr != nil || s.Containers[ctrID] == nil {
+				t.Errorf("a container the runtime did not delete was released: directory %v, ledger %v", statErr, s.IDs())
+			}
+		})
 	}
 }
 
@@ -435,8 +516,8 @@ func TestDeleteLeavesOthers(t *testing.T) {
 	}
 	for _, id := range []string{"nri-ctr", "never-created", "../escape"} {
 		var rec execRecord
-		if err := e.wrapper(&rec, "").Run(ParseArgs([]string{"x", "delete", id})); err != nil || !rec.called {
-			t.Fatalf("delete %s: %v (exec'd: %v)", id, err, rec.called)
+		if err := e.wrapper(&rec, "").Run(ParseArgs([]string{"x", "delete", id})); err != nil || !rec.called || rec.spawned {
+			t.Fatalf("delete %s: %v (exec'd: %v, as a child: %v)", id, err, rec.called, rec.spawned)
 		}
 	}
 	if _, err := os.Stat(oci.ContainerDir(e.cfg, "nri-ctr")); err != nil {
@@ -616,22 +697,106 @@ func TestMainReportsErrors(t *testing.T) {
 	}
 }
 
-// TestMainConfigErrors checks that a broken configuration stops every verb
-// with a message naming the file, and that no next runtime is an error too.
+// TestMainConfigErrors checks what a broken configuration does: create
+// fails with a message naming the file and line, while every other verb
+// reports it and goes to the default next runtime untouched (a typo must
+// not make existing containers unstoppable); and that no next runtime is
+// an error too.
 func TestMainConfigErrors(t *testing.T) {
 	e := newTestEnv(t, "none")
+	// A container prepared while the configuration was good.
+	bundle, _ := writeBundle(t, baseSpec("NVIDIA_VISIBLE_DEVICES=0"))
+	var rec execRecord
+	if err := e.wrapper(&rec, "").Run(ParseArgs([]string{"x", "create", "--bundle", bundle, ctrID})); err != nil {
+		t.Fatal(err)
+	}
+	dir := oci.ContainerDir(e.cfg, ctrID)
 	if err := os.WriteFile(e.cfgPath, []byte("[runtime]\nnext = 3\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, out, err := runMain(t, e, e.binDir, "", "start", ctrID)
-	if err == nil || !strings.HasPrefix(string(out), "nri-vgpu-runtime: "+e.cfgPath+":2") {
-		t.Errorf("broken config: %v, %q", err, out)
+	// The default next runtime, runc, on PATH.
+	defaultDir := t.TempDir()
+	if err := os.Symlink(e.next, filepath.Join(defaultDir, "runc")); err != nil {
+		t.Fatal(err)
 	}
+	wantMsg := "nri-vgpu-runtime: " + e.cfgPath + ":2"
+
+	_, out, err := runMain(t, e, defaultDir, "", "create", "--bundle", bundle, ctrID)
+	if err == nil || !strings.HasPrefix(string(out), wantMsg) {
+		t.Errorf("create with a broken config: %v, %q; want a failure starting with %q", err, out, wantMsg)
+	}
+	for _, args := range [][]string{
+		{"--root", "/r", "kill", ctrID, "9"},
+		{"state", ctrID},
+		{"--root", "/r", "delete", "--force", ctrID},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			logPath := filepath.Join(t.TempDir(), "log.json")
+			args := append([]string{"--log", logPath, "--log-format", "json"}, args...)
+			rec, out, err := runMain(t, e, defaultDir, "", args...)
+			if err != nil {
+				t.Fatalf("wrapper: %v\n%s", err, out)
+			}
+			if !strings.HasPrefix(string(out), wantMsg) {
+				t.Errorf("stderr %q, want the config error %q", out, wantMsg)
+			}
+			if lines := logLines(t, logPath); len(lines) != 1 || lines[0]["level"] != "error" || !strings.HasPrefix(lines[0]["msg"].(string), wantMsg) {
+				t.Errorf("runtime log %v, want the config error", lines)
+			}
+			argv, err := os.ReadFile(filepath.Join(rec, "argv"))
+			if want := strings.Join(append([]string{filepath.Join(defaultDir, "runc")}, args...), "\n") + "\n"; err != nil || string(argv) != want {
+				t.Errorf("next runtime's argv %q (%v), want %q", argv, err, want)
+			}
+			// Host directories are left for a later sweep.
+			if _, err := os.Stat(dir); err != nil {
+				t.Errorf("container directory touched: %v", err)
+			}
+		})
+	}
+
 	if err := os.WriteFile(e.cfgPath, []byte("[runtime]\nnext = [\"no-such-runtime\"]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	_, out, err = runMain(t, e, e.binDir, "", "start", ctrID)
 	if err == nil || !strings.Contains(string(out), "no next runtime found: none of no-such-runtime is installed") {
 		t.Errorf("no next runtime: %v, %q", err, out)
+	}
+}
+
+// TestMainDelete runs delete as a process: the next runtime runs as a
+// child with the wrapper's stdio, its exit status is the wrapper's, and the
+// container is released only when it succeeded.
+func TestMainDelete(t *testing.T) {
+	for _, status := range []int{1, 0} {
+		t.Run(fmt.Sprint("status ", status), func(t *testing.T) {
+			e := newTestEnv(t, "none")
+			bundle, _ := writeBundle(t, baseSpec("NVIDIA_VISIBLE_DEVICES=0"))
+			var rec execRecord
+			if err := e.wrapper(&rec, "").Run(ParseArgs([]string{"x", "create", "--bundle", bundle, ctrID})); err != nil {
+				t.Fatal(err)
+			}
+			t.Setenv("FAKE_RUNTIME_EXIT", fmt.Sprint(status))
+			args := []string{"--root", t.TempDir(), "delete", ctrID}
+			// The runtime's state directory exists: only its status says
+			// whether it deleted the container.
+			if err := os.Mkdir(filepath.Join(args[1], ctrID), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			recDir, out, err := runMain(t, e, e.binDir, "", args...)
+			var exitErr *exec.ExitError
+			if status == 0 && err != nil || status != 0 && (!errors.As(err, &exitErr) || exitErr.ExitCode() != status) {
+				t.Fatalf("wrapper: %v, want exit status %d\n%s", err, status, out)
+			}
+			if len(out) != 0 {
+				t.Errorf("wrapper wrote %q; the next runtime reports its own errors", out)
+			}
+			if argv, err := os.ReadFile(filepath.Join(recDir, "argv")); err != nil || string(argv) != strings.Join(append([]string{e.next}, args...), "\n")+"\n" {
+				t.Errorf("next runtime's argv %q (%v)", argv, err)
+			}
+			_, err = os.Stat(oci.ContainerDir(e.cfg, ctrID))
+			if released := os.IsNotExist(err); released != (status == 0) {
+				t.Errorf("container released: %v, want %v", released, status == 0)
+			}
+		})
 	}
 }

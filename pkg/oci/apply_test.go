@@ -1,11 +1,15 @@
 package oci
 
 import (
+	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -29,6 +33,16 @@ func baseSpec() *specs.Spec {
 			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs"},
 			{Destination: "/etc/hosts", Type: "bind", Source: "/var/lib/c/hosts", Options: []string{"rbind", "rprivate", "rw"}},
 			{Destination: "/etc/ld.so.preload", Type: "bind", Source: "/elsewhere/preload", Options: []string{"rbind", "rw"}},
+			// Mounts of the user's that name our destinations in other
+			// spellings, lie beneath ours, or mount their parents.
+			{Destination: "/etc/ld.so.preload/", Type: "bind", Source: "/elsewhere/preload2", Options: []string{"rbind", "rw"}},
+			{Destination: "/etc//ld.so.preload", Type: "bind", Source: "/elsewhere/preload3", Options: []string{"rbind", "rw"}},
+			{Destination: "/run/nri-vgpu/./limits", Type: "bind", Source: "/elsewhere/limits", Options: []string{"rbind", "rw"}},
+			{Destination: "/run/nri-vgpu/region/usage", Type: "bind", Source: "/elsewhere/usage", Options: []string{"rbind", "rw"}},
+			{Destination: "run/nri-vgpu/region", Type: "tmpfs", Source: "tmpfs"},
+			{Destination: "/etc", Type: "bind", Source: "/elsewhere/etc", Options: []string{"rbind", "rw"}},
+			{Destination: "/run/nri-vgpu/", Type: "tmpfs", Source: "tmpfs"},
+			{Destination: "/run/nri-vgpu-other", Type: "tmpfs", Source: "tmpfs"},
 		},
 		Linux: &specs.Linux{
 			Devices: []specs.LinuxDevice{
@@ -96,7 +110,7 @@ func TestAppliersAgree(t *testing.T) {
 
 			viaNRI := baseSpec()
 			adj := &api.ContainerAdjustment{}
-			edits.ApplyToAdjustment(adj)
+			edits.ApplyToAdjustment(adj, api.FromOCIMounts(viaNRI.Mounts))
 			if err := ocitest.ApplyAdjustment(viaNRI, adj); err != nil {
 				t.Fatalf("NRI applying the adjustment: %v", err)
 			}
@@ -114,6 +128,7 @@ func TestAppliersAgree(t *testing.T) {
 			if !reflect.DeepEqual(viaNRI.Mounts, direct.Mounts) {
 				t.Errorf("mounts:\n NRI:  %+v\n spec: %+v", viaNRI.Mounts, direct.Mounts)
 			}
+			checkMountsOnTop(t, edits, direct.Mounts)
 			if !reflect.DeepEqual(viaNRI.Linux.Devices, direct.Linux.Devices) {
 				t.Errorf("devices:\n NRI:  %+v\n spec: %+v", viaNRI.Linux.Devices, direct.Linux.Devices)
 			}
@@ -156,6 +171,37 @@ func TestAppliersAgree(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// checkMountsOnTop checks that nothing of the container's own lies over a
+// mount of the edits: no other mount at or beneath its destination (in any
+// spelling), and every mount of a parent directory comes before it, since
+// runtimes mount in spec order.
+func checkMountsOnTop(t *testing.T, edits *Edits, mounts []specs.Mount) {
+	t.Helper()
+	under := func(dest, dir string) bool { return dest == dir || strings.HasPrefix(dest, dir+"/") }
+	for _, ours := range edits.Mounts {
+		at := slices.IndexFunc(mounts, func(m specs.Mount) bool { return reflect.DeepEqual(m, ours) })
+		if at < 0 {
+			t.Errorf("mount %s missing", ours.Destination)
+			continue
+		}
+		for i, m := range mounts {
+			dest := path.Join("/", m.Destination)
+			switch {
+			case i == at || slices.ContainsFunc(edits.Mounts, func(o specs.Mount) bool { return reflect.DeepEqual(m, o) }):
+			case under(dest, ours.Destination):
+				t.Errorf("container mount %q (%s) covers ours at %s", m.Destination, m.Source, ours.Destination)
+			case under(ours.Destination, dest) && i > at:
+				t.Errorf("container mount %q of a parent directory comes after ours at %s, hiding it", m.Destination, ours.Destination)
+			}
+		}
+	}
+	for _, keep := range []string{"/etc", "/run/nri-vgpu/", "/run/nri-vgpu-other", "/etc/hosts"} {
+		if len(edits.Mounts) > 0 && !slices.ContainsFunc(mounts, func(m specs.Mount) bool { return m.Destination == keep }) {
+			t.Errorf("container mount %s was dropped; only mounts over ours should be", keep)
+		}
 	}
 }
 
@@ -215,6 +261,91 @@ func TestPrepare(t *testing.T) {
 	}
 	if ids, _ := ListContainerDirs(e.cfg); len(ids) != 0 {
 		t.Errorf("container dirs left: %v", ids)
+	}
+}
+
+// TestContainersDirClosed checks that <run_dir>/containers is open to root
+// only, whatever the umask, and that a directory left with a wider mode
+// (by an earlier version) is closed at the next Prepare: the region
+// directories below it are world-writable.
+func TestContainersDirClosed(t *testing.T) {
+	for _, existing := range []os.FileMode{0, 0o755, 0o711, 0o777} {
+		t.Run(fmt.Sprintf("existing %#o", existing), func(t *testing.T) {
+			e := newEnv(t, config.InjectionNone, false, ocitest.StandardNodes)
+			if existing != 0 {
+				if err := os.Mkdir(ContainersDir(e.cfg), existing); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Chmod(ContainersDir(e.cfg), existing); err != nil {
+					t.Fatal(err)
+				}
+			}
+			old := setUmask(0)
+			defer setUmask(old)
+			lf := limits.LimitsFromAllocation(alloc(gpu0), "", "")
+			if err := Prepare(e.cfg, &ContainerInfo{ID: ctrID}, lf); err != nil {
+				t.Fatal(err)
+			}
+			st, err := os.Stat(ContainersDir(e.cfg))
+			if err != nil || st.Mode().Perm() != 0o700 {
+				t.Errorf("containers directory mode %v (%v), want 0700", st.Mode(), err)
+			}
+		})
+	}
+	e := newEnv(t, config.InjectionNone, false, ocitest.StandardNodes)
+	if err := os.WriteFile(ContainersDir(e.cfg), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lf := limits.LimitsFromAllocation(alloc(gpu0), "", "")
+	if err := Prepare(e.cfg, &ContainerInfo{ID: ctrID}, lf); err == nil || !strings.Contains(err.Error(), "is not a directory") {
+		t.Errorf("Prepare over a file at containers/: %v, want an error saying it is not a directory", err)
+	}
+}
+
+// TestSweepSparesDirsBeingPrepared checks that a sweep never removes the
+// directory of a container being prepared right now (container.json is
+// written last), but does remove debris of a create that died long ago.
+func TestSweepSparesDirsBeingPrepared(t *testing.T) {
+	old := time.Now().Add(-2 * PrepareGrace)
+	tests := []struct {
+		name    string
+		info    string // container.json content; "" = none
+		mtime   time.Time
+		removed bool
+	}{
+		{name: "prepared", info: "{}", mtime: time.Now(), removed: true},
+		{name: "prepared long ago", info: "{}", mtime: old, removed: true},
+		{name: "being prepared", mtime: time.Now()},
+		{name: "container.json half written", info: "{", mtime: time.Now()},
+		{name: "abandoned", mtime: old, removed: true},
+		{name: "damaged long ago", info: "{", mtime: old, removed: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, config.InjectionNone, false, ocitest.StandardNodes)
+			dir := ContainerDir(e.cfg, ctrID)
+			if err := os.MkdirAll(filepath.Join(dir, RegionDirName), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if tt.info != "" {
+				if err := os.WriteFile(filepath.Join(dir, InfoFileName), []byte(tt.info), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.Chtimes(dir, tt.mtime, tt.mtime); err != nil {
+				t.Fatal(err)
+			}
+			removed, err := SweepContainerDirs(e.cfg, func(string) bool { return false })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := len(removed) == 1; got != tt.removed {
+				t.Errorf("removed %v, want removed: %v", removed, tt.removed)
+			}
+			if _, err := os.Stat(dir); os.IsNotExist(err) != tt.removed {
+				t.Errorf("directory after the sweep: %v, want removed: %v", err, tt.removed)
+			}
+		})
 	}
 }
 

@@ -393,7 +393,7 @@ func TestApplyToAdjustmentShape(t *testing.T) {
 		t.Fatal(err)
 	}
 	adj := &api.ContainerAdjustment{}
-	edits.ApplyToAdjustment(adj)
+	edits.ApplyToAdjustment(adj, nil)
 	if got, want := len(adj.GetLinux().GetDevices()), len(edits.Devices); got != want {
 		t.Errorf("adjustment devices = %d, want %d", got, want)
 	}

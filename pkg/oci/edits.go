@@ -3,6 +3,7 @@ package oci
 import (
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -33,8 +34,12 @@ type Edits struct {
 	// container. NRI runtimes do not pass such removals on, which is why Hide
 	// also denies the devices in DeviceRules.
 	RemoveDevices []string
-	// Mounts are added to the container, replacing any mount with the same
-	// destination.
+	// Mounts are added to the container. A mount of the container's own at
+	// the same destination (after cleaning: "/etc//ld.so.preload/" is
+	// /etc/ld.so.preload) or beneath one of these is dropped, so that none
+	// can lie over the read-only preload, shim or limits. Mounts of parent
+	// directories (/etc, /run) stay: runtimes mount by depth, so these
+	// always go on top of them.
 	Mounts []specs.Mount
 	// Hooks are appended to the container's hooks of the same stage.
 	Hooks specs.Hooks
@@ -76,6 +81,27 @@ func (e *Edits) addMount(m specs.Mount) {
 	e.Mounts = append(e.Mounts, m)
 }
 
+// covers reports whether a container mount at dest would lie at or beneath
+// one of the edits' mounts, and so cover part of it. Destinations are
+// compared cleaned and absolute, as the runtime resolves them (runc takes a
+// relative destination as relative to the container's root).
+func (e *Edits) covers(dest string) bool {
+	d := path.Join("/", dest)
+	for _, m := range e.Mounts {
+		if d == m.Destination || strings.HasPrefix(d, m.Destination+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// replaces reports whether one of the edits' mounts has exactly the
+// destination dest: the runtime replaces such a mount itself when it adds
+// ours.
+func (e *Edits) replaces(dest string) bool {
+	return slices.ContainsFunc(e.Mounts, func(m specs.Mount) bool { return m.Destination == dest })
+}
+
 // cgroupType maps a device node type to its device-cgroup type: "u"
 // (unbuffered character device) is "c" to the cgroup.
 func cgroupType(t string) string {
@@ -85,8 +111,10 @@ func cgroupType(t string) string {
 	return t
 }
 
-// ApplyToAdjustment records the edits in an NRI container adjustment.
-func (e *Edits) ApplyToAdjustment(adj *api.ContainerAdjustment) {
+// ApplyToAdjustment records the edits in an NRI container adjustment for a
+// container that has the given mounts (api.Container.Mounts): those that
+// would cover one of the edits' mounts are removed.
+func (e *Edits) ApplyToAdjustment(adj *api.ContainerAdjustment, mounts []*api.Mount) {
 	for _, kv := range e.Env {
 		k, v, _ := strings.Cut(kv, "=")
 		adj.AddEnv(k, v)
@@ -117,6 +145,15 @@ func (e *Edits) ApplyToAdjustment(adj *api.ContainerAdjustment) {
 				Minor:  api.Int64(r.Minor),
 				Access: r.Access,
 			})
+		}
+	}
+	// One removal per mount: the runtime removes the first mount with the
+	// destination named. Mounts at exactly our destinations are replaced
+	// by the runtime when it adds ours, and a removal of the same
+	// destination as an addition would be dropped by NRI anyway.
+	for _, m := range mounts {
+		if e.covers(m.GetDestination()) && !e.replaces(m.GetDestination()) {
+			adj.RemoveMount(m.GetDestination())
 		}
 	}
 	for _, m := range api.FromOCIMounts(e.Mounts) {
@@ -167,8 +204,8 @@ func (e *Edits) ApplyToSpec(spec *specs.Spec) error {
 		spec.Linux.Resources.Devices = append(spec.Linux.Resources.Devices, e.DeviceRules...)
 	}
 	if len(e.Mounts) > 0 {
+		spec.Mounts = slices.DeleteFunc(spec.Mounts, func(cur specs.Mount) bool { return e.covers(cur.Destination) })
 		for _, m := range e.Mounts {
-			spec.Mounts = slices.DeleteFunc(spec.Mounts, func(cur specs.Mount) bool { return cur.Destination == m.Destination })
 			m.Options = slices.Clone(m.Options)
 			spec.Mounts = append(spec.Mounts, m)
 		}

@@ -90,8 +90,11 @@ func Prepare(cfg *config.Config, info *ContainerInfo, lf *limits.LimitsFile) err
 	if err := EnsurePreloadFile(cfg); err != nil {
 		return err
 	}
+	if err := ensureContainersDir(cfg); err != nil {
+		return err
+	}
 	dir := ContainerDir(cfg, info.ID)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("container directory: %w", err)
 	}
 	if err := limits.WriteLimitsFile(filepath.Join(dir, LimitsFileName), lf); err != nil {
@@ -112,6 +115,42 @@ func Prepare(cfg *config.Config, info *ContainerInfo, lf *limits.LimitsFile) err
 	}
 	if err := writeFileAtomic(filepath.Join(dir, InfoFileName), append(data, '\n'), 0o644); err != nil {
 		return fmt.Errorf("container info: %w", err)
+	}
+	return nil
+}
+
+// ContainersDirMode is the mode of <run_dir>/containers. Each region
+// directory below it is 0777, so that any user in the container can create
+// the region; without a closed parent, any host user who knows a container
+// ID (shim command lines show them) could plant or replace another
+// container's usage region. Only root (the runtime, the NRI plugin, status
+// and metrics) needs the host paths: the container reaches its files
+// through bind mounts, which runc (1.1 and later) and crun open on the
+// host before entering a user namespace.
+const ContainersDirMode = 0o700
+
+// ensureContainersDir creates <run_dir>/containers with ContainersDirMode,
+// and closes one left with a wider mode by an earlier version.
+func ensureContainersDir(cfg *config.Config) error {
+	path := ContainersDir(cfg)
+	if err := os.MkdirAll(cfg.Paths.RunDir, 0o755); err != nil {
+		return fmt.Errorf("containers directory: %w", err)
+	}
+	if err := os.Mkdir(path, ContainersDirMode); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("containers directory: %w", err)
+	}
+	st, err := os.Lstat(path)
+	if err != nil {
+		return fmt.Errorf("containers directory: %w", err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("containers directory %s is not a directory (%v)", path, st.Mode().Type())
+	}
+	// The umask may have narrowed the mkdir; a wider mode is an upgrade.
+	if st.Mode().Perm() != ContainersDirMode {
+		if err := os.Chmod(path, ContainersDirMode); err != nil {
+			return fmt.Errorf("containers directory: %w", err)
+		}
 	}
 	return nil
 }
@@ -177,17 +216,27 @@ func ListContainerDirs(cfg *config.Config) ([]string, error) {
 	return ids, nil
 }
 
+// PrepareGrace is how long a container directory without a readable
+// container.json is taken to be still being prepared: Prepare writes
+// container.json last, and a sweep must not delete the directory of a
+// container being created at that moment. Older such directories are
+// debris of a create that died half-way.
+const PrepareGrace = time.Minute
+
 // SweepContainerDirs deletes the directories of containers for which keep
-// returns false, and returns the IDs it removed.
+// returns false, and returns the IDs it removed. A directory still being
+// prepared (no readable container.json, modified less than PrepareGrace
+// ago) is never deleted, whatever keep says.
 func SweepContainerDirs(cfg *config.Config, keep func(id string) bool) ([]string, error) {
 	ids, err := ListContainerDirs(cfg)
 	if err != nil {
 		return nil, err
 	}
+	now := time.Now()
 	var removed []string
 	var errs []error
 	for _, id := range ids {
-		if keep(id) {
+		if keep(id) || beingPrepared(ContainerDir(cfg, id), now) {
 			continue
 		}
 		if err := RemoveContainerDir(cfg, id); err != nil {
@@ -197,6 +246,22 @@ func SweepContainerDirs(cfg *config.Config, keep func(id string) bool) ([]string
 		removed = append(removed, id)
 	}
 	return removed, errors.Join(errs...)
+}
+
+// beingPrepared reports whether dir may be a container directory that
+// Prepare is still writing: it has no readable container.json and was
+// modified (an entry created in it) less than PrepareGrace before now. A
+// directory that cannot be examined counts as being prepared; the next
+// sweep looks again.
+func beingPrepared(dir string, now time.Time) bool {
+	if _, err := ReadContainerInfo(dir); err == nil {
+		return false
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return !errors.Is(err, fs.ErrNotExist)
+	}
+	return now.Sub(st.ModTime()) < PrepareGrace
 }
 
 func writeFileAtomic(path string, data []byte, mode os.FileMode) error {

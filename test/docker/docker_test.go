@@ -4,7 +4,9 @@ package docker
 
 import (
 	"context"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -236,4 +238,130 @@ func TestContainerWithoutRequestUntouched(t *testing.T) {
 			t.Errorf("container without a request got GPU files:\n%s", got)
 		}
 	}
+}
+
+// TestShimAsNonRootUser runs the shim's test program as an unprivileged
+// user: the bind mounts reach the container although the host's
+// containers directory is open to root only, and the user can create the
+// usage region in its 0777 directory.
+func TestShimAsNonRootUser(t *testing.T) {
+	ctx := setup(t)
+	if !env.haveShim {
+		t.Skip("shim/build lacks the shim, its fake driver or cudaprog: run make -C shim")
+	}
+	vars := []string{"LD_LIBRARY_PATH=" + cudaprogDir + "/fake", "FAKECUDA_DEVICES=" + uuid0 + ":4GiB:108",
+		"NVIDIA_VISIBLE_DEVICES=0", "NRI_VGPU_MEMORY=1GiB"}
+	script := "id -u; " + cudaprogDir + "/cudaprog init alloc:768MiB alloc:512MiB:2 info:256MiB:1GiB && ls -n /run/nri-vgpu/region"
+	args := vgpuRun(vars, "sh", "-c", script)
+	args = append([]string{args[0], "--user", "1000:1000"}, args[1:]...)
+	out := docker(t, ctx, args...)
+	for _, want := range []string{"1000\n", "info free=268435456 total=1073741824\n", "ok\n", "GPU memory quota exceeded", " 1000 "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	st, err := os.Stat(filepath.Join(env.runDir, oci.ContainersDirName))
+	if err != nil || st.Mode().Perm() != oci.ContainersDirMode {
+		t.Errorf("host containers directory: %v %v, want mode %#o", st.Mode(), err, oci.ContainersDirMode)
+	}
+}
+
+// runWrapper runs nri-vgpu-runtime as containerd's shim would, with the
+// test's config, and returns its combined output.
+func runWrapper(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, env.wrapper, args...)
+	cmd.Env = append(os.Environ(), "NRI_VGPU_CONFIG="+env.cfg)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// startHolder starts a detached vGPU container with a 1 GiB slice of GPU 0,
+// removed when the test ends, and returns its ID and ledger entry.
+func startHolder(t *testing.T, ctx context.Context, name string) (string, *ledger.Entry) {
+	t.Helper()
+	docker(t, ctx, "run", "-d", "--name", name, "--network", "none", "--runtime", runtimeName,
+		"-e", "NVIDIA_VISIBLE_DEVICES=0", "-e", "NRI_VGPU_MEMORY=1GiB", busyboxImage)
+	t.Cleanup(func() { _, _ = env.d.docker(context.Background(), "rm", "-f", name) })
+	id := strings.TrimSpace(docker(t, ctx, "inspect", "-f", "{{.Id}}", name))
+	s, err := ledger.New(env.state).Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := s.Containers[id]
+	if e == nil || e.RuntimeRoot == "" {
+		t.Fatalf("ledger entry of %s: %+v", name, e)
+	}
+	return id, e
+}
+
+// TestRefusedDeleteKeepsReservation runs the runtime's delete of a running
+// container without --force, which runc refuses: the wrapper must fail
+// with runc's status and keep the container counted, with its host files.
+func TestRefusedDeleteKeepsReservation(t *testing.T) {
+	ctx := setup(t)
+	id, e := startHolder(t, ctx, "vgpu-running")
+	out, err := runWrapper(ctx, "--root", e.RuntimeRoot, "delete", id)
+	var exitErr *exec.ExitError
+	if !errors.As(err, &exitErr) || !strings.Contains(out, "running") {
+		t.Fatalf("delete of a running container: %v\n%s\nwant runc's refusal", err, out)
+	}
+	if strings.Contains(out, ociruntime.Name) {
+		t.Errorf("the wrapper added a message to runc's own: %s", out)
+	}
+	s, err := ledger.New(env.state).Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Containers[id] == nil {
+		t.Errorf("the running container lost its ledger entry: %v", s.IDs())
+	}
+	for _, f := range []string{oci.LimitsFileName, oci.RegionDirName, oci.InfoFileName} {
+		if _, err := os.Stat(filepath.Join(env.runDir, oci.ContainersDirName, id, f)); err != nil {
+			t.Errorf("the running container lost its host files: %v", err)
+		}
+	}
+	if got := strings.TrimSpace(docker(t, ctx, "inspect", "-f", "{{.State.Running}}", "vgpu-running")); got != "true" {
+		t.Errorf("container running=%s after the refused delete", got)
+	}
+	// docker rm -f deletes it for real; checkReleased sees it released.
+	docker(t, ctx, "rm", "-f", "vgpu-running")
+}
+
+// TestBrokenConfigStillStops breaks config.toml while a vGPU container
+// runs: new vGPU containers are refused with the file and line, but the
+// running one can still be stopped and removed. Its host directory, left
+// alone then, is swept by the next create once the config is fixed.
+func TestBrokenConfigStillStops(t *testing.T) {
+	ctx := setup(t)
+	good, err := os.ReadFile(env.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := os.WriteFile(env.cfg, good, 0o644); err != nil {
+			t.Errorf("restoring the config: %v", err)
+		}
+	})
+	id, _ := startHolder(t, ctx, "vgpu-stoppable")
+	// Another create reconciles the ledger while the holder runs, so that
+	// its state directory is known to the ledger.
+	docker(t, ctx, vgpuRun([]string{"NVIDIA_VISIBLE_DEVICES=1"}, "true")...)
+
+	if err := os.WriteFile(env.cfg, []byte("[runtime]\nnext = 3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := env.d.docker(ctx, vgpuRun([]string{"NVIDIA_VISIBLE_DEVICES=1"}, "true")...)
+	if want := ociruntime.Name + ": " + env.cfg + ":2"; err == nil || !strings.Contains(out, want) {
+		t.Errorf("docker run with a broken config: %v\n%s\nwant a failure naming %q", err, out, want)
+	}
+	docker(t, ctx, "rm", "-f", "vgpu-stoppable")
+	if out := docker(t, ctx, "ps", "-aq", "--no-trunc"); strings.Contains(out, id) {
+		t.Errorf("container still listed after docker rm -f:\n%s", out)
+	}
+
+	if err := os.WriteFile(env.cfg, good, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	docker(t, ctx, vgpuRun([]string{"NVIDIA_VISIBLE_DEVICES=1"}, "true")...)
+	// checkReleased: the holder's directory and entry are gone.
 }

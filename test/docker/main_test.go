@@ -33,12 +33,13 @@ const (
 
 // env is what TestMain set up for the tests.
 var env struct {
-	skip   string // why the tests cannot run, when they cannot
-	dir    string
-	d      *daemon
-	cfg    string // the config file
-	runDir string
-	state  string
+	skip    string // why the tests cannot run, when they cannot
+	dir     string
+	d       *daemon
+	cfg     string // the config file
+	wrapper string // nri-vgpu-runtime, as daemon.json names it
+	runDir  string
+	state   string
 	// haveShim: the shim, its fake driver and test program were built
 	// (make -C shim) and are in the image.
 	haveShim bool
@@ -82,6 +83,7 @@ func run(m *testing.M) (int, error) {
 	}
 
 	wrapper := filepath.Join(dir, "bin", "nri-vgpu-runtime")
+	env.wrapper = wrapper
 	if err := harness.GoBuild(ctx, "./cmd/nri-vgpu-runtime", wrapper, false); err != nil {
 		return 0, err
 	}

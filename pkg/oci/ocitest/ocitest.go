@@ -165,8 +165,11 @@ func (g *Generator) AddLinuxResourcesUnified(key, val string) {
 
 func (g *Generator) AddMount(m specs.Mount) { g.spec.Mounts = append(g.spec.Mounts, m) }
 
+// RemoveMount removes the first mount at dest, as runtime-tools' generator does.
 func (g *Generator) RemoveMount(dest string) {
-	g.spec.Mounts = slices.DeleteFunc(g.spec.Mounts, func(m specs.Mount) bool { return m.Destination == dest })
+	if i := slices.IndexFunc(g.spec.Mounts, func(m specs.Mount) bool { return m.Destination == dest }); i >= 0 {
+		g.spec.Mounts = slices.Delete(g.spec.Mounts, i, i+1)
+	}
 }
 
 func (g *Generator) ClearMounts() { g.spec.Mounts = nil }
