@@ -3,8 +3,10 @@
  *
  * Each launch entry point takes tokens, one per thread block of the grid,
  * from a per-device bucket; with the bucket empty the launching thread waits.
- * A watcher thread refills the bucket every period with `rate` tokens and
- * steers the rate from NVML's per-process utilisation of the container's
+ * A watcher thread refills the bucket every period with `rate` tokens per
+ * period of time actually elapsed (a watcher that ran late, on a loaded
+ * host, still grants what the elapsed time is owed) and steers the rate from
+ * NVML's per-process utilisation of the container's
  * processes (the host pids in the usage region): the rate is scaled by the gap
  * between target and measured share, damped, so the step is proportional
  * to the gap and independent of the SM count. `hard` holds the container to
@@ -25,22 +27,34 @@
 #include "shim.h"
 
 #define PERIOD_NS 20000000ll /* 20 ms between refills */
+/* A refill later than this was not delayed but stopped (SIGSTOP, a frozen
+ * cgroup): the time beyond it is not owed, or a resumed process would launch
+ * seconds of banked work at once. */
+#define MAX_LATE_NS 250000000ll
 #define WAIT_NS 200000ll     /* a throttled launch re-checks every 0.2 ms */
 #define MAX_SAMPLES 1024
 
 struct bucket {
 	int64_t tokens;  /* may go negative: a huge grid still launches, then pays */
-	int64_t rate;    /* tokens added per period */
+	int64_t rate;    /* tokens added per PERIOD_NS of elapsed time */
 	int64_t waiting; /* launches blocked right now */
 	int active;      /* the watcher steers this bucket */
 	nvmlDevice_t nvml;
 	unsigned long long last_seen;
+	int64_t refilled_ns; /* CLOCK_MONOTONIC of the last refill */
 };
 
 static struct bucket buckets[VGPU_MAX_DEVICES];
 static int watcher_started;
 static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
 
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
 
 static void sleep_ns(int64_t ns)
 {
@@ -158,10 +172,20 @@ static void steer(int idx, struct bucket *b)
 		rate = adjust(idx, b, rate, mine, all);
 		__atomic_store_n(&b->rate, rate, __ATOMIC_RELAXED);
 	}
-	/* Keep at most two periods' worth, so idle time is not banked. */
-	int64_t t = __atomic_add_fetch(&b->tokens, rate, __ATOMIC_RELAXED);
-	if (t > 2 * rate)
-		__atomic_store_n(&b->tokens, 2 * rate, __ATOMIC_RELAXED);
+	/* Tokens for the time that really elapsed since the last refill, not
+	 * for one period: the watcher's sleeps overrun on a busy host, and a
+	 * per-tick refill would then hand out less than the rate. */
+	int64_t now = now_ns(), elapsed = now - b->refilled_ns;
+	b->refilled_ns = now;
+	if (elapsed < 0)
+		elapsed = 0;
+	if (elapsed > MAX_LATE_NS)
+		elapsed = MAX_LATE_NS;
+	int64_t add = (int64_t)((double)rate * (double)elapsed / (double)PERIOD_NS);
+	/* Keep at most one period's worth from before, so idle time is not banked. */
+	int64_t t = __atomic_add_fetch(&b->tokens, add, __ATOMIC_RELAXED);
+	if (t > add + rate)
+		__atomic_store_n(&b->tokens, add + rate, __ATOMIC_RELAXED);
 }
 
 static void *watcher(void *arg)
@@ -201,6 +225,7 @@ static void start_watcher(void)
 			/* A first guess of one wave per millisecond; the loop corrects it. */
 			b->rate = (int64_t)(sms > 0 ? sms : 100) * (PERIOD_NS / 1000000) * vgpu.limits.gpu[i].cores / 100;
 			b->tokens = b->rate;
+			b->refilled_ns = now_ns();
 			b->active = 1;
 			any = 1;
 		}

@@ -300,7 +300,7 @@ static void *thread_alloc(void *arg)
 	return NULL;
 }
 
-static long long (*busy_fn)(int, int);
+static long long (*busy_fn)(int, int, long long *);
 
 static double now_s(void)
 {
@@ -510,28 +510,29 @@ static void run(int argc, char **argv)
 			check_rc("cuGraphLaunch", api.GraphLaunch(NULL, NULL), NULL);
 			check_rc("cuCtxSynchronize", api.CtxSynchronize(), NULL);
 		} else if (!strcmp(op, "launchfor")) {
-			/* launchfor:SECONDS:WARMUP:GRID — prints this process's share of GPU time after warm-up. */
+			/* launchfor:SECONDS:WARMUP:GRID — prints this process's share of GPU time after warm-up:
+			 * the GPU time its kernels ran in the window over the window, both taken by the fake
+			 * driver at one instant, so time this process spends descheduled (a loaded host) cannot
+			 * skew the window against the GPU time in it. */
 			double total = atof(a[1]), warm = atof(a[2]);
 			unsigned grid = (unsigned)atoi(a[3]);
 			if (!busy_fn)
-				busy_fn = (long long (*)(int, int))dlsym(RTLD_DEFAULT, "fakecudaBusyNs");
+				busy_fn = (long long (*)(int, int, long long *))dlsym(RTLD_DEFAULT, "fakecudaBusyNs");
 			if (!busy_fn)
 				die("fakecudaBusyNs not found%s%s", "", "");
-			double t0 = now_s(), tw = -1;
-			long long b0 = 0;
+			double t0 = now_s();
+			long long b0 = -1, w0 = 0;
 			while (now_s() - t0 < total) {
-				if (tw < 0 && now_s() - t0 >= warm) {
-					tw = now_s();
-					b0 = busy_fn(getpid(), 0);
-				}
+				if (b0 < 0 && now_s() - t0 >= warm)
+					b0 = busy_fn(getpid(), 0, &w0);
 				/* No synchronisation: the (fake) launch queue blocks when full, so
 				 * an unthrottled process keeps the device busy, as on a real GPU. */
 				check_rc("cuLaunchKernel",
 					 api.LaunchKernel(NULL, grid, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL), NULL);
 			}
+			long long w1 = 0, b1 = busy_fn(getpid(), 0, &w1);
 			check_rc("cuCtxSynchronize", api.CtxSynchronize(), NULL);
-			double share = (busy_fn(getpid(), 0) - b0) / 1e9 / (now_s() - tw) * 100.0;
-			printf("share %.1f\n", share);
+			printf("share %.1f\n", (double)(b1 - b0) / (double)(w1 - w0) * 100.0);
 		} else if (!strcmp(op, "thread")) {
 			/* A new thread has no current context: the driver's error, no crash, nothing counted. */
 			pthread_t t;

@@ -3,7 +3,7 @@
  * those test programs need), with memory and GPU time kept in fakestate so
  * several processes see one consistent device, a simulated SM timeline (a
  * launch "runs" for FAKECUDA_KERNEL_US per wave of SM-count blocks, one
- * kernel at a time per device), version-dependent cuGetProcAddress tables
+ * kernel at a time per device, FK_QUEUE_LEN launches queued), version-dependent cuGetProcAddress tables
  * whose legacy ABIs abort() when called, and fault injection (fakestate.h).
  * FAKECUDA_CTX_SLEEP_MS makes creating a context take that long before and
  * again after it becomes visible to NVML, as a slow context start on
@@ -641,27 +641,44 @@ EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray m)
 
 /* ---- launches on the simulated SM timeline ---------------------------------------------------- */
 
-#define QUEUE_NS 10000000ll /* a launch blocks when the device is this far behind: a full queue */
-
+/*
+ * A launch appends the kernel to the device's queue (FK_QUEUE_LEN launches
+ * deep) and returns; the kernel runs on the device's timeline after those
+ * ahead of it, whether or not this thread is scheduled then, as on a GPU.
+ * Only a full queue makes a launch wait, until the oldest kernel finishes.
+ */
 static CUresult run_kernel(uint64_t blocks)
 {
 	int d = cur_dev();
 	if (d < 0)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	fk_lock();
-	struct fk_dev *dev = &fk->dev[d];
-	uint64_t sms = dev->sms > 0 ? (uint64_t)dev->sms : 1;
+	uint64_t sms = fk->dev[d].sms > 0 ? (uint64_t)fk->dev[d].sms : 1;
 	int64_t dur = kernel_ns() * (int64_t)((m1(blocks) + sms - 1) / sms);
-	int64_t now = fk_now();
+	struct fk_dev *dev = &fk->dev[d];
+	int64_t now;
+	for (;;) {
+		fk_lock();
+		now = fk_now();
+		fk_retire(d, now);
+		if (dev->qlen < FK_QUEUE_LEN)
+			break;
+		int64_t wait = dev->queue[dev->qhead].end_ns - now;
+		fk_unlock();
+		fk_sleep_ns(wait);
+	}
 	int64_t start = dev->busy_until_ns > now ? dev->busy_until_ns : now;
 	dev->busy_until_ns = start + dur;
 	struct fk_proc *me = fk_me();
+	if (dur > 0) {
+		dev->queue[(dev->qhead + dev->qlen) % FK_QUEUE_LEN] =
+			(struct fk_kernel){.pid = me->pid, .start_ns = start, .end_ns = start + dur};
+		dev->qlen++;
+	}
 	me->busy_ns[d] += dur;
 	me->launches[d]++;
 	fk_unlock();
 	if (start + dur > __atomic_load_n(&last_end_ns, __ATOMIC_RELAXED))
 		__atomic_store_n(&last_end_ns, start + dur, __ATOMIC_RELAXED);
-	fk_sleep_ns(start - now - QUEUE_NS);
 	return CUDA_SUCCESS;
 }
 
@@ -721,16 +738,21 @@ EXPORT CUresult cuGetErrorString(CUresult e, const char **s)
 	return CUDA_SUCCESS;
 }
 
-/* Test hooks: the simulated GPU time a process used, and device usage. */
-EXPORT long long fakecudaBusyNs(int pid, int dev)
+/* Test hooks: the GPU time a process's kernels have run so far (queued
+ * kernels count once they run) and, in *at_ns unless NULL, the
+ * CLOCK_MONOTONIC instant that holds for; device usage. */
+EXPORT long long fakecudaBusyNs(int pid, int dev, long long *at_ns)
 {
 	fk_init();
 	long long v = 0;
 	fk_lock();
+	int64_t now = fk_now();
 	for (int i = 0; i < FK_MAX_PROC; i++)
 		if (fk->proc[i].pid == pid)
-			v = fk->proc[i].busy_ns[dev];
+			v = fk_ran_ns(&fk->proc[i], dev, now);
 	fk_unlock();
+	if (at_ns)
+		*at_ns = now;
 	return v;
 }
 

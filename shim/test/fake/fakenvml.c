@@ -203,16 +203,18 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, nvmlProcessU
 		struct fk_proc *p = &fk->proc[i];
 		if (!p->pid)
 			continue;
+		/* What ran in the window, not what was queued in it: NVML samples the GPU. */
+		int64_t ran = fk_ran_ns(p, d, now);
 		if (last[d][i].pid != p->pid || !last[d][i].ts) {
 			last[d][i].pid = p->pid;
-			last[d][i].busy = p->busy_ns[d];
+			last[d][i].busy = ran;
 			last[d][i].ts = now;
 			continue;
 		}
-		int64_t busy = p->busy_ns[d] - last[d][i].busy, win = now - last[d][i].ts;
+		int64_t busy = ran - last[d][i].busy, win = now - last[d][i].ts;
 		if (win <= 0 || busy <= 0) {
 			if (win > 0) {
-				last[d][i].busy = p->busy_ns[d];
+				last[d][i].busy = ran;
 				last[d][i].ts = now;
 			}
 			continue;
@@ -225,7 +227,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, nvmlProcessU
 								.timeStamp = (unsigned long long)(now / 1000),
 								.smUtil = util};
 		n++;
-		last[d][i].busy = p->busy_ns[d];
+		last[d][i].busy = ran;
 		last[d][i].ts = now;
 	}
 	fk_unlock();

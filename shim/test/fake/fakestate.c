@@ -180,6 +180,27 @@ int64_t fk_now(void)
 	return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
 }
 
+void fk_retire(int d, int64_t now)
+{
+	struct fk_dev *dev = &fk->dev[d];
+	while (dev->qlen && dev->queue[dev->qhead].end_ns <= now) {
+		dev->qhead = (dev->qhead + 1) % FK_QUEUE_LEN;
+		dev->qlen--;
+	}
+}
+
+int64_t fk_ran_ns(const struct fk_proc *p, int d, int64_t now)
+{
+	const struct fk_dev *dev = &fk->dev[d];
+	int64_t ahead = 0;
+	for (uint32_t k = 0; k < dev->qlen; k++) {
+		const struct fk_kernel *q = &dev->queue[(dev->qhead + k) % FK_QUEUE_LEN];
+		if (q->pid == p->pid && q->end_ns > now)
+			ahead += q->end_ns - (q->start_ns > now ? q->start_ns : now);
+	}
+	return p->busy_ns[d] - ahead;
+}
+
 void fk_sleep_ns(int64_t ns)
 {
 	if (ns <= 0)

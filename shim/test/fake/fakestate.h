@@ -18,6 +18,17 @@
 
 #define FK_MAX_DEV 16
 #define FK_MAX_PROC 256
+/* Launches a device holds queued or running, as a GPU's command queue
+ * (about a thousand pending launches on hardware): the GPU works through
+ * them whether or not the launching threads are scheduled. */
+#define FK_QUEUE_LEN 1024
+
+/* One launch on a device's timeline. */
+struct fk_kernel {
+	int32_t pid;
+	int32_t pad;
+	int64_t start_ns, end_ns;
+};
 
 struct fk_dev {
 	char uuid[96];
@@ -26,6 +37,9 @@ struct fk_dev {
 	int32_t sms;
 	int32_t pad;
 	int64_t busy_until_ns; /* the device runs one kernel at a time: its timeline */
+	/* Launches not finished at the last look, oldest first (a ring). */
+	uint32_t qhead, qlen;
+	struct fk_kernel queue[FK_QUEUE_LEN];
 };
 
 struct fk_proc {
@@ -33,7 +47,7 @@ struct fk_proc {
 	int32_t pad;
 	uint64_t used[FK_MAX_DEV];
 	int32_t ctxs[FK_MAX_DEV];    /* live contexts: NVML lists a process with one */
-	int64_t busy_ns[FK_MAX_DEV]; /* GPU time its kernels took */
+	int64_t busy_ns[FK_MAX_DEV]; /* GPU time of its kernels, queued ones included */
 	uint64_t launches[FK_MAX_DEV];
 };
 
@@ -55,6 +69,11 @@ struct fk_proc *fk_me(void);
 /* Frees the slots (and memory) of processes that are gone. Caller holds the lock. */
 void fk_reap(void);
 int64_t fk_now(void);
+/* Drops the launches of device d that finished by now (caller holds the lock). */
+void fk_retire(int d, int64_t now);
+/* GPU time process p's kernels on device d had actually run by now, i.e.
+ * without the queued part still ahead (caller holds the lock). */
+int64_t fk_ran_ns(const struct fk_proc *p, int d, int64_t now);
 /* A pid as fake NVML reports it (see FAKECUDA_PIDNS_OFFSET). */
 unsigned fk_nvml_pid(int32_t pid);
 void fk_sleep_ns(int64_t ns);
