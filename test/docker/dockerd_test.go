@@ -3,7 +3,6 @@
 package docker
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -12,15 +11,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
-	"sort"
 	"strings"
-	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/nri-vgpu/nri-vgpu/internal/configure"
+	"github.com/nri-vgpu/nri-vgpu/test/e2e/harness"
 )
 
 // Debian's docker.io: the daemon and its own client (/usr/local/bin/docker
@@ -59,7 +54,7 @@ func ensurePackages(logf func(string, ...any)) error {
 		// RUNLEVEL=1 keeps invoke-rc.d from starting anything.
 		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive", "RUNLEVEL=1")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("apt-get install %s: %w: %s", strings.Join(pkgs, " "), err, tail(string(out), 10))
+			return fmt.Errorf("apt-get install %s: %w: %s", strings.Join(pkgs, " "), err, harness.TailLines(string(out), 10))
 		}
 		return nil
 	}
@@ -67,7 +62,7 @@ func ensurePackages(logf func(string, ...any)) error {
 		return nil
 	}
 	if out, err := exec.Command("apt-get", "update", "-qq").CombinedOutput(); err != nil {
-		return fmt.Errorf("apt-get update: %w: %s", err, tail(string(out), 10))
+		return fmt.Errorf("apt-get update: %w: %s", err, harness.TailLines(string(out), 10))
 	}
 	return install()
 }
@@ -76,8 +71,7 @@ func ensurePackages(logf func(string, ...any)) error {
 type daemon struct {
 	dir    string // root of everything the daemon writes
 	socket string
-	cmd    *exec.Cmd
-	done   chan error
+	proc   *harness.Process
 	log    string // dockerd's output
 }
 
@@ -113,31 +107,21 @@ func startDaemon(ctx context.Context, dir, wrapperPath string, env []string) (*d
 	if err := res.Apply(); err != nil {
 		return nil, fmt.Errorf("configure docker: %w", err)
 	}
-	logFile, err := os.Create(d.log)
-	if err != nil {
+	cmd := exec.Command(dockerdPath, "--config-file", filepath.Join(dir, "daemon.json"))
+	cmd.Env = append(os.Environ(), env...)
+	// A process group of its own (StartProcess): a Ctrl-C of the test does
+	// not hit dockerd before the cleanup has removed the containers.
+	if d.proc, err = harness.StartProcess(cmd, d.log); err != nil {
 		return nil, err
 	}
-	d.cmd = exec.Command(dockerdPath, "--config-file", filepath.Join(dir, "daemon.json"))
-	d.cmd.Env = append(os.Environ(), env...)
-	d.cmd.Stdout, d.cmd.Stderr = logFile, logFile
-	// Its own process group: a Ctrl-C of the test does not hit dockerd
-	// before the cleanup has removed the containers.
-	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := d.cmd.Start(); err != nil {
-		logFile.Close()
-		return nil, fmt.Errorf("start dockerd: %w", err)
-	}
-	d.done = make(chan error, 1)
-	go func() { d.done <- d.cmd.Wait(); logFile.Close() }()
 
 	for {
 		if _, err := d.docker(ctx, "version"); err == nil {
 			return d, nil
 		}
 		select {
-		case err := <-d.done:
-			d.done <- err
-			return nil, fmt.Errorf("dockerd exited: %v\n%s", err, d.logTail(30))
+		case <-d.proc.Exited():
+			return nil, fmt.Errorf("dockerd exited: %v\n%s", d.proc.Err(), d.logTail(30))
 		case <-ctx.Done():
 			d.stop()
 			return nil, fmt.Errorf("dockerd not ready: %w\n%s", ctx.Err(), d.logTail(30))
@@ -155,10 +139,7 @@ func (d *daemon) docker(ctx context.Context, args ...string) (string, error) {
 	return string(out), err
 }
 
-func (d *daemon) logTail(n int) string {
-	data, _ := os.ReadFile(d.log)
-	return tail(string(data), n)
-}
+func (d *daemon) logTail(n int) string { return harness.Tail(d.log, n) }
 
 // stop removes every container, stops dockerd (and with it the containerd
 // it started), and unmounts what it left under its root (the netns bind
@@ -174,85 +155,13 @@ func (d *daemon) stop() error {
 			}
 		}
 	}
-	if d.cmd != nil && d.cmd.Process != nil {
-		_ = d.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-d.done:
-		case <-time.After(30 * time.Second):
-			_ = d.cmd.Process.Kill()
-			<-d.done
-			errs = append(errs, errors.New("dockerd did not stop on SIGTERM within 30s; killed"))
+	if d.proc != nil {
+		if err := d.proc.Stop(30 * time.Second); err != nil {
+			errs = append(errs, err)
 		}
 	}
-	if err := unmountUnder(d.dir); err != nil {
+	if err := harness.UnmountUnder(d.dir); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// unmountUnder detaches every mount point at or below dir, deepest first.
-func unmountUnder(dir string) error {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	var points []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		p := unescapeMountinfo(fields[4])
-		if p == dir || strings.HasPrefix(p, dir+"/") {
-			points = append(points, p)
-		}
-	}
-	sort.Sort(sort.Reverse(sort.StringSlice(points)))
-	points = slices.Compact(points)
-	var errs []error
-	for _, p := range points {
-		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-			errs = append(errs, fmt.Errorf("unmount %s: %w", p, err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// unescapeMountinfo undoes the octal escapes (\040 for a space) of
-// /proc/self/mountinfo paths.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var v byte
-			ok := true
-			for _, c := range []byte(s[i+1 : i+4]) {
-				if c < '0' || c > '7' {
-					ok = false
-					break
-				}
-				v = v*8 + (c - '0')
-			}
-			if ok {
-				b.WriteByte(v)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -6,15 +6,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/harness"
-	"github.com/nri-vgpu/nri-vgpu/test/e2e/image"
 )
 
 // The node the tests simulate: two 4 GiB GPUs.
@@ -23,13 +20,12 @@ const (
 	uuid1 = "GPU-1d1c1b1a-1111-4111-8111-111111111111"
 )
 
-// Images.
-const (
-	busyboxImage = "nri-vgpu.test/docker-busybox:e2e"
-	// cudaprogDir holds the shim's test program and the fake driver
-	// beside it (the program's rpath is $ORIGIN/fake).
-	cudaprogDir = "/opt/nri-vgpu-test"
-)
+// busyboxImage is the containers' image.
+const busyboxImage = "nri-vgpu.test/docker-busybox:e2e"
+
+// cudaprogDir holds the shim's test program and the fake driver beside it
+// (the program's rpath is $ORIGIN/fake), when the image has them.
+var cudaprogDir = path.Dir(harness.CudaProgInImage)
 
 // env is what TestMain set up for the tests.
 var env struct {
@@ -103,7 +99,10 @@ func run(m *testing.M) (int, error) {
 		return 0, err
 	}
 	devRoot := filepath.Join(dir, "devroot")
-	if err := makeDevRoot(devRoot); err != nil {
+	// Fake nodes of the two simulated GPUs: without a driver, opening one
+	// fails with ENXIO, but the container gets them and their cgroup rules
+	// as on a real node.
+	if err := harness.MakeFakeNVIDIADevRoot(devRoot, []int{0, 1}); err != nil {
 		return 0, err
 	}
 
@@ -170,56 +169,8 @@ func allExist(paths ...string) bool {
 // shim's test program with the fake driver and the glibc libraries that it
 // and the preloaded shim need.
 func buildImage(dir, shimBuild string) (string, error) {
-	var extra []image.File
 	if env.haveShim {
-		extra = append(extra,
-			image.File{Src: filepath.Join(shimBuild, "cudaprog"), Dst: cudaprogDir + "/cudaprog"},
-			image.File{Src: filepath.Join(shimBuild, "fake", "libcuda.so.1"), Dst: cudaprogDir + "/fake/libcuda.so.1"},
-			image.File{Src: filepath.Join(shimBuild, "fake", "libnvidia-ml.so.1"), Dst: cudaprogDir + "/fake/libnvidia-ml.so.1"},
-		)
-		seen := map[string]bool{}
-		for _, bin := range []string{filepath.Join(shimBuild, "cudaprog"), filepath.Join(shimBuild, "libvgpu-shim.so")} {
-			libs, err := image.SharedLibs(bin)
-			if err != nil {
-				return "", err
-			}
-			for _, lib := range libs {
-				if strings.HasPrefix(lib, shimBuild+"/") || seen[lib] {
-					continue // the fake driver is placed above
-				}
-				seen[lib] = true
-				extra = append(extra, image.File{Src: lib, Dst: lib})
-			}
-		}
+		return harness.BuildCudaTestImage(dir, busyboxImage, shimBuild, nil)
 	}
-	return harness.BuildBusyboxImage(dir, busyboxImage, nil, extra...)
-}
-
-// Fake NVIDIA device nodes. Without a driver, opening one fails with ENXIO,
-// but the container gets them and their cgroup rules as on a real node.
-var devNodes = []struct {
-	path         string
-	major, minor uint32
-}{
-	{"dev/nvidiactl", 195, 255},
-	{"dev/nvidia0", 195, 0},
-	{"dev/nvidia1", 195, 1},
-	{"dev/nvidia-uvm", 511, 0},
-	{"dev/nvidia-uvm-tools", 511, 1},
-}
-
-func makeDevRoot(root string) error {
-	for _, n := range devNodes {
-		p := filepath.Join(root, n.path)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
-		}
-		if err := unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(n.major, n.minor))); err != nil {
-			return fmt.Errorf("mknod %s: %w", p, err)
-		}
-		if err := os.Chmod(p, 0o666); err != nil { // mknod applied the umask
-			return err
-		}
-	}
-	return nil
+	return harness.BuildBusyboxImage(dir, busyboxImage, nil)
 }

@@ -9,14 +9,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/harness"
-	"github.com/nri-vgpu/nri-vgpu/test/e2e/image"
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/kubeletsim"
 )
 
@@ -27,9 +23,6 @@ const (
 	// nriPluginName is nri-vgpu's file name in containerd's NRI plugin
 	// directory (index 10, the config default).
 	nriPluginName = "10-nri-vgpu"
-	// uvmMajor is the fake nvidia-uvm major: the kernel assigns the real one
-	// dynamically, and this one is in the dynamic range and unused here.
-	uvmMajor = 511
 	// splitCount slices per simulated GPU.
 	splitCount = 4
 )
@@ -92,8 +85,7 @@ type vgpu struct {
 	runDir     string
 	stateDir   string
 	dpLog      string
-	dp         *exec.Cmd
-	dpExited   chan struct{}
+	dp         *harness.Process // the device plugin; nil when stopped
 }
 
 // vgpuOptions change the node's setup.
@@ -135,7 +127,11 @@ func startVGPU(t *testing.T, containerd string, opts vgpuOptions) *vgpu {
 		stateDir:   filepath.Join(base, "state"),
 		dpLog:      filepath.Join(base, "device-plugin.log"),
 	}
-	if err := makeDevRoot(v.devRoot, testGPUs); err != nil {
+	minors := make([]int, len(testGPUs))
+	for i, g := range testGPUs {
+		minors[i] = g.Minor
+	}
+	if err := harness.MakeFakeNVIDIADevRoot(v.devRoot, minors); err != nil {
 		t.Fatal(err)
 	}
 	kubeletDir := filepath.Join(base, "device-plugins")
@@ -204,55 +200,14 @@ socket_path = %q
 	return b.String()
 }
 
-// makeDevRoot creates fake NVIDIA device nodes under root/dev: a node per
-// GPU (195:minor), nvidiactl (195:255) and nvidia-uvm/-tools (uvmMajor).
-// Opening them fails with ENXIO (no driver); the tests only look at them.
-func makeDevRoot(root string, gpus []simGPU) error {
-	dev := filepath.Join(root, "dev")
-	if err := os.MkdirAll(dev, 0o755); err != nil {
-		return err
-	}
-	nodes := map[string][2]uint32{
-		"nvidiactl":        {195, 255},
-		"nvidia-uvm":       {uvmMajor, 0},
-		"nvidia-uvm-tools": {uvmMajor, 1},
-		"nvidia-modeset":   {195, 254},
-	}
-	for _, g := range gpus {
-		nodes[fmt.Sprintf("nvidia%d", g.Minor)] = [2]uint32{195, uint32(g.Minor)}
-	}
-	for name, mm := range nodes {
-		p := filepath.Join(dev, name)
-		if err := unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(mm[0], mm[1]))); err != nil {
-			return fmt.Errorf("mknod %s: %w", p, err)
-		}
-		if err := os.Chmod(p, 0o666); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 func (v *vgpu) startDevicePlugin(t *testing.T) {
 	t.Helper()
-	log, err := os.OpenFile(v.dpLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cmd := exec.Command(binaries.devicePlugin, "--config", v.configPath, "--log-level", "debug")
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		log.Close()
+	dp, err := harness.StartProcess(cmd, v.dpLog)
+	if err != nil {
 		t.Fatalf("starting the device plugin: %v", err)
 	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		log.Close()
-		close(exited)
-	}()
-	v.dp, v.dpExited = cmd, exited
+	v.dp = dp
 }
 
 func (v *vgpu) stopDevicePlugin(t *testing.T) {
@@ -260,13 +215,8 @@ func (v *vgpu) stopDevicePlugin(t *testing.T) {
 	if v.dp == nil {
 		return
 	}
-	_ = v.dp.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-v.dpExited:
-	case <-time.After(10 * time.Second):
-		_ = v.dp.Process.Kill()
-		<-v.dpExited
-		t.Errorf("the device plugin did not stop within 10s of SIGTERM")
+	if err := v.dp.Stop(10 * time.Second); err != nil {
+		t.Errorf("the device plugin: %v", err)
 	}
 	v.dp = nil
 }
@@ -337,31 +287,5 @@ func buildCudaTestImage(dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	b := filepath.Join(root, "shim", "build")
-	files := []image.File{
-		{Src: filepath.Join(b, "cudaprog"), Dst: "/usr/local/bin/cudaprog"},
-		// cudaprog's RUNPATH is $ORIGIN/fake.
-		{Src: filepath.Join(b, "fake", "libcuda.so.1"), Dst: "/usr/local/bin/fake/libcuda.so.1"},
-		{Src: filepath.Join(b, "fake", "libnvidia-ml.so.1"), Dst: "/usr/local/bin/fake/libnvidia-ml.so.1"},
-	}
-	libs := map[string]bool{}
-	for _, p := range []string{files[0].Src, files[1].Src, files[2].Src, filepath.Join(b, "libvgpu-shim.so")} {
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("%w (build the shim: make -C shim)", err)
-		}
-		deps, err := image.SharedLibs(p)
-		if err != nil {
-			return "", err
-		}
-		for _, d := range deps {
-			// The fake libraries are placed above, not at their build path.
-			if !strings.HasPrefix(d, b+"/") {
-				libs[d] = true
-			}
-		}
-	}
-	for l := range libs {
-		files = append(files, image.File{Src: l, Dst: l})
-	}
-	return harness.BuildBusyboxImage(dir, cudaTestImage, nil, files...)
+	return harness.BuildCudaTestImage(dir, cudaTestImage, filepath.Join(root, "shim", "build"), nil)
 }

@@ -127,7 +127,7 @@ func testGPUPodReceivesItsSlice(t *testing.T, containerd string) {
 
 	t.Run("device cgroup", func(t *testing.T) {
 		list := v.sh(t, ctx, id, "cat /sys/fs/cgroup/devices/devices.list")
-		for _, rule := range []string{fmt.Sprintf("c 195:%d rw", g.Minor), "c 195:255 rw", fmt.Sprintf("c %d:0 rw", uvmMajor)} {
+		for _, rule := range []string{fmt.Sprintf("c 195:%d rw", g.Minor), "c 195:255 rw", fmt.Sprintf("c %d:0 rw", harness.FakeUVMMajor)} {
 			if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(rule)).MatchString(list) {
 				t.Errorf("devices.list lacks %q:\n%s", rule, list)
 			}
@@ -217,7 +217,7 @@ func testPodWithoutGPUSeesNone(t *testing.T, containerd string) {
 	}
 	spec := v.runtimeSpec(t, ctx, id)
 	drops := dropsNRIDeviceRules(t, containerd)
-	for _, major := range []int64{195, uvmMajor} {
+	for _, major := range []int64{195, harness.FakeUVMMajor} {
 		switch has := deviceRule(spec, false, major, -1); {
 		case !drops && !has:
 			t.Errorf("no device-cgroup rule denying major %d; rules: %s", major, deviceRules(spec))
@@ -446,28 +446,16 @@ func testRestarts(t *testing.T, containerd string) {
 func startExternalNRIPlugin(t *testing.T, v *vgpu) {
 	t.Helper()
 	logPath := filepath.Join(filepath.Dir(v.configPath), "nri-vgpu-external.log")
-	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	cmd := exec.Command(binaries.nriPlugin)
+	cmd.Env = append(os.Environ(), "NRI_VGPU_CONFIG="+v.configPath)
+	p, err := harness.StartProcess(cmd, logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(binaries.nriPlugin)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Env = append(os.Environ(), "NRI_VGPU_CONFIG="+v.configPath)
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		log.Close()
+		// One that outlasts SIGTERM is killed: how it stops is not what
+		// this test checks.
+		_ = p.Stop(10 * time.Second)
 		if t.Failed() {
 			t.Logf("external nri-vgpu log (tail):\n%s", harness.Tail(logPath, 40))
 		}

@@ -132,12 +132,10 @@ type Containerd struct {
 	opts Options
 	logf func(format string, args ...any)
 
-	mu      sync.Mutex
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	conn    *grpc.ClientConn
-	logFile *os.File
-	closed  bool
+	mu     sync.Mutex
+	proc   *Process // containerd; nil when stopped
+	conn   *grpc.ClientConn
+	closed bool
 }
 
 // DefaultBinDir is BinDir(ContainerdVersion).
@@ -406,30 +404,19 @@ func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''
 
 // start runs containerd and waits until CRI answers.
 func (c *Containerd) start(ctx context.Context) error {
-	logFile, err := os.OpenFile(c.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("harness: containerd log: %w", err)
-	}
 	cmd := exec.Command(filepath.Join(c.opts.BinDir, "containerd"), "--config", c.ConfigPath)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// The shim is looked up on PATH; runc is named in the config.
 	cmd.Env = append(os.Environ(), "PATH="+c.opts.BinDir+":"+os.Getenv("PATH"))
-	// Its own process group, so that a Ctrl-C of the test does not reach it
-	// before Close has removed the pods.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return fmt.Errorf("harness: starting containerd: %w", err)
+	// A process group of its own (StartProcess), so that a Ctrl-C of the
+	// test does not reach it before Close has removed the pods.
+	proc, err := StartProcess(cmd, c.LogPath)
+	if err != nil {
+		return err
 	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
 	c.mu.Lock()
-	c.cmd, c.exited, c.logFile = cmd, exited, logFile
+	c.proc = proc
 	c.mu.Unlock()
-	c.logf("containerd %s started (pid %d, root %s)", c.Version, cmd.Process.Pid, c.Dir)
+	c.logf("containerd %s started (pid %d, root %s)", c.Version, proc.Pid(), c.Dir)
 
 	conn, err := grpc.NewClient("unix://"+c.Address, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -450,7 +437,7 @@ func (c *Containerd) start(ctx context.Context) error {
 			return nil
 		}
 		select {
-		case <-exited:
+		case <-proc.Exited():
 			return fmt.Errorf("harness: containerd exited during start-up: %s", c.LogTail(30))
 		case <-ctx.Done():
 			return fmt.Errorf("harness: waiting for CRI: %w", ctx.Err())
@@ -466,27 +453,16 @@ func (c *Containerd) start(ctx context.Context) error {
 // containers, which outlive it as they do in production.
 func (c *Containerd) stop() error {
 	c.mu.Lock()
-	cmd, exited, conn, logFile := c.cmd, c.exited, c.conn, c.logFile
-	c.cmd, c.conn, c.logFile = nil, nil, nil
+	proc, conn := c.proc, c.conn
+	c.proc, c.conn = nil, nil
 	c.mu.Unlock()
 	if conn != nil {
 		_ = conn.Close()
 	}
-	if cmd == nil {
+	if proc == nil {
 		return nil
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	var err error
-	select {
-	case <-exited:
-	case <-time.After(15 * time.Second):
-		_ = cmd.Process.Kill()
-		<-exited
-		err = errors.New("harness: containerd did not stop within 15s of SIGTERM; killed")
-	}
-	if logFile != nil {
-		logFile.Close()
-	}
+	err := proc.Stop(15 * time.Second)
 	c.logf("containerd stopped")
 	return err
 }
@@ -505,11 +481,11 @@ func (c *Containerd) Restart(ctx context.Context) error {
 func (c *Containerd) Alive() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.cmd == nil {
+	if c.proc == nil {
 		return false
 	}
 	select {
-	case <-c.exited:
+	case <-c.proc.Exited():
 		return false
 	default:
 		return true
@@ -536,7 +512,12 @@ func Tail(path string, n int) string {
 	if err != nil {
 		return fmt.Sprintf("(%v)", err)
 	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	return TailLines(string(data), n)
+}
+
+// TailLines returns the last n lines of s.
+func TailLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
@@ -603,7 +584,7 @@ func (c *Containerd) Close() error {
 		errs = append(errs, err)
 	}
 	errs = append(errs, c.killLeftovers()...)
-	if err := unmountUnder(c.Dir); err != nil {
+	if err := UnmountUnder(c.Dir); err != nil {
 		errs = append(errs, err)
 	}
 	if err := os.RemoveAll(c.Dir); err != nil {
@@ -732,8 +713,10 @@ func removeShimSocket(sock string) error {
 	return nil
 }
 
-// unmountUnder detaches every mount point at or below dir, deepest first.
-func unmountUnder(dir string) error {
+// UnmountUnder detaches every mount point at or below dir, deepest first
+// (a mount stacked on another is detached once for each), so that dir can
+// be removed after a daemon that mounted things under it has gone.
+func UnmountUnder(dir string) error {
 	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return fmt.Errorf("harness: %w", err)
@@ -792,15 +775,11 @@ func configTemplateFor(v string) (*template.Template, error) {
 	return configTemplate, nil
 }
 
-// configTemplate is containerd 2.x's config (version 3). Settings this needs on
-// a root-without-CAP_SYS_RESOURCE, cgroup v1, no-AppArmor machine:
-// restrict_oom_score_adj (else every sandbox fails on oom_score_adj),
-// disable_apparmor, cgroupfs (no systemd), runc state under our root, a
-// locally imported pause image, and NRI on with its socket, plugin and
-// config directories in our root. CNI and CDI point at empty directories so
-// that nothing of the host's leaks in; pods use the host network.
-var configTemplate = template.Must(template.New("config").Parse(`version = 3
-root = "{{.Dir}}/root"
+// configShared holds what the configs of both containerd lines say alike,
+// as templates they include: the daemon's own paths and sockets, the
+// options of the runc runtime, and the keys of the NRI table (whose plugin
+// ID is the same in both). Settings changed here reach both lines.
+var configShared = template.Must(template.New("shared").Parse(`{{define "daemon"}}root = "{{.Dir}}/root"
 state = "{{.Dir}}/state"
 
 [grpc]
@@ -811,7 +790,31 @@ state = "{{.Dir}}/state"
 
 [debug]
   level = "debug"
+{{end}}{{define "runc options"}}        BinaryName = "{{.Runc}}"
+        Root = "{{.RuncRoot}}"
+        SystemdCgroup = false
+{{end}}{{define "nri"}}  disable = false
+  socket_path = "{{.NRISocket}}"
+  plugin_path = "{{.NRIPluginDir}}"
+  plugin_config_path = "{{.NRIConfigDir}}"
+  plugin_registration_timeout = "5s"
+  plugin_request_timeout = "5s"
+{{end}}`))
 
+// withShared parses text as a template that may include configShared's.
+func withShared(name, text string) *template.Template {
+	return template.Must(template.Must(configShared.Clone()).New(name).Parse(text))
+}
+
+// configTemplate is containerd 2.x's config (version 3). Settings this needs on
+// a root-without-CAP_SYS_RESOURCE, cgroup v1, no-AppArmor machine:
+// restrict_oom_score_adj (else every sandbox fails on oom_score_adj),
+// disable_apparmor, cgroupfs (no systemd), runc state under our root, a
+// locally imported pause image, and NRI on with its socket, plugin and
+// config directories in our root. CNI and CDI point at empty directories so
+// that nothing of the host's leaks in; pods use the host network.
+var configTemplate = withShared("config", `version = 3
+{{template "daemon" .}}
 [plugins.'io.containerd.internal.v1.opt']
   path = "{{.Dir}}/opt"
 
@@ -833,37 +836,17 @@ state = "{{.Dir}}/state"
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
-        BinaryName = "{{.Runc}}"
-        Root = "{{.RuncRoot}}"
-        SystemdCgroup = false
-
+{{template "runc options" .}}
 [plugins.'io.containerd.nri.v1.nri']
-  disable = false
-  socket_path = "{{.NRISocket}}"
-  plugin_path = "{{.NRIPluginDir}}"
-  plugin_config_path = "{{.NRIConfigDir}}"
-  plugin_registration_timeout = "5s"
-  plugin_request_timeout = "5s"
-`))
+{{template "nri" .}}`)
 
 // configTemplate17 is containerd 1.7's config (version 2): the settings of
 // configTemplate under 1.7's single CRI plugin, io.containerd.grpc.v1.cri,
 // where the sandbox image is sandbox_image and the snapshotter belongs to
 // the containerd table. NRI is off by default in 1.7; disable = false
 // turns it on.
-var configTemplate17 = template.Must(template.New("config17").Parse(`version = 2
-root = "{{.Dir}}/root"
-state = "{{.Dir}}/state"
-
-[grpc]
-  address = "{{.Address}}"
-
-[ttrpc]
-  address = "{{.Address}}.ttrpc"
-
-[debug]
-  level = "debug"
-
+var configTemplate17 = withShared("config17", `version = 2
+{{template "daemon" .}}
 [plugins."io.containerd.internal.v1.opt"]
   path = "{{.Dir}}/opt"
 
@@ -882,15 +865,6 @@ state = "{{.Dir}}/state"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        BinaryName = "{{.Runc}}"
-        Root = "{{.RuncRoot}}"
-        SystemdCgroup = false
-
+{{template "runc options" .}}
 [plugins."io.containerd.nri.v1.nri"]
-  disable = false
-  socket_path = "{{.NRISocket}}"
-  plugin_path = "{{.NRIPluginDir}}"
-  plugin_config_path = "{{.NRIConfigDir}}"
-  plugin_registration_timeout = "5s"
-  plugin_request_timeout = "5s"
-`))
+{{template "nri" .}}`)

@@ -278,6 +278,24 @@ func TestUnescapeMountPath(t *testing.T) {
 	}
 }
 
+func TestTailLines(t *testing.T) {
+	tests := []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"a\nb\nc\n", 2, "b\nc"},
+		{"a\nb\nc", 5, "a\nb\nc"},
+		{"a\n\n\n", 1, "a"},
+		{"", 3, ""},
+	}
+	for _, tt := range tests {
+		if got := TailLines(tt.in, tt.n); got != tt.want {
+			t.Errorf("TailLines(%q, %d) = %q, want %q", tt.in, tt.n, got, tt.want)
+		}
+	}
+}
+
 func TestPreflightNamesWhatIsMissing(t *testing.T) {
 	err := Preflight(t.TempDir(), "/nonexistent/runc")
 	if err == nil {

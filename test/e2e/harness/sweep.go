@@ -62,7 +62,7 @@ func SweepStale(runc string) ([]string, error) {
 			opts: Options{Runc: runc}}
 		errs = append(errs, c.killLeftovers()...)
 		errs = append(errs, killProcessesNaming(dir)...)
-		if err := unmountUnder(dir); err != nil {
+		if err := UnmountUnder(dir); err != nil {
 			errs = append(errs, err)
 		}
 		if err := os.RemoveAll(dir); err != nil {

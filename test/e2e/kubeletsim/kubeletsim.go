@@ -152,10 +152,7 @@ func (k *Kubelet) serve() error {
 func (k *Kubelet) Restart() error {
 	k.mu.Lock()
 	srv := k.server
-	for _, r := range k.resources {
-		r.disconnect()
-	}
-	k.notifyLocked()
+	k.disconnectAllLocked()
 	k.mu.Unlock()
 	srv.Stop()
 	return k.serve()
@@ -170,10 +167,7 @@ func (k *Kubelet) Close() error {
 	}
 	k.closed = true
 	srv := k.server
-	for _, r := range k.resources {
-		r.disconnect()
-	}
-	k.notifyLocked()
+	k.disconnectAllLocked()
 	k.mu.Unlock()
 	srv.Stop()
 	if err := os.Remove(k.SocketPath()); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -190,6 +184,15 @@ func (r *resource) disconnect() {
 		_ = r.conn.Close()
 	}
 	r.connected = false
+}
+
+// disconnectAllLocked drops every plugin connection, as a kubelet that
+// stops does, and wakes every WaitFor. k.mu must be held.
+func (k *Kubelet) disconnectAllLocked() {
+	for _, r := range k.resources {
+		r.disconnect()
+	}
+	k.notifyLocked()
 }
 
 // notifyLocked wakes every WaitFor. k.mu must be held.

@@ -71,6 +71,21 @@ func (p *fakePlugin) register(ctx context.Context, k *Kubelet, resource string) 
 	return err
 }
 
+// registerAndWait registers p for testResource and waits until k has every
+// device of p, healthy.
+func (p *fakePlugin) registerAndWait(t *testing.T, ctx context.Context, k *Kubelet) {
+	t.Helper()
+	if err := p.register(ctx, k, testResource); err != nil {
+		t.Fatalf("registering %s: %v", p.endpoint, err)
+	}
+	p.mu.Lock()
+	n := len(p.devices)
+	p.mu.Unlock()
+	if err := k.WaitForDevices(ctx, testResource, n); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (p *fakePlugin) setHealth(id, health string) {
 	p.mu.Lock()
 	for _, d := range p.devices {
@@ -238,12 +253,7 @@ func TestAllocateWithPreferredAllocation(t *testing.T) {
 		slices.Reverse(ids)
 		return ids[:r.AllocationSize]
 	}
-	if err := p.register(ctx, k, testResource); err != nil {
-		t.Fatal(err)
-	}
-	if err := k.WaitForDevices(ctx, testResource, 4); err != nil {
-		t.Fatal(err)
-	}
+	p.registerAndWait(t, ctx, k)
 	if got := k.Devices(testResource); got[0].ID != "d3" || got[3].ID != "d2" {
 		t.Errorf("Devices() = %+v, want the plugin's order d3 d1 d0 d2", got)
 	}
@@ -338,12 +348,7 @@ func TestAllocateWithoutPreferredAllocation(t *testing.T) {
 	k := newKubelet(t)
 	ctx := testCtx(t)
 	p := newFakePlugin(t, k.SocketDir(), "p.sock", &pluginapi.DevicePluginOptions{PreStartRequired: true}, "z", "y", "x")
-	if err := p.register(ctx, k, testResource); err != nil {
-		t.Fatal(err)
-	}
-	if err := k.WaitForDevices(ctx, testResource, 3); err != nil {
-		t.Fatal(err)
-	}
+	p.registerAndWait(t, ctx, k)
 	allocs, err := k.Allocate(ctx, &Pod{Name: "p", UID: NewUID(), Containers: []Container{{Name: "c", Limits: map[string]int{testResource: 2}}}})
 	if err != nil {
 		t.Fatal(err)
@@ -365,12 +370,7 @@ func TestAllocateErrorFreesDevices(t *testing.T) {
 	k := newKubelet(t)
 	ctx := testCtx(t)
 	p := newFakePlugin(t, k.SocketDir(), "p.sock", &pluginapi.DevicePluginOptions{}, "a", "b")
-	if err := p.register(ctx, k, testResource); err != nil {
-		t.Fatal(err)
-	}
-	if err := k.WaitForDevices(ctx, testResource, 2); err != nil {
-		t.Fatal(err)
-	}
+	p.registerAndWait(t, ctx, k)
 	p.mu.Lock()
 	p.allocateErr = errors.New("device busy")
 	p.mu.Unlock()
@@ -396,12 +396,7 @@ func TestPluginDisconnectAndReregister(t *testing.T) {
 	k := newKubelet(t)
 	ctx := testCtx(t)
 	p := newFakePlugin(t, k.SocketDir(), "p.sock", &pluginapi.DevicePluginOptions{}, "a", "b")
-	if err := p.register(ctx, k, testResource); err != nil {
-		t.Fatal(err)
-	}
-	if err := k.WaitForDevices(ctx, testResource, 2); err != nil {
-		t.Fatal(err)
-	}
+	p.registerAndWait(t, ctx, k)
 	pod := &Pod{Name: "p", UID: NewUID(), Containers: []Container{{Name: "c", Limits: map[string]int{testResource: 1}}}}
 	if _, err := k.Allocate(ctx, pod); err != nil {
 		t.Fatal(err)
@@ -417,12 +412,7 @@ func TestPluginDisconnectAndReregister(t *testing.T) {
 
 	// The plugin comes back on a new socket; the allocation made before is kept.
 	p2 := newFakePlugin(t, k.SocketDir(), "p2.sock", &pluginapi.DevicePluginOptions{}, "a", "b")
-	if err := p2.register(ctx, k, testResource); err != nil {
-		t.Fatal(err)
-	}
-	if err := k.WaitForDevices(ctx, testResource, 2); err != nil {
-		t.Fatal(err)
-	}
+	p2.registerAndWait(t, ctx, k)
 	held := 0
 	for _, d := range k.Devices(testResource) {
 		if d.PodUID == pod.UID {
@@ -478,24 +468,15 @@ func TestRestartDropsPlugins(t *testing.T) {
 	k := newKubelet(t)
 	ctx := testCtx(t)
 	p := newFakePlugin(t, k.SocketDir(), "p.sock", &pluginapi.DevicePluginOptions{}, "a")
-	if err := p.register(ctx, k, testResource); err != nil {
-		t.Fatal(err)
-	}
-	if err := k.WaitForDevices(ctx, testResource, 1); err != nil {
-		t.Fatal(err)
-	}
+	p.registerAndWait(t, ctx, k)
 	if err := k.Restart(); err != nil {
 		t.Fatal(err)
 	}
 	if s := k.Devices(testResource); len(s) != 1 || s[0].Healthy {
 		t.Errorf("after a restart, before re-registration: devices %+v, want one unhealthy", s)
 	}
-	if err := p.register(ctx, k, testResource); err != nil {
-		t.Fatalf("registering again after a restart: %v", err)
-	}
-	if err := k.WaitForDevices(ctx, testResource, 1); err != nil {
-		t.Fatal(err)
-	}
+	// Registering again after the restart brings the device back.
+	p.registerAndWait(t, ctx, k)
 }
 
 func TestContainerConfig(t *testing.T) {

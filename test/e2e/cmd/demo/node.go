@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
@@ -65,8 +64,7 @@ type node struct {
 	c          *harness.Containerd
 	kubelet    *kubeletsim.Kubelet
 	kubeletLog *os.File
-	dp         *exec.Cmd
-	dpExited   chan struct{}
+	dp         *harness.Process // the device plugin
 }
 
 func newNode(base, logDir string) *node {
@@ -191,25 +189,14 @@ func (n *node) startDevicePlugin(devicePlugin string) error {
 		return err
 	}
 	n.kubelet = k
-	log, err := os.OpenFile(n.devicePluginLog(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	// A process group of its own (StartProcess): a Ctrl-C stops the demo,
+	// which stops it.
+	cmd := exec.Command(devicePlugin, "--config", n.configPath, "--log-level", "debug")
+	dp, err := harness.StartProcess(cmd, n.devicePluginLog())
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(devicePlugin, "--config", n.configPath, "--log-level", "debug")
-	cmd.Stdout, cmd.Stderr = log, log
-	// Its own process group: a Ctrl-C stops the demo, which stops it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		log.Close()
-		return fmt.Errorf("starting %s: %w", devicePlugin, err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		log.Close()
-		close(exited)
-	}()
-	n.dp, n.dpExited = cmd, exited
+	n.dp = dp
 	return nil
 }
 
@@ -229,7 +216,7 @@ func (n *node) waitForSlices(ctx context.Context) error {
 	defer stop(nil)
 	go func() {
 		select {
-		case <-n.dpExited:
+		case <-n.dp.Exited():
 			stop(errors.New("the device plugin exited"))
 		case <-ctx.Done():
 		}
@@ -254,13 +241,8 @@ func (n *node) close() error {
 		}
 	}
 	if n.dp != nil {
-		_ = n.dp.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-n.dpExited:
-		case <-time.After(10 * time.Second):
-			_ = n.dp.Process.Kill()
-			<-n.dpExited
-			errs = append(errs, errors.New("the device plugin did not stop within 10s of SIGTERM; killed"))
+		if err := n.dp.Stop(10 * time.Second); err != nil {
+			errs = append(errs, fmt.Errorf("stopping the device plugin: %w", err))
 		}
 	}
 	if n.kubelet != nil {
