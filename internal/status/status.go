@@ -5,6 +5,7 @@
 package status
 
 import (
+	"bufio"
 	"cmp"
 	"encoding/json"
 	"errors"
@@ -135,13 +136,15 @@ func (r *Report) WriteJSON(w io.Writer) error {
 
 // WriteTable writes the report for people: one section per GPU.
 func (r *Report) WriteTable(w io.Writer) error {
-	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	// Each GPU's summary line stands on its own; only the container rows
+	// under it form a table, so long UUIDs and names do not widen it.
+	bw := bufio.NewWriter(w)
 	if len(r.GPUs) == 0 {
-		fmt.Fprintln(tw, "no GPUs and no vGPU containers")
+		fmt.Fprintln(bw, "no GPUs and no vGPU containers")
 	}
 	for i, g := range r.GPUs {
 		if i > 0 {
-			fmt.Fprintln(tw)
+			fmt.Fprintln(bw)
 		}
 		idx := "?"
 		if g.Index != nil {
@@ -155,10 +158,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 		for _, c := range g.Containers {
 			used += c.Slices
 		}
-		fmt.Fprintf(tw, "GPU %s\t%s\t%s\t%s\tcontainers: %d\tslices in use: %d\n", idx, g.UUID, cmp.Or(g.Name, "(not in the inventory)"), total, len(g.Containers), used)
+		fmt.Fprintf(bw, "GPU %s  %s  %s  %s  containers: %d  slices in use: %d\n", idx, g.UUID, cmp.Or(g.Name, "(not in the inventory)"), total, len(g.Containers), used)
 		if len(g.Containers) == 0 {
 			continue
 		}
+		tw := tabwriter.NewWriter(bw, 0, 8, 2, ' ', 0)
 		fmt.Fprintln(tw, "  CONTAINER\tPOD\tNAME\tSLICES\tMEMORY LIMIT\tMEMORY USED\tCORES")
 		for _, c := range g.Containers {
 			id := c.ID
@@ -179,11 +183,14 @@ func (r *Report) WriteTable(w io.Writer) error {
 			}
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%d%%\n", id, cmp.Or(c.Pod, "-"), cmp.Or(c.Name, "-"), sl, limit, usedMem, c.Cores)
 		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
 	for _, warn := range r.Warnings {
-		fmt.Fprintf(tw, "warning: %s\n", warn)
+		fmt.Fprintf(bw, "warning: %s\n", warn)
 	}
-	return tw.Flush()
+	return bw.Flush()
 }
 
 // RegionUsage is the UsageFunc over the usage regions the shim writes

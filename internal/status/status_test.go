@@ -99,6 +99,26 @@ func TestCollect(t *testing.T) {
 		}
 	}
 
+	// The GPU summary line is not padded to the container table's columns,
+	// and the container rows line up under their header.
+	if want := "GPU 0  " + uuidA + "  NVIDIA A100-SXM4-40GB  40GiB  containers: 2"; !strings.Contains(table.String(), want) {
+		t.Errorf("table lacks the summary line %q:\n%s", want, table.String())
+	}
+	lines := strings.Split(table.String(), "\n")
+	for i, l := range lines {
+		if !strings.HasPrefix(l, "  CONTAINER") {
+			continue
+		}
+		col := strings.Index(l, "MEMORY LIMIT")
+		row := ""
+		if i+1 < len(lines) {
+			row = lines[i+1]
+		}
+		if len(row) <= col || row[col] == ' ' || row[col-1] != ' ' {
+			t.Errorf("a row's memory limit does not start under its header:\n%s", table.String())
+		}
+	}
+
 	var js bytes.Buffer
 	if err := r.WriteJSON(&js); err != nil {
 		t.Fatal(err)
