@@ -56,8 +56,12 @@ static ssize_t read_small(const char *path, char *buf, size_t cap, int *err)
 	return (ssize_t)n;
 }
 
+static pthread_mutex_t nvml_mu = PTHREAD_MUTEX_INITIALIZER;
+
 static void atfork_child(void)
 {
+	/* Single-threaded here: a parent thread may have held the NVML cache lock. */
+	pthread_mutex_init(&nvml_mu, NULL);
 	vgpu_region_after_fork();
 	vgpu_hostpid_after_fork();
 	vgpu_mem_after_fork();
@@ -157,7 +161,6 @@ static struct {
 	int idx;
 } nvml_cache[NVML_CACHE];
 static int nvml_cached;
-static pthread_mutex_t nvml_mu = PTHREAD_MUTEX_INITIALIZER;
 
 int vgpu_nvml_index(nvmlDevice_t dev)
 {

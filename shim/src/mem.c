@@ -235,43 +235,101 @@ VGPU_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t bytes, 
 	return settle(rc, go, TRACK_HANDLE, h ? *h : 0, bytes, idx);
 }
 
-static CUresult do_release(void *a)
-{
-	return NEXT(cuMemRelease)(*(CUmemGenericAllocationHandle *)a);
-}
-
+/*
+ * A VMM allocation is freed when its handle has neither references nor
+ * mappings left: cuMemRelease right after cuMemMap is the documented idiom,
+ * and the memory stays in use until the unmap. Counting it free at the
+ * release would let a create/map/release loop take the whole GPU.
+ */
 VGPU_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h)
 {
-	return release(TRACK_HANDLE, h, do_release, &h);
+	struct vgpu_tracked t;
+	/* Adjust first: once the driver has freed the handle, a new allocation
+	 * may get the same value and be tracked under it. */
+	int r = vgpu_track_handle_adjust(h, -1, 0, &t);
+	CUresult rc = NEXT(cuMemRelease)(h);
+	if (r == 1) {
+		if (rc == CUDA_SUCCESS)
+			vgpu_unreserve(t.idx, t.bytes);
+		else
+			vgpu_track_add(TRACK_HANDLE, h, t.bytes, t.idx, t.ctx);
+	} else if (r == 0 && rc != CUDA_SUCCESS) {
+		vgpu_track_handle_adjust(h, 1, 0, NULL);
+	}
+	return rc;
+}
+
+VGPU_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, void *addr)
+{
+	CUresult rc = NEXT(cuMemRetainAllocationHandle)(h, addr);
+	if (rc == CUDA_SUCCESS && h)
+		vgpu_track_handle_adjust(*h, 1, 0, NULL);
+	return rc;
+}
+
+VGPU_EXPORT CUresult cuMemMap(CUdeviceptr va, size_t size, size_t offset, CUmemGenericAllocationHandle h,
+			      unsigned long long flags)
+{
+	CUresult rc = NEXT(cuMemMap)(va, size, offset, h, flags);
+	if (rc == CUDA_SUCCESS && vgpu_track_handle_adjust(h, 0, 1, NULL) == 0 && vgpu_track_map_add(va, h) != 0)
+		vgpu_track_handle_adjust(h, 0, -1, NULL); /* cannot remember the mapping: count as unmapped */
+	return rc;
+}
+
+VGPU_EXPORT CUresult cuMemUnmap(CUdeviceptr va, size_t size)
+{
+	CUresult rc = NEXT(cuMemUnmap)(va, size);
+	if (rc == CUDA_SUCCESS) {
+		uint64_t freed[VGPU_MAX_DEVICES] = {0};
+		vgpu_track_unmap(va, size, freed);
+		for (int d = 0; d < VGPU_MAX_DEVICES; d++)
+			vgpu_unreserve(d, freed[d]);
+	}
+	return rc;
 }
 
 /* ---- arrays ------------------------------------------------------------------------ */
-
-/* Bytes per channel of a CUarray_format. A switch, not a table: formats run
- * up to 0xcb and a table indexed by them overflows. Unknown formats count 4. */
-static uint64_t format_bytes(int f)
-{
-	switch (f) {
-	case 0x01: case 0x08: /* (UN)SIGNED_INT8 */
-	case 0xc0: case 0xc3: case 0xc6: case 0xc9: /* UNORM/SNORM_INT8X{1,2,4} */
-		return 1;
-	case 0x02: case 0x09: case 0x10: /* (UN)SIGNED_INT16, HALF */
-		return 2;
-	case 0x03: case 0x0a: case 0x20: /* (UN)SIGNED_INT32, FLOAT */
-		return 4;
-	default:
-		return 4;
-	}
-}
 
 static uint64_t max1(uint64_t v)
 {
 	return v ? v : 1;
 }
 
+/*
+ * Bytes per element of a CUarray_format with ch channels. A switch, not a
+ * table: formats run up to 0xcb and a table indexed by them overflows.
+ * UNORM/SNORM_INT{8,16}X{1,2,4} (0xc0-0xcb) name their element size, so
+ * NumChannels can only make it larger, never smaller. Formats whose size we
+ * do not know (packed 0x50, BCn, planar video) count 4 bytes per channel:
+ * an overestimate, never an underestimate.
+ */
+static uint64_t element_bytes(int f, unsigned ch)
+{
+	uint64_t per, named = 0;
+	switch (f) {
+	case 0x01: case 0x08: /* (UN)SIGNED_INT8 */
+		per = 1;
+		break;
+	case 0x02: case 0x09: case 0x10: /* (UN)SIGNED_INT16, HALF */
+		per = 2;
+		break;
+	case 0x03: case 0x0a: case 0x20: /* (UN)SIGNED_INT32, FLOAT */
+		per = 4;
+		break;
+	case 0xc0 ... 0xcb: /* UNORM_INT8X1 0xc0 ... UNORM_INT16X4 0xc5, SNORM_INT8X1 0xc6 ... SNORM_INT16X4 0xcb */
+		per = (f - 0xc0) % 6 < 3 ? 1 : 2;
+		named = per << ((f - 0xc0) % 3);
+		break;
+	default:
+		per = 4;
+	}
+	uint64_t b = per * max1(ch);
+	return b > named ? b : named;
+}
+
 static uint64_t array_bytes(size_t w, size_t h, size_t d, int fmt, unsigned ch)
 {
-	return max1(w) * max1(h) * max1(d) * format_bytes(fmt) * max1(ch);
+	return max1(w) * max1(h) * max1(d) * element_bytes(fmt, ch);
 }
 
 static uint64_t mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *a, unsigned levels)

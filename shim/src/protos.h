@@ -22,6 +22,10 @@ API CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s);
 API CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t bytes, const CUmemAllocationProp *prop,
 			 unsigned long long flags);
 API CUresult cuMemRelease(CUmemGenericAllocationHandle h);
+API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, void *addr);
+API CUresult cuMemMap(CUdeviceptr va, size_t size, size_t offset, CUmemGenericAllocationHandle h,
+		      unsigned long long flags);
+API CUresult cuMemUnmap(CUdeviceptr va, size_t size);
 API CUresult cuArrayCreate_v2(CUarray *arr, const CUDA_ARRAY_DESCRIPTOR *a);
 API CUresult cuArray3DCreate_v2(CUarray *arr, const CUDA_ARRAY3D_DESCRIPTOR *a);
 API CUresult cuArrayDestroy(CUarray arr);

@@ -21,6 +21,9 @@ struct entry {
 	CUcontext ctx;
 	int kind;
 	int idx;
+	int refs;        /* TRACK_HANDLE: references (cuMemCreate + retains) */
+	int maps;        /* TRACK_HANDLE: live mappings */
+	uint64_t handle; /* TRACK_MAP: the handle mapped at key */
 };
 
 static struct entry *buckets[NBUCKETS];
@@ -43,6 +46,9 @@ int vgpu_track_add(int kind, uint64_t key, uint64_t bytes, int idx, CUcontext ct
 	e->bytes = bytes;
 	e->idx = idx;
 	e->ctx = ctx;
+	e->refs = 1;
+	e->maps = 0;
+	e->handle = 0;
 	unsigned h = hash(kind, key);
 	pthread_mutex_lock(&mu);
 	e->next = buckets[h];
@@ -69,6 +75,92 @@ int vgpu_track_take(int kind, uint64_t key, struct vgpu_tracked *out)
 	}
 	pthread_mutex_unlock(&mu);
 	return -1;
+}
+
+/* The handle entry for h that can lose drefs/dmaps; caller holds mu. */
+static struct entry **find_handle_locked(uint64_t h, int drefs, int dmaps)
+{
+	for (struct entry **pp = &buckets[hash(TRACK_HANDLE, h)]; *pp; pp = &(*pp)->next) {
+		struct entry *e = *pp;
+		/* A value reused by a newer handle has no mapping yet: an unmap
+		 * (dmaps < 0) must not be charged to it. */
+		if (e->kind == TRACK_HANDLE && e->key == h && (dmaps >= 0 || e->maps > 0) &&
+		    (drefs >= 0 || e->refs > 0))
+			return pp;
+	}
+	return NULL;
+}
+
+/* Applies the adjustment; returns the entry, unlinked, when nothing holds it any more. */
+static struct entry *adjust_locked(struct entry **pp, int drefs, int dmaps)
+{
+	struct entry *e = *pp;
+	e->refs += drefs;
+	e->maps += dmaps;
+	if (e->refs > 0 || e->maps > 0)
+		return NULL;
+	*pp = e->next;
+	return e;
+}
+
+int vgpu_track_handle_adjust(uint64_t h, int drefs, int dmaps, struct vgpu_tracked *out)
+{
+	pthread_mutex_lock(&mu);
+	struct entry **pp = find_handle_locked(h, drefs, dmaps);
+	struct entry *gone = pp ? adjust_locked(pp, drefs, dmaps) : NULL;
+	pthread_mutex_unlock(&mu);
+	if (!pp)
+		return -1;
+	if (!gone)
+		return 0;
+	if (out) {
+		out->bytes = gone->bytes;
+		out->idx = gone->idx;
+		out->ctx = gone->ctx;
+	}
+	free(gone);
+	return 1;
+}
+
+int vgpu_track_map_add(uint64_t va, uint64_t h)
+{
+	struct entry *e = calloc(1, sizeof(*e));
+	if (!e)
+		return -1;
+	/* No context: a mapping outlives the context it was made in, and
+	 * dropping it with one would keep its handle counted forever. */
+	e->kind = TRACK_MAP;
+	e->key = va;
+	e->handle = h;
+	unsigned b = hash(TRACK_MAP, va);
+	pthread_mutex_lock(&mu);
+	e->next = buckets[b];
+	buckets[b] = e;
+	pthread_mutex_unlock(&mu);
+	return 0;
+}
+
+void vgpu_track_unmap(uint64_t va, uint64_t len, uint64_t freed[VGPU_MAX_DEVICES])
+{
+	uint64_t end = va + len < va ? UINT64_MAX : va + len;
+	pthread_mutex_lock(&mu);
+	for (int b = 0; b < NBUCKETS; b++)
+		for (struct entry **pp = &buckets[b]; *pp;) {
+			struct entry *e = *pp;
+			if (e->kind != TRACK_MAP || e->key < va || e->key >= end) {
+				pp = &e->next;
+				continue;
+			}
+			*pp = e->next;
+			struct entry **hp = find_handle_locked(e->handle, 0, -1);
+			struct entry *gone = hp ? adjust_locked(hp, 0, -1) : NULL;
+			if (gone) {
+				freed[gone->idx] += gone->bytes;
+				free(gone);
+			}
+			free(e);
+		}
+	pthread_mutex_unlock(&mu);
 }
 
 void vgpu_track_drop_ctx(CUcontext ctx)

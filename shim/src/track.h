@@ -6,7 +6,7 @@
 
 #include "shim.h"
 
-enum { TRACK_PTR = 0, TRACK_HANDLE = 1, TRACK_ARRAY = 2, TRACK_MIPMAP = 3, TRACK_CTX = 4 };
+enum { TRACK_PTR = 0, TRACK_HANDLE = 1, TRACK_ARRAY = 2, TRACK_MIPMAP = 3, TRACK_CTX = 4, TRACK_MAP = 5 };
 
 struct vgpu_tracked {
 	uint64_t bytes;
@@ -17,6 +17,19 @@ struct vgpu_tracked {
 int vgpu_track_add(int kind, uint64_t key, uint64_t bytes, int idx, CUcontext ctx);
 /* Removes the entry; 0 when found. */
 int vgpu_track_take(int kind, uint64_t key, struct vgpu_tracked *out);
+/*
+ * VMM memory lives while its handle has references (cuMemCreate, each
+ * cuMemRetainAllocationHandle) or mappings. Adjusts those counts of tracked
+ * handle h: returns 1 when both reached 0 (entry removed, *out filled: give
+ * the bytes back), 0 while it lives on, -1 when h is not tracked (or has no
+ * reference or mapping to take away).
+ */
+int vgpu_track_handle_adjust(uint64_t h, int drefs, int dmaps, struct vgpu_tracked *out);
+/* Records that handle h is mapped at va. */
+int vgpu_track_map_add(uint64_t va, uint64_t h);
+/* Forgets the mappings in [va, va+len) and adds to freed[] the bytes of
+ * handles that thereby lost their last reference. */
+void vgpu_track_unmap(uint64_t va, uint64_t len, uint64_t freed[VGPU_MAX_DEVICES]);
 /* Forgets and gives back everything allocated in ctx (context destroyed). */
 void vgpu_track_drop_ctx(CUcontext ctx);
 

@@ -47,6 +47,10 @@ CUresult cuMemFreeAsync(CUdeviceptr, CUstream);
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr, CUstream);
 CUresult cuMemCreate(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
 CUresult cuMemRelease(CUmemGenericAllocationHandle);
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *, void *);
+CUresult cuMemAddressReserve(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+CUresult cuMemMap(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+CUresult cuMemUnmap(CUdeviceptr, size_t);
 CUresult cuArrayCreate_v2(CUarray *, const CUDA_ARRAY_DESCRIPTOR *);
 CUresult cuArray3DCreate_v2(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *);
 CUresult cuArrayDestroy(CUarray);
@@ -86,6 +90,10 @@ static struct {
 	CUresult (*MemFreeAsync)(CUdeviceptr, CUstream);
 	CUresult (*MemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
 	CUresult (*MemRelease)(CUmemGenericAllocationHandle);
+	CUresult (*MemRetainAllocationHandle)(CUmemGenericAllocationHandle *, void *);
+	CUresult (*MemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+	CUresult (*MemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+	CUresult (*MemUnmap)(CUdeviceptr, size_t);
 	CUresult (*ArrayCreate)(CUarray *, const CUDA_ARRAY_DESCRIPTOR *);
 	CUresult (*Array3DCreate)(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *);
 	CUresult (*ArrayDestroy)(CUarray);
@@ -156,6 +164,10 @@ static void load(void)
 		api.MemFreeAsync = ptsz ? cuMemFreeAsync_ptsz : cuMemFreeAsync;
 		api.MemCreate = cuMemCreate;
 		api.MemRelease = cuMemRelease;
+		api.MemRetainAllocationHandle = cuMemRetainAllocationHandle;
+		api.MemAddressReserve = cuMemAddressReserve;
+		api.MemMap = cuMemMap;
+		api.MemUnmap = cuMemUnmap;
 		api.ArrayCreate = cuArrayCreate_v2;
 		api.Array3DCreate = cuArray3DCreate_v2;
 		api.ArrayDestroy = cuArrayDestroy;
@@ -198,6 +210,10 @@ static void load(void)
 	P(MemFreeAsync, cuMemFreeAsync, 11020, 1);
 	P(MemCreate, cuMemCreate, 10020, 0);
 	P(MemRelease, cuMemRelease, 10020, 0);
+	P(MemRetainAllocationHandle, cuMemRetainAllocationHandle, 11000, 0);
+	P(MemAddressReserve, cuMemAddressReserve, 10020, 0);
+	P(MemMap, cuMemMap, 10020, 0);
+	P(MemUnmap, cuMemUnmap, 10020, 0);
 	P(ArrayCreate, cuArrayCreate, 3020, 0);
 	P(Array3DCreate, cuArray3DCreate, 3020, 0);
 	P(ArrayDestroy, cuArrayDestroy, 2000, 0);
@@ -278,6 +294,8 @@ static CUresult free_last(void)
 	}
 }
 
+static CUdeviceptr mapped; /* address of the last map op */
+
 static CUcontext created[64];
 static int ncreated;
 
@@ -356,6 +374,56 @@ int main(int argc, char **argv)
 	return 0;
 }
 
+/* nvmlfork: threads that keep reading NVML memory info while the main thread forks. */
+static nvmlReturn_t (*nf_meminfo)(nvmlDevice_t, nvmlMemory_t *);
+static nvmlDevice_t nf_dev;
+static int nf_stop;
+
+static void *nf_spin(void *arg)
+{
+	(void)arg;
+	nvmlMemory_t m;
+	while (!__atomic_load_n(&nf_stop, __ATOMIC_RELAXED))
+		nf_meminfo(nf_dev, &m);
+	return NULL;
+}
+
+static void nvml_fork_race(int forks)
+{
+	void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+	nvmlReturn_t (*init)(void) = h ? (nvmlReturn_t(*)(void))dlsym(h, "nvmlInit_v2") : NULL;
+	nvmlReturn_t (*get)(unsigned, nvmlDevice_t *) =
+		h ? (nvmlReturn_t(*)(unsigned, nvmlDevice_t *))dlsym(h, "nvmlDeviceGetHandleByIndex_v2") : NULL;
+	nf_meminfo = h ? (nvmlReturn_t(*)(nvmlDevice_t, nvmlMemory_t *))dlsym(h, "nvmlDeviceGetMemoryInfo") : NULL;
+	if (!init || !get || !nf_meminfo || init() != NVML_SUCCESS || get(0, &nf_dev) != NVML_SUCCESS)
+		die("nvml setup failed%s%s", "", "");
+	pthread_t th[3];
+	for (int i = 0; i < 3; i++)
+		pthread_create(&th[i], NULL, nf_spin, NULL);
+	for (int i = 0; i < forks; i++) {
+		pid_t c = fork();
+		if (c == 0) {
+			nvmlMemory_t m;
+			_exit(nf_meminfo(nf_dev, &m) == NVML_SUCCESS ? 0 : 1);
+		}
+		int st = 0, waited = 0;
+		while (waitpid(c, &st, WNOHANG) == 0) {
+			if (++waited > 5000) { /* 5 s */
+				kill(c, SIGKILL);
+				waitpid(c, &st, 0);
+				die("fork child hung in nvmlDeviceGetMemoryInfo (a lock held at fork)%s%s", "", "");
+			}
+			usleep(1000);
+		}
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+			die("fork child's nvmlDeviceGetMemoryInfo failed%s%s", "", "");
+	}
+	__atomic_store_n(&nf_stop, 1, __ATOMIC_RELAXED);
+	for (int i = 0; i < 3; i++)
+		pthread_join(th[i], NULL);
+	printf("nvmlfork %d ok\n", forks);
+}
+
 static void run(int argc, char **argv)
 {
 	for (int i = 0; i < argc; i++) {
@@ -420,6 +488,29 @@ static void run(int argc, char **argv)
 			check_rc("cuArrayCreate", rc, a[3]);
 			if (rc == CUDA_SUCCESS)
 				hold(A_ARRAY, (uintptr_t)arr);
+		} else if (!strcmp(op, "map")) {
+			/* map:SIZE — maps the last held VMM handle at a new address (unmap:SIZE undoes it). */
+			if (!nheld || held[nheld - 1].kind != A_HANDLE)
+				die("map: no handle held%s%s", "", "");
+			check_rc("cuMemAddressReserve", api.MemAddressReserve(&mapped, size_arg(a[1]), 0, 0, 0), NULL);
+			check_rc("cuMemMap", api.MemMap(mapped, size_arg(a[1]), 0, held[nheld - 1].key, 0), NULL);
+		} else if (!strcmp(op, "unmap")) {
+			check_rc("cuMemUnmap", api.MemUnmap(mapped, size_arg(a[1])), NULL);
+		} else if (!strcmp(op, "retain")) {
+			/* retain — a new reference to the handle mapped last, held like any other. */
+			CUmemGenericAllocationHandle h;
+			check_rc("cuMemRetainAllocationHandle",
+				 api.MemRetainAllocationHandle(&h, (void *)(uintptr_t)mapped), NULL);
+			hold(A_HANDLE, h);
+		} else if (!strcmp(op, "arrayfmt")) {
+			/* arrayfmt:FORMAT:CHANNELS:W:H[:RC] — a 2D array of any CUarray_format. */
+			CUDA_ARRAY_DESCRIPTOR d = {size_arg(a[3]), size_arg(a[4]), (int)strtol(a[1], NULL, 0),
+						   (unsigned)atoi(a[2])};
+			CUarray arr;
+			rc = api.ArrayCreate(&arr, &d);
+			check_rc("cuArrayCreate", rc, a[5]);
+			if (rc == CUDA_SUCCESS)
+				hold(A_ARRAY, (uintptr_t)arr);
 		} else if (!strcmp(op, "array3d")) {
 			CUDA_ARRAY3D_DESCRIPTOR d = {size_arg(a[1]), size_arg(a[2]), size_arg(a[3]), 0x20, 1, 0};
 			CUarray arr;
@@ -454,6 +545,8 @@ static void run(int argc, char **argv)
 			printf("info free=%zu total=%zu\n", f, t);
 			check_val("cuMemGetInfo free", f, a[1]);
 			check_val("cuMemGetInfo total", t, a[2]);
+		} else if (!strcmp(op, "nvmlfork")) {
+			nvml_fork_race(atoi(a[1]));
 		} else if (!strcmp(op, "infonull")) {
 			size_t f = 0, t = 0;
 			check_rc("cuMemGetInfo(NULL, &total)", api.MemGetInfo(NULL, &t), NULL);

@@ -292,6 +292,38 @@ test_every_counted_api() {
 	done
 }
 
+test_vmm_release_while_mapped() {
+	local m
+	for m in "-m direct" "-m rt12" "-m rt11"; do
+		setup $((64 * MiB))
+		# Released while mapped: the memory lives until the unmap.
+		# shellcheck disable=SC2086
+		run $m init create:0:64MiB map:64MiB free alloc:1:2 unmap:64MiB alloc:64MiB
+		# A retained reference keeps it after the mapping is gone, until released too.
+		# shellcheck disable=SC2086
+		run $m init create:0:64MiB map:64MiB retain free alloc:1:2 unmap:64MiB alloc:1:2 free alloc:64MiB
+		# Unmapped before the release: freed at the release, as before.
+		# shellcheck disable=SC2086
+		run $m init create:0:64MiB map:64MiB unmap:64MiB alloc:1:2 free alloc:64MiB
+		expect "$m used" "$(used)" 0
+	done
+}
+
+test_array_formats() {
+	setup $((64 * MiB))
+	# UNORM_INT16X1 (0xc3) is 2 bytes an element: 4096x4096 = 32 MiB, not 16.
+	run init arrayfmt:0xc3:1:4096:4096 alloc:32MiB alloc:1:2
+	# SNORM_INT16X1 (0xc9) likewise.
+	run init arrayfmt:0xc9:1:4096:4096 alloc:32MiB alloc:1:2
+	# UNORM_INT8X4 (0xc2) with 4 channels is 4 bytes an element (16 MiB), not 16 bytes;
+	# with NumChannels 1 still 4 bytes (the format names its size).
+	run init arrayfmt:0xc2:4:4096:1024 alloc:48MiB alloc:1:2
+	run init arrayfmt:0xc2:1:4096:1024 alloc:48MiB alloc:1:2
+	# Formats past any small table (packed, BC, planar) are counted, never overflow.
+	run init arrayfmt:0x50:1:1024:1024 arrayfmt:0x91:1:1024:1024 arrayfmt:0xb0:1:1024:1024 freeall
+	expect "used after free" "$(used)" 0
+}
+
 test_driver_failure_gives_back() {
 	setup $((64 * MiB))
 	FAKECUDA_FAIL=cuMemAlloc_v2:1 run init alloc:64MiB:2 alloc:64MiB
@@ -489,6 +521,13 @@ test_fork() {
 
 # ---- host pids (NVML's numbering) ---------------------------------------------------------------------
 
+test_fork_nvml_threads() {
+	setup $GiB
+	# Threads read NVML memory info while the main thread forks; every child's
+	# own read must return (no in-process lock left held by a parent thread).
+	run nvmlfork:300
+}
+
 test_hostpid_discovery() {
 	local off
 	for off in 0 $PIDNS; do
@@ -668,6 +707,8 @@ t absent_limits_pass_through test_absent_limits_pass_through
 t override_rule test_override_ignored_when_fixed_path_exists
 t boundary test_boundary
 t every_counted_api test_every_counted_api
+t array_formats test_array_formats
+t vmm_release_while_mapped test_vmm_release_while_mapped
 t driver_failure_gives_back test_driver_failure_gives_back
 t context_footprint test_context_footprint
 t context_footprint_pidns test_context_footprint $PIDNS
@@ -679,6 +720,7 @@ t 16_racers test_16_racers
 t sigkill_mid_allocation test_sigkill_mid_allocation
 t pid_reuse test_pid_reuse
 t fork test_fork
+t fork_nvml_threads test_fork_nvml_threads
 t hostpid_discovery test_hostpid_discovery
 t hostpid_same_namespace_concurrent test_hostpid_same_namespace_concurrent
 t hostpid_other_container_concurrent test_hostpid_other_container_concurrent

@@ -514,9 +514,41 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t n, const CUm
 	return rc;
 }
 
+/* Mappings (va -> handle) and the references cuMemRetainAllocationHandle adds. */
+#define FK_MAPS 256
+static struct {
+	CUdeviceptr va;
+	CUmemGenericAllocationHandle h;
+	int retained;
+} fmaps[FK_MAPS];
+static pthread_mutex_t fmu = PTHREAD_MUTEX_INITIALIZER;
+
 EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h)
 {
+	pthread_mutex_lock(&fmu);
+	for (int i = 0; i < FK_MAPS; i++)
+		if (fmaps[i].va && fmaps[i].h == h && fmaps[i].retained > 0) {
+			fmaps[i].retained--;
+			pthread_mutex_unlock(&fmu);
+			return CUDA_SUCCESS;
+		}
+	pthread_mutex_unlock(&fmu);
 	return free_common(K_HANDLE, h);
+}
+
+EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, void *addr)
+{
+	CUresult rc = CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&fmu);
+	for (int i = 0; i < FK_MAPS; i++)
+		if (h && fmaps[i].va && fmaps[i].va == (CUdeviceptr)(uintptr_t)addr) {
+			fmaps[i].retained++;
+			*h = fmaps[i].h;
+			rc = CUDA_SUCCESS;
+			break;
+		}
+	pthread_mutex_unlock(&fmu);
+	return rc;
 }
 
 EXPORT CUresult cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr,
@@ -539,13 +571,27 @@ EXPORT CUresult cuMemAddressFree(CUdeviceptr p, size_t size)
 EXPORT CUresult cuMemMap(CUdeviceptr p, size_t size, size_t off, CUmemGenericAllocationHandle h,
 			 unsigned long long flags)
 {
-	(void)p, (void)size, (void)off, (void)h, (void)flags;
+	(void)size, (void)off, (void)flags;
+	pthread_mutex_lock(&fmu);
+	for (int i = 0; i < FK_MAPS; i++)
+		if (!fmaps[i].va) {
+			fmaps[i].va = p;
+			fmaps[i].h = h;
+			fmaps[i].retained = 0;
+			break;
+		}
+	pthread_mutex_unlock(&fmu);
 	return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t size)
 {
-	(void)p, (void)size;
+	(void)size;
+	pthread_mutex_lock(&fmu);
+	for (int i = 0; i < FK_MAPS; i++)
+		if (fmaps[i].va == p)
+			fmaps[i].va = 0;
+	pthread_mutex_unlock(&fmu);
 	return CUDA_SUCCESS;
 }
 
@@ -842,6 +888,7 @@ static const struct entry table[] = {
 	E(cuMemAddressFree, 10020, cuMemAddressFree),
 	E(cuMemMap, 10020, cuMemMap),
 	E(cuMemUnmap, 10020, cuMemUnmap),
+	E(cuMemRetainAllocationHandle, 11000, cuMemRetainAllocationHandle),
 	E(cuMemSetAccess, 10020, cuMemSetAccess),
 	E(cuMemGetAllocationGranularity, 10020, cuMemGetAllocationGranularity),
 	E(cuArrayCreate, 2000, cuArrayCreate),
