@@ -43,6 +43,13 @@ check)
 	"$HELM" lint --strict "$CHART" --namespace kube-system \
 		--set devicePlugin.runtimeClassName=nvidia --set image.tag=test \
 		--set-json 'nodeSelector={}' --set-json 'tolerations=[]'
+	# Both daemons read the GPUs through NVML: the one runtime class that
+	# provides it applies to both pods.
+	n=$("$HELM" "${RENDER_ARGS[@]}" --set devicePlugin.runtimeClassName=nvidia | grep -c '^ *runtimeClassName: nvidia$' || true)
+	if [ "$n" != 2 ]; then
+		echo "helm: devicePlugin.runtimeClassName=nvidia sets the runtime class of $n pod templates, want 2 (device plugin and NRI plugin)" >&2
+		exit 1
+	fi
 	if ! diff -u "$MANIFESTS" <(render); then
 		echo "helm: $MANIFESTS is out of date with the chart: run hack/helm.sh render" >&2
 		exit 1

@@ -5,6 +5,8 @@
 #
 #   - backend = "simulated" becomes backend = "nvml" (a GPU node's real GPUs);
 #   - the [[gpu.simulated]] entries, and the comment that introduces them, go;
+#   - the example's [[device_plugin.model]] overrides are commented out: a
+#     node's defaults split every model into split_count slices;
 #   - header paragraphs about the simulated example go, and a paragraph
 #     saying what this file is takes their place.
 #
@@ -18,6 +20,7 @@ function is_blank(s)   { return s ~ /^[ \t]*$/ }
 function is_comment(s) { return s ~ /^[ \t]*#/ }
 function is_header(s)  { return s ~ /^[ \t]*\[/ }
 function is_sim(s)     { return s ~ /^[ \t]*\[\[[ \t]*gpu\.simulated[ \t]*\]\]/ }
+function is_model(s)   { return s ~ /^[ \t]*\[\[[ \t]*device_plugin\.model[ \t]*\]\]/ }
 function mentions_sim(p,  l) { l = tolower(p); return l ~ /simulated/ || l ~ /gpu node/ }
 # Header paragraphs (comment lines before the first table, separated by
 # "#" lines) are kept unless they are about the simulated example.
@@ -33,17 +36,19 @@ function flush_para() {
 		print "# local edits. The documented example is in /usr/share/doc/nri-vgpu."
 	}
 }
-BEGIN { header = 1; insim = 0; pending = ""; para = ""; nparas = 0 }
+BEGIN { header = 1; insim = 0; inmodel = 0; pending = ""; para = ""; nparas = 0 }
 header {
 	if (is_header($0)) { flush_para(); print ""; header = 0 }
 	else if (is_blank($0) || $0 ~ /^[ \t]*#[ \t]*$/) { flush_para(); next }
 	else { para = para $0 "\n"; next }
 }
 is_blank($0) || is_comment($0) { pending = pending $0 "\n"; next }
-is_sim($0) { insim = 1; pending = ""; next }
+is_sim($0) { insim = 1; inmodel = 0; pending = ""; next }
 insim && !is_header($0) { pending = ""; next }
+is_model($0) { inmodel = 1; insim = 0; printf "%s", pending; pending = ""; print "# " $0; next }
+inmodel && !is_header($0) { printf "%s", pending; pending = ""; print "# " $0; next }
 {
-	if (is_header($0)) { insim = 0; section = $0; gsub(/[ \t\[\]]/, "", section) }
+	if (is_header($0)) { insim = 0; inmodel = 0; section = $0; gsub(/[ \t\[\]]/, "", section) }
 	if (section == "gpu" && $0 ~ /^[ \t]*backend[ \t]*=/) {
 		sub(/=[ \t]*"simulated"/, "= \"nvml\"")
 	}

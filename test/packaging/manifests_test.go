@@ -1,15 +1,18 @@
 // Package packaging tests what the project ships: the Kubernetes manifests
-// rendered from the Helm chart (here) and the node configuration of the
-// deb/rpm packages (nodeconfig_test.go). The packages themselves are
-// installed and checked by packages.sh in this directory.
+// rendered from the Helm chart (here), the node configuration of the
+// deb/rpm packages (nodeconfig_test.go) and their systemd units
+// (units_test.go). The packages themselves are installed and checked by
+// packages.sh in this directory.
 package packaging
 
 import (
 	"bytes"
 	"os"
 	"path"
+	"reflect"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -169,6 +172,12 @@ func TestManifestsMatchTheConfig(t *testing.T) {
 			t.Errorf("nri-plugin must mount host %s at %s, has %+v", p, p, vm)
 		}
 	}
+	// It writes the limits files and may create the allocation key.
+	for _, p := range []string{cfg.Paths.RunDir, cfg.Paths.StateDir} {
+		if vm := mounts[p]; vm.ReadOnly {
+			t.Errorf("nri-plugin must mount host %s read-write, has %+v", p, vm)
+		}
+	}
 	if vm, ok := mounts[path.Dir(cfg.NRI.SocketPath)]; !ok || vm.MountPath != path.Dir(cfg.NRI.SocketPath) || vm.ReadOnly {
 		t.Errorf("nri-plugin must mount the NRI socket directory %s read-write, has %+v", path.Dir(cfg.NRI.SocketPath), vm)
 	}
@@ -197,12 +206,46 @@ func TestManifestsMatchTheConfig(t *testing.T) {
 	if want := vm.MountPath + "/" + path.Base(cfg.Paths.ShimPath); !regexp.MustCompile(`mv -f \S+ ` + regexp.QuoteMeta(want) + `\b`).MatchString(script) {
 		t.Errorf("the init container does not move the shim to %s:\n%s", want, script)
 	}
+	// kubelet creates a missing hostPath directory 0755; the allocation
+	// key's directory must be root's alone.
+	if vm, ok := initMounts[cfg.Paths.StateDir]; !ok {
+		t.Errorf("the init container does not mount the state directory %s", cfg.Paths.StateDir)
+	} else if !regexp.MustCompile(`(?m)^chmod 0?700 ` + regexp.QuoteMeta(vm.MountPath) + `/?$`).MatchString(script) {
+		t.Errorf("the init container does not make the state directory (at %s) mode 0700:\n%s", vm.MountPath, script)
+	}
 
 	dp := m.daemonSets["device-plugin"].Spec.Template.Spec
-	dpMounts := hostMounts(dp, containerNamed(t, dp.Containers, "device-plugin"))
+	dpContainer := containerNamed(t, dp.Containers, "device-plugin")
+	dpMounts := hostMounts(dp, dpContainer)
 	for _, p := range []string{cfg.DevicePlugin.SocketDir, cfg.Paths.StateDir} {
 		if vm, ok := dpMounts[p]; !ok || vm.MountPath != p || vm.ReadOnly {
 			t.Errorf("device-plugin must mount host %s read-write at the same path, has %+v", p, vm)
+		}
+	}
+
+	// Both daemons open the GPU backend: with NVML, the NVIDIA container
+	// toolkit must give each the management library and the GPUs. The NRI
+	// plugin checks every allocation's GPUs against it and refuses them
+	// all without.
+	if cfg.GPU.Backend == config.BackendNVML {
+		for _, c := range []struct {
+			pod  corev1.PodSpec
+			ctr  corev1.Container
+			name string
+		}{{dp, dpContainer, "device-plugin"}, {nri, plugin, "nri-plugin"}} {
+			env := map[string]string{}
+			for _, e := range c.ctr.Env {
+				env[e.Name] = e.Value
+			}
+			if env["NVIDIA_VISIBLE_DEVICES"] != "all" {
+				t.Errorf("%s: NVIDIA_VISIBLE_DEVICES=%q, want all: NVML needs the GPUs", c.name, env["NVIDIA_VISIBLE_DEVICES"])
+			}
+			if caps := env["NVIDIA_DRIVER_CAPABILITIES"]; caps != "all" && !slices.Contains(strings.Split(caps, ","), "utility") {
+				t.Errorf("%s: NVIDIA_DRIVER_CAPABILITIES=%q lacks utility (NVML)", c.name, caps)
+			}
+		}
+		if !reflect.DeepEqual(dp.RuntimeClassName, nri.RuntimeClassName) {
+			t.Errorf("runtime classes differ: device-plugin %v, nri-plugin %v; both need NVML", dp.RuntimeClassName, nri.RuntimeClassName)
 		}
 	}
 }

@@ -36,8 +36,18 @@ func TestNodeConfig(t *testing.T) {
 	if regexp.MustCompile(`(?m)^\s*\[\[\s*gpu\.simulated`).Match(out) {
 		t.Errorf("the node config still has a [[gpu.simulated]] table:\n%s", out)
 	}
+	// The example's per-model split counts stay as commented-out
+	// documentation: a node splits every model into split_count slices,
+	// as the documented default says.
+	if len(node.DevicePlugin.Models) != 0 {
+		t.Errorf("the node config keeps per-model split counts: %+v", node.DevicePlugin.Models)
+	}
+	if len(example.DevicePlugin.Models) > 0 && !regexp.MustCompile(`(?m)^# \[\[device_plugin\.model\]\]$`).Match(out) {
+		t.Errorf("the node config lost the commented-out [[device_plugin.model]] example:\n%s", out)
+	}
 	// Everything else is the example's.
 	node.GPU, example.GPU = config.GPU{}, config.GPU{}
+	node.DevicePlugin.Models, example.DevicePlugin.Models = nil, nil
 	node.Source, example.Source = "", ""
 	if !reflect.DeepEqual(node, example) {
 		t.Errorf("the node config differs from the example beyond [gpu]:\nnode:    %+v\nexample: %+v", node, example)
@@ -56,6 +66,14 @@ func TestNodeConfigTransform(t *testing.T) {
 # This example describes two simulated GPUs.
 #
 # Other text.
+
+[device_plugin]
+split_count = 10
+
+# Per-model split counts.
+[[device_plugin.model]]
+name = "NVIDIA H100 80GB HBM3"
+split_count = 20
 
 [gpu]
 # what backend does
@@ -80,6 +98,14 @@ run_dir = "/run/nri-vgpu"
 # local edits. The documented example is in /usr/share/doc/nri-vgpu.
 #
 # Other text.
+
+[device_plugin]
+split_count = 10
+
+# Per-model split counts.
+# [[device_plugin.model]]
+# name = "NVIDIA H100 80GB HBM3"
+# split_count = 20
 
 [gpu]
 # what backend does

@@ -197,9 +197,12 @@ if command -v systemd-analyze >/dev/null; then
 		grep -v 'is not executable: No such file or directory' || true)
 	[ -z "$out" ] || fail "systemd-analyze verify: $out"
 fi
-# The tmpfiles entry makes the directories and the preload file at boot.
+# The tmpfiles entry makes the directories and the preload file at boot,
+# and closes a state directory opened by hand: it holds the allocation key.
 if command -v systemd-tmpfiles >/dev/null; then
+	chmod 0755 "$r/var/lib/nri-vgpu"
 	systemd-tmpfiles --root="$r" --create nri-vgpu.conf
+	[ "$(stat -c %a "$r/var/lib/nri-vgpu")" = 700 ] || fail "tmpfiles: /var/lib/nri-vgpu mode $(stat -c %a "$r/var/lib/nri-vgpu"), want 700"
 	[ "$(cat "$r/run/nri-vgpu/ld.so.preload")" = /usr/local/nri-vgpu/libvgpu-shim.so ] ||
 		fail "tmpfiles: /run/nri-vgpu/ld.so.preload holds '$(cat "$r/run/nri-vgpu/ld.so.preload")'"
 	[ "$(stat -c %a "$r/run/nri-vgpu")" = 755 ] || fail "tmpfiles: /run/nri-vgpu mode $(stat -c %a "$r/run/nri-vgpu")"
