@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 // KeyFileName is the allocation key's file name inside the state directory.
@@ -104,6 +105,10 @@ func LoadKey(stateDir string) (Key, error) {
 	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
 		return key, fmt.Errorf("allocation key %s: mode %04o lets group or others read it; it must be 0600", path, perm)
 	}
+	// A key planted by another user would let that user sign allocations.
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() && st.Uid != 0 {
+		return key, fmt.Errorf("allocation key %s: owned by uid %d, not by this process (uid %d) or root; remove it to have a new one made", path, st.Uid, os.Geteuid())
+	}
 	// Read one byte more than a key so that a longer file is detected even
 	// if it grows after the Stat.
 	data, err := io.ReadAll(io.LimitReader(f, KeySize+1))
@@ -121,6 +126,32 @@ func LoadKey(stateDir string) (Key, error) {
 	return key, nil
 }
 
+// ensureStateDir creates the state directory with mode 0700, or narrows an
+// existing one to 0700 (kubelet, for one, creates hostPath directories
+// 0755). Anyone who can write the directory could plant a key before the
+// first one is made, so a directory owned by another user is refused.
+func ensureStateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("allocation key: create state directory: %w", err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("allocation key: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("allocation key: state directory %s is not a directory", dir)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() && st.Uid != 0 {
+		return fmt.Errorf("allocation key: state directory %s is owned by uid %d, not by this process (uid %d) or root", dir, st.Uid, os.Geteuid())
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("allocation key: narrow state directory %s to 0700: %w", dir, err)
+		}
+	}
+	return nil
+}
+
 // LoadOrCreateKey loads the allocation key, first creating it with KeySize
 // random bytes if it does not exist yet. It is safe for concurrent use by any
 // number of goroutines and processes: all of them end up with the same key.
@@ -130,14 +161,14 @@ func LoadKey(stateDir string) (Key, error) {
 // so whoever links first wins and everyone else reads the winner's key; a
 // reader can never see a partly written key, and an existing key (or garbage
 // in its place) is never truncated or overwritten. The state directory is
-// created with mode 0700 when missing.
+// created with mode 0700 when missing, and narrowed to 0700 when wider.
 func LoadOrCreateKey(stateDir string) (Key, error) {
+	if err := ensureStateDir(stateDir); err != nil {
+		return Key{}, err
+	}
 	key, err := LoadKey(stateDir)
 	if err == nil || !errors.Is(err, fs.ErrNotExist) {
 		return key, err
-	}
-	if err := os.MkdirAll(stateDir, 0o700); err != nil {
-		return Key{}, fmt.Errorf("allocation key: create state directory: %w", err)
 	}
 	if _, err := rand.Read(key[:]); err != nil {
 		return Key{}, fmt.Errorf("allocation key: %w", err)

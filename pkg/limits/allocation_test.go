@@ -494,15 +494,8 @@ func TestLoadOrCreateKey(t *testing.T) {
 	}
 	assertOnlyKey(t, stateDir)
 
-	// An existing state directory keeps its mode.
-	other := t.TempDir()
-	if err := os.Chmod(other, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := LoadOrCreateKey(other); err != nil {
-		t.Fatal(err)
-	}
-	assertMode(t, other, fs.ModeDir|0o755)
+	// An existing, wider state directory is narrowed: see
+	// TestLoadOrCreateKeyNarrowsStateDir.
 }
 
 func assertMode(t *testing.T, path string, want fs.FileMode) {
@@ -684,5 +677,55 @@ func BenchmarkVerifyBadMAC(b *testing.B) {
 		if _, err := Verify(other, v); !errors.Is(err, ErrBadMAC) {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestLoadOrCreateKeyNarrowsStateDir: kubelet creates hostPath directories
+// 0755; the state directory is narrowed to 0700 on first use.
+func TestLoadOrCreateKeyNarrowsStateDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+	if _, err := LoadOrCreateKey(dir); err != nil {
+		t.Fatalf("LoadOrCreateKey: %v", err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o700 {
+		t.Errorf("state directory mode %04o, want 0700", fi.Mode().Perm())
+	}
+}
+
+// TestKeyOwnedByAnotherUser: a key file or state directory owned by another
+// (non-root) user could have been planted; both are refused.
+func TestKeyOwnedByAnotherUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("changing a file's owner needs root")
+	}
+	dir := filepath.Join(t.TempDir(), "state")
+	if _, err := LoadOrCreateKey(dir); err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(dir, KeyFileName)
+	if err := os.Chown(key, 4242, 4242); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadOrCreateKey(dir); err == nil || !strings.Contains(err.Error(), "owned by uid 4242") {
+		t.Errorf("key owned by uid 4242: err = %v, want a refusal naming the owner", err)
+	}
+	if err := os.Chown(dir, 4242, 4242); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadOrCreateKey(dir); err == nil || !strings.Contains(err.Error(), "state directory") {
+		t.Errorf("state directory owned by uid 4242: err = %v, want a refusal", err)
 	}
 }
