@@ -1059,3 +1059,52 @@ func TestSecondInstanceWaitsForTheFirst(t *testing.T) {
 		t.Errorf("registered endpoint %q", r.Request.Endpoint)
 	}
 }
+
+// TestCreationEventOfTheRegisteredKubelet: the once-a-second poll and the
+// directory event can both report one kubelet's start. The event must not
+// make the plugin register a second time: kubelet would replace the first
+// connection and cancel any call it has in flight on it.
+func TestCreationEventOfTheRegisteredKubelet(t *testing.T) {
+	events := make(chan dirEvent) // unbuffered: a send returns once the plugin took it
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newDirWatcher = func(string) (*dirWatcher, error) {
+		return &dirWatcher{f: null, events: events, done: make(chan struct{})}, nil
+	}
+	t.Cleanup(func() { newDirWatcher = watchDir })
+
+	cfg := testConfig(shortDir(t), simGPU(uuidA, "A", 8*gib, 0))
+	h := start(t, cfg)
+	h.nextList(h.reg)
+
+	// The event for the kubelet.sock already registered with, then a second
+	// event: once the plugin has taken the second, it has finished handling
+	// the first, registration included.
+	send := func(ev dirEvent) {
+		select {
+		case events <- ev:
+		case <-time.After(waitTimeout):
+			t.Fatal("the plugin does not read its directory events")
+		}
+	}
+	send(dirEvent{name: KubeletSocketName, created: true})
+	send(dirEvent{name: "unrelated", created: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if r, err := h.kubelet.WaitRegistration(ctx); err == nil {
+		r.Close()
+		t.Fatal("the plugin registered again for the kubelet it was registered with")
+	}
+
+	// A kubelet that really restarted is still registered with at once.
+	h.kubelet.Stop()
+	k2, err := kubelettest.Start(h.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(k2.Stop)
+	send(dirEvent{name: KubeletSocketName, created: true})
+	h.nextList(h.waitRegistration(k2))
+}

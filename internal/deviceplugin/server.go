@@ -276,10 +276,15 @@ func (p *Plugin) supervise(ctx context.Context) error {
 			if !ok {
 				p.log.Warn("socket_dir watch ended; polling it every second instead", "dir", p.dir)
 				dirEvents = nil
-			} else if ev.created && ev.name == KubeletSocketName {
-				// A new kubelet.sock may reuse the old inode; its creation
-				// alone means a new kubelet.
-				registered = false
+			} else if ev.created && ev.name == KubeletSocketName && registered {
+				// A creation event can describe the very socket the poll
+				// already registered with (both saw one kubelet start);
+				// registering twice would cut the first connection and
+				// any call kubelet has in flight on it. A new kubelet's
+				// socket differs in inode or change time.
+				if kid, err := statID(kubeletPath); err != nil || kid != kubeletID {
+					registered = false
+				}
 			}
 		case <-tick.C:
 		}
