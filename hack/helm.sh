@@ -50,6 +50,14 @@ check)
 		echo "helm: devicePlugin.runtimeClassName=nvidia sets the runtime class of $n pod templates, want 2 (device plugin and NRI plugin)" >&2
 		exit 1
 	fi
+	# nriPlugin.privileged makes the NRI plugin, and only it, privileged
+	# (the device plugin always is).
+	n=$("$HELM" "${RENDER_ARGS[@]}" | grep -c '^ *privileged: true$' || true)
+	m=$("$HELM" "${RENDER_ARGS[@]}" --set nriPlugin.privileged=true | grep -c '^ *privileged: true$' || true)
+	if [ "$m" != $((n + 1)) ]; then
+		echo "helm: nriPlugin.privileged=true gives $m privileged containers, want $((n + 1))" >&2
+		exit 1
+	fi
 	if ! diff -u "$MANIFESTS" <(render); then
 		echo "helm: $MANIFESTS is out of date with the chart: run hack/helm.sh render" >&2
 		exit 1
