@@ -59,6 +59,9 @@ typedef int CUdriverProcAddressQueryResult;
 /* ---- memory structures ------------------------------------------------ */
 
 #define CU_MEM_LOCATION_TYPE_DEVICE 1
+/* Host memory locations (not GPU memory): HOST, HOST_NUMA, HOST_NUMA_CURRENT. */
+#define CU_MEM_LOCATION_TYPE_HOST 2
+#define CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT 4
 #define CU_MEM_ALLOCATION_TYPE_PINNED 1
 
 typedef struct {
@@ -78,6 +81,45 @@ typedef struct {
 		unsigned char reserved[4];
 	} allocFlags;
 } CUmemAllocationProp;
+
+/*
+ * Memory pool properties (cuMemPoolCreate): 88 bytes in every CUDA release;
+ * 11.x had reserved[64] from offset 24, 12.x/13.x put maxSize and usage
+ * there. The shim reads only location.
+ */
+typedef struct {
+	int allocType;   /* CUmemAllocationType */
+	int handleTypes; /* CUmemAllocationHandleType bitmask */
+	CUmemLocation location;
+	void *win32SecurityAttributes;
+	size_t maxSize;
+	unsigned short usage;
+	unsigned char reserved[54];
+} CUmemPoolProps;
+
+/* Special stream handles (never dereferenced): they name a stream of the
+ * calling thread's current context, as NULL (the default stream) does. */
+#define CU_STREAM_LEGACY ((CUstream)0x1)
+#define CU_STREAM_PER_THREAD ((CUstream)0x2)
+
+/*
+ * Driver functions the shim calls or hooks to find the device of
+ * stream-ordered memory, with their ABI. From the ABI notes:
+ *   cuCtxPushCurrent_v2(CUcontext) @4000, cuCtxPopCurrent_v2(CUcontext *) @4000,
+ *   cuCtxGetDevice_v2(CUdevice *, CUcontext) (CUDA 13.0; optional).
+ * NOT in the ABI notes (signatures and versions as the CUDA driver API
+ * reference gives them, unverified here; each is resolved lazily and the
+ * shim falls back when one is absent):
+ *   cuStreamGetCtx(CUstream, CUcontext *) @9020,
+ *   cuMemPoolCreate(CUmemoryPool *, const CUmemPoolProps *) @11020,
+ *   cuMemPoolDestroy(CUmemoryPool) @11020,
+ *   cuDeviceGetDefaultMemPool(CUmemoryPool *, CUdevice) @11020,
+ *   cuDeviceGetMemPool(CUmemoryPool *, CUdevice) @11020.
+ */
+typedef CUresult (*PFN_cuStreamGetCtx)(CUstream, CUcontext *);
+typedef CUresult (*PFN_cuCtxGetDevice_v2)(CUdevice *, CUcontext);
+typedef CUresult (*PFN_cuCtxPushCurrent_v2)(CUcontext);
+typedef CUresult (*PFN_cuCtxPopCurrent_v2)(CUcontext *);
 
 typedef struct {
 	size_t Width;
@@ -122,6 +164,10 @@ _Static_assert(sizeof(CUmemLocation) == 8, "CUmemLocation");
 _Static_assert(sizeof(CUmemAllocationProp) == 32, "CUmemAllocationProp");
 _Static_assert(offsetof(CUmemAllocationProp, location) == 8, "prop.location");
 _Static_assert(offsetof(CUmemAllocationProp, allocFlags) == 24, "prop.allocFlags");
+_Static_assert(sizeof(CUmemPoolProps) == 88, "CUmemPoolProps");
+_Static_assert(offsetof(CUmemPoolProps, location) == 8, "pool.location");
+_Static_assert(offsetof(CUmemPoolProps, maxSize) == 24, "pool.maxSize");
+_Static_assert(offsetof(CUmemPoolProps, usage) == 32, "pool.usage");
 _Static_assert(sizeof(CUDA_ARRAY_DESCRIPTOR) == 24, "CUDA_ARRAY_DESCRIPTOR");
 _Static_assert(offsetof(CUDA_ARRAY_DESCRIPTOR, NumChannels) == 20, "ad.NumChannels");
 _Static_assert(sizeof(CUDA_ARRAY3D_DESCRIPTOR) == 40, "CUDA_ARRAY3D_DESCRIPTOR");

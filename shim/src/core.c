@@ -69,8 +69,35 @@ static void atfork_child(void)
 	vgpu_limiter_after_fork();
 }
 
+/* Set once in the process that first initialises and inherited by its fork
+ * children, so a re-run of init_once in a child registers nothing twice. */
+static int atfork_registered;
+
+/*
+ * Fork during initialisation: glibc's pthread_once stores the fork
+ * generation with its in-progress mark, so a child forked while another
+ * thread was in here does not wait for that thread (which it does not have)
+ * but runs init_once again itself. init_once is therefore written to be
+ * re-run over a half-done initialisation: the fork handler is registered
+ * first (a child forked at any later point gets its locks and slot reset),
+ * and every field it sets is reset before it is set again.
+ */
 static void init_once(void)
 {
+	if (!atfork_registered) {
+		/* Every mode: pass-through processes use the tracker's lock too. */
+		pthread_atfork(NULL, NULL, atfork_child);
+		atfork_registered = 1;
+	}
+	vgpu.mode = VGPU_PASSTHROUGH;
+	vgpu.throttled = 0;
+	if (vgpu.region_fd >= 0) {
+		/* A re-run in a fork child: the descriptor is the child's own
+		 * (reopened by atfork_child); a new one comes with the region. */
+		close(vgpu.region_fd);
+		vgpu.region_fd = -1;
+	}
+
 	const char *lpath = pick_path(VGPU_LIMITS_PATH, "NRI_VGPU_LIMITS");
 	const char *rdir = pick_path(VGPU_REGION_DIR, "NRI_VGPU_REGION_DIR");
 	char buf[VGPU_LIMITS_MAX_SIZE + 1], why[256];
@@ -91,7 +118,6 @@ static void init_once(void)
 				vgpu.throttled = 1;
 		if (vgpu_region_open(rdir, &vgpu.limits) != 0)
 			LOGW("usage region in %s unusable; quotas are enforced per process only", rdir);
-		pthread_atfork(NULL, NULL, atfork_child);
 		LOGD("limits from %s: %d GPU(s)", lpath, vgpu.limits.ngpu);
 		return;
 	}

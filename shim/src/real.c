@@ -177,6 +177,39 @@ CUresult vgpu_cu_ctx_set_current(CUcontext ctx)
 	PLAIN(LIB_CUDA, "cuCtxSetCurrent", CUresult(*)(CUcontext), CUDA_ERROR_NOT_FOUND, ctx);
 }
 
+CUresult vgpu_cu_stream_get_ctx(CUstream s, CUcontext *ctx)
+{
+	/* Not in every driver we may meet (9.2+): absent, the caller falls back. */
+	PLAIN(LIB_CUDA, "cuStreamGetCtx", PFN_cuStreamGetCtx, CUDA_ERROR_NOT_FOUND, s, ctx);
+}
+
+CUresult vgpu_cu_ctx_device(CUcontext ctx, CUdevice *dev)
+{
+	/* CUDA 13 asks a context directly; before that, make it current for
+	 * one cuCtxGetDevice (push and pop restore the caller's stack). */
+	static void *v2, *push, *pop;
+	static int no_v2; /* looked up and absent (before CUDA 13): do not ask dlsym again */
+	PFN_cuCtxGetDevice_v2 get = NULL;
+	if (!__atomic_load_n(&no_v2, __ATOMIC_RELAXED)) {
+		get = (PFN_cuCtxGetDevice_v2)plain(LIB_CUDA, "cuCtxGetDevice_v2", &v2);
+		if (!get && vgpu_lib_handle(LIB_CUDA))
+			__atomic_store_n(&no_v2, 1, __ATOMIC_RELAXED);
+	}
+	if (get)
+		return get(dev, ctx);
+	PFN_cuCtxPushCurrent_v2 fpush = (PFN_cuCtxPushCurrent_v2)plain(LIB_CUDA, "cuCtxPushCurrent_v2", &push);
+	PFN_cuCtxPopCurrent_v2 fpop = (PFN_cuCtxPopCurrent_v2)plain(LIB_CUDA, "cuCtxPopCurrent_v2", &pop);
+	if (!fpush || !fpop)
+		return CUDA_ERROR_NOT_FOUND;
+	CUresult rc = fpush(ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	rc = vgpu_cu_ctx_get_device(dev);
+	CUcontext popped;
+	fpop(&popped);
+	return rc;
+}
+
 CUresult vgpu_cu_device_attr(int *value, int attr, CUdevice dev)
 {
 	PLAIN(LIB_CUDA, "cuDeviceGetAttribute", CUresult(*)(int *, int, CUdevice), CUDA_ERROR_NOT_FOUND,

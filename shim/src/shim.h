@@ -63,6 +63,11 @@ CUresult vgpu_cu_device_uuid(CUdevice dev, CUuuid *uuid);
 CUresult vgpu_cu_device_attr(int *value, int attr, CUdevice dev);
 CUresult vgpu_cu_ctx_get_current(CUcontext *ctx);
 CUresult vgpu_cu_ctx_set_current(CUcontext ctx);
+/* The context a (non-special) stream belongs to; CUDA_ERROR_NOT_FOUND when
+ * the driver lacks cuStreamGetCtx. */
+CUresult vgpu_cu_stream_get_ctx(CUstream s, CUcontext *ctx);
+/* The device of any context, current or not. */
+CUresult vgpu_cu_ctx_device(CUcontext ctx, CUdevice *dev);
 nvmlReturn_t vgpu_nvml_device_uuid(nvmlDevice_t dev, char *buf, unsigned len);
 nvmlReturn_t vgpu_nvml_handle_by_uuid(const char *uuid, nvmlDevice_t *dev);
 nvmlReturn_t vgpu_nvml_process_utilization(nvmlDevice_t dev, nvmlProcessUtilizationSample_t *s,

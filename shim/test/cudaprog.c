@@ -43,6 +43,12 @@ CUresult cuMemAllocAsync_ptsz(CUdeviceptr *, size_t, CUstream);
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
 CUresult cuMemFree_v2(CUdeviceptr);
+CUresult cuCtxGetDevice(CUdevice *);
+CUresult cuStreamCreate(CUstream *, unsigned);
+CUresult cuMemPoolCreate(CUmemoryPool *, const CUmemPoolProps *);
+CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *, CUdevice);
+CUresult cuDeviceGetMemPool(CUmemoryPool *, CUdevice);
+CUresult cuDeviceSetMemPool(CUdevice, CUmemoryPool);
 CUresult cuMemFreeAsync(CUdeviceptr, CUstream);
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr, CUstream);
 CUresult cuMemCreate(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
@@ -87,6 +93,12 @@ static struct {
 	CUresult (*MemAllocAsync)(CUdeviceptr *, size_t, CUstream);
 	CUresult (*MemAllocFromPoolAsync)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
 	CUresult (*MemFree)(CUdeviceptr);
+	CUresult (*CtxGetDevice)(CUdevice *);
+	CUresult (*StreamCreate)(CUstream *, unsigned);
+	CUresult (*MemPoolCreate)(CUmemoryPool *, const CUmemPoolProps *);
+	CUresult (*DeviceGetDefaultMemPool)(CUmemoryPool *, CUdevice);
+	CUresult (*DeviceGetMemPool)(CUmemoryPool *, CUdevice);
+	CUresult (*DeviceSetMemPool)(CUdevice, CUmemoryPool);
 	CUresult (*MemFreeAsync)(CUdeviceptr, CUstream);
 	CUresult (*MemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
 	CUresult (*MemRelease)(CUmemGenericAllocationHandle);
@@ -161,6 +173,12 @@ static void load(void)
 		api.MemAllocAsync = ptsz ? cuMemAllocAsync_ptsz : cuMemAllocAsync;
 		api.MemAllocFromPoolAsync = ptsz ? cuMemAllocFromPoolAsync_ptsz : cuMemAllocFromPoolAsync;
 		api.MemFree = cuMemFree_v2;
+		api.CtxGetDevice = cuCtxGetDevice;
+		api.StreamCreate = cuStreamCreate;
+		api.MemPoolCreate = cuMemPoolCreate;
+		api.DeviceGetDefaultMemPool = cuDeviceGetDefaultMemPool;
+		api.DeviceGetMemPool = cuDeviceGetMemPool;
+		api.DeviceSetMemPool = cuDeviceSetMemPool;
 		api.MemFreeAsync = ptsz ? cuMemFreeAsync_ptsz : cuMemFreeAsync;
 		api.MemCreate = cuMemCreate;
 		api.MemRelease = cuMemRelease;
@@ -207,6 +225,12 @@ static void load(void)
 	P(MemAllocAsync, cuMemAllocAsync, 11020, 1);
 	P(MemAllocFromPoolAsync, cuMemAllocFromPoolAsync, 11020, 1);
 	P(MemFree, cuMemFree, 3020, 0);
+	P(CtxGetDevice, cuCtxGetDevice, 2000, 0);
+	P(StreamCreate, cuStreamCreate, 2000, 0);
+	P(MemPoolCreate, cuMemPoolCreate, 11020, 0);
+	P(DeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool, 11020, 0);
+	P(DeviceGetMemPool, cuDeviceGetMemPool, 11020, 0);
+	P(DeviceSetMemPool, cuDeviceSetMemPool, 11020, 0);
 	P(MemFreeAsync, cuMemFreeAsync, 11020, 1);
 	P(MemCreate, cuMemCreate, 10020, 0);
 	P(MemRelease, cuMemRelease, 10020, 0);
@@ -272,6 +296,8 @@ static struct {
 	unsigned long long key;
 } held[100000];
 static int nheld;
+static CUstream cur_stream;   /* stream of the async and pool ops (stream / nostream) */
+static CUmemoryPool cur_pool; /* pool of the pool op (poolcreate, defpool, curpool / nopool) */
 
 static void hold(int kind, unsigned long long key)
 {
@@ -287,7 +313,7 @@ static CUresult free_last(void)
 	nheld--;
 	switch (held[nheld].kind) {
 	case A_PTR: return api.MemFree(held[nheld].key);
-	case A_ASYNC: return api.MemFreeAsync(held[nheld].key, NULL);
+	case A_ASYNC: return api.MemFreeAsync(held[nheld].key, cur_stream);
 	case A_HANDLE: return api.MemRelease(held[nheld].key);
 	case A_ARRAY: return api.ArrayDestroy((CUarray)(uintptr_t)held[nheld].key);
 	default: return api.MipmappedArrayDestroy((CUmipmappedArray)(uintptr_t)held[nheld].key);
@@ -424,6 +450,76 @@ static void nvml_fork_race(int forks)
 	printf("nvmlfork %d ok\n", forks);
 }
 
+/* forkinit: a thread is inside the shim's first initialisation while the main thread forks. */
+static void *fi_thread(void *arg)
+{
+	CUdeviceptr p;
+	(void)arg;
+	set_ctx(0); /* the first hooked call: initialises the shim */
+	check_rc("thread cuMemAlloc", api.MemAlloc(&p, 1 << 20), NULL);
+	return NULL;
+}
+
+static int fi_stop;
+
+/* Frees an address nobody allocated, over and over: the shim's tracker lock
+ * is held by this thread at many an instant the main thread forks. */
+static void *fi_spin(void *arg)
+{
+	(void)arg;
+	while (!__atomic_load_n(&fi_stop, __ATOMIC_RELAXED))
+		api.MemFree(0x1000);
+	return NULL;
+}
+
+/* Waits up to ms for child c; dies if it hangs or fails. */
+static void reap_child(pid_t c, int ms, const char *what)
+{
+	int st = 0, waited = 0;
+	while (waitpid(c, &st, WNOHANG) == 0) {
+		if (++waited > ms) {
+			kill(c, SIGKILL);
+			waitpid(c, &st, 0);
+			die("fork child hung in %s%s", what, "");
+		}
+		usleep(1000);
+	}
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		die("fork child's %s failed%s", what, "");
+}
+
+static void fork_during_init(const char *forked, int delay_ms, int forks)
+{
+	pthread_t t, spin;
+	pthread_create(&spin, NULL, fi_spin, NULL);
+	pthread_create(&t, NULL, fi_thread, NULL);
+	usleep((useconds_t)delay_ms * 1000);
+	/* Children forked while the shim is half initialised must find no lock
+	 * of the parent's threads still held. */
+	for (int i = 0; i < forks; i++) {
+		pid_t k = fork();
+		if (k == 0)
+			_exit(api.MemFree(0x1000) == CUDA_ERROR_INVALID_VALUE ? 0 : 1);
+		reap_child(k, 5000, "cuMemFree");
+	}
+	__atomic_store_n(&fi_stop, 1, __ATOMIC_RELAXED);
+	pthread_join(spin, NULL);
+	pid_t c = fork();
+	if (c == 0) {
+		CUdeviceptr p;
+		set_ctx(0);
+		_exit(api.MemAlloc(&p, 1 << 20) == CUDA_SUCCESS ? 0 : 1);
+	}
+	printf("forked %d from %d\n", c, getpid());
+	FILE *f = fopen(forked, "w");
+	if (f)
+		fclose(f);
+	pthread_join(t, NULL);
+	/* 10 s after the parent's own initialisation finished. */
+	reap_child(c, 10000, "initialisation and cuMemAlloc");
+	printf("forkinit ok\n");
+}
+
 static void run(int argc, char **argv)
 {
 	for (int i = 0; i < argc; i++) {
@@ -438,6 +534,14 @@ static void run(int argc, char **argv)
 		if (!strcmp(op, "init")) {
 			check_rc("cuInit", api.Init(0), NULL);
 			set_ctx(0);
+		} else if (!strcmp(op, "cuinit")) {
+			/* cuinit — cuInit only: no hooked call, the shim stays uninitialised. */
+			check_rc("cuInit", api.Init(0), NULL);
+		} else if (!strcmp(op, "forkinit")) {
+			/* forkinit:FORKED:MS:N — a thread makes the first hooked call and another keeps
+			 * freeing; MS later the main thread forks N children that each free once, then
+			 * one more and touches FORKED; that child initialises and allocates 1 MiB. */
+			fork_during_init(a[1], atoi(a[2]), atoi(a[3]));
 		} else if (!strcmp(op, "ctx")) {
 			set_ctx(atoi(a[1]));
 		} else if (!strcmp(op, "noctx")) {
@@ -466,11 +570,40 @@ static void run(int argc, char **argv)
 				hold(A_PTR, p);
 			printf("pitch %zu\n", pitch);
 		} else if (!strcmp(op, "async") || !strcmp(op, "pool")) {
-			rc = !strcmp(op, "async") ? api.MemAllocAsync(&p, size_arg(a[1]), NULL)
-						  : api.MemAllocFromPoolAsync(&p, size_arg(a[1]), NULL, NULL);
+			/* async:SIZE[:RC] / pool:SIZE[:RC] on the selected stream (default: NULL) and, for
+			 * pool, the selected pool (default: the current device's default pool). */
+			CUmemoryPool pool = cur_pool;
+			if (!strcmp(op, "pool") && !pool) {
+				CUdevice d;
+				check_rc("cuCtxGetDevice", api.CtxGetDevice(&d), NULL);
+				check_rc("cuDeviceGetDefaultMemPool", api.DeviceGetDefaultMemPool(&pool, d), NULL);
+			}
+			rc = !strcmp(op, "async") ? api.MemAllocAsync(&p, size_arg(a[1]), cur_stream)
+						  : api.MemAllocFromPoolAsync(&p, size_arg(a[1]), pool, cur_stream);
 			check_rc(op, rc, a[2]);
 			if (rc == CUDA_SUCCESS)
 				hold(A_ASYNC, p);
+		} else if (!strcmp(op, "stream")) {
+			/* stream — a new stream of the current context, used by later async/pool ops. */
+			check_rc("cuStreamCreate", api.StreamCreate(&cur_stream, 0), NULL);
+		} else if (!strcmp(op, "nostream")) {
+			cur_stream = NULL;
+		} else if (!strcmp(op, "poolcreate")) {
+			/* poolcreate:DEV — a new pool located on DEV, used by later pool ops. */
+			CUmemPoolProps props = {0};
+			props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+			props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+			props.location.id = atoi(a[1]);
+			check_rc("cuMemPoolCreate", api.MemPoolCreate(&cur_pool, &props), NULL);
+		} else if (!strcmp(op, "defpool")) {
+			check_rc("cuDeviceGetDefaultMemPool", api.DeviceGetDefaultMemPool(&cur_pool, atoi(a[1])), NULL);
+		} else if (!strcmp(op, "curpool")) {
+			check_rc("cuDeviceGetMemPool", api.DeviceGetMemPool(&cur_pool, atoi(a[1])), NULL);
+		} else if (!strcmp(op, "setpool")) {
+			/* setpool:DEV — the selected pool becomes DEV's current pool. */
+			check_rc("cuDeviceSetMemPool", api.DeviceSetMemPool(atoi(a[1]), cur_pool), NULL);
+		} else if (!strcmp(op, "nopool")) {
+			cur_pool = NULL;
 		} else if (!strcmp(op, "create")) {
 			CUmemAllocationProp prop = {0};
 			CUmemGenericAllocationHandle h;

@@ -292,6 +292,54 @@ test_every_counted_api() {
 	done
 }
 
+# limits2 MEM0 MEM1 — both fake GPUs listed, with their own memory limits.
+limits2() {
+	cat >"$T/limits" <<-EOF
+		version=1
+		gpu.0.uuid=$UUID0
+		gpu.0.memory=$1
+		gpu.0.cores=100
+		gpu.1.uuid=$UUID1
+		gpu.1.memory=$2
+		gpu.1.cores=100
+	EOF
+}
+
+used1() { "$DUMP" "$T/region/usage" | sed -n 's/^dev 1 .*used=\([0-9]*\).*/\1/p'; }
+
+test_stream_ordered_device() {
+	# The calling thread's current context is on GPU 0 (256 MiB), the memory
+	# lands on GPU 1 (32 MiB): a stream of GPU 1, or a pool located there.
+	# GPU 1's quota is charged and refuses one byte more, GPU 0's stays whole,
+	# and the free gives it back to GPU 1.
+	local m k
+	for m in "-m direct" "-m rt12 -p" "-m rt11"; do
+		setup
+		limits2 $((256 * MiB)) $((32 * MiB))
+		for k in "ctx:1 stream ctx:0 async" "ctx:1 poolcreate:1 ctx:0 pool" "ctx:1 stream poolcreate:1 ctx:0 pool" \
+			"defpool:1 pool" "curpool:1 pool" "ctx:1 stream ctx:0 defpool:1 pool"; do
+			# shellcheck disable=SC2086
+			run $m init $k:32MiB ${k##* }:1:2 alloc:256MiB alloc:1:2 free free ${k##* }:32MiB free
+		done
+		# Held: the region shows it on GPU 1, nothing on GPU 0.
+		# shellcheck disable=SC2086
+		run $m init ctx:1 stream ctx:0 async:16MiB nostream poolcreate:1 pool:16MiB touch:"$T/held" \
+			waitfile:"$T/go" freeall touch:"$T/freed" waitfile:"$T/end" &
+		waitfor "$T/held"
+		expect "$m GPU 1 used while held" "$(used1)" $((32 * MiB))
+		expect "$m GPU 0 used while held" "$(used)" 0
+		touch "$T/go"
+		waitfor "$T/freed"
+		expect "$m GPU 1 used after the frees" "$(used1)" 0
+		touch "$T/end"
+		wait
+		rm -f "$T/held" "$T/go" "$T/freed" "$T/end"
+	done
+	# Same-device streams and the current device's pools count as before.
+	setup $((64 * MiB))
+	run init stream async:64MiB async:1:2 free defpool:0 pool:64MiB pool:1:2 free alloc:64MiB
+}
+
 test_vmm_release_while_mapped() {
 	local m
 	for m in "-m direct" "-m rt12" "-m rt11"; do
@@ -519,6 +567,42 @@ test_fork() {
 	grep -q "child .* alloc 0" "$T/out"
 }
 
+test_fork_during_init() {
+	# A thread is inside the shim's first initialisation (held there by a
+	# lock on the usage region) when the main thread forks, while another
+	# thread keeps taking the tracker's lock. The children must find no lock
+	# left held (the fork handler is in place from the start of the
+	# initialisation), and since glibc's pthread_once lets a child run the
+	# initialisation itself rather than wait for a thread it does not have,
+	# the last child initialises, allocates and is counted in a slot of its own.
+	setup $((64 * MiB))
+	run init # creates the region
+	python3 - "$T/region/usage" <<-'EOF' &
+		import fcntl, os, struct, sys, time
+		fd = os.open(sys.argv[1], os.O_RDWR)
+		fcntl.fcntl(fd, 38, struct.pack('hhqqi4x', fcntl.F_WRLCK, 0, 0, 0, 0))  # F_OFD_SETLKW
+		open(sys.argv[1] + '.locked', 'w').close()
+		time.sleep(60)
+	EOF
+	local lk=$!
+	waitfor "$T/region/usage.locked"
+	LD_PRELOAD=$SHIM timeout 60 "$PROG" cuinit forkinit:"$T/forked":300:40 touch:"$T/held" waitfile:"$T/end" \
+		>"$T/out" 2>"$T/err" &
+	local pid=$!
+	waitfor "$T/forked"
+	sleep 0.3 # the child is initialising too, waiting for the same lock
+	kill -9 $lk
+	wait $lk 2>/dev/null || true
+	waitfor "$T/held"
+	grep -q '^forkinit ok$' "$T/out"
+	# Two slots of 1 MiB each: the parent's, and the (exited, not yet reaped) child's own.
+	expect "slots (pid used)" "$("$DUMP" "$T/region/usage" | sed -n 's/^proc pid=\([0-9]*\) .* used0=\([0-9]*\) .*/\1 \2/p' | sort)" \
+		"$(sed -n "s/^forked \([0-9]*\) from \([0-9]*\)$/\1 $MiB\n\2 $MiB/p" "$T/out" | sort)"
+	expect "stderr" "$(cat "$T/err")" ""
+	touch "$T/end"
+	wait $pid
+}
+
 # ---- host pids (NVML's numbering) ---------------------------------------------------------------------
 
 test_fork_nvml_threads() {
@@ -708,6 +792,7 @@ t override_rule test_override_ignored_when_fixed_path_exists
 t boundary test_boundary
 t every_counted_api test_every_counted_api
 t array_formats test_array_formats
+t stream_ordered_device test_stream_ordered_device
 t vmm_release_while_mapped test_vmm_release_while_mapped
 t driver_failure_gives_back test_driver_failure_gives_back
 t context_footprint test_context_footprint
@@ -721,6 +806,7 @@ t sigkill_mid_allocation test_sigkill_mid_allocation
 t pid_reuse test_pid_reuse
 t fork test_fork
 t fork_nvml_threads test_fork_nvml_threads
+t fork_during_init test_fork_during_init
 t hostpid_discovery test_hostpid_discovery
 t hostpid_same_namespace_concurrent test_hostpid_same_namespace_concurrent
 t hostpid_other_container_concurrent test_hostpid_other_container_concurrent

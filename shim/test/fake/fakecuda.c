@@ -5,6 +5,9 @@
  * launch "runs" for FAKECUDA_KERNEL_US per wave of SM-count blocks, one
  * kernel at a time per device, FK_QUEUE_LEN launches queued), version-dependent cuGetProcAddress tables
  * whose legacy ABIs abort() when called, and fault injection (fakestate.h).
+ * Streams belong to the context current at their creation and memory pools
+ * have a device location: cuMemAllocAsync allocates on the stream's device,
+ * cuMemAllocFromPoolAsync on the pool's, as the real driver does.
  * FAKECUDA_CTX_SLEEP_MS makes creating a context take that long before and
  * again after it becomes visible to NVML, as a slow context start on
  * hardware does (concurrent starts overlap).
@@ -28,8 +31,23 @@ struct CUctx_st {
 	int refs;
 };
 
+/* A stream belongs to the context that was current when it was created. */
+struct CUstream_st {
+	CUcontext ctx;
+};
+
+/* A memory pool has a location: the device its memory is allocated on. */
+struct CUmemPoolHandle_st {
+	int dev;
+};
+
 static struct CUctx_st primary_ctx[FK_MAX_DEV];
+static struct CUmemPoolHandle_st default_pool[FK_MAX_DEV];
+static CUmemoryPool current_pool[FK_MAX_DEV]; /* NULL: the default pool */
 static __thread CUcontext current;
+/* cuCtxPushCurrent/PopCurrent: the contexts below the current one. */
+static __thread CUcontext ctx_stack[16];
+static __thread int ctx_depth;
 static int initialized;
 static int64_t last_end_ns; /* when this process's last kernel finishes */
 
@@ -181,6 +199,8 @@ __attribute__((visibility("hidden"))) CUresult own_cuMemAlloc_v2(CUdeviceptr *p,
  */
 static void fork_child(void)
 {
+	/* Single-threaded here: another thread may have held the allocation table's lock. */
+	pthread_mutex_init(&amu, NULL);
 	for (int d = 0; d < FK_MAX_DEV; d++)
 		primary_ctx[d].refs = 0;
 }
@@ -375,15 +395,22 @@ EXPORT CUresult cuCtxGetCurrent(CUcontext *c)
 
 EXPORT CUresult cuCtxPushCurrent_v2(CUcontext c)
 {
+	if (!c)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (ctx_depth == (int)(sizeof(ctx_stack) / sizeof(ctx_stack[0])))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	ctx_stack[ctx_depth++] = current;
 	current = c;
 	return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *c)
 {
+	if (!current)
+		return CUDA_ERROR_INVALID_CONTEXT;
 	if (c)
 		*c = current;
-	current = NULL;
+	current = ctx_depth > 0 ? ctx_stack[--ctx_depth] : NULL;
 	return CUDA_SUCCESS;
 }
 
@@ -392,6 +419,104 @@ EXPORT CUresult cuCtxGetDevice(CUdevice *d)
 	if (!current)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	*d = current->dev;
+	return CUDA_SUCCESS;
+}
+
+/* ---- streams and memory pools --------------------------------------------------- */
+
+EXPORT CUresult cuStreamCreate(CUstream *s, unsigned flags)
+{
+	(void)flags;
+	NEED_INIT();
+	if (!s)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!current)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	struct CUstream_st *x = calloc(1, sizeof(*x));
+	x->ctx = current;
+	*s = x;
+	return CUDA_SUCCESS;
+}
+
+static int special_stream(CUstream s)
+{
+	return s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD;
+}
+
+EXPORT CUresult cuStreamDestroy_v2(CUstream s)
+{
+	if (special_stream(s))
+		return CUDA_ERROR_INVALID_HANDLE;
+	free(s);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuStreamGetCtx(CUstream s, CUcontext *c)
+{
+	if (!c)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (special_stream(s)) {
+		if (!current)
+			return CUDA_ERROR_INVALID_CONTEXT;
+		*c = current;
+		return CUDA_SUCCESS;
+	}
+	*c = s->ctx;
+	return CUDA_SUCCESS;
+}
+
+/* The device a stream's work runs on: its context's (the current one for NULL and the special handles). */
+static int stream_dev(CUstream s)
+{
+	return special_stream(s) ? cur_dev() : s->ctx->dev;
+}
+
+EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
+{
+	NEED_INIT();
+	if (!pool || !props || props->location.type != CU_MEM_LOCATION_TYPE_DEVICE || props->location.id < 0 ||
+	    props->location.id >= fk->ndev)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct CUmemPoolHandle_st *p = calloc(1, sizeof(*p));
+	p->dev = props->location.id;
+	*pool = p;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+	if (!pool || (pool >= default_pool && pool < default_pool + FK_MAX_DEV))
+		return CUDA_ERROR_INVALID_VALUE;
+	for (int d = 0; d < FK_MAX_DEV; d++)
+		if (current_pool[d] == pool)
+			current_pool[d] = NULL;
+	free(pool);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice d)
+{
+	CHECK_DEV(d);
+	default_pool[d].dev = d;
+	*pool = &default_pool[d];
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice d)
+{
+	CHECK_DEV(d);
+	if (!current_pool[d])
+		return cuDeviceGetDefaultMemPool(pool, d);
+	*pool = current_pool[d];
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceSetMemPool(CUdevice d, CUmemoryPool pool)
+{
+	CHECK_DEV(d);
+	if (!pool || pool->dev != d)
+		return CUDA_ERROR_INVALID_VALUE; /* the pool must be local to the device */
+	current_pool[d] = pool;
 	return CUDA_SUCCESS;
 }
 
@@ -455,28 +580,30 @@ EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size
 	return rc;
 }
 
+/* From the current pool of the stream's device, as the real driver does. */
 EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s)
 {
-	(void)s;
-	return alloc_common("cuMemAllocAsync", p, n, cur_dev());
+	return alloc_common("cuMemAllocAsync", p, n, stream_dev(s));
 }
 
 EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, CUstream s)
 {
-	(void)s;
-	return alloc_common("cuMemAllocAsync_ptsz", p, n, cur_dev());
+	return alloc_common("cuMemAllocAsync_ptsz", p, n, stream_dev(s));
 }
 
+/* On the pool's location, whatever device the stream or the current context is on. */
 EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s)
 {
-	(void)s, (void)pool;
-	return alloc_common("cuMemAllocFromPoolAsync", p, n, cur_dev());
+	if (!pool || stream_dev(s) < 0)
+		return !pool ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_CONTEXT;
+	return alloc_common("cuMemAllocFromPoolAsync", p, n, pool->dev);
 }
 
 EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s)
 {
-	(void)s, (void)pool;
-	return alloc_common("cuMemAllocFromPoolAsync_ptsz", p, n, cur_dev());
+	if (!pool || stream_dev(s) < 0)
+		return !pool ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_CONTEXT;
+	return alloc_common("cuMemAllocFromPoolAsync_ptsz", p, n, pool->dev);
 }
 
 EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
@@ -868,6 +995,16 @@ static const struct entry table[] = {
 	E(cuCtxSetCurrent, 4000, cuCtxSetCurrent),
 	E(cuCtxGetCurrent, 4000, cuCtxGetCurrent),
 	E(cuCtxGetDevice, 2000, cuCtxGetDevice),
+	E(cuCtxPushCurrent, 4000, cuCtxPushCurrent_v2),
+	E(cuCtxPopCurrent, 4000, cuCtxPopCurrent_v2),
+	E(cuStreamCreate, 2000, cuStreamCreate),
+	E(cuStreamDestroy, 4000, cuStreamDestroy_v2),
+	E(cuStreamGetCtx, 9020, cuStreamGetCtx),
+	E(cuMemPoolCreate, 11020, cuMemPoolCreate),
+	E(cuMemPoolDestroy, 11020, cuMemPoolDestroy),
+	E(cuDeviceGetDefaultMemPool, 11020, cuDeviceGetDefaultMemPool),
+	E(cuDeviceGetMemPool, 11020, cuDeviceGetMemPool),
+	E(cuDeviceSetMemPool, 11020, cuDeviceSetMemPool),
 	E(cuCtxSynchronize, 2000, cuCtxSynchronize),
 	EP(cuStreamSynchronize, 2000, cuStreamSynchronize),
 	E(cuMemGetInfo, 2000, cuMemGetInfo),
