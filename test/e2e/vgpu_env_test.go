@@ -181,21 +181,9 @@ socket_dir = %q
 backend = "simulated"
 `, splitCount, kubeletDir)
 	for _, g := range testGPUs {
-		fmt.Fprintf(&b, "\n[[gpu.simulated]]\nuuid = %q\nname = %q\nmemory = %d\nminor = %d\n", g.UUID, g.Name, g.Memory, g.Minor)
+		harness.WriteSimulatedGPU(&b, g.UUID, g.Name, g.Memory, g.Minor)
 	}
-	fmt.Fprintf(&b, `
-[driver]
-injection = "none"
-dev_root = %q
-
-[paths]
-state_dir = %q
-run_dir = %q
-shim_path = %q
-
-[nri]
-socket_path = %q
-`, v.devRoot, v.stateDir, v.runDir, shim, v.nriSocket)
+	harness.WriteNodePaths(&b, harness.NodePaths{DevRoot: v.devRoot, StateDir: v.stateDir, RunDir: v.runDir, Shim: shim, NRISocket: v.nriSocket})
 	b.WriteString(extra)
 	return b.String()
 }

@@ -94,3 +94,34 @@ func BuildCudaTestImage(dir, ref, shimBuild string, env []string) (string, error
 	}
 	return BuildBusyboxImage(dir, ref, env, files...)
 }
+
+// WriteSimulatedGPU appends one [[gpu.simulated]] entry of a test node's
+// config.
+func WriteSimulatedGPU(b *strings.Builder, uuid, name string, memory uint64, minor int) {
+	fmt.Fprintf(b, "\n[[gpu.simulated]]\nuuid = %q\nname = %q\nmemory = %d\nminor = %d\n", uuid, name, memory, minor)
+}
+
+// NodePaths are where a test node keeps what a real node keeps under /dev,
+// /var/lib, /run and /usr/lib.
+type NodePaths struct {
+	DevRoot, StateDir, RunDir, Shim, NRISocket string
+}
+
+// WriteNodePaths appends the [driver], [paths] and [nri] sections of a test
+// node's config: no driver to inject (the image brings a fake one), the fake
+// device nodes under DevRoot, every path in the node's directories.
+func WriteNodePaths(b *strings.Builder, p NodePaths) {
+	fmt.Fprintf(b, `
+[driver]
+injection = "none"
+dev_root = %q
+
+[paths]
+state_dir = %q
+run_dir = %q
+shim_path = %q
+
+[nri]
+socket_path = %q
+`, p.DevRoot, p.StateDir, p.RunDir, p.Shim, p.NRISocket)
+}

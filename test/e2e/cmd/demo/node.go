@@ -95,23 +95,11 @@ socket_dir = %q
 	}
 	b.WriteString("\n[gpu]\nbackend = \"simulated\"\n")
 	for _, g := range demoGPUs {
-		fmt.Fprintf(&b, "\n[[gpu.simulated]]\nuuid = %q\nname = %q\nmemory = %d\nminor = %d\n", g.UUID, g.Name, g.Memory, g.Minor)
+		harness.WriteSimulatedGPU(&b, g.UUID, g.Name, g.Memory, g.Minor)
 	}
-	fmt.Fprintf(&b, `
-# No NVIDIA driver on this machine: nothing to inject but the device nodes
-# (fake ones, from dev_root) and the shim; the image brings a fake driver.
-[driver]
-injection = "none"
-dev_root = %q
-
-[paths]
-state_dir = %q
-run_dir = %q
-shim_path = %q
-
-[nri]
-socket_path = %q
-`, n.devRoot, n.stateDir, n.runDir, shim, n.nriSocket)
+	b.WriteString("\n# No NVIDIA driver on this machine: nothing to inject but the device nodes\n" +
+		"# (fake ones, from dev_root) and the shim; the image brings a fake driver.")
+	harness.WriteNodePaths(&b, harness.NodePaths{DevRoot: n.devRoot, StateDir: n.stateDir, RunDir: n.runDir, Shim: shim, NRISocket: n.nriSocket})
 	return b.String()
 }
 
