@@ -141,7 +141,9 @@ func TestDamagedFileFailsClosed(t *testing.T) {
 		"truncated": func(p string) error { return os.WriteFile(p, []byte(`{"version":1,"floor":0,"ids":{"a":`), 0o600) },
 		"empty":     func(p string) error { return os.WriteFile(p, nil, 0o600) },
 		"version":   func(p string) error { return os.WriteFile(p, []byte(`{"version":9,"floor":0,"ids":{}}`), 0o600) },
-		"no pod":    func(p string) error { return os.WriteFile(p, []byte(`{"version":1,"floor":0,"ids":{"a":{"issued":1}}}`), 0o600) },
+		"no pod": func(p string) error {
+			return os.WriteFile(p, []byte(`{"version":1,"floor":0,"ids":{"a":{"issued":1}}}`), 0o600)
+		},
 		"symlink": func(p string) error {
 			target := filepath.Join(filepath.Dir(p), "elsewhere.json")
 			if err := os.WriteFile(target, []byte(`{"version":1,"floor":0,"ids":{}}`), 0o600); err != nil {
