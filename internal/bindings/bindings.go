@@ -324,6 +324,13 @@ func (s *Store) persistLocked() error {
 	return nil
 }
 
+// rejection reads like the other rejections of an allocation
+// ("allocation rejected: <detail>") and is errors.Is limits.ErrReplay.
+type rejection struct{ msg string }
+
+func (r *rejection) Error() string { return limits.ErrRejected.Error() + ": " + r.msg }
+func (r *rejection) Unwrap() error { return limits.ErrReplay }
+
 func replay(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{limits.ErrReplay}, args...)...)
+	return &rejection{msg: fmt.Sprintf(format, args...)}
 }

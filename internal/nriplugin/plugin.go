@@ -14,6 +14,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/bindings"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
@@ -48,10 +49,18 @@ type Plugin struct {
 	inv  Inventory
 	log  *slog.Logger
 
-	mu       sync.Mutex
-	bindings *limits.Bindings
-	known    map[string]bool // GPU UUIDs of the node, refreshed on a miss
+	bindings *bindings.Store // allocation ID -> pod, for good
+
+	mu    sync.Mutex
+	known map[string]bool // GPU UUIDs of the node, refreshed on a miss
 }
+
+// ErrPodAnnotation rejects a pod that carries the allocation annotation in
+// its own (sandbox) annotations: only the kubelet sets it, on a container,
+// from the device plugin's Allocate. containerd's pod_annotations pass-through
+// would otherwise let a pod spec forge a GPU.
+var ErrPodAnnotation = fmt.Errorf("%w: the pod's own annotations carry %s; only the kubelet may set it, on a container",
+	limits.ErrRejected, limits.AnnotationKey)
 
 // New returns a plugin. It does not connect to the runtime; see Run.
 func New(opts Options) (*Plugin, error) {
@@ -66,13 +75,17 @@ func New(opts Options) (*Plugin, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	store, err := bindings.Open(opts.Config.Paths.StateDir, bindings.Options{Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("nri plugin: %w", err)
+	}
 	return &Plugin{
 		cfg:      opts.Config,
 		key:      opts.Key,
 		host:     opts.Host,
 		inv:      opts.Inventory,
 		log:      log,
-		bindings: limits.NewBindings(),
+		bindings: store,
 		known:    map[string]bool{},
 	}, nil
 }
@@ -123,6 +136,10 @@ func podName(pod *api.PodSandbox) string {
 // container: it must never run without its limits.
 func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	start := time.Now()
+	if _, forged := pod.GetAnnotations()[limits.AnnotationKey]; forged {
+		p.log.Warn("allocation rejected", "container", ctr.GetId(), "name", ctr.GetName(), "pod", podName(pod), "err", ErrPodAnnotation)
+		return nil, nil, fmt.Errorf("nri-vgpu: %w", ErrPodAnnotation)
+	}
 	value, ok := ctr.GetAnnotations()[limits.AnnotationKey]
 	if !ok {
 		adj, err := p.hide(pod, ctr)
@@ -136,9 +153,7 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	}
 	uid := podUID(pod, ctr)
 	if err == nil {
-		p.mu.Lock()
-		err = p.bindings.Bind(a.ID, uid)
-		p.mu.Unlock()
+		err = p.bindings.Bind(a.ID, uid, a.Issued)
 	}
 	if err != nil {
 		log.Warn("allocation rejected", "err", err)
@@ -223,24 +238,32 @@ func (p *Plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.
 	return nil
 }
 
-// RemovePodSandbox forgets the allocation IDs bound to the pod.
+// RemovePodSandbox marks the pod's allocation IDs as spent: they stay bound
+// to it, so no other pod can present them.
 func (p *Plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.bindings.ReleasePod(podUID(pod, nil))
+	if err := p.bindings.ReleasePod(podUID(pod, nil)); err != nil {
+		// The IDs stay bound in memory and on disk as live: still refused
+		// to every other pod.
+		p.log.Error("cannot record the removal of a pod's allocations", "pod", podName(pod), "err", err)
+	}
 	return nil
 }
 
-// Synchronize rebuilds the replay bindings from the containers that exist
-// (their annotations carry their allocations) and deletes the host
-// directories of containers that no longer exist. It runs on every
-// (re)connection, before any other event.
+// Synchronize brings the replay bindings up to date with the containers that
+// exist (their annotations carry their allocations; pods removed while the
+// plugin was away are released) and deletes the host directories of
+// containers that no longer exist. It runs on every (re)connection, before
+// any other event.
 func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, containers []*api.Container) ([]*api.ContainerUpdate, error) {
 	byID := make(map[string]*api.PodSandbox, len(pods))
 	for _, pod := range pods {
 		byID[pod.GetId()] = pod
 	}
-	bindings := limits.NewBindings()
+	var existing []bindings.Binding
+	podUIDs := make([]string, 0, len(pods))
+	for _, pod := range pods {
+		podUIDs = append(podUIDs, podUID(pod, nil))
+	}
 	vgpu := 0
 	exists := make(map[string]bool, len(containers))
 	for _, ctr := range containers {
@@ -256,16 +279,16 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, containe
 			p.log.Warn("existing container has an invalid allocation", "container", ctr.GetId(), "err", err)
 			continue
 		}
-		uid := podUID(pod, ctr)
-		if err := bindings.Bind(a.ID, uid); err != nil {
-			p.log.Error("existing containers of different pods share an allocation", "container", ctr.GetId(), "err", err)
-			continue
-		}
+		existing = append(existing, bindings.Binding{ID: a.ID, Pod: podUID(pod, ctr), Issued: a.Issued})
 		vgpu++
 	}
-	p.mu.Lock()
-	p.bindings = bindings
-	p.mu.Unlock()
+	conflicts, err := p.bindings.Sync(existing, podUIDs)
+	for _, c := range conflicts {
+		p.log.Error("existing containers of different pods share an allocation", "err", c)
+	}
+	if err != nil {
+		p.log.Error("cannot record the allocation bindings", "err", err)
+	}
 
 	removed, err := oci.SweepContainerDirs(p.cfg, func(id string) bool {
 		if exists[id] {

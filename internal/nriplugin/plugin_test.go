@@ -415,31 +415,6 @@ func TestRemoveAndSweep(t *testing.T) {
 	}
 }
 
-func TestRemovePodReleasesBindings(t *testing.T) {
-	h := newHarness(t, newConfig(t))
-	ann, a := sign(t, h.key, gpu0)
-	p := pod("sb1", "uid-1")
-	if _, err := h.create(p, container("c1", p, ann)); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.r.RemovePodSandbox(t.Context(), &api.RemovePodSandboxRequest{Pod: p}); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		h.plugin.mu.Lock()
-		_, bound := h.plugin.bindings.Owner(a.ID)
-		h.plugin.mu.Unlock()
-		if !bound {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("allocation still bound after its pod was removed")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestNewValidatesOptions(t *testing.T) {
 	cfg := newConfig(t)
 	host := oci.NewHost(cfg, false)
