@@ -173,6 +173,9 @@ func readFile(path string) (*file, error) {
 // limits.ErrReplay, an id bound to another pod, and an unbound id issued at
 // or before the floor. A new binding is on disk before Bind returns.
 func (s *Store) Bind(id, podUID string, issued int64) error {
+	if id == "" || podUID == "" {
+		return fmt.Errorf("bind allocation %q: empty allocation ID or pod UID", id)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e, ok := s.ids[id]; ok {

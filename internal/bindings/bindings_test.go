@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -214,5 +215,36 @@ func TestFileIsPrivate(t *testing.T) {
 	}
 	if fi.Mode().Perm() != 0o600 {
 		t.Fatalf("mode %v, want 0600", fi.Mode().Perm())
+	}
+}
+
+// Many pods present one ID at once: exactly one wins.
+func TestBindRace(t *testing.T) {
+	s := open(t, t.TempDir(), 0)
+	const n = 16
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { errs[i] = s.Bind("contested", fmt.Sprintf("pod-%d", i), 100) })
+	}
+	wg.Wait()
+	won := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			won++
+		case !errors.Is(err, limits.ErrReplay):
+			t.Errorf("Bind: %v", err)
+		}
+	}
+	if won != 1 {
+		t.Fatalf("%d pods bound the same ID, want 1", won)
+	}
+}
+
+func TestBindNeedsAPod(t *testing.T) {
+	s := open(t, t.TempDir(), 0)
+	if err := s.Bind("a", "", 100); err == nil || !strings.Contains(err.Error(), "empty allocation ID or pod UID") {
+		t.Fatalf("Bind with no pod: %v", err)
 	}
 }

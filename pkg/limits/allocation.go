@@ -14,9 +14,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 	"syscall"
 )
 
@@ -38,7 +36,8 @@ const MaxMinor = 1<<20 - 1
 // and the NRI plugin and runtime wrapper, which verify them.
 type Key [KeySize]byte
 
-// ErrRejected is wrapped by every error Verify, CheckGPUs and Bindings.Bind
+// ErrRejected is wrapped by every error Verify and CheckGPUs (and the replay
+// check of internal/bindings)
 // return for an allocation that must not be honoured. Their messages start
 // with "allocation rejected: " and go on to name the reason.
 var ErrRejected = errors.New("allocation rejected")
@@ -266,7 +265,7 @@ func mac(key Key, payload []byte) []byte {
 // canonical form means an allocation has exactly one valid value per key.
 //
 // Verify does not check the GPUs against the node (CheckGPUs) nor the ID
-// against other pods (Bindings).
+// against other pods (internal/bindings).
 func Verify(key Key, value string) (*Allocation, error) {
 	if len(value) > MaxAllocationSize {
 		return nil, malformed("value is %d bytes, at most %d", len(value), MaxAllocationSize)
@@ -413,84 +412,4 @@ func CheckGPUs(a *Allocation, known func(uuid string) bool) error {
 		}
 	}
 	return nil
-}
-
-// Bindings remembers which pod first presented each allocation ID, so that a
-// signed annotation copied into another pod is refused (Contract 2). It is
-// safe for concurrent use. The zero value is not usable; call NewBindings.
-type Bindings struct {
-	mu   sync.Mutex
-	byID map[string]string // allocation ID -> pod UID
-}
-
-// NewBindings returns an empty set of bindings.
-func NewBindings() *Bindings {
-	return &Bindings{byID: make(map[string]string)}
-}
-
-// Bind binds id to podUID, or accepts it when it is already bound to podUID
-// (a restarted container presents its allocation again). It returns
-// ErrReplay naming the other pod when id is bound to a different pod.
-func (b *Bindings) Bind(id, podUID string) error {
-	if podUID == "" {
-		return fmt.Errorf("bind allocation %s: empty pod UID", id)
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	switch owner, ok := b.byID[id]; {
-	case !ok:
-		b.byID[id] = podUID
-	case owner != podUID:
-		return &rejection{reason: ErrReplay, msg: fmt.Sprintf("id %s already bound to pod %s", id, owner)}
-	}
-	return nil
-}
-
-// Release forgets id if it is bound to podUID; a binding to another pod is
-// kept.
-func (b *Bindings) Release(id, podUID string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.byID[id] == podUID {
-		delete(b.byID, id)
-	}
-}
-
-// ReleasePod forgets every ID bound to podUID, for when a pod is removed and
-// the IDs of its containers are not at hand.
-func (b *Bindings) ReleasePod(podUID string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for id, owner := range b.byID {
-		if owner == podUID {
-			delete(b.byID, id)
-		}
-	}
-}
-
-// Owner returns the pod UID id is bound to.
-func (b *Bindings) Owner(id string) (podUID string, ok bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	podUID, ok = b.byID[id]
-	return podUID, ok
-}
-
-// IDs returns the bound allocation IDs, sorted.
-func (b *Bindings) IDs() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	ids := make([]string, 0, len(b.byID))
-	for id := range b.byID {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
-}
-
-// Len returns the number of bound IDs.
-func (b *Bindings) Len() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return len(b.byID)
 }
