@@ -3,6 +3,8 @@
 // empty file is a valid configuration.
 package config
 
+import "github.com/nri-vgpu/nri-vgpu/pkg/limits"
+
 // DefaultPath is where the binaries look when neither --config nor
 // NRI_VGPU_CONFIG names a file.
 const DefaultPath = "/etc/nri-vgpu/config.toml"
@@ -21,6 +23,7 @@ type Config struct {
 	NRI          NRI          `toml:"nri"`
 	Runtime      Runtime      `toml:"runtime"`
 	Metrics      Metrics      `toml:"metrics"`
+	Limits       Limits       `toml:"limits"`
 
 	// Source is the file the configuration was read from ("" for defaults).
 	Source string `toml:"-"`
@@ -139,6 +142,21 @@ type Metrics struct {
 	Listen string `toml:"listen"` // empty = off
 }
 
+// Limits sets the optional keys of every vGPU container's limits file
+// (Contract 4) on this node.
+type Limits struct {
+	// CoresPolicy is how the shim treats a container's cores quota:
+	// "hard" holds it to its share; "burst" lets it use SM time the rest of
+	// the GPU leaves idle. The device plugin signs it into each allocation
+	// (so it is fixed when the slices are handed out, and a plugin instance
+	// per resource can offer each policy under its own resource name); the
+	// runtime wrapper uses it for Docker containers that do not set
+	// NRI_VGPU_CORES_POLICY.
+	CoresPolicy string `toml:"cores_policy"` // "hard" (default) | "burst"
+	// LogLevel is how much the shim writes to a container's stderr.
+	LogLevel string `toml:"log_level"` // "warn" (default) | "error" | "info" | "debug"
+}
+
 // Default returns the configuration used for every key that a file leaves
 // out. Each call returns a new value that the caller may change.
 func Default() *Config {
@@ -174,6 +192,10 @@ func Default() *Config {
 		},
 		Metrics: Metrics{
 			Listen: "",
+		},
+		Limits: Limits{
+			CoresPolicy: limits.CoresPolicyHard,
+			LogLevel:    limits.LogLevelWarn,
 		},
 	}
 }

@@ -36,6 +36,7 @@ func TestDefault(t *testing.T) {
 		NRI:     NRI{PluginIndex: "10", SocketPath: "/var/run/nri/nri.sock", HideUnrequested: true},
 		Runtime: Runtime{Next: []string{"nvidia-container-runtime", "runc"}},
 		Metrics: Metrics{Listen: ""},
+		Limits:  Limits{CoresPolicy: "hard", LogLevel: "warn"},
 	}
 	got := Default()
 	if !reflect.DeepEqual(got, want) {
@@ -55,7 +56,7 @@ func TestParseEmptyIsDefault(t *testing.T) {
 	for name, doc := range map[string]string{
 		"empty":         "",
 		"comments only": "# nothing set\n\n   # still nothing\n",
-		"empty tables":  "[device_plugin]\n[gpu]\n[driver]\n[paths]\n[nri]\n[runtime]\n[metrics]\n",
+		"empty tables":  "[device_plugin]\n[gpu]\n[driver]\n[paths]\n[nri]\n[runtime]\n[metrics]\n[limits]\n",
 	} {
 		t.Run(name, func(t *testing.T) {
 			cfg, err := Parse("empty.toml", []byte(doc))
@@ -205,6 +206,10 @@ next = ["/usr/local/bin/runc"]
 
 [metrics]
 listen = "127.0.0.1:9400"
+
+[limits]
+cores_policy = "burst"
+log_level = "debug"
 `
 	cfg, err := Parse("override.toml", []byte(doc))
 	if err != nil {
@@ -235,6 +240,7 @@ listen = "127.0.0.1:9400"
 		NRI:     NRI{PluginIndex: "05", SocketPath: "/tmp/nri.sock", HideUnrequested: false},
 		Runtime: Runtime{Next: []string{"/usr/local/bin/runc"}},
 		Metrics: Metrics{Listen: "127.0.0.1:9400"},
+		Limits:  Limits{CoresPolicy: "burst", LogLevel: "debug"},
 		Source:  "override.toml",
 	}
 	if !reflect.DeepEqual(cfg, want) {
@@ -450,6 +456,11 @@ func TestValidationErrors(t *testing.T) {
 		{"metrics listen no port", "[metrics]\nlisten = \"localhost\"\n", 2, "metrics.listen", `must be "host:port" or ":port"`},
 		{"metrics listen bad port", "[metrics]\nlisten = \":http\"\n", 2, "metrics.listen", `port "http" of ":http" is not a number`},
 		{"metrics listen port range", "[metrics]\nlisten = \":65536\"\n", 2, "metrics.listen", "from 0 to 65535"},
+		{"cores_policy", "[limits]\n\ncores_policy = \"soft\"\n", 3, "limits.cores_policy", `must be one of "hard", "burst", not "soft"`},
+		{"cores_policy case", "[limits]\ncores_policy = \"Burst\"\n", 2, "limits.cores_policy", `not "Burst"`},
+		{"cores_policy empty", "[limits]\ncores_policy = \"\"\n", 2, "limits.cores_policy", `not ""`},
+		{"log_level", "[limits]\nlog_level = \"trace\"\n", 2, "limits.log_level", `must be one of "error", "warn", "info", "debug", not "trace"`},
+		{"log_level dotted", "limits.log_level = \"verbose\"\n", 1, "limits.log_level", `not "verbose"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

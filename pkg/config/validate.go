@@ -43,6 +43,7 @@ func (c *Config) validate(loc *locator) error {
 	c.NRI.validate(ck)
 	c.Runtime.validate(ck)
 	c.Metrics.validate(ck)
+	c.Limits.validate(ck)
 	// Report in file order, as a compiler would.
 	sort.SliceStable(ck.errs, func(i, j int) bool {
 		return ck.errs[i].Line < ck.errs[j].Line
@@ -252,6 +253,11 @@ func (m *Metrics) validate(ck *checker) {
 	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
 		ck.add("metrics.listen", "port %q of %q is not a number from 0 to 65535", port, m.Listen)
 	}
+}
+
+func (l *Limits) validate(ck *checker) {
+	checkOneOf(ck, "limits.cores_policy", l.CoresPolicy, limits.CoresPolicyHard, limits.CoresPolicyBurst)
+	checkOneOf(ck, "limits.log_level", l.LogLevel, limits.LogLevelError, limits.LogLevelWarn, limits.LogLevelInfo, limits.LogLevelDebug)
 }
 
 func checkOneOf(ck *checker, path, v string, allowed ...string) {
