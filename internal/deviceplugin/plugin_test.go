@@ -1066,12 +1066,8 @@ func TestSecondInstanceWaitsForTheFirst(t *testing.T) {
 // connection and cancel any call it has in flight on it.
 func TestCreationEventOfTheRegisteredKubelet(t *testing.T) {
 	events := make(chan dirEvent) // unbuffered: a send returns once the plugin took it
-	null, err := os.Open(os.DevNull)
-	if err != nil {
-		t.Fatal(err)
-	}
 	newDirWatcher = func(string) (*dirWatcher, error) {
-		return &dirWatcher{f: null, events: events, done: make(chan struct{})}, nil
+		return &dirWatcher{events: events, done: make(chan struct{})}, nil
 	}
 	t.Cleanup(func() { newDirWatcher = watchDir })
 
