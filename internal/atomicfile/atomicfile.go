@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/nri-vgpu/nri-vgpu/internal/safepath"
 )
 
 // Write replaces path with data, readable with perm. See WriteOwned.
@@ -19,15 +21,34 @@ func Write(path string, data []byte, perm fs.FileMode) error {
 // the same directory (so the rename cannot cross file systems), which is
 // given perm and, when uid >= 0, the owner uid:gid, synced, and renamed over
 // path. On any error the temporary file is removed and path is untouched.
-func WriteOwned(path string, data []byte, perm fs.FileMode, uid, gid int) (err error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+// Links in path's directory are followed; a link at path itself is replaced,
+// never written through.
+func WriteOwned(path string, data []byte, perm fs.FileMode, uid, gid int) error {
+	d, err := safepath.OpenDir(filepath.Dir(path))
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer d.Close()
+	return write(d, filepath.Base(path), data, perm, uid, gid)
+}
+
+// WriteIn replaces rel below the directory d with data, readable with perm,
+// as WriteOwned does, without following any link below d: a link on the way
+// fails with safepath.ErrSymlink, a link at rel itself is replaced.
+func WriteIn(d *safepath.Dir, rel string, data []byte, perm fs.FileMode) error {
+	return write(d, rel, data, perm, -1, -1)
+}
+
+func write(d *safepath.Dir, rel string, data []byte, perm fs.FileMode, uid, gid int) (err error) {
+	path := d.Join(rel)
+	tmp, tmpRel, err := d.CreateTemp(filepath.Dir(rel), "."+filepath.Base(rel)+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	defer func() {
 		if err != nil {
 			tmp.Close()
-			os.Remove(tmp.Name())
+			_ = d.Remove(tmpRel)
 		}
 	}()
 	if _, err := tmp.Write(data); err != nil {
@@ -48,7 +69,7 @@ func WriteOwned(path string, data []byte, perm fs.FileMode, uid, gid int) (err e
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("write %s: %w", tmp.Name(), err)
 	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := d.Rename(tmpRel, rel); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil

@@ -1,10 +1,13 @@
 package atomicfile
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/nri-vgpu/nri-vgpu/internal/safepath"
 )
 
 func TestWriteReplacesWithModeAndLeavesNoTemp(t *testing.T) {
@@ -71,5 +74,47 @@ func TestWriteOwned(t *testing.T) {
 	sys := st.Sys().(*syscall.Stat_t)
 	if sys.Uid != 1234 || sys.Gid != 5678 || st.Mode().Perm() != 0o640 {
 		t.Errorf("owner %d:%d mode %v, want 1234:5678 0640", sys.Uid, sys.Gid, st.Mode().Perm())
+	}
+}
+
+// A link planted where the file goes is replaced, and a linked directory on
+// the way is refused: neither target changes.
+func TestWriteInFollowsNoLink(t *testing.T) {
+	outside := t.TempDir()
+	target := filepath.Join(outside, "target")
+	if err := os.WriteFile(target, []byte("keep me"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	if err := os.Symlink(target, filepath.Join(root, "limits")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(root, "dir")); err != nil {
+		t.Fatal(err)
+	}
+	d, err := safepath.OpenDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+
+	if err := WriteIn(d, "limits", []byte("new"), 0o644); err != nil {
+		t.Fatalf("WriteIn over a link: %v", err)
+	}
+	if st, err := os.Lstat(filepath.Join(root, "limits")); err != nil || !st.Mode().IsRegular() || st.Mode().Perm() != 0o644 {
+		t.Errorf("limits after WriteIn: %v (%v), want a regular file with mode 0644 in place of the link", st.Mode(), err)
+	}
+	if err := WriteIn(d, "dir/target", []byte("new"), 0o644); !errors.Is(err, safepath.ErrSymlink) {
+		t.Errorf("WriteIn through a linked directory: %v, want safepath.ErrSymlink", err)
+	}
+	st, err := os.Stat(target)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("target mode %v (%v), want 0600 unchanged", st.Mode(), err)
+	}
+	if data, err := os.ReadFile(target); err != nil || string(data) != "keep me" {
+		t.Errorf("target = %q (%v), want it unchanged", data, err)
+	}
+	if entries, err := os.ReadDir(outside); err != nil || len(entries) != 1 {
+		t.Errorf("outside holds %v (%v), want only the target (no temporary file)", entries, err)
 	}
 }
