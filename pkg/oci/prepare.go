@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/atomicfile"
+	"github.com/nri-vgpu/nri-vgpu/internal/safepath"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 )
@@ -87,36 +88,64 @@ func Prepare(cfg *config.Config, info *ContainerInfo, lf *limits.LimitsFile) err
 	} else if !st.Mode().IsRegular() {
 		return fmt.Errorf("shim library (paths.shim_path) %s is not a regular file", cfg.Paths.ShimPath)
 	}
-	if err := EnsurePreloadFile(cfg); err != nil {
+	run, err := openRunDir(cfg)
+	if err != nil {
 		return err
 	}
-	if err := ensureContainersDir(cfg); err != nil {
+	defer run.Close()
+	if err := ensurePreloadFile(run); err != nil {
 		return err
 	}
-	dir := ContainerDir(cfg, info.ID)
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+	containers, err := ensureContainersDir(run)
+	if err != nil {
+		return err
+	}
+	defer containers.Close()
+	// Nothing below run_dir is reached through a symbolic link: a link at
+	// <id> or <id>/region (planted by whoever could write there) fails the
+	// create instead of having its target written or made world-writable.
+	dir, err := containers.EnsureDir(info.ID, 0o755)
+	if err != nil {
 		return fmt.Errorf("container directory: %w", err)
 	}
-	if err := limits.WriteLimitsFile(filepath.Join(dir, LimitsFileName), lf); err != nil {
-		return err
+	defer dir.Close()
+	data, err := lf.Marshal()
+	if err != nil {
+		return fmt.Errorf("limits file %s: %w", dir.Join(LimitsFileName), err)
 	}
-	region := filepath.Join(dir, RegionDirName)
-	if err := os.Mkdir(region, 0o777); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := atomicfile.WriteIn(dir, LimitsFileName, data, 0o644); err != nil {
+		return fmt.Errorf("limits file: %w", err)
+	}
+	// Exactly 0777 whatever the umask, set on the directory opened without
+	// following a link (no sticky bit: processes of different users share
+	// the one region file).
+	region, err := dir.EnsureDir(RegionDirName, 0o777)
+	if err != nil {
 		return fmt.Errorf("usage region directory: %w", err)
 	}
-	// The umask applied at mkdir; chmod sets the mode itself (no sticky bit:
-	// processes of different users share the one region file).
-	if err := os.Chmod(region, 0o777); err != nil {
-		return fmt.Errorf("usage region directory: %w", err)
-	}
-	data, err := json.MarshalIndent(info, "", "  ")
+	region.Close()
+	data, err = json.MarshalIndent(info, "", "  ")
 	if err != nil {
 		return fmt.Errorf("container info: %w", err)
 	}
-	if err := writeFileAtomic(filepath.Join(dir, InfoFileName), append(data, '\n'), 0o644); err != nil {
+	if err := atomicfile.WriteIn(dir, InfoFileName, append(data, '\n'), 0o644); err != nil {
 		return fmt.Errorf("container info: %w", err)
 	}
 	return nil
+}
+
+// openRunDir creates run_dir if needed and opens it. run_dir itself comes
+// from the configuration and is resolved like any path; everything below it
+// is reached through the returned directory without following links.
+func openRunDir(cfg *config.Config) (*safepath.Dir, error) {
+	if err := os.MkdirAll(cfg.Paths.RunDir, 0o755); err != nil {
+		return nil, fmt.Errorf("run directory (paths.run_dir): %w", err)
+	}
+	d, err := safepath.OpenDir(cfg.Paths.RunDir)
+	if err != nil {
+		return nil, fmt.Errorf("run directory (paths.run_dir): %w", err)
+	}
+	return d, nil
 }
 
 // ContainersDirMode is the mode of <run_dir>/containers. Each region
@@ -131,51 +160,53 @@ const ContainersDirMode = 0o700
 
 // ensureContainersDir creates <run_dir>/containers with ContainersDirMode,
 // and closes one left with a wider mode by an earlier version.
-func ensureContainersDir(cfg *config.Config) error {
-	path := ContainersDir(cfg)
-	if err := os.MkdirAll(cfg.Paths.RunDir, 0o755); err != nil {
-		return fmt.Errorf("containers directory: %w", err)
-	}
-	if err := os.Mkdir(path, ContainersDirMode); err != nil && !errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("containers directory: %w", err)
-	}
-	st, err := os.Lstat(path)
+func ensureContainersDir(run *safepath.Dir) (*safepath.Dir, error) {
+	d, err := run.EnsureDir(ContainersDirName, ContainersDirMode)
 	if err != nil {
-		return fmt.Errorf("containers directory: %w", err)
+		return nil, fmt.Errorf("containers directory: %w", err)
 	}
-	if !st.IsDir() {
-		return fmt.Errorf("containers directory %s is not a directory (%v)", path, st.Mode().Type())
-	}
-	// The umask may have narrowed the mkdir; a wider mode is an upgrade.
-	if st.Mode().Perm() != ContainersDirMode {
-		if err := os.Chmod(path, ContainersDirMode); err != nil {
-			return fmt.Errorf("containers directory: %w", err)
-		}
-	}
-	return nil
+	return d, nil
 }
 
 // EnsurePreloadFile writes <run_dir>/ld.so.preload unless it already holds
 // exactly the shim's container path. The file is shared by every container
 // and replaced atomically, so a container being created never sees it empty.
 func EnsurePreloadFile(cfg *config.Config) error {
+	run, err := openRunDir(cfg)
+	if err != nil {
+		return err
+	}
+	defer run.Close()
+	return ensurePreloadFile(run)
+}
+
+func ensurePreloadFile(run *safepath.Dir) error {
 	want := []byte(ContainerShimPath + "\n")
-	path := PreloadPath(cfg)
-	if got, err := os.ReadFile(path); err == nil && bytes.Equal(got, want) {
+	// Anything else there (another content, a link, something that is not
+	// a regular file) is replaced; a link is never followed.
+	if got, err := run.ReadFile(PreloadFileName, int64(len(want))); err == nil && bytes.Equal(got, want) {
 		return nil
 	}
-	if err := os.MkdirAll(cfg.Paths.RunDir, 0o755); err != nil {
-		return fmt.Errorf("preload file: %w", err)
-	}
-	if err := writeFileAtomic(path, want, 0o644); err != nil {
+	if err := atomicfile.WriteIn(run, PreloadFileName, want, 0o644); err != nil {
 		return fmt.Errorf("preload file: %w", err)
 	}
 	return nil
 }
 
-// ReadContainerInfo reads container.json of a container directory.
+// maxInfoSize bounds what is read of a container.json; the file Prepare
+// writes is a few hundred bytes.
+const maxInfoSize = 1 << 20
+
+// ReadContainerInfo reads container.json of a container directory. The
+// directory's parent is resolved like any path; the directory itself and
+// the file are not read through a symbolic link.
 func ReadContainerInfo(dir string) (*ContainerInfo, error) {
-	data, err := os.ReadFile(filepath.Join(dir, InfoFileName))
+	parent, err := safepath.OpenDir(filepath.Dir(dir))
+	if err != nil {
+		return nil, fmt.Errorf("container info: %w", err)
+	}
+	defer parent.Close()
+	data, err := parent.ReadFile(filepath.Join(filepath.Base(dir), InfoFileName), maxInfoSize)
 	if err != nil {
 		return nil, fmt.Errorf("container info: %w", err)
 	}
@@ -187,23 +218,48 @@ func ReadContainerInfo(dir string) (*ContainerInfo, error) {
 }
 
 // RemoveContainerDir deletes the host directory of a container; a missing
-// directory is not an error.
+// directory is not an error. A symbolic link at the container's place is
+// removed itself, and so is any link below it: no target is touched.
 func RemoveContainerDir(cfg *config.Config, containerID string) error {
 	if err := ValidContainerID(containerID); err != nil {
 		return err
 	}
-	if err := os.RemoveAll(ContainerDir(cfg, containerID)); err != nil {
+	containers, err := openContainersDir(cfg)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("remove container directory: %w", err)
+	}
+	defer containers.Close()
+	if err := containers.RemoveAll(containerID); err != nil {
 		return fmt.Errorf("remove container directory: %w", err)
 	}
 	return nil
 }
 
-// ListContainerDirs returns the IDs of the container directories under run_dir.
+// openContainersDir opens <run_dir>/containers, refusing a link there.
+func openContainersDir(cfg *config.Config) (*safepath.Dir, error) {
+	run, err := safepath.OpenDir(cfg.Paths.RunDir)
+	if err != nil {
+		return nil, err
+	}
+	defer run.Close()
+	return run.OpenDir(ContainersDirName)
+}
+
+// ListContainerDirs returns the IDs of the container directories under
+// run_dir. Symbolic links there are not container directories.
 func ListContainerDirs(cfg *config.Config) ([]string, error) {
-	entries, err := os.ReadDir(ContainersDir(cfg))
+	containers, err := openContainersDir(cfg)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
+	if err != nil {
+		return nil, fmt.Errorf("list container directories: %w", err)
+	}
+	defer containers.Close()
+	entries, err := containers.ReadDir()
 	if err != nil {
 		return nil, fmt.Errorf("list container directories: %w", err)
 	}
@@ -257,13 +313,9 @@ func beingPrepared(dir string, now time.Time) bool {
 	if _, err := ReadContainerInfo(dir); err == nil {
 		return false
 	}
-	st, err := os.Stat(dir)
+	st, err := os.Lstat(dir)
 	if err != nil {
 		return !errors.Is(err, fs.ErrNotExist)
 	}
 	return now.Sub(st.ModTime()) < PrepareGrace
-}
-
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	return atomicfile.Write(path, data, mode)
 }

@@ -1,0 +1,158 @@
+package oci
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/nri-vgpu/nri-vgpu/internal/safepath"
+	"github.com/nri-vgpu/nri-vgpu/pkg/config"
+	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/oci/ocitest"
+)
+
+// A directory and a file outside run_dir that a planted link points at;
+// whatever Prepare or RemoveContainerDir does, they must keep their modes,
+// content and entries.
+type linkTarget struct{ dir, file string }
+
+func newLinkTarget(t *testing.T) linkTarget {
+	t.Helper()
+	lt := linkTarget{dir: t.TempDir()}
+	lt.file = filepath.Join(lt.dir, "secret")
+	if err := os.WriteFile(lt.file, []byte("keep me"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(lt.dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return lt
+}
+
+func (lt linkTarget) untouched(t *testing.T) {
+	t.Helper()
+	for path, want := range map[string]fs.FileMode{lt.dir: 0o700, lt.file: 0o600} {
+		if st, err := os.Stat(path); err != nil || st.Mode().Perm() != want {
+			t.Errorf("%s: mode %v (%v), want %v unchanged", path, st.Mode().Perm(), err, want)
+		}
+	}
+	if data, err := os.ReadFile(lt.file); err != nil || string(data) != "keep me" {
+		t.Errorf("%s = %q (%v), want it unchanged", lt.file, data, err)
+	}
+	if entries, err := os.ReadDir(lt.dir); err != nil || len(entries) != 1 {
+		t.Errorf("%s holds %v (%v), want only its file", lt.dir, entries, err)
+	}
+}
+
+func testLimits(t *testing.T) *limits.LimitsFile {
+	t.Helper()
+	lf, err := limits.ParseLimits([]byte("version=1\ngpu.0.uuid=" + uuid0 + "\ngpu.0.memory=1073741824\ngpu.0.cores=50\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lf
+}
+
+func plant(t *testing.T, target, link string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(link), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A link planted at a container's directory or at its region directory
+// fails Prepare; its target is neither written nor made world-writable.
+func TestPrepareFollowsNoLink(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		at   func(cfg *config.Config) string
+	}{
+		{"containers/<id>", func(cfg *config.Config) string { return ContainerDir(cfg, ctrID) }},
+		{"containers/<id>/region", func(cfg *config.Config) string {
+			return filepath.Join(ContainerDir(cfg, ctrID), RegionDirName)
+		}},
+		{"containers", ContainersDir},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, config.InjectionNone, false, ocitest.StandardNodes)
+			lt := newLinkTarget(t)
+			plant(t, lt.dir, tc.at(e.cfg))
+			err := Prepare(e.cfg, &ContainerInfo{ID: ctrID}, testLimits(t))
+			if !errors.Is(err, safepath.ErrSymlink) {
+				t.Errorf("Prepare = %v, want an error wrapping safepath.ErrSymlink", err)
+			}
+			lt.untouched(t)
+		})
+	}
+}
+
+// A link planted at one of the files Prepare writes is replaced by the file;
+// its target is not written.
+func TestPrepareReplacesLinkedFiles(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		at   func(cfg *config.Config) string
+	}{
+		{"limits", func(cfg *config.Config) string { return filepath.Join(ContainerDir(cfg, ctrID), LimitsFileName) }},
+		{"container.json", func(cfg *config.Config) string { return filepath.Join(ContainerDir(cfg, ctrID), InfoFileName) }},
+		{"ld.so.preload", PreloadPath},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, config.InjectionNone, false, ocitest.StandardNodes)
+			lt := newLinkTarget(t)
+			at := tc.at(e.cfg)
+			plant(t, lt.file, at)
+			if err := Prepare(e.cfg, &ContainerInfo{ID: ctrID}, testLimits(t)); err != nil {
+				t.Fatal(err)
+			}
+			if st, err := os.Lstat(at); err != nil || !st.Mode().IsRegular() {
+				t.Errorf("%s after Prepare: %v (%v), want a regular file in place of the link", at, st.Mode(), err)
+			}
+			lt.untouched(t)
+		})
+	}
+}
+
+// Removing a container deletes a link in its place, and links inside its
+// region directory (which the container can write), not their targets.
+func TestRemoveContainerDirFollowsNoLink(t *testing.T) {
+	e := newEnv(t, config.InjectionNone, false, ocitest.StandardNodes)
+	lt := newLinkTarget(t)
+	if err := Prepare(e.cfg, &ContainerInfo{ID: ctrID}, testLimits(t)); err != nil {
+		t.Fatal(err)
+	}
+	region := filepath.Join(ContainerDir(e.cfg, ctrID), RegionDirName)
+	plant(t, lt.dir, filepath.Join(region, "dir"))
+	plant(t, lt.file, filepath.Join(region, "usage"))
+	plant(t, lt.dir, ContainerDir(e.cfg, "linked"))
+	for _, id := range []string{ctrID, "linked"} {
+		if err := RemoveContainerDir(e.cfg, id); err != nil {
+			t.Fatalf("RemoveContainerDir(%s): %v", id, err)
+		}
+		if _, err := os.Lstat(ContainerDir(e.cfg, id)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s still there: %v", id, err)
+		}
+	}
+	lt.untouched(t)
+}
+
+// Readers do not follow a link at a container's directory either.
+func TestReadContainerInfoFollowsNoLink(t *testing.T) {
+	e := newEnv(t, config.InjectionNone, false, ocitest.StandardNodes)
+	target := t.TempDir()
+	if err := os.WriteFile(filepath.Join(target, InfoFileName), []byte(`{"id":"forged"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plant(t, target, ContainerDir(e.cfg, ctrID))
+	if _, err := ReadContainerInfo(ContainerDir(e.cfg, ctrID)); !errors.Is(err, safepath.ErrSymlink) {
+		t.Errorf("ReadContainerInfo through a link = %v, want an error wrapping safepath.ErrSymlink", err)
+	}
+	if ids, err := ListContainerDirs(e.cfg); err != nil || len(ids) != 0 {
+		t.Errorf("ListContainerDirs = %v, %v; want no container (a link is not one)", ids, err)
+	}
+}
