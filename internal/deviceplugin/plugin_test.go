@@ -447,19 +447,23 @@ func TestAllocate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	quota := func(mem uint64, n int) limits.Slice { return limits.Quota(mem, 4, n, 1.5, 0.9) }
-	gpuA := func(n int) limits.AllocatedGPU {
-		q := quota(16*gib, n)
-		return limits.AllocatedGPU{UUID: uuidA, Minor: 3, Slices: n, Memory: q.Memory, Cores: q.Cores}
-	}
-	gpuB := func(n int) limits.AllocatedGPU {
-		q := quota(40*gib, n)
-		return limits.AllocatedGPU{UUID: uuidB, Minor: 7, Slices: n, Memory: q.Memory, Cores: q.Cores}
-	}
+	// Contract 1 by hand, split 4, memory_scaling 1.5, cores_scaling 0.9.
+	// A: 16 GiB × 1.5 = 24 GiB; a slice is 24 GiB / 4 = 6 GiB = 6442450944 bytes.
+	// B: 40 GiB × 1.5 = 60 GiB; a slice is 60 GiB / 4 = 15 GiB = 16106127360 bytes.
+	// Cores: floor(100 × 0.9 / 4) = floor(22.5) = 22 % a slice, on either GPU.
 	want := [][]limits.AllocatedGPU{
-		{gpuB(1), gpuA(2)}, // sorted by UUID: B's sorts first
-		{gpuB(2)},
-		{gpuA(4)},
+		{ // sorted by UUID: B's sorts first
+			{UUID: uuidB, Minor: 7, Slices: 1, Memory: 16106127360, Cores: 22}, // 1 × 15 GiB, 1 × 22 %
+			{UUID: uuidA, Minor: 3, Slices: 2, Memory: 12884901888, Cores: 44}, // 2 × 6 GiB = 12 GiB, 2 × 22 %
+		},
+		{
+			{UUID: uuidB, Minor: 7, Slices: 2, Memory: 32212254720, Cores: 44}, // 2 × 15 GiB = 30 GiB, 2 × 22 %
+		},
+		{
+			// The whole GPU: all of the scaled memory (24 GiB) and exactly
+			// 100 %, not 4 × 22 = 88 %.
+			{UUID: uuidA, Minor: 3, Slices: 4, Memory: 25769803776, Cores: 100},
+		},
 	}
 	if len(resp.ContainerResponses) != len(want) {
 		t.Fatalf("%d container responses, want %d", len(resp.ContainerResponses), len(want))
@@ -486,10 +490,6 @@ func TestAllocate(t *testing.T) {
 		if !slices.Equal(a.GPUs, want[i]) {
 			t.Errorf("container %d: GPUs %+v, want %+v", i, a.GPUs, want[i])
 		}
-	}
-	// The whole GPU: exactly 100 % and all of the scaled memory.
-	if g := want[2][0]; g.Cores != 100 || g.Memory != 24*gib {
-		t.Errorf("whole GPU quota = %d bytes, %d%%; want %d bytes, 100%%", g.Memory, g.Cores, 24*gib)
 	}
 }
 
