@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/atomicfile"
+	"github.com/nri-vgpu/nri-vgpu/internal/safepath"
 
 	"golang.org/x/sys/unix"
 
@@ -255,39 +256,48 @@ func (l *Ledger) Path() string { return filepath.Join(l.dir, FileName) }
 // released. fn runs with the lock held, so what it checks and what it
 // records cannot be interleaved with another process's Update.
 func (l *Ledger) Update(fn func(*State) error) error {
-	unlock, err := l.lock()
+	d, unlock, err := l.lock()
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	s, err := l.read()
+	s, err := l.read(d)
 	if err != nil {
 		return err
 	}
 	if err := fn(s); err != nil {
 		return err
 	}
-	return l.write(s)
+	return l.write(d, s)
 }
 
 // Read returns the ledger's content as last written, under the lock.
 func (l *Ledger) Read() (*State, error) {
-	unlock, err := l.lock()
+	d, unlock, err := l.lock()
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	return l.read()
+	return l.read(d)
 }
 
-func (l *Ledger) lock() (unlock func(), err error) {
+// lock opens the state directory and takes the lock; unlock releases both.
+// Nothing below the state directory is reached through a symbolic link: a
+// link planted at the lock file fails with an error naming it instead of
+// having root create or open its target.
+func (l *Ledger) lock() (d *safepath.Dir, unlock func(), err error) {
 	if err := os.MkdirAll(l.dir, 0o755); err != nil {
-		return nil, fmt.Errorf("ledger: state directory: %w", err)
+		return nil, nil, fmt.Errorf("ledger: state directory: %w", err)
 	}
-	path := filepath.Join(l.dir, LockName)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	d, err = safepath.OpenDir(l.dir)
 	if err != nil {
-		return nil, fmt.Errorf("ledger: lock file: %w", err)
+		return nil, nil, fmt.Errorf("ledger: state directory: %w", err)
+	}
+	path := d.Join(LockName)
+	f, err := d.Open(LockName, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		d.Close()
+		return nil, nil, fmt.Errorf("ledger: lock file: %w", err)
 	}
 	timeout := l.LockTimeout
 	if timeout <= 0 {
@@ -301,31 +311,42 @@ func (l *Ledger) lock() (unlock func(), err error) {
 		}
 		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
 			f.Close()
-			return nil, fmt.Errorf("ledger: lock %s: %w", path, err)
+			d.Close()
+			return nil, nil, fmt.Errorf("ledger: lock %s: %w", path, err)
 		}
 		if time.Now().After(deadline) {
 			f.Close()
-			return nil, fmt.Errorf("ledger: %s is still locked by another process after %s", path, timeout)
+			d.Close()
+			return nil, nil, fmt.Errorf("ledger: %s is still locked by another process after %s", path, timeout)
 		}
 		time.Sleep(wait)
 	}
 	// Closing the descriptor releases the lock.
-	return func() { f.Close() }, nil
+	return d, func() { f.Close(); d.Close() }, nil
 }
+
+// maxFileSize bounds what is read of the ledger file: an entry takes a few
+// hundred bytes, so this holds tens of thousands of containers.
+const maxFileSize = 16 << 20
 
 // read parses the ledger file. A missing file is an empty ledger; so is a
 // damaged one (logged), since callers rebuild the ledger from the host
-// directories anyway and a broken cache must not block every container.
-func (l *Ledger) read() (*State, error) {
-	data, err := os.ReadFile(l.Path())
+// directories anyway and a broken cache must not block every container. A
+// symbolic link, or anything but a regular file, in the file's place counts
+// as damage: it is not followed, and the next write replaces it.
+func (l *Ledger) read(d *safepath.Dir) (*State, error) {
+	data, err := d.ReadFile(FileName, maxFileSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return newState(), nil
 	}
-	if err != nil {
+	damaged := errors.Is(err, safepath.ErrSymlink) || errors.Is(err, safepath.ErrNotRegular) || errors.Is(err, safepath.ErrTooLarge)
+	if err != nil && !damaged {
 		return nil, fmt.Errorf("ledger: %w", err)
 	}
 	s := newState()
-	err = json.Unmarshal(data, s)
+	if err == nil {
+		err = json.Unmarshal(data, s)
+	}
 	if err == nil && s.Version != Version {
 		err = fmt.Errorf("version %d, want %d", s.Version, Version)
 	}
@@ -348,13 +369,13 @@ func (l *Ledger) read() (*State, error) {
 	return s, nil
 }
 
-func (l *Ledger) write(s *State) error {
+func (l *Ledger) write(d *safepath.Dir, s *State) error {
 	s.Version = Version
 	data, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return fmt.Errorf("ledger: %w", err)
 	}
-	if err := atomicfile.Write(l.Path(), append(data, '\n'), 0o644); err != nil {
+	if err := atomicfile.WriteIn(d, FileName, append(data, '\n'), 0o644); err != nil {
 		return fmt.Errorf("ledger: %w", err)
 	}
 	return nil
