@@ -47,15 +47,18 @@ type Options struct {
 type Plugin struct {
 	pluginapi.UnimplementedDevicePluginServer
 
-	cfg        config.DevicePlugin
-	policy     string
-	backend    gpu.Backend
-	key        limits.Key
-	log        *slog.Logger
-	now        func() time.Time
-	sysfs      string
-	dir        string // socket_dir, absolute
-	socketName string
+	cfg    config.DevicePlugin
+	policy string
+	// coresPolicy is signed into every allocation: "burst", or "" for
+	// hard (limits.Allocation.CoresPolicy).
+	coresPolicy string
+	backend     gpu.Backend
+	key         limits.Key
+	log         *slog.Logger
+	now         func() time.Time
+	sysfs       string
+	dir         string // socket_dir, absolute
+	socketName  string
 
 	mu      sync.Mutex
 	inv     *inventory
@@ -112,6 +115,14 @@ func New(opts Options) (*Plugin, error) {
 	if p.policy != config.PolicyBinpack && p.policy != config.PolicySpread {
 		return nil, fmt.Errorf("device plugin: unknown allocation_policy %q (want %q or %q)",
 			p.policy, config.PolicyBinpack, config.PolicySpread)
+	}
+	switch cfg.Limits.CoresPolicy {
+	case limits.CoresPolicyBurst:
+		p.coresPolicy = limits.CoresPolicyBurst
+	case limits.CoresPolicyHard, "":
+	default:
+		return nil, fmt.Errorf("device plugin: unknown limits.cores_policy %q (want %q or %q)",
+			cfg.Limits.CoresPolicy, limits.CoresPolicyHard, limits.CoresPolicyBurst)
 	}
 	key, err := limits.LoadOrCreateKey(cfg.Paths.StateDir)
 	if err != nil {
@@ -328,7 +339,7 @@ func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 		for i, g := range a.GPUs {
 			gpus[i] = fmt.Sprintf("%s: %d slices, %s, %d%% SM", g.UUID, g.Slices, limits.FormatBytes(g.Memory), g.Cores)
 		}
-		p.log.Info("allocated", "id", a.ID, "gpus", gpus)
+		p.log.Info("allocated", "id", a.ID, "gpus", gpus, "cores_policy", cmp.Or(a.CoresPolicy, limits.CoresPolicyHard))
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{
 			Annotations: map[string]string{limits.AnnotationKey: value},
 		})
@@ -365,7 +376,7 @@ func (p *Plugin) allocation(inv *inventory, ids []string) (*limits.Allocation, e
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "%s: allocation id: %v", p.cfg.ResourceName, err)
 	}
-	a := &limits.Allocation{V: limits.AllocationVersion, ID: id, Issued: p.now().Unix()}
+	a := &limits.Allocation{V: limits.AllocationVersion, ID: id, Issued: p.now().Unix(), CoresPolicy: p.coresPolicy}
 	for i, n := range perGPU {
 		g := inv.gpus[i]
 		// n <= g.Split: the IDs are distinct and each names a slice below

@@ -66,7 +66,7 @@ func testConfig(t *testing.T) *config.Config {
 func prepare(t *testing.T, cfg *config.Config, id, pod, name string, gpus ...limits.AllocatedGPU) {
 	t.Helper()
 	info := &oci.ContainerInfo{ID: id, Name: name, Pod: pod, GPUs: gpus, Source: "nri"}
-	if err := oci.Prepare(cfg, info, limits.LimitsFromAllocation(&limits.Allocation{GPUs: gpus}, "", "")); err != nil {
+	if err := oci.Prepare(cfg, info, limits.LimitsFromAllocation(&limits.Allocation{GPUs: gpus}, "")); err != nil {
 		t.Fatal(err)
 	}
 }

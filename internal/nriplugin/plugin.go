@@ -181,7 +181,7 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		Source:       Source,
 		Created:      time.Now().UTC(),
 	}
-	if err := oci.Prepare(p.cfg, info, limits.LimitsFromAllocation(a, "", "")); err != nil {
+	if err := oci.Prepare(p.cfg, info, limits.LimitsFromAllocation(a, p.cfg.Limits.LogLevel)); err != nil {
 		log.Error("cannot prepare the container's host files", "err", err)
 		_ = oci.RemoveContainerDir(p.cfg, ctr.GetId())
 		return nil, nil, fmt.Errorf("nri-vgpu: container %s: %w", ctr.GetId(), err)

@@ -124,7 +124,7 @@ func TestGPUContainerGetsEveryEdit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := limits.LimitsFromAllocation(a, "", ""); !slices.Equal(lf.GPUs, want.GPUs) {
+	if want := limits.LimitsFromAllocation(a, ""); !slices.Equal(lf.GPUs, want.GPUs) {
 		t.Errorf("limits file GPUs = %+v, want %+v", lf.GPUs, want.GPUs)
 	}
 	if st, err := os.Stat(filepath.Join(dir, "region")); err != nil || st.Mode().Perm() != 0o777 {
@@ -387,7 +387,7 @@ func TestRemoveAndSweep(t *testing.T) {
 	if _, err := h.create(p, keep); err != nil {
 		t.Fatal(err)
 	}
-	lf := limits.LimitsFromAllocation(&limits.Allocation{GPUs: []limits.AllocatedGPU{gpu0}}, "", "")
+	lf := limits.LimitsFromAllocation(&limits.Allocation{GPUs: []limits.AllocatedGPU{gpu0}}, "")
 	for id, source := range map[string]string{"ghost": Source, "docker1": "runtime"} {
 		if err := oci.Prepare(h.cfg, &oci.ContainerInfo{ID: id, Source: source}, lf); err != nil {
 			t.Fatal(err)

@@ -24,6 +24,9 @@ const (
 	EnvMemory = "NRI_VGPU_MEMORY"
 	// EnvCores is the SM-time limit on each GPU: "30" or "30%".
 	EnvCores = "NRI_VGPU_CORES"
+	// EnvCoresPolicy is how that limit is enforced: "hard" or "burst"
+	// (limits.cores_policy of the config when unset or empty).
+	EnvCoresPolicy = "NRI_VGPU_CORES_POLICY"
 )
 
 // Request is what a container asks for in its environment, as written.
@@ -31,8 +34,9 @@ type Request struct {
 	// Devices are the entries of NVIDIA_VISIBLE_DEVICES ("all" alone, or
 	// indices and UUIDs).
 	Devices []string
-	// Memory and Cores are NRI_VGPU_MEMORY and NRI_VGPU_CORES; "" = unset.
-	Memory, Cores string
+	// Memory, Cores and CoresPolicy are NRI_VGPU_MEMORY, NRI_VGPU_CORES
+	// and NRI_VGPU_CORES_POLICY; "" = unset.
+	Memory, Cores, CoresPolicy string
 }
 
 // RequestError is a request the wrapper cannot honour; its message names
@@ -68,6 +72,7 @@ func RequestFromEnv(env []string) (*Request, error) {
 	devs, _ := lookupEnv(env, EnvDevices)
 	mem, hasMem := lookupEnv(env, EnvMemory)
 	cores, hasCores := lookupEnv(env, EnvCores)
+	policy, hasPolicy := lookupEnv(env, EnvCoresPolicy)
 	var entries []string
 	for _, f := range strings.Split(devs, ",") {
 		if f = strings.TrimSpace(f); f != "" {
@@ -78,7 +83,7 @@ func RequestFromEnv(env []string) (*Request, error) {
 		for _, v := range []struct {
 			name, value string
 			set         bool
-		}{{EnvMemory, mem, hasMem}, {EnvCores, cores, hasCores}} {
+		}{{EnvMemory, mem, hasMem}, {EnvCores, cores, hasCores}, {EnvCoresPolicy, policy, hasPolicy}} {
 			if v.set {
 				return nil, &RequestError{Var: v.name, Value: v.value,
 					Err: fmt.Errorf("%s names no GPU (%q); set it to GPU indices (\"0,1\"), UUIDs or \"all\"", EnvDevices, devs)}
@@ -86,7 +91,7 @@ func RequestFromEnv(env []string) (*Request, error) {
 		}
 		return nil, nil
 	}
-	return &Request{Devices: entries, Memory: mem, Cores: cores}, nil
+	return &Request{Devices: entries, Memory: mem, Cores: cores, CoresPolicy: policy}, nil
 }
 
 // GPUs resolves the request's devices against the node's GPUs, in the order
@@ -178,6 +183,8 @@ type Grant struct {
 //     real memory); unset, all of the GPU's memory_scaling × total, as
 //     when a pod holds every slice of a GPU. More than that is an error.
 //   - cores: NRI_VGPU_CORES on each GPU; unset, 100 (no throttling).
+//   - cores policy: NRI_VGPU_CORES_POLICY; unset, limits.cores_policy of
+//     the config.
 //
 // Limits are written even for a whole GPU, so that usage is reported.
 // The allocation ID is derived from the container ID.
@@ -192,11 +199,16 @@ func (r *Request) Resolve(devices []gpu.Device, cfg *config.Config, containerID 
 			return nil, &RequestError{Var: EnvCores, Value: r.Cores, Err: err}
 		}
 	}
+	policy, err := r.coresPolicy(cfg)
+	if err != nil {
+		return nil, err
+	}
 	sum := sha256.Sum256([]byte(containerID))
 	g := &Grant{Allocation: &limits.Allocation{
-		V:      limits.AllocationVersion,
-		ID:     hex.EncodeToString(sum[:16]),
-		Issued: now.Unix(),
+		V:           limits.AllocationVersion,
+		ID:          hex.EncodeToString(sum[:16]),
+		Issued:      now.Unix(),
+		CoresPolicy: policy,
 	}}
 	for _, d := range gpus {
 		c, err := ledger.CapacityOf(d.Index, d.UUID, d.Memory, cfg.DevicePlugin.MemoryScaling, cfg.DevicePlugin.CoresScaling)
@@ -220,4 +232,26 @@ func (r *Request) Resolve(devices []gpu.Device, cfg *config.Config, containerID 
 		g.Capacity = append(g.Capacity, c)
 	}
 	return g, nil
+}
+
+// coresPolicy is the allocation's cores policy for the request: "burst", or
+// "" for hard, as the device plugin signs it.
+func (r *Request) coresPolicy(cfg *config.Config) (string, error) {
+	policy := r.CoresPolicy
+	if policy == "" {
+		policy = cfg.Limits.CoresPolicy
+	}
+	switch policy {
+	case limits.CoresPolicyBurst:
+		return policy, nil
+	case limits.CoresPolicyHard, "":
+		return "", nil
+	}
+	if r.CoresPolicy == "" {
+		// Config.Validate refuses this; a Config built in code may not
+		// have been through it.
+		return "", fmt.Errorf("config limits.cores_policy %q: want %q or %q", policy, limits.CoresPolicyHard, limits.CoresPolicyBurst)
+	}
+	return "", &RequestError{Var: EnvCoresPolicy, Value: r.CoresPolicy,
+		Err: fmt.Errorf("want %q (never more than NRI_VGPU_CORES) or %q (more while the GPU is otherwise idle)", limits.CoresPolicyHard, limits.CoresPolicyBurst)}
 }

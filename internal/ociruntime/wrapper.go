@@ -199,7 +199,7 @@ func (w *Wrapper) create(a *Args) (undo func(), err error) {
 		Source:       Source,
 		Created:      now.UTC(),
 	}
-	lf := limits.LimitsFromAllocation(grant.Allocation, "", "")
+	lf := limits.LimitsFromAllocation(grant.Allocation, cfg.Limits.LogLevel)
 	l := w.ledger()
 	err = l.Update(func(s *ledger.State) error {
 		w.sync(s)
@@ -231,7 +231,7 @@ func (w *Wrapper) create(a *Args) (undo func(), err error) {
 	}
 	for _, g := range grant.Allocation.GPUs {
 		w.Log.Info("vGPU container", "container", id, "gpu", g.UUID,
-			"memory", limits.FormatBytes(g.Memory), "cores", g.Cores)
+			"memory", limits.FormatBytes(g.Memory), "cores", g.Cores, "cores_policy", lf.CoresPolicy)
 	}
 	return undo, nil
 }

@@ -28,7 +28,7 @@ func prepare(t *testing.T, cfg *config.Config, id, pod string, gpus ...limits.Al
 	t.Helper()
 	a := &limits.Allocation{GPUs: gpus}
 	info := &oci.ContainerInfo{ID: id, Name: "ctr-" + id, Pod: pod, GPUs: gpus, Source: "nri"}
-	if err := oci.Prepare(cfg, info, limits.LimitsFromAllocation(a, "", "")); err != nil {
+	if err := oci.Prepare(cfg, info, limits.LimitsFromAllocation(a, "")); err != nil {
 		t.Fatal(err)
 	}
 }

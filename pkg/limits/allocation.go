@@ -368,6 +368,14 @@ func validateAllocation(a *Allocation) error {
 	if len(a.GPUs) > MaxLimitsGPUs {
 		return fmt.Errorf("%d GPUs, at most %d", len(a.GPUs), MaxLimitsGPUs)
 	}
+	switch a.CoresPolicy {
+	case "", CoresPolicyBurst:
+	case CoresPolicyHard:
+		// One spelling per allocation: hard is the field left out.
+		return fmt.Errorf("cores_policy %q: hard is written by leaving the field out", a.CoresPolicy)
+	default:
+		return fmt.Errorf("cores_policy %q: want %q or no field (hard)", a.CoresPolicy, CoresPolicyBurst)
+	}
 	for i, g := range a.GPUs {
 		if err := ValidateUUID(g.UUID); err != nil {
 			return fmt.Errorf("gpus[%d]: %w", i, err)

@@ -96,6 +96,36 @@ func TestSignVerifyRoundTrip(t *testing.T) {
 	}
 }
 
+// A burst allocation carries the policy as the last field; a hard one
+// (above) has no such field, as before the field existed.
+func TestSignVerifyBurst(t *testing.T) {
+	a := testAllocation()
+	a.GPUs = a.GPUs[1:]
+	a.CoresPolicy = CoresPolicyBurst
+	v, err := Sign(testKey, a)
+	if err != nil {
+		t.Fatalf("Sign: %v", err)
+	}
+	payload, _, _ := strings.Cut(v, ".")
+	raw, err := base64.RawURLEncoding.DecodeString(payload)
+	if err != nil {
+		t.Fatalf("payload: %v", err)
+	}
+	wantJSON := `{"v":1,"id":"3f8a0c1d2e4b5a6978877665544332a1","issued":1763719200,"gpus":[` +
+		`{"uuid":"GPU-0b6a9f2e-aaaa-bbbb-cccc-ddddeeeeffff","minor":3,"slices":1,"memory":1717567488,"cores":10}],` +
+		`"cores_policy":"burst"}`
+	if string(raw) != wantJSON {
+		t.Errorf("payload\n got %s\nwant %s", raw, wantJSON)
+	}
+	got, err := Verify(testKey, v)
+	if err != nil {
+		t.Fatalf("Verify(Sign(a)): %v", err)
+	}
+	if got.CoresPolicy != "burst" {
+		t.Errorf("Verify(Sign(a)).CoresPolicy = %q, want burst", got.CoresPolicy)
+	}
+}
+
 func equalAllocations(a, b *Allocation) bool {
 	ja, _ := json.Marshal(a)
 	jb, _ := json.Marshal(b)
@@ -247,6 +277,16 @@ func TestVerifyRejects(t *testing.T) {
 			"allocation rejected: malformed: gpus[0] (" + testUUID0 + "): cores 0 outside 1..100", false},
 		{"too many cores", signModified(func(a *Allocation) { a.GPUs[0].Cores = 101 }), ErrMalformed,
 			"allocation rejected: malformed: gpus[0] (" + testUUID0 + "): cores 101 outside 1..100", false},
+		{"cores_policy hard written out", signModified(func(a *Allocation) { a.CoresPolicy = "hard" }), ErrMalformed,
+			`allocation rejected: malformed: cores_policy "hard": hard is written by leaving the field out`, false},
+		{"cores_policy unknown", signModified(func(a *Allocation) { a.CoresPolicy = "share" }), ErrMalformed,
+			`allocation rejected: malformed: cores_policy "share": want "burst" or no field (hard)`, false},
+		{"cores_policy upper case", signModified(func(a *Allocation) { a.CoresPolicy = "BURST" }), ErrMalformed,
+			`allocation rejected: malformed: cores_policy "BURST": want "burst" or no field (hard)`, false},
+		{"cores_policy empty string", signRaw(testKey, strings.TrimSuffix(validPayload(), "}")+`,"cores_policy":""}`), ErrMalformed,
+			"allocation rejected: malformed: payload is not in canonical form", false},
+		{"cores_policy not a string", signRaw(testKey, strings.TrimSuffix(validPayload(), "}")+`,"cores_policy":1}`), ErrMalformed,
+			"allocation rejected: malformed: payload does not match version 1: json: cannot unmarshal number", true},
 
 		// Canonical form: valid JSON for the same allocation, other bytes.
 		{"whitespace", signRaw(testKey, strings.Replace(validPayload(), `"v":1`, `"v": 1`, 1)), ErrMalformed,
@@ -329,6 +369,10 @@ func TestSignRejects(t *testing.T) {
 			`sign allocation: id "x" is not 32 lower-case hex characters`},
 		{"no cores", func() *Allocation { a := testAllocation(); a.GPUs[1].Cores = 0; return a }(),
 			"sign allocation: gpus[1] (" + testUUID1 + "): cores 0 outside 1..100"},
+		{"cores_policy hard", func() *Allocation { a := testAllocation(); a.CoresPolicy = "hard"; return a }(),
+			`sign allocation: cores_policy "hard": hard is written by leaving the field out`},
+		{"cores_policy unknown", func() *Allocation { a := testAllocation(); a.CoresPolicy = "soft"; return a }(),
+			`sign allocation: cores_policy "soft": want "burst" or no field (hard)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -345,6 +389,7 @@ func TestSignRejects(t *testing.T) {
 func TestSignLargest(t *testing.T) {
 	a := testAllocation()
 	a.Issued = 1<<63 - 1
+	a.CoresPolicy = CoresPolicyBurst
 	a.GPUs = nil
 	for i := range MaxLimitsGPUs {
 		a.GPUs = append(a.GPUs, AllocatedGPU{

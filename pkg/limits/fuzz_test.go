@@ -74,6 +74,8 @@ func FuzzVerifySignedPayload(f *testing.F) {
 		`{"v":1e0}`,
 		`{"V":1}`,
 		strings.Replace(validPayload(), `"v":1,`, `"v":1,"v":1,`, 1),
+		strings.TrimSuffix(validPayload(), "}") + `,"cores_policy":"burst"}`,
+		strings.TrimSuffix(validPayload(), "}") + `,"cores_policy":"hard"}`,
 		strings.Replace(validPayload(), `"slices":2`, `"slices":-2`, 1),
 		strings.Replace(validPayload(), `"memory":8589934592`, `"memory":18446744073709551616`, 1),
 		strings.Replace(validPayload(), `GPU-8e1c`, `GPU-\u00e9`, 1),

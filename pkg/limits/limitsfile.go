@@ -42,16 +42,17 @@ func ValidLogLevel(l string) bool {
 }
 
 // LimitsFromAllocation is the limits file for a container holding a (whose
-// GPUs are listed in the allocation's order). An empty coresPolicy or
-// logLevel takes the default.
-func LimitsFromAllocation(a *Allocation, coresPolicy, logLevel string) *LimitsFile {
-	if coresPolicy == "" {
-		coresPolicy = DefaultCoresPolicy
+// GPUs are listed in the allocation's order), with a's cores policy. An
+// empty logLevel takes the default.
+func LimitsFromAllocation(a *Allocation, logLevel string) *LimitsFile {
+	policy := a.CoresPolicy
+	if policy == "" {
+		policy = DefaultCoresPolicy
 	}
 	if logLevel == "" {
 		logLevel = DefaultLogLevel
 	}
-	f := &LimitsFile{CoresPolicy: coresPolicy, LogLevel: logLevel}
+	f := &LimitsFile{CoresPolicy: policy, LogLevel: logLevel}
 	for _, g := range a.GPUs {
 		f.GPUs = append(f.GPUs, GPULimit{UUID: g.UUID, Memory: g.Memory, Cores: g.Cores})
 	}

@@ -12,6 +12,12 @@ type Allocation struct {
 	ID     string         `json:"id"`     // 128-bit random, lower-case hex (32 chars)
 	Issued int64          `json:"issued"` // unix seconds
 	GPUs   []AllocatedGPU `json:"gpus"`
+	// CoresPolicy is the cores.policy of the container's limits file:
+	// "burst", or empty for hard. Hard is left out of the payload, so that
+	// an allocation without burst is, byte for byte, one that verifiers
+	// from before this field accept; they refuse a burst allocation as
+	// malformed rather than enforce it as hard.
+	CoresPolicy string `json:"cores_policy,omitempty"`
 }
 
 // AllocatedGPU is a container's share of one physical GPU.

@@ -207,7 +207,7 @@ func checkMountsOnTop(t *testing.T, edits *Edits, mounts []specs.Mount) {
 
 func TestPrepare(t *testing.T) {
 	e := newEnv(t, config.InjectionNone, false, ocitest.StandardNodes)
-	lf := limits.LimitsFromAllocation(alloc(gpu0), "", "")
+	lf := limits.LimitsFromAllocation(alloc(gpu0), "")
 	info := &ContainerInfo{ID: ctrID, Name: "train", Pod: "ml/job-0", PodUID: "uid-1", AllocationID: alloc(gpu0).ID, GPUs: alloc(gpu0).GPUs}
 	old := setUmask(0o077)
 	defer setUmask(old)
@@ -282,7 +282,7 @@ func TestContainersDirClosed(t *testing.T) {
 			}
 			old := setUmask(0)
 			defer setUmask(old)
-			lf := limits.LimitsFromAllocation(alloc(gpu0), "", "")
+			lf := limits.LimitsFromAllocation(alloc(gpu0), "")
 			if err := Prepare(e.cfg, &ContainerInfo{ID: ctrID}, lf); err != nil {
 				t.Fatal(err)
 			}
@@ -296,7 +296,7 @@ func TestContainersDirClosed(t *testing.T) {
 	if err := os.WriteFile(ContainersDir(e.cfg), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	lf := limits.LimitsFromAllocation(alloc(gpu0), "", "")
+	lf := limits.LimitsFromAllocation(alloc(gpu0), "")
 	if err := Prepare(e.cfg, &ContainerInfo{ID: ctrID}, lf); err == nil || !strings.Contains(err.Error(), "is not a directory") {
 		t.Errorf("Prepare over a file at containers/: %v, want an error saying it is not a directory", err)
 	}
@@ -351,7 +351,7 @@ func TestSweepSparesDirsBeingPrepared(t *testing.T) {
 
 func TestPrepareErrors(t *testing.T) {
 	e := newEnv(t, config.InjectionNone, false, ocitest.StandardNodes)
-	lf := limits.LimitsFromAllocation(alloc(gpu0), "", "")
+	lf := limits.LimitsFromAllocation(alloc(gpu0), "")
 	if err := Prepare(e.cfg, &ContainerInfo{ID: ".."}, lf); err == nil || !strings.Contains(err.Error(), "invalid container ID") {
 		t.Errorf("Prepare(..) = %v, want invalid container ID", err)
 	}
