@@ -13,9 +13,10 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/nri-vgpu/nri-vgpu/internal/safepath"
 )
 
 // KeyFileName is the allocation key's file name inside the state directory.
@@ -85,11 +86,25 @@ func malformedCause(cause error, format string, args ...any) error {
 
 // LoadKey reads the allocation key from <stateDir>/allocation.key. The file
 // must hold exactly KeySize bytes and must not be accessible to group or
-// others.
+// others, and a symbolic link in its place is refused, not followed.
 func LoadKey(stateDir string) (Key, error) {
-	path := filepath.Join(stateDir, KeyFileName)
+	d, err := safepath.OpenDir(stateDir)
+	if err != nil {
+		return Key{}, fmt.Errorf("allocation key: state directory: %w", err)
+	}
+	defer d.Close()
+	return loadKey(d)
+}
+
+func loadKey(d *safepath.Dir) (Key, error) {
+	path := d.Join(KeyFileName)
 	var key Key
-	f, err := os.Open(path)
+	// Not through a link (a key planted elsewhere, or a file root should
+	// not be made to read), and without blocking on a FIFO.
+	f, err := d.Open(KeyFileName, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if errors.Is(err, safepath.ErrSymlink) {
+		return key, fmt.Errorf("allocation key: %w; remove it to have a new key made", err)
+	}
 	if err != nil {
 		return key, fmt.Errorf("allocation key: %w", err)
 	}
@@ -165,19 +180,23 @@ func LoadOrCreateKey(stateDir string) (Key, error) {
 	if err := ensureStateDir(stateDir); err != nil {
 		return Key{}, err
 	}
-	key, err := LoadKey(stateDir)
+	d, err := safepath.OpenDir(stateDir)
+	if err != nil {
+		return Key{}, fmt.Errorf("allocation key: state directory: %w", err)
+	}
+	defer d.Close()
+	key, err := loadKey(d)
 	if err == nil || !errors.Is(err, fs.ErrNotExist) {
 		return key, err
 	}
 	if _, err := rand.Read(key[:]); err != nil {
 		return Key{}, fmt.Errorf("allocation key: %w", err)
 	}
-	path := filepath.Join(stateDir, KeyFileName)
-	tmp, err := os.CreateTemp(stateDir, "."+KeyFileName+".tmp-*") // mode 0600
+	tmp, tmpRel, err := d.CreateTemp(".", "."+KeyFileName+".tmp-*") // mode 0600
 	if err != nil {
 		return Key{}, fmt.Errorf("allocation key: %w", err)
 	}
-	defer os.Remove(tmp.Name())
+	defer func() { _ = d.Remove(tmpRel) }()
 	if _, err := tmp.Write(key[:]); err != nil {
 		tmp.Close()
 		return Key{}, fmt.Errorf("allocation key: write %s: %w", tmp.Name(), err)
@@ -189,20 +208,18 @@ func LoadOrCreateKey(stateDir string) (Key, error) {
 	if err := tmp.Close(); err != nil {
 		return Key{}, fmt.Errorf("allocation key: write %s: %w", tmp.Name(), err)
 	}
-	if err := os.Link(tmp.Name(), path); err != nil {
+	if err := d.Link(tmpRel, KeyFileName); err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			// Another process or goroutine created the key first.
-			return LoadKey(stateDir)
+			// Another process or goroutine created the key first (or a
+			// link sits there, which loadKey refuses).
+			return loadKey(d)
 		}
 		return Key{}, fmt.Errorf("allocation key: %w", err)
 	}
 	// Make the new directory entry durable, so that a key that has signed
 	// allocations does not vanish in a crash. Best effort: some file
 	// systems do not support syncing directories.
-	if d, err := os.Open(stateDir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
+	_ = d.Sync()
 	return key, nil
 }
 
