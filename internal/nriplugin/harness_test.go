@@ -268,9 +268,12 @@ func sign(t testing.TB, key limits.Key, gpus ...limits.AllocatedGPU) (string, *l
 	return v, a
 }
 
+// The allocations the device plugin would sign for the simulated 40 GiB
+// GPUs at the default split of 10: a slice is 40 GiB / 10 = 4 GiB and
+// 100 % / 10 = 10 % of SM time.
 var (
-	gpu0 = limits.AllocatedGPU{UUID: uuid0, Minor: 0, Slices: 2, Memory: 8 << 30, Cores: 20}
-	gpu1 = limits.AllocatedGPU{UUID: uuid1, Minor: 1, Slices: 5, Memory: 20 << 30, Cores: 50}
+	gpu0 = limits.AllocatedGPU{UUID: uuid0, Minor: 0, Slices: 2, Memory: 8 << 30, Cores: 20}  // 2 × 4 GiB, 2 × 10 %
+	gpu1 = limits.AllocatedGPU{UUID: uuid1, Minor: 1, Slices: 5, Memory: 20 << 30, Cores: 50} // 5 × 4 GiB, 5 × 10 %
 )
 
 // proxy forwards connections from front to the runtime's socket. Dropping

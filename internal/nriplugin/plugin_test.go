@@ -71,7 +71,7 @@ func mountAt(s *specs.Spec, dst string) (specs.Mount, bool) {
 
 func TestGPUContainerGetsEveryEdit(t *testing.T) {
 	h := newHarness(t, newConfig(t))
-	ann, a := sign(t, h.key, gpu0, gpu1)
+	ann, _ := sign(t, h.key, gpu0, gpu1)
 	p := pod("sb1", "uid-1")
 	adj, err := h.create(p, container("c1", p, ann))
 	if err != nil {
@@ -120,12 +120,20 @@ func TestGPUContainerGetsEveryEdit(t *testing.T) {
 		}
 	}
 
-	lf, err := limits.ReadLimitsFile(filepath.Join(dir, "limits"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := limits.LimitsFromAllocation(a, ""); !slices.Equal(lf.GPUs, want.GPUs) {
-		t.Errorf("limits file GPUs = %+v, want %+v", lf.GPUs, want.GPUs)
+	// The file the shim reads (Contract 4), written out by hand from gpu0
+	// and gpu1: the allocation's quotas, the default policy and log level.
+	want := "# written by nri-vgpu; read by libvgpu-shim.so\n" +
+		"version=1\n" +
+		"gpu.0.uuid=" + uuid0 + "\n" +
+		"gpu.0.memory=8589934592\n" + // 8 GiB = 8 × 1073741824
+		"gpu.0.cores=20\n" +
+		"gpu.1.uuid=" + uuid1 + "\n" +
+		"gpu.1.memory=21474836480\n" + // 20 GiB = 20 × 1073741824
+		"gpu.1.cores=50\n" +
+		"cores.policy=hard\n" +
+		"log.level=warn\n"
+	if got, err := os.ReadFile(filepath.Join(dir, "limits")); err != nil || string(got) != want {
+		t.Errorf("limits file = %q (%v), want %q", got, err, want)
 	}
 	if st, err := os.Stat(filepath.Join(dir, "region")); err != nil || st.Mode().Perm() != 0o777 {
 		t.Errorf("region dir: %v, %v; want mode 0777", st, err)
@@ -254,13 +262,14 @@ func TestHideExceptions(t *testing.T) {
 	})
 }
 
-// badJSON is a correctly MACed annotation whose payload is not JSON.
-func badJSON(key limits.Key) string {
-	payload := []byte(`{"v":1,"id":`)
+// signRaw returns an annotation value carrying payload as it is, with a
+// correct MAC: Contract 2's encoding done by hand, so that a payload Sign
+// would refuse to make reaches the plugin.
+func signRaw(key limits.Key, payload string) string {
 	m := hmac.New(sha256.New, key[:])
-	m.Write(payload)
+	m.Write([]byte(payload))
 	enc := base64.RawURLEncoding
-	return enc.EncodeToString(payload) + "." + enc.EncodeToString(m.Sum(nil))
+	return enc.EncodeToString([]byte(payload)) + "." + enc.EncodeToString(m.Sum(nil))
 }
 
 func TestRejections(t *testing.T) {
@@ -269,10 +278,14 @@ func TestRejections(t *testing.T) {
 	otherKey[0] = 1
 	forged, _ := sign(t, otherKey, gpu0)
 	unknown, _ := sign(t, h.key, limits.AllocatedGPU{UUID: "GPU-99999999-9999-4999-8999-999999999999", Minor: 9, Slices: 1, Memory: 1 << 30, Cores: 10})
-	badVersion := func() string {
+	tamperedMAC := func() string {
 		v, _ := sign(t, h.key, gpu0)
 		return v[:len(v)-3] + "AAA" // a different MAC: must not pass as anything but a bad MAC
 	}()
+	// A payload of a later version, in the form Sign writes and correctly
+	// MACed: everything but "v" would pass.
+	version2 := signRaw(h.key, `{"v":2,"id":"0123456789abcdef0123456789abcdef","issued":1800000000,`+
+		`"gpus":[{"uuid":"`+uuid0+`","minor":0,"slices":2,"memory":8589934592,"cores":20}]}`)
 	replayed, _ := sign(t, h.key, gpu1)
 	p1, p2 := pod("sb1", "uid-1"), pod("sb2", "uid-2")
 	if _, err := h.create(p1, container("owner", p1, replayed)); err != nil {
@@ -285,9 +298,10 @@ func TestRejections(t *testing.T) {
 		want             string
 	}{
 		{"forged MAC", forged, p1, "nri-vgpu: allocation rejected: bad MAC"},
-		{"tampered MAC", badVersion, p1, "nri-vgpu: allocation rejected: bad MAC"},
+		{"tampered MAC", tamperedMAC, p1, "nri-vgpu: allocation rejected: bad MAC"},
+		{"unknown version", version2, p1, "nri-vgpu: allocation rejected: unknown version 2"},
 		{"unknown GPU", unknown, p1, "nri-vgpu: allocation rejected: unknown GPU GPU-99999999"},
-		{"bad JSON", badJSON(h.key), p1, "nri-vgpu: allocation rejected: malformed: payload is not JSON"},
+		{"bad JSON", signRaw(h.key, `{"v":1,"id":`), p1, "nri-vgpu: allocation rejected: malformed: payload is not JSON"},
 		{"not an annotation", "garbage", p1, "nri-vgpu: allocation rejected: malformed"},
 		{"replay from another pod", replayed, p2, "nri-vgpu: allocation rejected: id "},
 	}
@@ -387,7 +401,7 @@ func TestRemoveAndSweep(t *testing.T) {
 	if _, err := h.create(p, keep); err != nil {
 		t.Fatal(err)
 	}
-	lf := limits.LimitsFromAllocation(&limits.Allocation{GPUs: []limits.AllocatedGPU{gpu0}}, "")
+	lf := &limits.LimitsFile{GPUs: []limits.GPULimit{{UUID: uuid0, Memory: 8 << 30, Cores: 20}}}
 	for id, source := range map[string]string{"ghost": Source, "docker1": "runtime"} {
 		if err := oci.Prepare(h.cfg, &oci.ContainerInfo{ID: id, Source: source}, lf); err != nil {
 			t.Fatal(err)
