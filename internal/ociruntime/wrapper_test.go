@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -53,6 +54,7 @@ exit "${FAKE_RUNTIME_EXIT:-0}"
 type testEnv struct {
 	cfg     *config.Config
 	cfgPath string
+	devRoot string // holds the fake device nodes
 	binDir  string // holds fake-runc
 	next    string // binDir/fake-runc
 }
@@ -110,7 +112,7 @@ next = ["not-installed-runtime", "fake-runc"]
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &testEnv{cfg: cfg, cfgPath: cfgPath, binDir: binDir, next: next}
+	return &testEnv{cfg: cfg, cfgPath: cfgPath, devRoot: devRoot, binDir: binDir, next: next}
 }
 
 // baseSpec is a container spec shaped like Docker's.
@@ -195,36 +197,66 @@ func (e *testEnv) wrapper(rec *execRecord, specPath string) *Wrapper {
 
 const ctrID = "a2fba5934a2e447f1a513088e8841cdf66caa93945ebbe6f5b7aef5961a7a471"
 
-// expectedSpec is what the NRI path's edits make of spec for the request:
-// the wrapper must produce exactly this.
-func expectedSpec(t *testing.T, e *testEnv, spec *specs.Spec, env []string) []byte {
+// vgpuSpec is the config.json the next runtime must read for a container
+// with env holding the GPUs of the given minors: baseSpec(env...) with the
+// Contract 3 edits written out by hand. NVIDIA_VISIBLE_DEVICES becomes
+// visible in place; the control, UVM and GPU nodes are appended (type, mode
+// and owner of the fake host nodes) with an rwm allow rule each; the shim,
+// preload, limits and region bind mounts join the base mounts, all ordered
+// by depth, then destination, as runtimes sort them.
+func vgpuSpec(t *testing.T, e *testEnv, env []string, visible string, minors ...int64) []byte {
 	t.Helper()
-	req, err := RequestFromEnv(env)
-	if err != nil || req == nil {
-		t.Fatalf("request %v: %v", req, err)
+	s := baseSpec(env...)
+	for i, kv := range s.Process.Env {
+		if strings.HasPrefix(kv, oci.EnvVisibleDevices+"=") {
+			s.Process.Env[i] = oci.EnvVisibleDevices + "=" + visible
+		}
 	}
-	devs, err := listGPUs(e.cfg)
-	if err != nil {
-		t.Fatal(err)
+	type node struct {
+		path         string
+		major, minor int64
 	}
-	g, err := req.Resolve(devs, e.cfg, ctrID, time.Now())
-	if err != nil {
-		t.Fatal(err)
+	nodes := []node{{"/dev/nvidiactl", 195, 255}, {"/dev/nvidia-uvm", ocitest.UVMMajor, 0}, {"/dev/nvidia-uvm-tools", ocitest.UVMMajor, 1}}
+	for _, m := range minors {
+		nodes = append(nodes, node{fmt.Sprintf("/dev/nvidia%d", m), 195, m})
 	}
-	host := oci.NewHost(e.cfg, false)
-	defer host.Close()
-	edits, err := oci.Compute(g.Allocation, e.cfg, host, ctrID)
-	if err != nil {
-		t.Fatal(err)
+	for _, n := range nodes {
+		fi, err := os.Stat(filepath.Join(e.devRoot, n.path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		mode, uid, gid := fi.Mode().Perm(), st.Uid, st.Gid
+		major, minor := n.major, n.minor
+		s.Linux.Devices = append(s.Linux.Devices, specs.LinuxDevice{Path: n.path, Type: "c", Major: major, Minor: minor, FileMode: &mode, UID: &uid, GID: &gid})
+		s.Linux.Resources.Devices = append(s.Linux.Resources.Devices, specs.LinuxDeviceCgroup{Allow: true, Type: "c", Major: &major, Minor: &minor, Access: "rwm"})
 	}
-	if err := edits.ApplyToSpec(spec); err != nil {
-		t.Fatal(err)
+	dir := filepath.Join(e.cfg.Paths.RunDir, "containers", ctrID)
+	proc, dev := s.Mounts[0], s.Mounts[1]
+	s.Mounts = []specs.Mount{
+		dev, proc,
+		{Destination: "/etc/ld.so.preload", Type: "bind", Source: filepath.Join(e.cfg.Paths.RunDir, "ld.so.preload"), Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}},
+		{Destination: "/run/nri-vgpu/limits", Type: "bind", Source: filepath.Join(dir, "limits"), Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}},
+		{Destination: "/run/nri-vgpu/region", Type: "bind", Source: filepath.Join(dir, "region"), Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
+		{Destination: "/usr/local/nri-vgpu/libvgpu-shim.so", Type: "bind", Source: e.cfg.Paths.ShimPath, Options: []string{"rbind", "ro", "nosuid", "nodev"}},
 	}
-	data, err := json.Marshal(spec)
+	data, err := json.Marshal(s)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return data
+}
+
+// readLedger returns the ledger's content, read under its lock. The
+// sentinel error keeps Update from writing the content back.
+func readLedger(t *testing.T, e *testEnv) *ledger.State {
+	t.Helper()
+	errRead := errors.New("read only")
+	var s *ledger.State
+	if err := ledger.New(e.cfg.Paths.StateDir).Update(func(st *ledger.State) error { s = st; return errRead }); !errors.Is(err, errRead) {
+		t.Fatalf("reading the ledger: %v", err)
+	}
+	return s
 }
 
 func TestCreate(t *testing.T) {
@@ -244,29 +276,42 @@ func TestCreate(t *testing.T) {
 		{"-b=", func(b string) []string { return []string{"--root=/r", "create", "-b=" + b, ctrID} }, "/r"},
 		{"working directory", func(string) []string { return []string{"create", "--pid-file", "init.pid", ctrID} }, ""},
 	}
+	// GPU 0 has 16 GiB, GPU 1 8 GiB (newTestEnv).
 	requests := []struct {
 		name      string
 		injection string
 		env       []string
+		visible   string  // NVIDIA_VISIBLE_DEVICES the next runtime sees
+		minors    []int64 // /dev/nvidia<minor> nodes the container gets
 		want      []limits.GPULimit
 	}{
 		{
 			name:      "memory on GPU 0",
 			injection: "none",
 			env:       []string{"NVIDIA_VISIBLE_DEVICES=0", "NRI_VGPU_MEMORY=1GiB"},
-			want:      []limits.GPULimit{{UUID: uuid0, Memory: 1 << 30, Cores: 100}},
+			visible:   "void",
+			minors:    []int64{0},
+			want:      []limits.GPULimit{{UUID: uuid0, Memory: 1073741824, Cores: 100}}, // 1 GiB; no cores asked: 100
 		},
 		{
 			name:      "whole GPU by UUID for nvidia-container-runtime",
 			injection: "nvidia-runtime",
 			env:       []string{"NVIDIA_VISIBLE_DEVICES=" + uuid1},
-			want:      []limits.GPULimit{{UUID: uuid1, Memory: 8 << 30, Cores: 100}},
+			visible:   uuid1,
+			minors:    []int64{1},
+			want:      []limits.GPULimit{{UUID: uuid1, Memory: 8589934592, Cores: 100}}, // all of GPU 1: 8 GiB
 		},
 		{
+			// No CDI spec in cdi_dirs: auto falls back to nvidia-runtime.
 			name:      "all GPUs, a share of each",
 			injection: "auto",
 			env:       []string{"NVIDIA_VISIBLE_DEVICES=all", "NRI_VGPU_MEMORY=50%", "NRI_VGPU_CORES=30%"},
-			want:      []limits.GPULimit{{UUID: uuid0, Memory: 8 << 30, Cores: 30}, {UUID: uuid1, Memory: 4 << 30, Cores: 30}},
+			visible:   uuid0 + "," + uuid1,
+			minors:    []int64{0, 1},
+			want: []limits.GPULimit{
+				{UUID: uuid0, Memory: 8589934592, Cores: 30}, // 50 % of 16 GiB = 8 GiB
+				{UUID: uuid1, Memory: 4294967296, Cores: 30}, // 50 % of 8 GiB = 4 GiB
+			},
 		},
 	}
 	for _, form := range argvForms {
@@ -288,8 +333,8 @@ func TestCreate(t *testing.T) {
 				if rec.path != e.next || !slices.Equal(rec.argv, append([]string{e.next}, argv[1:]...)) {
 					t.Errorf("exec %s %q, want %s with the arguments unchanged", rec.path, rec.argv, e.next)
 				}
-				// The spec it reads is the NRI path's edit of the original.
-				if want := expectedSpec(t, e, baseSpec(r.env...), r.env); !bytes.Equal(rec.spec, want) {
+				// The spec it reads is the original with the vGPU edits.
+				if want := vgpuSpec(t, e, r.env, r.visible, r.minors...); !bytes.Equal(rec.spec, want) {
 					t.Errorf("spec seen by the next runtime\n got %s\nwant %s", rec.spec, want)
 				}
 				if st, err := os.Stat(specPath); err != nil || st.Mode().Perm() != 0o600 {
@@ -311,11 +356,7 @@ func TestCreate(t *testing.T) {
 				if err != nil || info.Source != Source || info.ID != ctrID {
 					t.Errorf("container.json %+v: %v", info, err)
 				}
-				s, err := ledger.New(e.cfg.Paths.StateDir).Read()
-				if err != nil {
-					t.Fatal(err)
-				}
-				entry := s.Containers[ctrID]
+				entry := readLedger(t, e).Containers[ctrID]
 				if entry == nil || entry.RuntimeRoot != form.root || entry.Source != Source || len(entry.GPUs) != len(r.want) {
 					t.Errorf("ledger entry %+v", entry)
 				}
@@ -392,11 +433,7 @@ func TestCreateRefused(t *testing.T) {
 			if _, err := os.Stat(oci.ContainerDir(e.cfg, ctrID)); !os.IsNotExist(err) {
 				t.Errorf("container directory left for a refused container: %v", err)
 			}
-			s, err := ledger.New(e.cfg.Paths.StateDir).Read()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := s.IDs(); !slices.Equal(got, []string{"holder"}) {
+			if got := readLedger(t, e).IDs(); !slices.Equal(got, []string{"holder"}) {
 				t.Errorf("ledger holds %v, want only the holder", got)
 			}
 		})
@@ -490,10 +527,7 @@ func TestDeleteRefused(t *testing.T) {
 				t.Fatal("the next runtime's delete was exec'd: the wrapper cannot see its result")
 			}
 			_, statErr := os.Stat(oci.ContainerDir(e.cfg, ctrID))
-			s, err := ledger.New(e.cfg.Paths.StateDir).Read()
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := readLedger(t, e)
 			if tt.released {
 				if !os.IsNotExist(statErr) || len(s.Containers) != 0 {
 					t.Errorf("container not released: directory %v, ledger %v", statErr, s.IDs())
@@ -570,7 +604,7 @@ func TestExecFailureReleases(t *testing.T) {
 	if _, err := os.Stat(oci.ContainerDir(e.cfg, ctrID)); !os.IsNotExist(err) {
 		t.Errorf("container directory after a failed exec: %v", err)
 	}
-	if s, _ := ledger.New(e.cfg.Paths.StateDir).Read(); len(s.Containers) != 0 {
+	if s := readLedger(t, e); len(s.Containers) != 0 {
 		t.Errorf("ledger after a failed exec: %v", s.IDs())
 	}
 }
@@ -624,7 +658,7 @@ func TestMainExecsNextRuntime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := expectedSpec(t, e, baseSpec(env...), env); !bytes.Equal(seen, want) {
+	if want := vgpuSpec(t, e, env, "void", 0); !bytes.Equal(seen, want) {
 		t.Errorf("spec seen by the next runtime\n got %s\nwant %s", seen, want)
 	}
 	// The runtime log holds JSON lines only: containerd parses them.
