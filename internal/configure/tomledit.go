@@ -2,279 +2,142 @@ package configure
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"reflect"
 	"strconv"
-	"strings"
 
 	"github.com/BurntSushi/toml"
+	"github.com/pelletier/go-toml/v2/unstable"
 )
 
 // The user's containerd config.toml is edited as text, not decoded and
 // re-encoded: re-marshalling would drop every comment, reorder keys and
 // rewrite values, turning a one-line change into a diff of the whole file.
-// The scanner below understands just enough TOML to find the top-level keys
-// (those before the first table header) and the elements of an array value;
-// every edit is then checked by decoding the result (see addImport).
+// The positions to edit at come from go-toml's parser, the one containerd 2
+// itself reads config.toml with, which gives the byte range of every key
+// and value; every edit is then checked by decoding the result (see
+// addImport).
 
 const utf8BOM = "\xef\xbb\xbf"
 
 // topKey is one key = value pair before the first table header.
 type topKey struct {
-	name       string // unquoted key
-	valueStart int    // offset of the value's first byte
-	valueEnd   int    // offset just past the value
-	lineEnd    int    // offset just past the newline ending the value's line (or len(src))
-	array      *arrayInfo
+	parts   []string // the key, one element per dotted part, unquoted
+	lineEnd int      // offset just past the newline ending the value's line (or len(src))
+	array   *arrayInfo
 }
 
 // arrayInfo describes an array value's elements.
 type arrayInfo struct {
 	elements   int
-	lastEnd    int  // offset just past the last element (valid when elements > 0)
+	nested     bool // some element is an array or inline table
+	lastEnd    int  // offset just past the last element (valid when elements > 0 and !nested)
 	commaAfter bool // the last element is followed by a comma
 	commaEnd   int  // offset just past that comma
 	open       int  // offset of the '['
 }
 
-type scanner struct {
-	src []byte
-	p   int
-}
-
-func (s *scanner) errorf(format string, args ...any) error {
-	line := 1 + bytes.Count(s.src[:min(s.p, len(s.src))], []byte("\n"))
-	return fmt.Errorf("line %d: %s", line, fmt.Sprintf(format, args...))
-}
-
-func (s *scanner) peek(prefix string) bool { return bytes.HasPrefix(s.src[s.p:], []byte(prefix)) }
-
-func (s *scanner) skipSpaces() {
-	for s.p < len(s.src) && (s.src[s.p] == ' ' || s.src[s.p] == '\t') {
-		s.p++
-	}
-}
-
-// skipToEOL moves past the next newline (or to the end).
-func (s *scanner) skipToEOL() {
-	if i := bytes.IndexByte(s.src[s.p:], '\n'); i >= 0 {
-		s.p += i + 1
-	} else {
-		s.p = len(s.src)
-	}
-}
-
-// skipBlank skips whitespace, newlines and comments (inside arrays).
-func (s *scanner) skipBlank() {
-	for s.p < len(s.src) {
-		switch s.src[s.p] {
-		case ' ', '\t', '\r', '\n':
-			s.p++
-		case '#':
-			s.skipToEOL()
-		default:
-			return
-		}
-	}
-}
-
 // scanTopLevel returns the keys of src that come before its first table
 // header.
 func scanTopLevel(src []byte) ([]topKey, error) {
-	s := &scanner{src: src}
+	// The parser does not skip a byte order mark; offsets into what it
+	// parses are offsets into src less base.
+	base := 0
 	if bytes.HasPrefix(src, []byte(utf8BOM)) {
-		s.p = len(utf8BOM)
+		base = len(utf8BOM)
 	}
+	data := src[base:]
+	var p unstable.Parser
+	p.Reset(data)
 	var keys []topKey
-	for s.p < len(src) {
-		s.skipSpaces()
-		if s.p >= len(src) {
-			break
-		}
-		switch c := src[s.p]; {
-		case c == '\n' || c == '\r' || c == '#':
-			s.skipToEOL()
-			continue
-		case c == '[':
+	for p.NextExpression() {
+		e := p.Expression()
+		if e.Kind == unstable.Table || e.Kind == unstable.ArrayTable {
 			return keys, nil
 		}
-		k, err := s.keyValue()
-		if err != nil {
-			return nil, err
+		if e.Kind != unstable.KeyValue {
+			continue
 		}
-		keys = append(keys, k)
+		keys = append(keys, topKeyOf(src, base, e))
+	}
+	if err := p.Error(); err != nil {
+		return nil, parseError(src, base, data, err)
 	}
 	return keys, nil
 }
 
-// keyValue scans `key = value [# comment]` and the rest of its line.
-func (s *scanner) keyValue() (topKey, error) {
-	var name strings.Builder
-	for s.p < len(s.src) && s.src[s.p] != '=' {
-		switch c := s.src[s.p]; c {
-		case '"', '\'':
-			start := s.p
-			if err := s.basicOrLiteral(c); err != nil {
-				return topKey{}, err
-			}
-			q := string(s.src[start:s.p])
-			if c == '"' {
-				uq, err := strconv.Unquote(q)
-				if err != nil {
-					return topKey{}, s.errorf("bad quoted key %s", q)
-				}
-				name.WriteString(uq)
-			} else {
-				name.WriteString(q[1 : len(q)-1])
-			}
-		case '\n':
-			return topKey{}, s.errorf("key without a value")
-		case ' ', '\t':
-			s.p++
-		default:
-			name.WriteByte(c)
-			s.p++
-		}
+// topKeyOf describes the key = value expression e of src, whose node
+// offsets are relative to src[base:].
+func topKeyOf(src []byte, base int, e *unstable.Node) topKey {
+	var k topKey
+	keyEnd := 0
+	for it := e.Key(); it.Next(); {
+		n := it.Node()
+		k.parts = append(k.parts, string(n.Data))
+		keyEnd = base + int(n.Raw.Offset+n.Raw.Length)
 	}
-	if s.p >= len(s.src) {
-		return topKey{}, s.errorf("key without a value")
+	// The expression's range ends with its value; only blanks and a comment
+	// can follow on that line.
+	valueEnd := base + int(e.Raw.Offset+e.Raw.Length)
+	k.lineEnd = len(src)
+	if i := bytes.IndexByte(src[valueEnd:], '\n'); i >= 0 {
+		k.lineEnd = valueEnd + i + 1
 	}
-	s.p++ // '='
-	s.skipSpaces()
-	k := topKey{name: name.String(), valueStart: s.p}
-	arr, err := s.value()
-	if err != nil {
-		return topKey{}, err
+	v := e.Value()
+	if v.Kind != unstable.Array {
+		return k
 	}
-	k.array = arr
-	k.valueEnd = s.p
-	s.skipSpaces()
-	if s.p < len(s.src) && s.src[s.p] != '#' && s.src[s.p] != '\n' && s.src[s.p] != '\r' {
-		return topKey{}, s.errorf("unexpected %q after the value of %s", s.src[s.p], k.name)
-	}
-	s.skipToEOL()
-	k.lineEnd = s.p
-	return k, nil
-}
-
-// value scans one value; for an array it also describes the elements.
-func (s *scanner) value() (*arrayInfo, error) {
-	if s.p >= len(s.src) {
-		return nil, s.errorf("missing value")
-	}
-	switch c := s.src[s.p]; {
-	case s.peek(`"""`):
-		return nil, s.multiline(`"""`, true)
-	case s.peek(`'''`):
-		return nil, s.multiline(`'''`, false)
-	case c == '"' || c == '\'':
-		return nil, s.basicOrLiteral(c)
-	case c == '[':
-		return s.arrayValue()
-	case c == '{':
-		return nil, s.inlineTable()
-	default:
-		start := s.p
-		for s.p < len(s.src) && !bytes.ContainsRune([]byte(" \t\r\n,]}#"), rune(s.src[s.p])) {
-			s.p++
-		}
-		if s.p == start {
-			return nil, s.errorf("missing value")
-		}
-		return nil, nil
-	}
-}
-
-// basicOrLiteral scans a one-line string quoted by q.
-func (s *scanner) basicOrLiteral(q byte) error {
-	s.p++
-	for s.p < len(s.src) {
-		switch c := s.src[s.p]; {
-		case c == '\\' && q == '"':
-			s.p += 2
-		case c == q:
-			s.p++
-			return nil
-		case c == '\n':
-			return s.errorf("unterminated string")
-		default:
-			s.p++
-		}
-	}
-	return s.errorf("unterminated string")
-}
-
-func (s *scanner) multiline(delim string, escapes bool) error {
-	s.p += len(delim)
-	for s.p < len(s.src) {
-		if escapes && s.src[s.p] == '\\' {
-			s.p += 2
+	// Between the key and its value there are only blanks and '='.
+	info := &arrayInfo{open: keyEnd + bytes.IndexByte(src[keyEnd:valueEnd], '[')}
+	for it := v.Children(); it.Next(); {
+		elem := it.Node()
+		info.elements++
+		if elem.Kind == unstable.Array || elem.Kind == unstable.InlineTable {
+			// The parser gives no end offset for these. imports holds
+			// strings, and no other array is edited.
+			info.nested = true
 			continue
 		}
-		if s.peek(delim) {
-			s.p += len(delim)
-			// Up to two quotes may directly precede the closing delimiter.
-			for i := 0; i < 2 && s.p < len(s.src) && s.src[s.p] == delim[0]; i++ {
-				s.p++
-			}
-			return nil
-		}
-		s.p++
+		info.lastEnd = base + int(elem.Raw.Offset+elem.Raw.Length)
 	}
-	return s.errorf("unterminated multi-line string")
+	if info.elements > 0 && !info.nested {
+		// The parser keeps no position for separators. Between the last
+		// element and the closing ']' there can only be blanks, line ends,
+		// comments and one comma.
+		for i := info.lastEnd; i < valueEnd-1; i++ {
+			switch src[i] {
+			case ',':
+				info.commaAfter, info.commaEnd = true, i+1
+			case '#':
+				n := bytes.IndexByte(src[i:valueEnd], '\n')
+				if n < 0 {
+					n = valueEnd - i
+				}
+				i += n
+			}
+		}
+	}
+	k.array = info
+	return k
 }
 
-func (s *scanner) arrayValue() (*arrayInfo, error) {
-	info := &arrayInfo{open: s.p}
-	s.p++ // '['
-	for {
-		s.skipBlank()
-		if s.p >= len(s.src) {
-			return nil, s.errorf("unterminated array")
-		}
-		if s.src[s.p] == ']' {
-			s.p++
-			return info, nil
-		}
-		if _, err := s.value(); err != nil {
-			return nil, err
-		}
-		info.elements++
-		info.lastEnd = s.p
-		info.commaAfter = false
-		s.skipBlank()
-		if s.p < len(s.src) && s.src[s.p] == ',' {
-			info.commaAfter = true
-			s.p++
-			info.commaEnd = s.p
-		}
+// parseError adds to the parser's error the line and column where it
+// stopped. data is src[base:], what the parser read.
+func parseError(src []byte, base int, data []byte, err error) error {
+	var perr *unstable.ParserError
+	if !errors.As(err, &perr) {
+		return fmt.Errorf("not valid TOML: %w", err)
 	}
-}
-
-func (s *scanner) inlineTable() error {
-	s.p++ // '{'
-	for s.p < len(s.src) {
-		switch c := s.src[s.p]; c {
-		case '}':
-			s.p++
-			return nil
-		case '"', '\'':
-			if err := s.basicOrLiteral(c); err != nil {
-				return err
-			}
-		case '[':
-			if _, err := s.arrayValue(); err != nil {
-				return err
-			}
-		case '{':
-			if err := s.inlineTable(); err != nil {
-				return err
-			}
-		default:
-			s.p++
-		}
+	// The highlight is a slice of data: the capacities tell where.
+	off := cap(data) - cap(perr.Highlight)
+	if perr.Highlight == nil || off < 0 || off > len(data) {
+		return fmt.Errorf("not valid TOML: %w", err)
 	}
-	return s.errorf("unterminated inline table")
+	off += base
+	line := 1 + bytes.Count(src[:off], []byte("\n"))
+	col := off - (bytes.LastIndexByte(src[:off], '\n') + 1) + 1
+	return fmt.Errorf("line %d, column %d: not valid TOML: %w", line, col, err)
 }
 
 // addImport returns src with path appended to its top-level imports array,
@@ -298,16 +161,18 @@ func addImport(src []byte, path string) ([]byte, error) {
 	}
 	var imports, version *topKey
 	for i := range keys {
-		switch keys[i].name {
-		case "imports":
-			imports = &keys[i]
-		case "version":
-			version = &keys[i]
+		switch k := &keys[i]; {
+		case k.parts[0] == "imports":
+			imports = k
+		case len(k.parts) == 1 && k.parts[0] == "version":
+			version = k
 		}
 	}
 	switch {
-	case imports != nil && imports.array == nil:
+	case imports != nil && (len(imports.parts) > 1 || imports.array == nil):
 		return nil, fmt.Errorf("imports is not an array")
+	case imports != nil && imports.array.nested:
+		return nil, fmt.Errorf("imports holds an array or table; containerd wants a list of file names")
 	case imports != nil && imports.array.elements == 0:
 		splice(imports.array.open+1, quoted)
 	case imports != nil && imports.array.commaAfter:

@@ -57,6 +57,22 @@ func TestAddImport(t *testing.T) {
 		in:   "t = { a = [1, [2]], b = \"}\" }\nimports = [\"/a.toml\"]\n",
 		want: "t = { a = [1, [2]], b = \"}\" }\nimports = [\"/a.toml\", \"" + p + "\"]\n",
 	}, {
+		name: "byte order mark before imports",
+		in:   "\ufeffimports = ['/a.toml'] # x\n",
+		want: "\ufeffimports = ['/a.toml', \"" + p + "\"] # x\n",
+	}, {
+		name: "byte order mark, no imports and no version",
+		in:   "\ufeffroot = \"/data\"\n",
+		want: "\ufeffimports = [\"" + p + "\"]\nroot = \"/data\"\n",
+	}, {
+		name: "a comma in a comment after the last element",
+		in:   "imports = [\n  \"/a.toml\" # x, y\n]\n",
+		want: "imports = [\n  \"/a.toml\", \"" + p + "\" # x, y\n]\n",
+	}, {
+		name: "the trailing comma on the line after a comment",
+		in:   "imports = [\n  \"/a.toml\" # x\n  , # y\n]\n",
+		want: "imports = [\n  \"/a.toml\" # x\n  , \"" + p + "\", # y\n]\n",
+	}, {
 		name: "imports inside a table is not the top-level key",
 		in:   "version = 2\n[x]\nimports = [\"/a.toml\"]\n",
 		want: "version = 2\nimports = [\"" + p + "\"]\n[x]\nimports = [\"/a.toml\"]\n",
@@ -79,9 +95,14 @@ func TestAddImportErrors(t *testing.T) {
 		name, in, want string
 	}{
 		{"imports not an array", "imports = \"/a.toml\"\n", "imports is not an array"},
-		{"unterminated array", "imports = [\"/a.toml\"\n", "unterminated array"},
-		{"unterminated string", "root = \"/data\nimports = []\n", "unterminated string"},
-		{"not TOML", "imports = [] junk\n", "unexpected"},
+		{"imports a table", "version = 2\nimports.a = [\"/a.toml\"]\n", "imports is not an array"},
+		{"imports holds an array", "imports = [\"/a.toml\", [\"/b.toml\"]]\n", "imports holds an array or table"},
+		// Line and column are 1-based; the column counts bytes. At the end
+		// of the input the parser points at its last byte.
+		{"unterminated array", "imports = [\"/a.toml\"\n", "line 1, column 21: not valid TOML: array is incomplete"},
+		{"unterminated string", "root = \"/data\nimports = []\n", "line 1, column 14: not valid TOML: basic strings cannot have new lines"},
+		{"not TOML", "version = 2\nimports = [] junk\n", "line 2, column 14: not valid TOML: expected newline but got U+006A 'j'"},
+		{"after a byte order mark", "\ufeffversion = 2\nimports = [\"a\" junk]\n", "line 2, column 16: not valid TOML: expected ',' or ']' after array value"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

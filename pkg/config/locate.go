@@ -1,25 +1,31 @@
 package config
 
 import (
+	"bytes"
 	"sort"
 	"strconv"
-	"strings"
 
 	"github.com/BurntSushi/toml"
+	"github.com/pelletier/go-toml/v2/unstable"
 )
 
-// The TOML library reports a line for syntax errors but keeps the positions
-// of keys to itself (and records only the last element of an array of
-// tables), so the lines in validation errors come from this small scanner.
-// It runs only on documents the library has already accepted, so it needs
-// to know the shape of TOML, not to check it; on any input it terminates
-// without panicking (FuzzParse checks this).
+// The TOML library that decodes the file reports a line for syntax errors
+// but keeps the positions of keys to itself (and records only the last
+// element of an array of tables), so the lines in validation errors come
+// from go-toml's parser, which gives the byte range of every key and value.
+// It runs on documents the decoding library has already accepted; should
+// the two parsers disagree on a corner of TOML, keys after the point where
+// go-toml stopped have no line, and their errors none either.
 
 // locator maps key paths to the line on which each is written. A path joins
 // keys with "." (quoted as TOML quotes them when needed) and writes array
 // elements as "[i]": "gpu.simulated[1].uuid", "driver.cdi_dirs[0]".
 type locator struct {
 	lines map[string]int
+
+	// Only while locate runs:
+	newlines []int          // offsets of '\n', to turn an offset into a line
+	aot      map[string]int // array-of-tables path -> elements seen so far
 }
 
 // line returns the line of path, else of its nearest ancestor that is
@@ -69,310 +75,130 @@ func parentPath(path string) string {
 	return path[:cut]
 }
 
-// locate scans a TOML document and records where every key, table header
-// and array element starts.
+// locate records where every key, table header and array element of src
+// starts.
 func locate(src string) *locator {
-	s := &scanner{
-		src:   src,
+	// A byte order mark holds no line break, so parsing after it changes
+	// no line number.
+	data := []byte(src)
+	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
+	l := &locator{
 		lines: make(map[string]int),
 		aot:   make(map[string]int),
 	}
-	for i := 0; i < len(src); i++ {
-		if src[i] == '\n' {
-			s.newlines = append(s.newlines, i)
+	for i, c := range data {
+		if c == '\n' {
+			l.newlines = append(l.newlines, i)
 		}
 	}
-	s.document()
-	return &locator{lines: s.lines}
-}
-
-type scanner struct {
-	src      string
-	i        int
-	newlines []int          // offsets of '\n', to turn an offset into a line
-	lines    map[string]int // path -> line
-	aot      map[string]int // array-of-tables path -> elements seen so far
-}
-
-func (s *scanner) eof() bool { return s.i >= len(s.src) }
-
-func (s *scanner) peek() byte {
-	if s.eof() {
-		return 0
+	var p unstable.Parser
+	p.Reset(data)
+	table := "" // path of the current [table] or [[array]] element
+	for p.NextExpression() {
+		switch e := p.Expression(); e.Kind {
+		case unstable.Table, unstable.ArrayTable:
+			table = l.header(e)
+		case unstable.KeyValue:
+			l.value(e.Value(), l.keyPath(table, e))
+		}
 	}
-	return s.src[s.i]
+	l.newlines, l.aot = nil, nil
+	return l
 }
-
-func (s *scanner) has(prefix string) bool { return strings.HasPrefix(s.src[s.i:], prefix) }
 
 // lineAt is the 1-based line of offset off.
-func (s *scanner) lineAt(off int) int {
-	return sort.SearchInts(s.newlines, off) + 1
+func (l *locator) lineAt(off int) int {
+	return sort.SearchInts(l.newlines, off) + 1
 }
 
 // record notes the line of path unless it was already seen: the first
 // mention of a table is where it is defined.
-func (s *scanner) record(path string, off int) {
-	if _, ok := s.lines[path]; !ok {
-		s.lines[path] = s.lineAt(off)
+func (l *locator) record(path string, off int) {
+	if _, ok := l.lines[path]; !ok {
+		l.lines[path] = l.lineAt(off)
 	}
 }
 
-// skipBlank skips spaces and tabs.
-func (s *scanner) skipBlank() {
-	for !s.eof() && (s.peek() == ' ' || s.peek() == '\t') {
-		s.i++
+// keys returns the parts of the key of a table header or key/value node and
+// the offset of its first part.
+func keys(n *unstable.Node) ([]string, int) {
+	var parts []string
+	off := -1
+	for it := n.Key(); it.Next(); {
+		k := it.Node()
+		if off < 0 {
+			off = int(k.Raw.Offset)
+		}
+		parts = append(parts, string(k.Data))
 	}
-}
-
-// skipSpace skips blanks, line ends and comments.
-func (s *scanner) skipSpace() {
-	for !s.eof() {
-		switch s.peek() {
-		case ' ', '\t', '\r', '\n':
-			s.i++
-		case '#':
-			s.skipLine()
-		default:
-			return
-		}
-	}
-}
-
-// skipLine moves to the next '\n' (not past it).
-func (s *scanner) skipLine() {
-	if n := strings.IndexByte(s.src[s.i:], '\n'); n >= 0 {
-		s.i += n
-	} else {
-		s.i = len(s.src)
-	}
-}
-
-func (s *scanner) document() {
-	table := "" // path of the current [table] or [[array]] element
-	for {
-		s.skipSpace()
-		if s.eof() {
-			return
-		}
-		start := s.i
-		if s.peek() == '[' {
-			array := s.has("[[")
-			if array {
-				s.i += 2
-			} else {
-				s.i++
-			}
-			table = s.header(s.keys(), array, start)
-			s.skipLine()
-			continue
-		}
-		keys := s.keys()
-		s.skipBlank()
-		if len(keys) == 0 || s.peek() != '=' {
-			s.skipLine()
-			if s.i == start {
-				s.i++
-			}
-			continue
-		}
-		s.i++
-		s.value(s.keyPath(table, keys, start))
-		if s.i == start {
-			s.i++
-		}
-	}
+	return parts, off
 }
 
 // header resolves a table header to its path: each array of tables on the
 // way stands for its latest element, and a [[header]] starts a new element.
-func (s *scanner) header(keys []string, array bool, off int) string {
+func (l *locator) header(e *unstable.Node) string {
+	parts, off := keys(e)
 	path := ""
-	for j, k := range keys {
+	for j, k := range parts {
 		path = joinPath(path, k)
-		n, isArray := s.aot[path]
+		n, isArray := l.aot[path]
 		switch {
-		case j == len(keys)-1 && array:
-			s.aot[path] = n + 1
-			s.record(path, off)
+		case j == len(parts)-1 && e.Kind == unstable.ArrayTable:
+			l.aot[path] = n + 1
+			l.record(path, off)
 			path = indexPath(path, n)
 		case isArray && n > 0:
 			path = indexPath(path, n-1)
 		}
 	}
-	s.record(path, off)
+	l.record(path, off)
 	return path
 }
 
-// keyPath records a dotted key and each table it implies, and returns its
-// path.
-func (s *scanner) keyPath(table string, keys []string, off int) string {
+// keyPath records the (possibly dotted) key of the key/value node e and
+// each table it implies, and returns its path.
+func (l *locator) keyPath(table string, e *unstable.Node) string {
+	parts, off := keys(e)
 	path := table
-	for _, k := range keys {
+	for _, k := range parts {
 		path = joinPath(path, k)
-		s.record(path, off)
+		l.record(path, off)
 	}
 	return path
 }
 
-// keys reads a possibly dotted key: bare, "basic" or 'literal' parts.
-func (s *scanner) keys() []string {
-	var keys []string
-	for {
-		s.skipBlank()
-		var k string
-		switch c := s.peek(); {
-		case c == '"':
-			k = s.basicString()
-		case c == '\'':
-			k = s.literalString()
-		default:
-			start := s.i
-			for !s.eof() && isBareKeyChar(s.peek()) {
-				s.i++
+// value records the keys of inline tables and the elements of arrays in the
+// value node v under path.
+func (l *locator) value(v *unstable.Node, path string) {
+	switch v.Kind {
+	case unstable.Array:
+		i := 0
+		for it := v.Children(); it.Next(); i++ {
+			elem := indexPath(path, i)
+			if off, ok := start(it.Node()); ok {
+				l.record(elem, off)
 			}
-			if s.i == start {
-				return keys
-			}
-			k = s.src[start:s.i]
+			l.value(it.Node(), elem)
 		}
-		keys = append(keys, k)
-		s.skipBlank()
-		if s.peek() != '.' {
-			return keys
+	case unstable.InlineTable:
+		for it := v.Children(); it.Next(); {
+			kv := it.Node()
+			l.value(kv.Value(), l.keyPath(path, kv))
 		}
-		s.i++
 	}
 }
 
-func isBareKeyChar(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
-}
-
-// basicString reads a one-line "string" and returns its value.
-func (s *scanner) basicString() string {
-	start := s.i
-	s.i++
-	for !s.eof() && s.peek() != '"' && s.peek() != '\n' {
-		if s.peek() == '\\' && s.i+1 < len(s.src) {
-			s.i++ // the escaped character, which may be a quote
-		}
-		s.i++
+// start is the offset where the value node v begins. The parser records no
+// range for an array, so a nested array is placed at its first element; an
+// empty one has no place of its own and reports the line of its parent.
+func start(v *unstable.Node) (int, bool) {
+	if v.Kind != unstable.Array {
+		return int(v.Raw.Offset), true
 	}
-	if s.eof() || s.peek() == '\n' {
-		return s.src[start+1 : s.i]
-	}
-	s.i++
-	raw := s.src[start:s.i]
-	if v, err := strconv.Unquote(raw); err == nil {
-		return v
-	}
-	return raw[1 : len(raw)-1]
-}
-
-// literalString reads a one-line 'string' and returns its value.
-func (s *scanner) literalString() string {
-	start := s.i + 1
-	s.i = start
-	for !s.eof() && s.peek() != '\'' && s.peek() != '\n' {
-		s.i++
-	}
-	v := s.src[start:s.i]
-	if s.peek() == '\'' {
-		s.i++
-	}
-	return v
-}
-
-// multiline skips a multi-line string (delim is three quote characters),
-// which may end in up to two more quotes that belong to its value.
-func (s *scanner) multiline(delim string, escapes bool) {
-	s.i += len(delim)
-	for !s.eof() {
-		switch {
-		case escapes && s.peek() == '\\':
-			s.i += 2
-		case s.has(delim):
-			s.i += len(delim)
-			for n := 0; n < 2 && s.peek() == delim[0]; n++ {
-				s.i++
-			}
-			return
-		default:
-			s.i++
+	for it := v.Children(); it.Next(); {
+		if off, ok := start(it.Node()); ok {
+			return off, true
 		}
 	}
-	if s.i > len(s.src) {
-		s.i = len(s.src)
-	}
-}
-
-// value skips one value, recording the keys of inline tables and the
-// elements of arrays under path.
-func (s *scanner) value(path string) {
-	s.skipBlank()
-	switch {
-	case s.has(`"""`):
-		s.multiline(`"""`, true)
-	case s.has(`'''`):
-		s.multiline(`'''`, false)
-	case s.peek() == '"':
-		s.basicString()
-	case s.peek() == '\'':
-		s.literalString()
-	case s.peek() == '[':
-		s.i++
-		for n := 0; ; {
-			s.skipSpace()
-			switch s.peek() {
-			case 0:
-				return
-			case ']':
-				s.i++
-				return
-			case ',':
-				s.i++
-				continue
-			}
-			start := s.i
-			elem := indexPath(path, n)
-			s.record(elem, start)
-			s.value(elem)
-			n++
-			if s.i == start {
-				s.i++
-			}
-		}
-	case s.peek() == '{':
-		s.i++
-		for {
-			s.skipSpace()
-			switch s.peek() {
-			case 0:
-				return
-			case '}':
-				s.i++
-				return
-			case ',':
-				s.i++
-				continue
-			}
-			start := s.i
-			keys := s.keys()
-			s.skipBlank()
-			if len(keys) == 0 || s.peek() != '=' {
-				if s.i == start {
-					s.i++
-				}
-				continue
-			}
-			s.i++
-			s.value(s.keyPath(path, keys, start))
-		}
-	default:
-		// Numbers, booleans, dates: up to whatever may follow a value.
-		for !s.eof() && !strings.ContainsRune(",]}\n#", rune(s.peek())) {
-			s.i++
-		}
-	}
+	return 0, false
 }

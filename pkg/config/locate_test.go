@@ -3,6 +3,8 @@ package config
 import (
 	"strings"
 	"testing"
+
+	"github.com/BurntSushi/toml"
 )
 
 func TestLocate(t *testing.T) {
@@ -90,6 +92,46 @@ q = 14
 			if strings.HasSuffix(path, "."+bogus) || path == bogus {
 				t.Errorf("text inside a string was taken for key %s", path)
 			}
+		}
+	}
+}
+
+// TestLocateInsideInlineTables: an inline table stays on one line, but an
+// array inside it may span lines; its elements are located on their own.
+func TestLocateInsideInlineTables(t *testing.T) {
+	doc := "t = { a = { b = [\n  1,\n  2 ] }, d = [\n  3 ] }\n"
+	var v map[string]any
+	if _, err := toml.Decode(doc, &v); err != nil {
+		t.Fatalf("the document is not TOML the decoder accepts: %v", err)
+	}
+	loc := locate(doc)
+	want := map[string]int{
+		"t.a.b":    1,
+		"t.a.b[0]": 2,
+		"t.a.b[1]": 3,
+		"t.d":      3,
+		"t.d[0]":   4,
+	}
+	for path, line := range want {
+		if got := loc.line(path); got != line {
+			t.Errorf("line(%s) = %d, want %d", path, got, line)
+		}
+	}
+}
+
+// TestLocateByteOrderMark: a file saved with a byte order mark still has
+// its lines (the decoding library accepts the mark).
+func TestLocateByteOrderMark(t *testing.T) {
+	loc := locate("\ufeff[device_plugin]\r\nsplit_count = 4\r\n\r\n[gpu]\r\nbackend = \"nvml\"\r\n")
+	want := map[string]int{
+		"device_plugin":             1,
+		"device_plugin.split_count": 2,
+		"gpu":                       4,
+		"gpu.backend":               5,
+	}
+	for path, line := range want {
+		if got := loc.line(path); got != line {
+			t.Errorf("line(%s) = %d, want %d", path, got, line)
 		}
 	}
 }
