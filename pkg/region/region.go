@@ -2,7 +2,8 @@
 // fixed-size binary file that every process of the container maps and the
 // limiter library (shim/include/region.h, the one definition of the layout)
 // updates under an fcntl OFD lock. This is its read-only Go mirror, for
-// `nri-vgpu status` and metrics.
+// `nri-vgpu status` and metrics: it reads without the lock and checks what
+// it read, since the container can write anything into the file.
 package region
 
 import (
@@ -12,10 +13,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nri-vgpu/nri-vgpu/internal/safepath"
 )
 
 // FileName is the region file inside the container's region directory.
@@ -97,40 +99,69 @@ type ProcessUsage struct {
 // ErrInvalid is wrapped by every error about a file that is not a valid region.
 var ErrInvalid = errors.New("invalid usage region")
 
-// lockWait bounds how long ReadUsage waits for a writer; writers hold the lock
-// for microseconds, and the kernel drops it when a holder dies.
-const lockWait = 2 * time.Second
+// readAttempts bounds how often a read is repeated when it caught a writer
+// half-way (see ReadUsage).
+const readAttempts = 3
 
-// ReadUsage reads the region at path under a brief OFD read lock, so it never
-// sees a half-done update, and validates its magic, version and size.
+// ReadUsage reads the region at path and validates its magic, version and
+// size. A file that does not exist returns an error wrapping
+// fs.ErrNotExist.
 //
-// The region directory is writable from inside the container, and the
-// readers (nri-vgpu status, the metrics collector) run as root on the host:
-// the file is opened without following a symlink and without blocking, and
-// anything but a regular file is refused, so a container cannot make them
-// open a host device or hang on a FIFO.
+// The region is written by the container (it is tenant-writable), and the
+// readers (nri-vgpu status, the metrics collector) run as root on the host,
+// so the read never waits on the container: it takes no lock (a tenant
+// could hold the region's lock for ever), it opens the file without
+// following a symlink and without blocking, and anything but a regular file
+// is refused (a container cannot make it open a host device or hang on a
+// FIFO). An unlocked read may catch a writer between its two stores of an
+// update; such a snapshot breaks the invariant that a device's total is the
+// sum of its processes', and is read again, up to readAttempts times in
+// all. What comes back may still be impossible (forged, or torn every
+// time): Check says whether a GPU's counters can be believed.
 func ReadUsage(path string) (*Usage, error) {
 	f, err := openRegular(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading usage region: %w", err)
 	}
 	defer f.Close()
+	return readUsage(f)
+}
 
-	if err := readLock(f); err != nil {
-		return nil, fmt.Errorf("locking usage region %s: %w", path, err)
+// ReadUsageIn is ReadUsage for the region at rel below d, reached without
+// following any symlink below d (the region directory is the container's to
+// write, and a planted link must not lead the reader elsewhere).
+func ReadUsageIn(d *safepath.Dir, rel string) (*Usage, error) {
+	f, err := d.OpenRegular(rel)
+	if errors.Is(err, safepath.ErrSymlink) || errors.Is(err, safepath.ErrNotRegular) {
+		return nil, fmt.Errorf("reading usage region: %w: %w", ErrInvalid, err)
 	}
-	buf := make([]byte, Size+1)
-	n, err := io.ReadFull(f, buf)
-	unlockErr := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &unix.Flock_t{Type: unix.F_UNLCK})
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
-		return nil, fmt.Errorf("reading usage region %s: %w", path, err)
-	}
-	if unlockErr != nil {
-		return nil, fmt.Errorf("unlocking usage region %s: %w", path, unlockErr)
-	}
-	u, err := decode(buf[:n])
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("reading usage region: %w", err)
+	}
+	defer f.Close()
+	return readUsage(f)
+}
+
+// readAt is the read of readUsage; tests replace it to play a writer caught
+// half-way.
+var readAt = (*os.File).ReadAt
+
+func readUsage(f *os.File) (*Usage, error) {
+	// One byte more than a region, so that a longer file is refused.
+	buf := make([]byte, Size+1)
+	var u *Usage
+	for range readAttempts {
+		n, err := readAt(f, buf, 0)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("reading usage region %s: %w", f.Name(), err)
+		}
+		u, err = decode(buf[:n])
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f.Name(), err)
+		}
+		if u.consistent() {
+			break
+		}
 	}
 	return u, nil
 }
@@ -156,23 +187,6 @@ func openRegular(path string) (*os.File, error) {
 		return nil, fmt.Errorf("%s: %w: not a regular file (%s)", path, ErrInvalid, fi.Mode().Type())
 	}
 	return f, nil
-}
-
-func readLock(f *os.File) error {
-	deadline := time.Now().Add(lockWait)
-	for {
-		err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &unix.Flock_t{Type: unix.F_RDLCK})
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EACCES) && !errors.Is(err, unix.EINTR) {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("held by a writer for more than %s: %w", lockWait, err)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 func decode(b []byte) (*Usage, error) {
