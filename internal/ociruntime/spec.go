@@ -76,12 +76,6 @@ func LoadSpec(bundle string) (*Spec, error) {
 	return out, nil
 }
 
-// Path is the spec file.
-func (s *Spec) Path() string { return s.path }
-
-// Spec returns the loaded spec, for reading.
-func (s *Spec) Spec() *specs.Spec { return s.spec }
-
 // Env returns the container's environment.
 func (s *Spec) Env() []string {
 	if s.spec.Process == nil {

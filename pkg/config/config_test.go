@@ -638,15 +638,15 @@ func writeFile(t *testing.T, dir, name, content string) string {
 
 func TestResolve(t *testing.T) {
 	t.Setenv(EnvPath, "")
-	if got := Resolve(""); got != DefaultPath {
-		t.Errorf("Resolve(\"\") without env = %q, want %q", got, DefaultPath)
+	if path, origin := resolve(""); path != "/etc/nri-vgpu/config.toml" || origin != "" {
+		t.Errorf("resolve(\"\") without env = %q, %q; want the default path, no origin", path, origin)
 	}
 	t.Setenv(EnvPath, "/env/config.toml")
-	if got := Resolve(""); got != "/env/config.toml" {
-		t.Errorf("Resolve(\"\") with env = %q, want the env path", got)
+	if path, origin := resolve(""); path != "/env/config.toml" || origin != "$NRI_VGPU_CONFIG" {
+		t.Errorf("resolve(\"\") with env = %q, %q; want the env path from $NRI_VGPU_CONFIG", path, origin)
 	}
-	if got := Resolve("/flag/config.toml"); got != "/flag/config.toml" {
-		t.Errorf("Resolve(flag) with env = %q, want the flag path", got)
+	if path, origin := resolve("/flag/config.toml"); path != "/flag/config.toml" || origin != "--config" {
+		t.Errorf("resolve(flag) with env = %q, %q; want the flag path from --config", path, origin)
 	}
 }
 

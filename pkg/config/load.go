@@ -58,15 +58,9 @@ func Load(path string) (*Config, error) {
 	return Parse(path, data)
 }
 
-// Resolve names the config file to use: flagPath (--config) when set, else
-// $NRI_VGPU_CONFIG when set, else DefaultPath.
-func Resolve(flagPath string) string {
-	path, _ := resolve(flagPath)
-	return path
-}
-
-// resolve is Resolve, also telling where the path came from ("" for the
-// default).
+// resolve names the config file to use: flagPath (--config) when set, else
+// $NRI_VGPU_CONFIG when set, else DefaultPath; origin says where the path
+// came from ("" for the default).
 func resolve(flagPath string) (path, origin string) {
 	if flagPath != "" {
 		return flagPath, "--config"
@@ -77,7 +71,7 @@ func resolve(flagPath string) (path, origin string) {
 	return DefaultPath, ""
 }
 
-// LoadResolved loads the file Resolve names. A file named by --config or
+// LoadResolved loads the file resolve names. A file named by --config or
 // $NRI_VGPU_CONFIG must exist; DefaultPath may be absent, in which case the
 // defaults are returned with an empty Source.
 func LoadResolved(flagPath string) (*Config, error) {
