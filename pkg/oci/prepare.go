@@ -238,6 +238,29 @@ func RemoveContainerDir(cfg *config.Config, containerID string) error {
 	return nil
 }
 
+// OpenContainersDir opens <run_dir>/containers, refusing a link there, for
+// reading the container directories without following a link below
+// run_dir (each region directory is writable from its container). A
+// missing directory returns an error wrapping fs.ErrNotExist.
+func OpenContainersDir(cfg *config.Config) (*safepath.Dir, error) {
+	return openContainersDir(cfg)
+}
+
+// ReadLimitsIn reads and parses the limits file of container id below
+// containers (see OpenContainersDir), without following a link.
+func ReadLimitsIn(containers *safepath.Dir, id string) (*limits.LimitsFile, error) {
+	rel := filepath.Join(id, LimitsFileName)
+	data, err := containers.ReadFile(rel, limits.MaxLimitsSize)
+	if err != nil {
+		return nil, fmt.Errorf("limits file: %w", err)
+	}
+	lf, err := limits.ParseLimits(data)
+	if err != nil {
+		return nil, fmt.Errorf("limits file %s: %w", containers.Join(rel), err)
+	}
+	return lf, nil
+}
+
 // openContainersDir opens <run_dir>/containers, refusing a link there.
 func openContainersDir(cfg *config.Config) (*safepath.Dir, error) {
 	run, err := safepath.OpenDir(cfg.Paths.RunDir)

@@ -156,3 +156,34 @@ func TestReadContainerInfoFollowsNoLink(t *testing.T) {
 		t.Errorf("ListContainerDirs = %v, %v; want no container (a link is not one)", ids, err)
 	}
 }
+
+// The readers of status and metrics do not read a limits file through a
+// link either: the limits they show come from the file Prepare wrote.
+func TestReadLimitsInFollowsNoLink(t *testing.T) {
+	e := newEnv(t, config.InjectionNone, false, ocitest.StandardNodes)
+	want := testLimits(t)
+	if err := Prepare(e.cfg, &ContainerInfo{ID: ctrID}, want); err != nil {
+		t.Fatal(err)
+	}
+	containers, err := OpenContainersDir(e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer containers.Close()
+	got, err := ReadLimitsIn(containers, ctrID)
+	if err != nil || len(got.GPUs) != 1 || got.GPUs[0].UUID != uuid0 || got.GPUs[0].Memory != 1<<30 || got.GPUs[0].Cores != 50 {
+		t.Fatalf("ReadLimitsIn = %+v, %v; want the limits Prepare wrote", got, err)
+	}
+	forged := filepath.Join(t.TempDir(), "limits")
+	if err := os.WriteFile(forged, []byte("version=1\ngpu.0.uuid="+uuid0+"\ngpu.0.memory=0\ngpu.0.cores=100\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(ContainerDir(e.cfg, ctrID), LimitsFileName)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	plant(t, forged, path)
+	if lf, err := ReadLimitsIn(containers, ctrID); !errors.Is(err, safepath.ErrSymlink) {
+		t.Errorf("ReadLimitsIn through a link = %+v, %v; want an error wrapping safepath.ErrSymlink", lf, err)
+	}
+}
