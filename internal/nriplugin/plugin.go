@@ -216,7 +216,7 @@ func (p *Plugin) hide(pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAd
 		p.log.Debug("container allowed every device (privileged): GPUs not hidden", "container", ctr.GetId(), "pod", podName(pod))
 		return nil, nil
 	}
-	edits, err := oci.Hide(p.cfg, p.host)
+	edits, err := oci.Hide(p.host)
 	if err != nil {
 		p.log.Error("cannot hide GPUs", "container", ctr.GetId(), "err", err)
 		return nil, fmt.Errorf("nri-vgpu: container %s: %w", ctr.GetId(), err)

@@ -121,8 +121,7 @@ func Compute(alloc *limits.Allocation, cfg *config.Config, host Host, containerI
 // injects nothing), the host's NVIDIA device nodes removed, and device-cgroup
 // rules denying every NVIDIA major and node. The deny rules are what holds on
 // NRI, which does not pass the removal of a device on to the runtime.
-func Hide(cfg *config.Config, host Host) (*Edits, error) {
-	_ = cfg // the edits depend only on the host today; cfg keeps the signature stable
+func Hide(host Host) (*Edits, error) {
 	e := &Edits{}
 	e.setEnv(EnvVisibleDevices, "void")
 	majors, err := host.NVIDIAMajors()
