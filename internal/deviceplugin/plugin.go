@@ -342,6 +342,9 @@ func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 		p.log.Info("allocated", "id", a.ID, "gpus", gpus, "cores_policy", cmp.Or(a.CoresPolicy, limits.CoresPolicyHard))
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{
 			Annotations: map[string]string{limits.AnnotationKey: value},
+			// The gate: the runtime refuses this mount unless nri-vgpu
+			// removed it, so the container never starts without its limits.
+			Mounts: []*pluginapi.Mount{{ContainerPath: limits.GateContainerPath, HostPath: limits.GateHostPath, ReadOnly: true}},
 		})
 	}
 	return resp, nil

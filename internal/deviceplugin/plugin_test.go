@@ -470,8 +470,14 @@ func TestAllocate(t *testing.T) {
 	}
 	seenIDs := map[string]bool{}
 	for i, r := range resp.ContainerResponses {
-		if len(r.Envs) != 0 || len(r.Mounts) != 0 || len(r.Devices) != 0 || len(r.CdiDevices) != 0 {
-			t.Errorf("container %d: response carries more than the annotation: %v", i, r)
+		if len(r.Envs) != 0 || len(r.Devices) != 0 || len(r.CdiDevices) != 0 {
+			t.Errorf("container %d: response carries more than the annotation and the gate: %v", i, r)
+		}
+		// The gate (Contract 2): a read-only mount inside /proc, which
+		// runc refuses unless nri-vgpu removed it.
+		if len(r.Mounts) != 1 || r.Mounts[0].ContainerPath != "/proc/nri-vgpu/container-not-prepared-by-the-nri-vgpu-plugin" ||
+			r.Mounts[0].HostPath != "/dev/null" || !r.Mounts[0].ReadOnly {
+			t.Errorf("container %d: mounts %v, want only the read-only gate mount", i, r.Mounts)
 		}
 		if len(r.Annotations) != 1 {
 			t.Fatalf("container %d: annotations %v, want exactly %s", i, r.Annotations, limits.AnnotationKey)

@@ -133,8 +133,27 @@ func podName(pod *api.PodSandbox) string {
 
 // CreateContainer gives a container with an allocation its vGPUs and takes
 // GPU access away from one without. A rejected allocation fails the
-// container: it must never run without its limits.
-func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+// container: it must never run without its limits. A container that passes
+// also loses the device plugin's gate mount (limits.GateContainerPath), which
+// would make the runtime refuse it had nri-vgpu not seen it.
+func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	adj, updates, err := p.createContainer(ctx, pod, ctr)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, m := range ctr.GetMounts() {
+		if m.GetDestination() == limits.GateContainerPath {
+			if adj == nil {
+				adj = &api.ContainerAdjustment{}
+			}
+			adj.RemoveMount(limits.GateContainerPath)
+			break
+		}
+	}
+	return adj, updates, nil
+}
+
+func (p *Plugin) createContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	start := time.Now()
 	if _, forged := pod.GetAnnotations()[limits.AnnotationKey]; forged {
 		p.log.Warn("allocation rejected", "container", ctr.GetId(), "name", ctr.GetName(), "pod", podName(pod), "err", ErrPodAnnotation)

@@ -98,20 +98,22 @@ func forEachContainerd(t *testing.T, test func(t *testing.T, containerd string))
 // leaves the NRI socket in containerd's directory.
 func startContainerd(t *testing.T, version, nriSocket string, plugins ...harness.NRIPlugin) *harness.Containerd {
 	t.Helper()
+	return startContainerdWith(t, version, harness.Options{NRISocket: nriSocket, NRIPlugins: plugins})
+}
+
+// startContainerdWith is startContainerd with more of harness.Options: the
+// version, images, sandbox image and logger are filled in.
+func startContainerdWith(t *testing.T, version string, opts harness.Options) *harness.Containerd {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	imgs := []string{images.pause, images.busybox, images.cudaLike}
 	if images.cudaTestErr == nil {
 		imgs = append(imgs, images.cudaTest)
 	}
-	c, err := harness.Start(ctx, harness.Options{
-		Version:      version,
-		Images:       imgs,
-		SandboxImage: harness.PauseImage,
-		NRIPlugins:   plugins,
-		NRISocket:    nriSocket,
-		Logf:         t.Logf,
-	})
+	opts.Version, opts.Images, opts.SandboxImage, opts.Logf = version, imgs, harness.PauseImage, t.Logf
+	plugins := opts.NRIPlugins
+	c, err := harness.Start(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

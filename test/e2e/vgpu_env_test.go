@@ -95,6 +95,9 @@ type vgpuOptions struct {
 	extraConfig string
 	// withoutNRI leaves nri-vgpu out: containerd runs no NRI plugin.
 	withoutNRI bool
+	// containerd adds to containerd's options (pod annotation pass-through,
+	// NRI's validator).
+	containerd harness.Options
 }
 
 // startVGPU sets up a node on containerd version for t and tears it down
@@ -149,7 +152,9 @@ func startVGPU(t *testing.T, containerd string, opts vgpuOptions) *vgpu {
 			Env:  []string{"NRI_VGPU_CONFIG=" + v.configPath},
 		})
 	}
-	v.c = startContainerd(t, containerd, v.nriSocket, plugins...)
+	copts := opts.containerd
+	copts.NRISocket, copts.NRIPlugins = v.nriSocket, plugins
+	v.c = startContainerdWith(t, containerd, copts)
 
 	v.kubelet, err = kubeletsim.New(kubeletsim.Options{SocketDir: kubeletDir, Logger: nil})
 	if err != nil {

@@ -90,6 +90,28 @@ type Options struct {
 	LogDir string
 	// Logf reports progress; nil discards it.
 	Logf func(format string, args ...any)
+	// PodAnnotations is the runc runtime's pod_annotations: pod annotations
+	// matching these patterns are passed through to the containers' specs
+	// (and so to NRI as container annotations).
+	PodAnnotations []string
+	// Validator turns on NRI's built-in default validator (containerd 2.x
+	// only; Start refuses it for 1.x, whose NRI has none).
+	Validator *Validator
+}
+
+// Validator is the [default_validator] table of containerd's NRI config.
+type Validator struct {
+	RequiredPlugins           []string
+	TolerateMissingAnnotation string
+}
+
+// tomlStrings renders ss as a TOML array of basic strings.
+func tomlStrings(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = strconv.Quote(s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
 }
 
 // NRIPlugin is a plugin placed in containerd's NRI plugin directory.
@@ -334,7 +356,10 @@ func (c *Containerd) setup() error {
 		return err
 	}
 	var cfg bytes.Buffer
-	if err := tmpl.Execute(&cfg, map[string]string{
+	if c.opts.Validator != nil && strings.HasPrefix(c.Version, "v1.") {
+		return fmt.Errorf("harness: containerd %s has no NRI validator", c.Version)
+	}
+	vars := map[string]string{
 		"Dir":          c.Dir,
 		"Address":      c.Address,
 		"Runc":         c.opts.Runc,
@@ -343,7 +368,15 @@ func (c *Containerd) setup() error {
 		"NRISocket":    c.NRISocket,
 		"NRIPluginDir": c.NRIPluginDir,
 		"NRIConfigDir": c.NRIConfigDir,
-	}); err != nil {
+	}
+	if len(c.opts.PodAnnotations) > 0 {
+		vars["PodAnnotations"] = tomlStrings(c.opts.PodAnnotations)
+	}
+	if v := c.opts.Validator; v != nil {
+		vars["Validator"] = fmt.Sprintf("enable = true\n    required_plugins = %s\n    tolerate_missing_plugins_annotation = %s",
+			tomlStrings(v.RequiredPlugins), strconv.Quote(v.TolerateMissingAnnotation))
+	}
+	if err := tmpl.Execute(&cfg, vars); err != nil {
 		return fmt.Errorf("harness: containerd config: %w", err)
 	}
 	if err := os.WriteFile(c.ConfigPath, cfg.Bytes(), 0o644); err != nil {
@@ -790,7 +823,8 @@ state = "{{.Dir}}/state"
 
 [debug]
   level = "debug"
-{{end}}{{define "runc options"}}        BinaryName = "{{.Runc}}"
+{{end}}{{define "runc"}}{{with .PodAnnotations}}      pod_annotations = {{.}}
+{{end}}{{end}}{{define "runc options"}}        BinaryName = "{{.Runc}}"
         Root = "{{.RuncRoot}}"
         SystemdCgroup = false
 {{end}}{{define "nri"}}  disable = false
@@ -799,7 +833,9 @@ state = "{{.Dir}}/state"
   plugin_config_path = "{{.NRIConfigDir}}"
   plugin_registration_timeout = "5s"
   plugin_request_timeout = "5s"
-{{end}}`))
+{{with .Validator}}  [plugins.'io.containerd.nri.v1.nri'.default_validator]
+    {{.}}
+{{end}}{{end}}`))
 
 // withShared parses text as a template that may include configShared's.
 func withShared(name, text string) *template.Template {
@@ -835,7 +871,7 @@ var configTemplate = withShared("config", `version = 3
     default_runtime_name = "runc"
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
-      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+{{template "runc" .}}      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
 {{template "runc options" .}}
 [plugins.'io.containerd.nri.v1.nri']
 {{template "nri" .}}`)
@@ -864,7 +900,7 @@ var configTemplate17 = withShared("config17", `version = 2
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+{{template "runc" .}}      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
 {{template "runc options" .}}
 [plugins."io.containerd.nri.v1.nri"]
 {{template "nri" .}}`)

@@ -404,3 +404,75 @@ func TestInstallScriptPinsTheSameVersions(t *testing.T) {
 		t.Errorf("hack/e2e-deps.sh installs %v by default, the tests run against %v", got, ContainerdVersions)
 	}
 }
+
+// The optional tables: pod annotation pass-through on both lines, NRI's
+// default validator on 2.x, refused on 1.7.
+func TestConfigTemplateOptions(t *testing.T) {
+	setup := func(t *testing.T, version string, opts Options) (*Containerd, error) {
+		dir := t.TempDir()
+		opts.Runc, opts.SandboxImage = "/usr/sbin/runc", PauseImage
+		c := &Containerd{
+			Version: version, Dir: dir, ConfigPath: filepath.Join(dir, "config.toml"),
+			NRISocket: dir + "/nri.sock", NRIPluginDir: dir + "/plugins", NRIConfigDir: dir + "/conf.d",
+			RuncRoot: dir + "/runc", opts: opts,
+		}
+		return c, c.setup()
+	}
+	opts := Options{
+		PodAnnotations: []string{"*/*", `we"ird`},
+		Validator:      &Validator{RequiredPlugins: []string{"nri-vgpu"}, TolerateMissingAnnotation: "example.com/tolerate"},
+	}
+	c, err := setup(t, "v2.4.2", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Plugins map[string]struct {
+			Containerd struct {
+				Runtimes map[string]struct {
+					PodAnnotations []string `toml:"pod_annotations"`
+				}
+			}
+			DefaultValidator struct {
+				Enable          bool
+				RequiredPlugins []string `toml:"required_plugins"`
+				Tolerate        string   `toml:"tolerate_missing_plugins_annotation"`
+			} `toml:"default_validator"`
+		}
+	}
+	if _, err := toml.DecodeFile(c.ConfigPath, &cfg); err != nil {
+		t.Fatalf("the generated config is not valid TOML: %v", err)
+	}
+	got := cfg.Plugins["io.containerd.cri.v1.runtime"].Containerd.Runtimes["runc"].PodAnnotations
+	if strings.Join(got, "|") != `*/*|we"ird` {
+		t.Errorf("pod_annotations = %q", got)
+	}
+	v := cfg.Plugins["io.containerd.nri.v1.nri"].DefaultValidator
+	if !v.Enable || strings.Join(v.RequiredPlugins, ",") != "nri-vgpu" || v.Tolerate != "example.com/tolerate" {
+		t.Errorf("default_validator = %+v", v)
+	}
+
+	if _, err := setup(t, "v1.7.35", opts); err == nil || !strings.Contains(err.Error(), "no NRI validator") {
+		t.Errorf("validator on 1.7: err = %v, want a refusal", err)
+	}
+	opts.Validator = nil
+	c, err = setup(t, "v1.7.35", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg17 struct {
+		Plugins map[string]struct {
+			Containerd struct {
+				Runtimes map[string]struct {
+					PodAnnotations []string `toml:"pod_annotations"`
+				}
+			}
+		}
+	}
+	if _, err := toml.DecodeFile(c.ConfigPath, &cfg17); err != nil {
+		t.Fatalf("the generated 1.7 config is not valid TOML: %v", err)
+	}
+	if got := cfg17.Plugins["io.containerd.grpc.v1.cri"].Containerd.Runtimes["runc"].PodAnnotations; len(got) != 2 {
+		t.Errorf("1.7 pod_annotations = %q", got)
+	}
+}

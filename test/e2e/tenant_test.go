@@ -1,0 +1,93 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/test/e2e/harness"
+)
+
+// TestAllocationIDServesOnePodEver: the annotation of a removed pod is
+// refused to a new pod, also after nri-vgpu and containerd restarted (the
+// bindings live under state_dir), while the kubelet counts the slice free.
+func TestAllocationIDServesOnePodEver(t *testing.T) {
+	forEachContainerd(t, testAllocationIDServesOnePodEver)
+}
+
+func testAllocationIDServesOnePodEver(t *testing.T, containerd string) {
+	v := startVGPU(t, containerd, vgpuOptions{})
+	ctx := testContext(t, 4*time.Minute)
+	gone := v.mustRun(t, ctx, gpuPod("gone", 1))
+	issued := gone.Containers["main"].Config.Annotations[allocationAnnotation]
+	if err := v.kubelet.KillPod(ctx, v.c.Runtime, gone); err != nil {
+		t.Fatal(err)
+	}
+	replay := func(stage string) {
+		t.Helper()
+		pod := gpuPod("replay", 0)
+		pod.Containers[0].ExtraAnnotations = map[string]string{allocationAnnotation: issued}
+		_, err := v.run(t, ctx, pod)
+		if err == nil || !strings.Contains(err.Error(), "nri-vgpu: allocation rejected") ||
+			!strings.Contains(err.Error(), gone.Pod.UID+", which was removed") {
+			t.Errorf("%s: replaying a removed pod's allocation: error = %v, want a rejection naming pod %s", stage, err, gone.Pod.UID)
+		}
+	}
+	replay("after the pod was removed")
+	if err := v.c.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	v.waitNRIReady(t, ctx)
+	replay("after containerd (and the pre-registered nri-vgpu) restarted")
+	// The node still serves new pods.
+	v.mustRun(t, ctx, gpuPod("fresh", 1))
+}
+
+// TestPodAnnotationsCannotCarryAnAllocation: with containerd passing every
+// pod annotation through to the containers (pod_annotations = ["*/*"]), a
+// pod that asked for no GPU and carries a validly signed allocation in its
+// own annotations is refused.
+func TestPodAnnotationsCannotCarryAnAllocation(t *testing.T) {
+	forEachContainerd(t, testPodAnnotationsCannotCarryAnAllocation)
+}
+
+func testPodAnnotationsCannotCarryAnAllocation(t *testing.T, containerd string) {
+	v := startVGPU(t, containerd, vgpuOptions{containerd: harness.Options{PodAnnotations: []string{"*/*"}}})
+	ctx := testContext(t, 3*time.Minute)
+	victim := v.mustRun(t, ctx, gpuPod("victim", 1))
+	a := v.allocationOf(t, victim, "main")
+
+	// The pass-through is on: a harmless pod annotation reaches the
+	// container's runtime spec.
+	control := gpuPod("control", 0)
+	control.Annotations = map[string]string{"example.com/team": "ml"}
+	rc := v.mustRun(t, ctx, control)
+	if got := v.runtimeSpec(t, ctx, rc.ContainerID("main")).Annotations["example.com/team"]; got != "ml" {
+		t.Fatalf("pod annotations are not passed through (example.com/team = %q): the test would prove nothing", got)
+	}
+
+	// A fresh, validly signed allocation (say, leaked from the node).
+	key, err := limits.LoadKey(v.stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := *a
+	if forged.ID, err = limits.NewAllocationID(); err != nil {
+		t.Fatal(err)
+	}
+	value, err := limits.Sign(key, &forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{0, 1} {
+		pod := gpuPod("forger", n)
+		pod.Annotations = map[string]string{allocationAnnotation: value}
+		_, err := v.run(t, ctx, pod)
+		if err == nil || !strings.Contains(err.Error(), "nri-vgpu: allocation rejected: the pod's own annotations carry "+allocationAnnotation) {
+			t.Errorf("pod asking for %d slices with an allocation in its annotations: error = %v, want the pod-annotation rejection", n, err)
+		}
+	}
+}
