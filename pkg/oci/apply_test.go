@@ -207,7 +207,8 @@ func checkMountsOnTop(t *testing.T, edits *Edits, mounts []specs.Mount) {
 
 func TestPrepare(t *testing.T) {
 	e := newEnv(t, config.InjectionNone, false, ocitest.StandardNodes)
-	lf := limits.LimitsFromAllocation(alloc(gpu0), "")
+	// Not the defaults, so that a policy or level left out shows.
+	lf := &limits.LimitsFile{GPUs: []limits.GPULimit{{UUID: uuid0, Memory: 8 << 30, Cores: 50}}, CoresPolicy: "burst", LogLevel: "debug"}
 	info := &ContainerInfo{ID: ctrID, Name: "train", Pod: "ml/job-0", PodUID: "uid-1", AllocationID: alloc(gpu0).ID, GPUs: alloc(gpu0).GPUs}
 	old := setUmask(0o077)
 	defer setUmask(old)
@@ -215,12 +216,15 @@ func TestPrepare(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := ContainerDir(e.cfg, ctrID)
-	got, err := limits.ReadLimitsFile(filepath.Join(dir, LimitsFileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(got, lf) {
-		t.Errorf("limits file = %+v, want %+v", got, lf)
+	want := "# written by nri-vgpu; read by libvgpu-shim.so\n" +
+		"version=1\n" +
+		"gpu.0.uuid=" + uuid0 + "\n" +
+		"gpu.0.memory=8589934592\n" + // 8 GiB = 8 × 1073741824
+		"gpu.0.cores=50\n" +
+		"cores.policy=burst\n" +
+		"log.level=debug\n"
+	if got, err := os.ReadFile(filepath.Join(dir, LimitsFileName)); err != nil || string(got) != want {
+		t.Errorf("limits file = %q (%v), want %q", got, err, want)
 	}
 	st, err := os.Stat(filepath.Join(dir, RegionDirName))
 	if err != nil {

@@ -2,6 +2,7 @@ package oci
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -394,14 +395,30 @@ func TestApplyToAdjustmentShape(t *testing.T) {
 	}
 	adj := &api.ContainerAdjustment{}
 	edits.ApplyToAdjustment(adj, nil)
-	if got, want := len(adj.GetLinux().GetDevices()), len(edits.Devices); got != want {
-		t.Errorf("adjustment devices = %d, want %d", got, want)
+	// nvidia-runtime injection of GPU 0: the control, UVM and GPU nodes,
+	// an allow rule each, and the four mounts of Contract 3.
+	var devs, rules, mounts []string
+	for _, d := range adj.GetLinux().GetDevices() {
+		devs = append(devs, fmt.Sprintf("%s %d:%d", d.Path, d.Major, d.Minor))
 	}
-	if got, want := len(adj.GetLinux().GetResources().GetDevices()), len(edits.DeviceRules); got != want {
-		t.Errorf("adjustment device rules = %d, want %d", got, want)
+	for _, r := range adj.GetLinux().GetResources().GetDevices() {
+		rules = append(rules, fmt.Sprintf("%v %s %d:%d %s", r.Allow, r.Type, r.Major.GetValue(), r.Minor.GetValue(), r.Access))
 	}
-	if got, want := len(adj.GetMounts()), len(edits.Mounts); got != want {
-		t.Errorf("adjustment mounts = %d, want %d", got, want)
+	for _, m := range adj.GetMounts() {
+		mounts = append(mounts, m.Destination)
+	}
+	uvm := ocitest.UVMMajor
+	wantDevs := []string{"/dev/nvidiactl 195:255", fmt.Sprintf("/dev/nvidia-uvm %d:0", uvm), fmt.Sprintf("/dev/nvidia-uvm-tools %d:1", uvm), "/dev/nvidia0 195:0"}
+	wantRules := []string{"true c 195:255 rwm", fmt.Sprintf("true c %d:0 rwm", uvm), fmt.Sprintf("true c %d:1 rwm", uvm), "true c 195:0 rwm"}
+	wantMounts := []string{"/usr/local/nri-vgpu/libvgpu-shim.so", "/etc/ld.so.preload", "/run/nri-vgpu/limits", "/run/nri-vgpu/region"}
+	if !slices.Equal(devs, wantDevs) {
+		t.Errorf("adjustment devices = %q, want %q", devs, wantDevs)
+	}
+	if !slices.Equal(rules, wantRules) {
+		t.Errorf("adjustment device rules = %q, want %q", rules, wantRules)
+	}
+	if !slices.Equal(mounts, wantMounts) {
+		t.Errorf("adjustment mounts = %q, want %q", mounts, wantMounts)
 	}
 	if len(adj.GetEnv()) != 1 || adj.GetEnv()[0].Key != EnvVisibleDevices || adj.GetEnv()[0].Value != uuid0 {
 		t.Errorf("adjustment env = %v", adj.GetEnv())
