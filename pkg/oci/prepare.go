@@ -168,18 +168,9 @@ func ensureContainersDir(run *safepath.Dir) (*safepath.Dir, error) {
 	return d, nil
 }
 
-// EnsurePreloadFile writes <run_dir>/ld.so.preload unless it already holds
+// ensurePreloadFile writes <run_dir>/ld.so.preload unless it already holds
 // exactly the shim's container path. The file is shared by every container
 // and replaced atomically, so a container being created never sees it empty.
-func EnsurePreloadFile(cfg *config.Config) error {
-	run, err := openRunDir(cfg)
-	if err != nil {
-		return err
-	}
-	defer run.Close()
-	return ensurePreloadFile(run)
-}
-
 func ensurePreloadFile(run *safepath.Dir) error {
 	want := []byte(ContainerShimPath + "\n")
 	// Anything else there (another content, a link, something that is not
