@@ -2,6 +2,11 @@
 // their slices, memory limit, memory in use and SM share, from the host
 // files the NRI plugin and the runtime wrapper write under run_dir (the
 // limits files, container.json, the usage regions). It is `nri-vgpu status`.
+//
+// It runs as root and reads what containers can write (each usage region),
+// so it follows no symbolic link below run_dir, never waits on a region's
+// lock, and shows impossible usage counters as suspect instead of as
+// usage. Limits always come from the limits files, never from a region.
 package status
 
 import (
@@ -18,6 +23,7 @@ import (
 	"strconv"
 	"text/tabwriter"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/safepath"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
@@ -50,15 +56,20 @@ type Container struct {
 	MemoryLimit uint64 `json:"memoryLimit"`      // bytes; 0 = no limit
 	// MemoryUsed is what the container's processes hold on this GPU, from
 	// its usage region; nil when no process has used the GPU yet (no
-	// region) or the region cannot be read.
+	// region), the region cannot be read, or its counters are suspect.
 	MemoryUsed *uint64 `json:"memoryUsed,omitempty"`
-	Cores      int     `json:"cores"`
+	// Suspect is set when the region's counters for this GPU cannot be
+	// true (the container can write its region: a forgery, or damage);
+	// SuspectReason says what is impossible.
+	Suspect       bool   `json:"suspect,omitempty"`
+	SuspectReason string `json:"suspectReason,omitempty"`
+	Cores         int    `json:"cores"`
 }
 
-// UsageFunc reads a container's usage region (the "usage" file inside
-// regionDir) and returns the bytes in use per GPU UUID. A region that does
-// not exist yet returns an error wrapping fs.ErrNotExist.
-type UsageFunc func(regionDir string) (map[string]uint64, error)
+// UsageFunc reads the usage region of container id, below the containers
+// directory. A region that does not exist yet returns an error wrapping
+// fs.ErrNotExist.
+type UsageFunc func(containers *safepath.Dir, id string) (*region.Usage, error)
 
 // Collect builds the report from run_dir. devices is the node's inventory
 // (nil when it cannot be read: GPUs then appear by UUID only); usage may be
@@ -70,39 +81,14 @@ func Collect(cfg *config.Config, devices []gpu.Device, usage UsageFunc) (*Report
 	}
 	r := &Report{}
 	held := map[string][]Container{} // GPU UUID -> containers
-	for _, id := range ids {
-		dir := oci.ContainerDir(cfg, id)
-		lf, err := limits.ReadLimitsFile(filepath.Join(dir, oci.LimitsFileName))
+	if len(ids) > 0 {
+		containers, err := oci.OpenContainersDir(cfg)
 		if err != nil {
-			if !errors.Is(err, fs.ErrNotExist) {
-				r.Warnings = append(r.Warnings, fmt.Sprintf("container %s: %v", id, err))
-			}
-			continue
+			return nil, fmt.Errorf("list container directories: %w", err)
 		}
-		c := Container{ID: id}
-		slicesOf := map[string]int{}
-		if info, err := oci.ReadContainerInfo(dir); err == nil {
-			c.Name, c.Pod = info.Name, info.Pod
-			for _, g := range info.GPUs {
-				slicesOf[g.UUID] = g.Slices
-			}
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			r.Warnings = append(r.Warnings, fmt.Sprintf("container %s: %v", id, err))
-		}
-		var used map[string]uint64
-		if usage != nil {
-			used, err = usage(filepath.Join(dir, oci.RegionDirName))
-			if err != nil && !errors.Is(err, fs.ErrNotExist) {
-				r.Warnings = append(r.Warnings, fmt.Sprintf("container %s: usage region: %v", id, err))
-			}
-		}
-		for _, l := range lf.GPUs {
-			cc := c
-			cc.Slices, cc.MemoryLimit, cc.Cores = slicesOf[l.UUID], l.Memory, l.Cores
-			if u, ok := used[l.UUID]; ok {
-				cc.MemoryUsed = &u
-			}
-			held[l.UUID] = append(held[l.UUID], cc)
+		defer containers.Close()
+		for _, id := range ids {
+			collectContainer(r, held, cfg, containers, id, usage)
 		}
 	}
 	for _, d := range devices {
@@ -125,6 +111,52 @@ func Collect(cfg *config.Config, devices []gpu.Device, usage UsageFunc) (*Report
 		})
 	}
 	return r, nil
+}
+
+// collectContainer adds container id's share of each of its GPUs to held.
+func collectContainer(r *Report, held map[string][]Container, cfg *config.Config, containers *safepath.Dir, id string, usage UsageFunc) {
+	lf, err := oci.ReadLimitsIn(containers, id)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			r.Warnings = append(r.Warnings, fmt.Sprintf("container %s: %v", id, err))
+		}
+		return
+	}
+	c := Container{ID: id}
+	slicesOf := map[string]int{}
+	if info, err := oci.ReadContainerInfo(oci.ContainerDir(cfg, id)); err == nil {
+		c.Name, c.Pod = info.Name, info.Pod
+		for _, g := range info.GPUs {
+			slicesOf[g.UUID] = g.Slices
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		r.Warnings = append(r.Warnings, fmt.Sprintf("container %s: %v", id, err))
+	}
+	var u *region.Usage
+	if usage != nil {
+		u, err = usage(containers, id)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			r.Warnings = append(r.Warnings, fmt.Sprintf("container %s: usage region: %v", id, err))
+		}
+	}
+	for _, l := range lf.GPUs {
+		cc := c
+		cc.Slices, cc.MemoryLimit, cc.Cores = slicesOf[l.UUID], l.Memory, l.Cores
+		if u != nil {
+			if err := u.Check(l.UUID, l.Memory); err != nil {
+				cc.Suspect, cc.SuspectReason = true, err.Error()
+				r.Warnings = append(r.Warnings, fmt.Sprintf("container %s: usage region: %v", id, err))
+			} else {
+				for _, d := range u.Devices {
+					if d.UUID == l.UUID {
+						used := d.Used
+						cc.MemoryUsed = &used
+					}
+				}
+			}
+		}
+		held[l.UUID] = append(held[l.UUID], cc)
+	}
 }
 
 // WriteJSON writes the report as indented JSON.
@@ -178,7 +210,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 				limit = limits.FormatBytes(c.MemoryLimit)
 			}
 			usedMem := "-"
-			if c.MemoryUsed != nil {
+			switch {
+			case c.Suspect:
+				usedMem = "suspect" // the reason is among the warnings
+			case c.MemoryUsed != nil:
 				usedMem = limits.FormatBytes(*c.MemoryUsed)
 			}
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%d%%\n", id, cmp.Or(c.Pod, "-"), cmp.Or(c.Name, "-"), sl, limit, usedMem, c.Cores)
@@ -194,15 +229,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 }
 
 // RegionUsage is the UsageFunc over the usage regions the shim writes
-// (Contract 5): the bytes in use per GPU UUID of one container.
-func RegionUsage(regionDir string) (map[string]uint64, error) {
-	u, err := region.ReadUsage(filepath.Join(regionDir, region.FileName))
-	if err != nil {
-		return nil, err
-	}
-	used := make(map[string]uint64, len(u.Devices))
-	for _, d := range u.Devices {
-		used[d.UUID] = d.Used
-	}
-	return used, nil
+// (Contract 5), read without following a link and without the region's
+// lock (see region.ReadUsage).
+func RegionUsage(containers *safepath.Dir, id string) (*region.Usage, error) {
+	return region.ReadUsageIn(containers, filepath.Join(id, oci.RegionDirName, region.FileName))
 }

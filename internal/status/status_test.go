@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/safepath"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
@@ -52,14 +53,17 @@ func TestCollect(t *testing.T) {
 		{Index: 0, UUID: uuidA, Name: "NVIDIA A100-SXM4-40GB", Memory: 40 << 30},
 		{Index: 1, UUID: uuidB, Name: "NVIDIA A100-SXM4-40GB", Memory: 40 << 30},
 	}
-	usage := func(dir string) (map[string]uint64, error) {
-		switch filepath.Base(filepath.Dir(dir)) {
+	usage := func(_ *safepath.Dir, id string) (*region.Usage, error) {
+		switch id {
 		case "c1":
-			return map[string]uint64{uuidA: 3 << 30}, nil
+			return &region.Usage{
+				Devices:   []region.DeviceUsage{{UUID: uuidA, Used: 3 << 30}},
+				Processes: []region.ProcessUsage{{PID: 7, Used: []uint64{3 << 30}, Launches: []uint64{0}}},
+			}, nil
 		case "c2":
 			return nil, fmt.Errorf("usage region: %w", fs.ErrNotExist) // no process ran yet
 		}
-		return nil, fmt.Errorf("unexpected region %s", dir)
+		return nil, fmt.Errorf("unexpected container %s", id)
 	}
 	r, err := Collect(cfg, devices, usage)
 	if err != nil {
@@ -153,13 +157,22 @@ func TestCollectWarnsOnBrokenFiles(t *testing.T) {
 
 func TestRegionUsage(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := RegionUsage(dir); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("RegionUsage without a region = %v, want fs.ErrNotExist (no process ran yet)", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, region.FileName), []byte("not a region"), 0o644); err != nil {
+	containers, err := safepath.OpenDir(dir)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := RegionUsage(dir); err == nil || errors.Is(err, fs.ErrNotExist) {
+	defer containers.Close()
+	regionDir := filepath.Join(dir, "c1", oci.RegionDirName)
+	if err := os.MkdirAll(regionDir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RegionUsage(containers, "c1"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("RegionUsage without a region = %v, want fs.ErrNotExist (no process ran yet)", err)
+	}
+	if err := os.WriteFile(filepath.Join(regionDir, region.FileName), []byte("not a region"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RegionUsage(containers, "c1"); err == nil || errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("RegionUsage of a broken region = %v, want an error other than not-exist", err)
 	}
 }
