@@ -67,16 +67,10 @@ func OpenDir(path string) (*Dir, error) {
 // Close closes the directory.
 func (d *Dir) Close() error { return d.f.Close() }
 
-// Path is the directory's path, for messages.
-func (d *Dir) Path() string { return d.path }
-
 // Join returns the path of rel below d, for messages.
 func (d *Dir) Join(rel string) string { return filepath.Join(d.path, rel) }
 
 func (d *Dir) fd() int { return int(d.f.Fd()) }
-
-// Stat describes the directory itself.
-func (d *Dir) Stat() (fs.FileInfo, error) { return d.f.Stat() }
 
 // ReadDir lists the directory (sorted by name).
 func (d *Dir) ReadDir() ([]fs.DirEntry, error) {
