@@ -5,10 +5,16 @@
 // container.json, usage regions) and the GPU inventory on every scrape;
 // nothing polls in the background, so an idle endpoint costs nothing and a
 // scrape never shows stale data.
+//
+// Each usage region is written by its container, so a scrape follows no
+// symbolic link below run_dir, never waits on a region's lock, and exports
+// counters that cannot be true as nri_vgpu_container_region_suspect
+// instead of as usage. Limits always come from the limits files.
 package metrics
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"path/filepath"
@@ -18,10 +24,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/safepath"
 	"github.com/nri-vgpu/nri-vgpu/internal/version"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
 	"github.com/nri-vgpu/nri-vgpu/pkg/region"
 )
@@ -66,6 +72,8 @@ var (
 		"SM-time share of the container on the GPU, in percent (100 = not throttled).", perGPULabels, nil)
 	ctrLaunches = prometheus.NewDesc("nri_vgpu_container_kernel_launches_total",
 		"Kernel launches of the container's processes on the GPU since this daemon first saw them.", perGPULabels, nil)
+	ctrRegionSuspect = prometheus.NewDesc("nri_vgpu_container_region_suspect",
+		"1 when the container's usage region holds impossible counters for the GPU (its memory used and kernel launches are then left out), else 0.", perGPULabels, nil)
 	ctrProcesses = prometheus.NewDesc("nri_vgpu_container_processes",
 		"Processes of the container registered in its usage region (processes that initialised CUDA or NVML and are alive).", containerLabels, nil)
 
@@ -127,7 +135,7 @@ func NewCollector(cfg *config.Config, inv Inventory, logger *slog.Logger) *Colle
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		gpuMemoryTotal, gpuMemoryAllocated, gpuMemoryUsed, gpuCoresAllocated,
-		ctrMemoryLimit, ctrMemoryUsed, ctrCoresLimit, ctrLaunches, ctrProcesses, buildInfo,
+		ctrMemoryLimit, ctrMemoryUsed, ctrCoresLimit, ctrLaunches, ctrRegionSuspect, ctrProcesses, buildInfo,
 	} {
 		ch <- d
 	}
@@ -186,8 +194,20 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	live := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		live[id] = true
-		for _, m := range s.container(id, gpuOf) {
-			ch <- m
+	}
+	if len(ids) > 0 {
+		// Every container's files are reached below this one directory,
+		// without following a link.
+		containers, err := oci.OpenContainersDir(c.cfg)
+		if err != nil {
+			s.fail(SourceRunDir, "run_dir", err)
+		} else {
+			for _, id := range ids {
+				for _, m := range s.container(containers, id, gpuOf) {
+					ch <- m
+				}
+			}
+			containers.Close()
 		}
 	}
 	// Containers gone since the last scrape take their launch history along
@@ -241,12 +261,29 @@ func (s *scrape) ok(key string) {
 	}
 }
 
+// suspect logs, unless it did so at the previous scrape, that a region's
+// counters for a GPU are impossible.
+func (s *scrape) suspect(key string, err error) {
+	if !s.c.broken[key] {
+		s.c.log.Warn("metrics: usage region counters are impossible; the container's usage on this GPU is left out", "region", key, "err", err)
+	}
+	s.failed[key] = true
+}
+
+// believable logs that a region's counters for a GPU that were impossible
+// at the last scrape can be believed again.
+func (s *scrape) believable(key string) {
+	if s.c.broken[key] {
+		s.c.log.Info("metrics: usage region counters are believable again", "region", key)
+	}
+}
+
 // container reads one container directory and returns its series; it adds
 // the container's share to the GPU totals.
-func (s *scrape) container(id string, gpuOf func(uuid string) *gpuTotals) []prometheus.Metric {
+func (s *scrape) container(containers *safepath.Dir, id string, gpuOf func(uuid string) *gpuTotals) []prometheus.Metric {
 	dir := oci.ContainerDir(s.c.cfg, id)
 	limitsPath := filepath.Join(dir, oci.LimitsFileName)
-	lf, err := limits.ReadLimitsFile(limitsPath)
+	lf, err := oci.ReadLimitsIn(containers, id)
 	if errors.Is(err, fs.ErrNotExist) {
 		// Being created (Prepare writes the limits file first) or being
 		// removed: not a vGPU container yet, or any more.
@@ -272,11 +309,11 @@ func (s *scrape) container(id string, gpuOf func(uuid string) *gpuTotals) []prom
 	// holds nothing and launched nothing. An unreadable region leaves the
 	// container's usage series out of this scrape rather than report 0.
 	regionPath := filepath.Join(dir, oci.RegionDirName, region.FileName)
-	usage, err := region.ReadUsage(regionPath)
-	haveUsage := true
+	usage, err := region.ReadUsageIn(containers, filepath.Join(id, oci.RegionDirName, region.FileName))
+	haveUsage, noRegion := true, false
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		usage = &region.Usage{}
+		usage, noRegion = &region.Usage{}, true
 	case err != nil:
 		s.fail(SourceRegion, regionPath, err)
 		haveUsage = false
@@ -302,12 +339,31 @@ func (s *scrape) container(id string, gpuOf func(uuid string) *gpuTotals) []prom
 		out = append(out,
 			prometheus.MustNewConstMetric(ctrMemoryLimit, prometheus.GaugeValue, float64(l.Memory), gl...),
 			prometheus.MustNewConstMetric(ctrCoresLimit, prometheus.GaugeValue, float64(l.Cores), gl...))
-		if haveUsage {
-			g.used += used[l.UUID]
-			out = append(out,
-				prometheus.MustNewConstMetric(ctrMemoryUsed, prometheus.GaugeValue, float64(used[l.UUID]), gl...),
-				prometheus.MustNewConstMetric(ctrLaunches, prometheus.CounterValue, float64(launched[l.UUID]), gl...))
+		if !haveUsage {
+			continue
 		}
+		// The region is the container's to write: counters that cannot be
+		// true are reported as such, never exported as usage. The limit
+		// they are checked against is the limits file's.
+		suspectKey := regionPath + " " + l.UUID
+		var suspect error
+		if !noRegion {
+			suspect = usage.Check(l.UUID, l.Memory)
+		}
+		if suspect == nil && launched[l.UUID] > region.MaxPlausibleLaunches {
+			suspect = fmt.Errorf("GPU %s: %w: %d kernel launches counted so far", l.UUID, region.ErrSuspect, launched[l.UUID])
+		}
+		if suspect != nil {
+			s.suspect(suspectKey, suspect)
+			out = append(out, prometheus.MustNewConstMetric(ctrRegionSuspect, prometheus.GaugeValue, 1, gl...))
+			continue
+		}
+		s.believable(suspectKey)
+		g.used += used[l.UUID]
+		out = append(out,
+			prometheus.MustNewConstMetric(ctrRegionSuspect, prometheus.GaugeValue, 0, gl...),
+			prometheus.MustNewConstMetric(ctrMemoryUsed, prometheus.GaugeValue, float64(used[l.UUID]), gl...),
+			prometheus.MustNewConstMetric(ctrLaunches, prometheus.CounterValue, float64(launched[l.UUID]), gl...))
 	}
 	return out
 }
@@ -351,7 +407,9 @@ func (c *Collector) launchTotals(id string, u *region.Usage) map[string]uint64 {
 	for _, p := range u.Processes {
 		counts := make(map[string]uint64, len(u.Devices))
 		for i, d := range u.Devices {
-			if i < len(p.Launches) {
+			// A count no process can reach is forged: it is never exported
+			// (region.Usage.Check flags it) and must not stay in the history.
+			if i < len(p.Launches) && p.Launches[i] <= region.MaxPlausibleLaunches {
 				counts[d.UUID] += p.Launches[i]
 			}
 		}

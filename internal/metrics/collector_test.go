@@ -33,7 +33,7 @@ var ourMetrics = []string{
 	"nri_vgpu_gpu_memory_total_bytes", "nri_vgpu_gpu_memory_allocated_bytes", "nri_vgpu_gpu_memory_used_bytes",
 	"nri_vgpu_gpu_cores_allocated_percent", "nri_vgpu_container_memory_limit_bytes",
 	"nri_vgpu_container_memory_used_bytes", "nri_vgpu_container_cores_limit_percent",
-	"nri_vgpu_container_kernel_launches_total", "nri_vgpu_container_processes",
+	"nri_vgpu_container_kernel_launches_total", "nri_vgpu_container_region_suspect", "nri_vgpu_container_processes",
 	"nri_vgpu_build_info", "nri_vgpu_scrape_errors_total",
 }
 
@@ -144,6 +144,8 @@ const header = `
 # TYPE nri_vgpu_container_cores_limit_percent gauge
 # HELP nri_vgpu_container_kernel_launches_total Kernel launches of the container's processes on the GPU since this daemon first saw them.
 # TYPE nri_vgpu_container_kernel_launches_total counter
+# HELP nri_vgpu_container_region_suspect 1 when the container's usage region holds impossible counters for the GPU (its memory used and kernel launches are then left out), else 0.
+# TYPE nri_vgpu_container_region_suspect gauge
 # HELP nri_vgpu_container_processes Processes of the container registered in its usage region (processes that initialised CUDA or NVML and are alive).
 # TYPE nri_vgpu_container_processes gauge
 # HELP nri_vgpu_build_info Always 1; the version label is that of the running build.
@@ -209,6 +211,9 @@ nri_vgpu_container_cores_limit_percent{container="serve",container_id="c2",names
 nri_vgpu_container_kernel_launches_total{container="train",container_id="c1",namespace="ml",pod="a",uuid="` + uuidA + `"} %d
 nri_vgpu_container_kernel_launches_total{container="serve",container_id="c2",namespace="ml",pod="b",uuid="` + uuidA + `"} 0
 nri_vgpu_container_kernel_launches_total{container="serve",container_id="c2",namespace="ml",pod="b",uuid="` + uuidGone + `"} 0
+nri_vgpu_container_region_suspect{container="train",container_id="c1",namespace="ml",pod="a",uuid="` + uuidA + `"} 0
+nri_vgpu_container_region_suspect{container="serve",container_id="c2",namespace="ml",pod="b",uuid="` + uuidA + `"} 0
+nri_vgpu_container_region_suspect{container="serve",container_id="c2",namespace="ml",pod="b",uuid="` + uuidGone + `"} 0
 nri_vgpu_container_processes{container="train",container_id="c1",namespace="ml",pod="a"} %d
 nri_vgpu_container_processes{container="serve",container_id="c2",namespace="ml",pod="b"} 0
 nri_vgpu_build_info{version="` + version.Version + `"} 1

@@ -14,11 +14,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// HTTP limits. A scrape reads every container's files, each region under a
-// lock a writer holds for microseconds (region.ReadUsage gives up after 2s),
-// so scrapeTimeout leaves room for a slow disk without letting a stuck
-// scrape hold a connection for ever; writeTimeout must outlast it so that
-// the 503 promhttp answers with still reaches the client.
+// HTTP limits. A scrape reads every container's files, never waiting on a
+// region's lock (a container can hold it for ever), so scrapeTimeout only
+// leaves room for a slow disk without letting a stuck scrape hold a
+// connection for ever; writeTimeout must outlast it so that the 503
+// promhttp answers with still reaches the client.
 const (
 	readHeaderTimeout = 5 * time.Second
 	readTimeout       = 10 * time.Second
