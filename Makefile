@@ -13,6 +13,7 @@ GOFLAGS_BUILD := -trimpath -ldflags "-s -w -X $(MODULE)/internal/version.Version
 FUZZTIME      ?= 5s
 
 STATICCHECK_VERSION := v0.8.2
+DEADCODE_VERSION    := v0.52.0
 
 COMMANDS := nri-vgpu nri-vgpu-device-plugin nri-vgpu-runtime
 
@@ -73,17 +74,23 @@ test-packages: packages
 fuzz:
 	FUZZTIME=$(FUZZTIME) hack/fuzz.sh
 
-## lint: gofmt, go vet, staticcheck (pinned)
-lint: $(TOOLS)/staticcheck
+## lint: gofmt, go vet, staticcheck, deadcode (pinned)
+lint: $(TOOLS)/staticcheck $(TOOLS)/deadcode
 	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/...
 	$(TOOLS)/staticcheck ./...
 	$(TOOLS)/staticcheck -tags e2e ./test/...
+	@# Functions that neither the binaries nor any test reach.
+	@out=$$($(TOOLS)/deadcode -test -tags e2e ./...) || exit 1; \
+	  if [ -n "$$out" ]; then echo "unreachable functions (deadcode):"; echo "$$out"; exit 1; fi
 
 $(TOOLS)/staticcheck:
 	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+$(TOOLS)/deadcode:
+	GOBIN=$(TOOLS) $(GO) install golang.org/x/tools/cmd/deadcode@$(DEADCODE_VERSION)
 
 ## bench: Go and shim benchmarks
 bench:
