@@ -38,6 +38,14 @@ const (
 	// defaultNRIPluginPath is where containerd looks for pre-registered NRI
 	// plugins unless plugin_path says otherwise.
 	defaultNRIPluginPath = "/opt/nri/plugins"
+
+	// TolerateAnnotation is the pod annotation that NRI's default validator
+	// is told to honour: a pod with it set to "true" starts while nri-vgpu
+	// is not connected (nri-vgpu's own pods, static pods).
+	TolerateAnnotation = "nri-vgpu.io/tolerate-missing-plugin"
+	// validatorKey is the table of NRI's built-in default validator inside
+	// the NRI section (containerd 2.2 and later, NRI v0.10).
+	validatorKey = "default_validator"
 )
 
 // ErrContainerdTooOld is returned for a containerd without NRI (before 1.7).
@@ -68,6 +76,11 @@ type ContainerdOptions struct {
 	// plugin runs another way (the Helm chart's DaemonSet, or the
 	// nri-vgpu service): two instances of the plugin must not run.
 	NoRegister bool
+	// NoRequire leaves NRI's default validator alone. By default, on
+	// containerd 2.2 and later, the validator is set to refuse every
+	// container while nri-vgpu is not connected (required_plugins), so that
+	// no container starts without its edits.
+	NoRequire bool
 }
 
 func (o *ContainerdOptions) setDefaults() {
@@ -225,10 +238,20 @@ func Containerd(opts ContainerdOptions) (*Result, error) {
 		return nil, err
 	}
 
+	// containerd 2.2 (NRI v0.10) has the default validator.
+	validate := !version.less(2, 2) && !opts.NoRequire
+	var validator map[string]any
+	if validate {
+		validator = requireValidator(before[validatorKey])
+		if tol, _ := validator["tolerate_missing_plugins_annotation"].(string); tol != TolerateAnnotation {
+			res.Notes = append(res.Notes, fmt.Sprintf("NRI's validator already honours the annotation %s, kept: nri-vgpu's own pods carry %s; give them yours too", tol, TolerateAnnotation))
+		}
+	}
+
 	imported := importsPath(opts.ConfigPath, stringList(mainDoc["imports"]), dropInPath)
-	needDropIn := disabled || (oldDropIn != nil && imported)
+	needDropIn := disabled || (oldDropIn != nil && imported) || (validate && !validatorRequires(before[validatorKey]))
 	if needDropIn {
-		newDropIn, err := dropInContent(before, mergeSections, dropInVersion)
+		newDropIn, err := dropInContent(before, mergeSections, dropInVersion, validator)
 		if err != nil {
 			return nil, err
 		}
@@ -257,6 +280,9 @@ func Containerd(opts ContainerdOptions) (*Result, error) {
 		after := effectiveNRI(files, mergeSections)
 		if d, ok := after["disable"].(bool); ok && d {
 			return nil, fmt.Errorf("NRI would still be disabled: a file imported after %s sets disable = true in [plugins.%q]; remove that setting", dropInPath, nriPluginID)
+		}
+		if validate && !validatorRequires(after[validatorKey]) {
+			return nil, fmt.Errorf("NRI's validator would not require nri-vgpu: a file imported after %s sets [plugins.%q.%s]; remove it, or pass --no-require", dropInPath, nriPluginID, validatorKey)
 		}
 		before = after
 	}
@@ -299,6 +325,11 @@ func Containerd(opts ContainerdOptions) (*Result, error) {
 		res.Notes = append(res.Notes, fmt.Sprintf("containerd's NRI plugin_path is %s, not %s: the plugin is registered there", pluginPath, defaultNRIPluginPath))
 	}
 
+	if validate {
+		res.Notes = append(res.Notes, fmt.Sprintf("containerd %s refuses every container while nri-vgpu is not connected (NRI default_validator, required_plugins); pods that must start without it — static pods, nri-vgpu's own — need the annotation %s: \"true\"", version.text, TolerateAnnotation))
+	} else if version.less(2, 2) {
+		res.Notes = append(res.Notes, fmt.Sprintf("containerd %s has no NRI validator: while nri-vgpu is down, GPU containers are still refused (the device plugin's gate), containers without a GPU are not", version.text))
+	}
 	if res.Changed() {
 		res.Reload = "restart containerd to load the change (systemctl restart containerd); running containers keep running"
 	} else if opts.NoRegister {
@@ -448,11 +479,44 @@ func effectiveNRI(files []configFile, merge bool) map[string]any {
 	return eff
 }
 
-// dropInContent renders the drop-in that enables NRI. For containerd 1.7,
-// which replaces a whole plugin section with the last imported one, it
-// repeats the other settings in effect (such as a custom plugin_path).
-func dropInContent(current map[string]any, merge bool, version int64) ([]byte, error) {
+// validatorRequires reports whether a default_validator table is on and
+// requires nri-vgpu, with an annotation to tolerate its absence.
+func validatorRequires(v any) bool {
+	t, _ := v.(map[string]any)
+	enabled, _ := t["enable"].(bool)
+	tol, _ := t["tolerate_missing_plugins_annotation"].(string)
+	return enabled && tol != "" && slices.Contains(stringList(t["required_plugins"]), PluginName)
+}
+
+// requireValidator returns the default_validator table that requires
+// nri-vgpu: the current one's settings, turned on, with nri-vgpu added to
+// the required plugins and, where none is set, TolerateAnnotation.
+func requireValidator(current any) map[string]any {
+	t := map[string]any{}
+	if cur, ok := current.(map[string]any); ok {
+		maps.Copy(t, cur)
+	}
+	t["enable"] = true
+	required := stringList(t["required_plugins"])
+	if !slices.Contains(required, PluginName) {
+		required = append(required, PluginName)
+	}
+	t["required_plugins"] = required
+	if tol, _ := t["tolerate_missing_plugins_annotation"].(string); tol == "" {
+		t["tolerate_missing_plugins_annotation"] = TolerateAnnotation
+	}
+	return t
+}
+
+// dropInContent renders the drop-in that enables NRI and, when validator is
+// not nil, sets NRI's default validator to it. For containerd 1.7, which
+// replaces a whole plugin section with the last imported one, it repeats
+// the other settings in effect (such as a custom plugin_path).
+func dropInContent(current map[string]any, merge bool, version int64, validator map[string]any) ([]byte, error) {
 	sec := map[string]any{"disable": false}
+	if validator != nil {
+		sec[validatorKey] = validator
+	}
 	if !merge {
 		for k, v := range current {
 			if k != "disable" {
@@ -470,6 +534,10 @@ func dropInContent(current map[string]any, merge bool, version int64) ([]byte, e
 	header := "# Written by `nri-vgpu configure containerd`, which rewrites it when run again.\n" +
 		"# Enables containerd's NRI, which starts the plugins found in its plugin_path\n" +
 		"# (such as /opt/nri/plugins/10-nri-vgpu).\n"
+	if validator != nil {
+		header += "# NRI's default validator refuses every container while nri-vgpu is not\n" +
+			"# connected; a pod annotated " + TolerateAnnotation + ": \"true\" starts anyway.\n"
+	}
 	if !merge {
 		header += "# containerd 1.7 replaces a whole plugin section with the last imported one,\n" +
 			"# so the NRI settings of the files loaded before this one are repeated here.\n"

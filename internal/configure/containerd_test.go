@@ -2,6 +2,7 @@ package configure
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -234,7 +235,8 @@ func TestContainerd(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			root := makeRoot(t, tt.files)
-			opts := ContainerdOptions{Root: root, Version: tt.version, NoRegister: tt.noRegister}
+			// The validator has a test of its own (TestContainerdValidator).
+			opts := ContainerdOptions{Root: root, Version: tt.version, NoRegister: tt.noRegister, NoRequire: true}
 			res, err := Containerd(opts)
 			if err != nil {
 				t.Fatalf("Containerd: %v", err)
@@ -446,7 +448,8 @@ func TestContainerdPluginRegistrations(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			root := makeRoot(t, tt.files)
-			res, err := Containerd(ContainerdOptions{Root: root, Version: "2.4.2", NoRegister: tt.noRegister})
+			// The validator has a test of its own (TestContainerdValidator).
+			res, err := Containerd(ContainerdOptions{Root: root, Version: "2.4.2", NoRegister: tt.noRegister, NoRequire: true})
 			if tt.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.err) {
 					t.Fatalf("error = %v, want one containing %q", err, tt.err)
@@ -538,9 +541,11 @@ func TestRealContainerdLoadsTheChange(t *testing.T) {
 			// containerd 2.x migrates a 1.7 (version 2) config as it loads it.
 			mains["1.7 default"] = fixture(t, "containerd-1.7.29-default.toml")
 		}
+		// containerd 2.2 and later have NRI's default validator.
+		validator := strings.Contains(string(defaults), validatorKey)
 		for name, main := range mains {
 			t.Run(bin+"/"+name, func(t *testing.T) {
-				testRealContainerd(t, bin, main)
+				testRealContainerd(t, bin, main, validator)
 			})
 		}
 	}
@@ -557,8 +562,9 @@ func nriOff(config string) string {
 }
 
 // testRealContainerd configures main (a config with NRI off) for bin and
-// checks with `bin config dump` that containerd now sees NRI enabled.
-func testRealContainerd(t *testing.T, bin, main string) {
+// checks with `bin config dump` that containerd now sees NRI enabled and,
+// where it has a validator, the validator requiring nri-vgpu.
+func testRealContainerd(t *testing.T, bin, main string, validator bool) {
 	if sec := nriOf(t, []byte(main)); sec["disable"] != true {
 		t.Fatalf("could not turn NRI off: %v", sec)
 	}
@@ -589,7 +595,97 @@ func testRealContainerd(t *testing.T, bin, main string) {
 		}
 		t.Fatalf("%s config dump: %v\n%s", bin, err, stderr)
 	}
-	if sec := nriOf(t, dump); sec["disable"] != false {
+	sec := nriOf(t, dump)
+	if sec["disable"] != false {
 		t.Errorf("after configuring, %s config dump shows NRI %v", bin, sec)
+	}
+	if !validator {
+		return
+	}
+	v, _ := sec[validatorKey].(map[string]any)
+	if v["enable"] != true || fmt.Sprint(v["required_plugins"]) != "[nri-vgpu]" ||
+		v["tolerate_missing_plugins_annotation"] != "nri-vgpu.io/tolerate-missing-plugin" {
+		t.Errorf("after configuring, %s config dump shows the validator %v", bin, v)
+	}
+}
+
+// TestContainerdValidator: on containerd 2.2 and later the drop-in makes
+// NRI's default validator require nri-vgpu, keeping what the operator set;
+// before 2.2, or with NoRequire, it leaves the validator alone.
+func TestContainerdValidator(t *testing.T) {
+	v21 := fixture(t, "containerd-2.1.5-default.toml")
+	v24 := fixture(t, "containerd-2.4.2-default.toml")
+	const oursTol = "nri-vgpu.io/tolerate-missing-plugin"
+	operatorSet := replaceOnce(t, v24, "      required_plugins = []", `      required_plugins = ["other"]`)
+	operatorSet = replaceOnce(t, operatorSet, "tolerate_missing_plugins_annotation = ''", `tolerate_missing_plugins_annotation = "example.com/tolerate"`)
+	operatorSet = replaceOnce(t, operatorSet, "reject_namespace_adjustment = false", "reject_namespace_adjustment = true")
+	tests := []struct {
+		name      string
+		version   string
+		files     map[string]string
+		noRequire bool
+		// want is the drop-in's validator as "enable required tolerate
+		// reject_namespace_adjustment"; "" = no drop-in.
+		want string
+		note string
+		err  string
+	}{{
+		name: "2.4 default", version: "2.4.2", files: map[string]string{mainConfig: v24},
+		want: "true [nri-vgpu] " + oursTol + " false", note: "refuses every container while nri-vgpu is not connected",
+	}, {
+		name: "2.4, operator's validator settings kept", version: "2.4.2", files: map[string]string{mainConfig: operatorSet},
+		want: "true [other nri-vgpu] example.com/tolerate true", note: "already honours the annotation example.com/tolerate",
+	}, {
+		name: "2.4, --no-require", version: "2.4.2", files: map[string]string{mainConfig: v24}, noRequire: true,
+	}, {
+		name: "2.1: no validator", version: "2.1.5", files: map[string]string{mainConfig: v21},
+		note: "has no NRI validator",
+	}, {
+		name: "2.4, a later import turns it off", version: "2.4.2",
+		files: map[string]string{mainConfig: v24, "/etc/containerd/conf.d/zz.toml": "version = 3\n[plugins.'io.containerd.nri.v1.nri'.default_validator]\nenable = false\n"},
+		err:   "NRI's validator would not require nri-vgpu: a file imported after /etc/containerd/conf.d/nri-vgpu.toml",
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			opts := ContainerdOptions{Root: makeRoot(t, tt.files), Version: tt.version, NoRegister: true, NoRequire: tt.noRequire}
+			res, err := Containerd(opts)
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("error = %v, want one containing %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := changeFor(res, dropIn)
+			if tt.want == "" {
+				if d != nil {
+					t.Fatalf("drop-in written:\n%s", d.New)
+				}
+			} else {
+				if d == nil {
+					t.Fatal("no drop-in written")
+				}
+				v, _ := nriOf(t, d.New)[validatorKey].(map[string]any)
+				got := fmt.Sprint(v["enable"], " ", v["required_plugins"], " ", v["tolerate_missing_plugins_annotation"], " ", v["reject_namespace_adjustment"])
+				if got != tt.want {
+					t.Errorf("drop-in validator = %q, want %q\n%s", got, tt.want, d.New)
+				}
+			}
+			if !strings.Contains(strings.Join(res.Notes, "\n"), tt.note) {
+				t.Errorf("notes %q do not mention %q", res.Notes, tt.note)
+			}
+			if err := res.Apply(); err != nil {
+				t.Fatal(err)
+			}
+			again, err := Containerd(opts)
+			if err != nil {
+				t.Fatalf("second run: %v", err)
+			}
+			if again.Changed() {
+				t.Errorf("second run still changes:\n%s", again.Diff())
+			}
+		})
 	}
 }

@@ -61,6 +61,7 @@ func mainContainerd(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&opts.PluginBinary, "plugin-binary", DefaultPluginBinary, "the nri-vgpu `executable` to register as an NRI plugin")
 	fs.StringVar(&opts.PluginIndex, "plugin-index", "", "the plugin's two-digit NRI `index` (default: nri.plugin_index of nri-vgpu's config, else "+DefaultPluginIndex+")")
 	fs.BoolVar(&opts.NoRegister, "no-register", false, "enable NRI only; leave NRI's plugin directory alone (where the plugin runs as a DaemonSet or as the nri-vgpu service)")
+	fs.BoolVar(&opts.NoRequire, "no-require", false, "on containerd 2.2 and later, do not make NRI's validator refuse containers while nri-vgpu is not connected")
 	fs.StringVar(&opts.Root, "root", "/", "`directory` that stands for / when reading and writing files")
 	dryRun := fs.Bool("dry-run", false, "print the change as a unified diff; write nothing")
 	if code, done := parseFlags(fs, args, stdout); done {

@@ -96,6 +96,12 @@ func TestManifestsObjects(t *testing.T) {
 			if !sel.Matches(labels.Set(ds.Spec.Template.Labels)) {
 				t.Errorf("selector %v does not match the pod labels %v", sel, ds.Spec.Template.Labels)
 			}
+			// containerd's NRI validator (set by nri-vgpu configure
+			// containerd) refuses every pod while nri-vgpu is away, ours
+			// included, unless it carries this.
+			if got := ds.Spec.Template.Annotations["nri-vgpu.io/tolerate-missing-plugin"]; got != "true" {
+				t.Errorf("pod annotation nri-vgpu.io/tolerate-missing-plugin = %q, want \"true\"", got)
+			}
 			pod := ds.Spec.Template.Spec
 			if len(pod.NodeSelector) == 0 || len(pod.Tolerations) == 0 || pod.PriorityClassName != "system-node-critical" {
 				t.Errorf("pod placement: nodeSelector %v, tolerations %v, priority class %q", pod.NodeSelector, pod.Tolerations, pod.PriorityClassName)
