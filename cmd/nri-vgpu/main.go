@@ -25,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/allockey"
 	"github.com/nri-vgpu/nri-vgpu/internal/configure"
 	"github.com/nri-vgpu/nri-vgpu/internal/logging"
 	"github.com/nri-vgpu/nri-vgpu/internal/metrics"
@@ -33,7 +34,6 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/internal/version"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
 )
 
@@ -146,7 +146,7 @@ func runPlugin(ctx context.Context, cfg *config.Config, logger *slog.Logger) err
 		// Not fatal: containers without allocation must still be handled.
 		logger.Error("shim library missing: vGPU containers will be refused until it exists", "shim_path", cfg.Paths.ShimPath, "err", err)
 	}
-	key, err := limits.LoadOrCreateKey(cfg.Paths.StateDir)
+	key, err := allockey.LoadOrCreate(cfg.Paths.StateDir)
 	if err != nil {
 		return fmt.Errorf("allocation key: %w", err)
 	}

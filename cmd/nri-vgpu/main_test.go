@@ -18,6 +18,7 @@ import (
 	"github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/allockey"
 	"github.com/nri-vgpu/nri-vgpu/internal/nriplugin"
 	"github.com/nri-vgpu/nri-vgpu/internal/status"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
@@ -190,7 +191,7 @@ func TestStartedByRuntime(t *testing.T) {
 	}
 	defer r.Stop()
 
-	key, err := limits.LoadKey(cfg.Paths.StateDir) // created by the plugin
+	key, err := allockey.Load(cfg.Paths.StateDir) // created by the plugin
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/allockey"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 )
@@ -36,7 +37,7 @@ func TestAllocateSignsCoresPolicy(t *testing.T) {
 				t.Fatal(err)
 			}
 			value := resp.ContainerResponses[0].Annotations[limits.AnnotationKey]
-			key, err := limits.LoadKey(cfg.Paths.StateDir)
+			key, err := allockey.Load(cfg.Paths.StateDir)
 			if err != nil {
 				t.Fatal(err)
 			}

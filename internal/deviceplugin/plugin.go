@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/allockey"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
@@ -124,7 +125,7 @@ func New(opts Options) (*Plugin, error) {
 		return nil, fmt.Errorf("device plugin: unknown limits.cores_policy %q (want %q or %q)",
 			cfg.Limits.CoresPolicy, limits.CoresPolicyHard, limits.CoresPolicyBurst)
 	}
-	key, err := limits.LoadOrCreateKey(cfg.Paths.StateDir)
+	key, err := allockey.LoadOrCreate(cfg.Paths.StateDir)
 	if err != nil {
 		return nil, fmt.Errorf("device plugin: allocation key in %s: %w", cfg.Paths.StateDir, err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/allockey"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
@@ -103,7 +104,7 @@ func newHarness(t testing.TB, cfg *config.Config) *harness {
 // plugin's nri.socket_path when a proxy sits between them.
 func newHarnessOn(t testing.TB, cfg *config.Config, sock string) *harness {
 	t.Helper()
-	key, err := limits.LoadOrCreateKey(cfg.Paths.StateDir)
+	key, err := allockey.LoadOrCreate(cfg.Paths.StateDir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,16 +3,12 @@ package limits
 import (
 	"bytes"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 )
 
@@ -443,196 +439,6 @@ func TestNewAllocationID(t *testing.T) {
 	}
 }
 
-func TestLoadOrCreateKey(t *testing.T) {
-	stateDir := filepath.Join(t.TempDir(), "var", "lib", "nri-vgpu")
-	if _, err := LoadKey(stateDir); !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("LoadKey before creation: %v, want ErrNotExist", err)
-	}
-	k1, err := LoadOrCreateKey(stateDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if k1 == (Key{}) {
-		t.Fatal("key is all zeros")
-	}
-	assertMode(t, stateDir, fs.ModeDir|0o700)
-	assertMode(t, filepath.Join(stateDir, KeyFileName), 0o600)
-	data, err := os.ReadFile(filepath.Join(stateDir, KeyFileName))
-	if err != nil || !bytes.Equal(data, k1[:]) {
-		t.Fatalf("key file holds %x (%v), want %x", data, err, k1[:])
-	}
-	k2, err := LoadOrCreateKey(stateDir)
-	if err != nil || k2 != k1 {
-		t.Fatalf("second LoadOrCreateKey = %x, %v; want %x", k2, err, k1)
-	}
-	k3, err := LoadKey(stateDir)
-	if err != nil || k3 != k1 {
-		t.Fatalf("LoadKey = %x, %v; want %x", k3, err, k1)
-	}
-	assertOnlyKey(t, stateDir)
-
-	// An existing, wider state directory is narrowed: see
-	// TestLoadOrCreateKeyNarrowsStateDir.
-}
-
-func assertMode(t *testing.T, path string, want fs.FileMode) {
-	t.Helper()
-	fi, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := fi.Mode() & (fs.ModeType | fs.ModePerm); got != want {
-		t.Errorf("%s: mode %v, want %v", path, got, want)
-	}
-}
-
-// assertOnlyKey checks that no temporary file was left behind.
-func assertOnlyKey(t *testing.T, dir string) {
-	t.Helper()
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(entries) != 1 || entries[0].Name() != KeyFileName {
-		var names []string
-		for _, e := range entries {
-			names = append(names, e.Name())
-		}
-		t.Errorf("%s holds %v, want only %s", dir, names, KeyFileName)
-	}
-}
-
-func TestLoadOrCreateKeyConcurrent(t *testing.T) {
-	for round := range 20 {
-		stateDir := filepath.Join(t.TempDir(), "state")
-		const n = 8
-		keys := make([]Key, n)
-		errs := make([]error, n)
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for i := range n {
-			wg.Go(func() {
-				<-start
-				keys[i], errs[i] = LoadOrCreateKey(stateDir)
-			})
-		}
-		close(start)
-		wg.Wait()
-		for i := range n {
-			if errs[i] != nil {
-				t.Fatalf("round %d: goroutine %d: %v", round, i, errs[i])
-			}
-			if keys[i] != keys[0] {
-				t.Fatalf("round %d: goroutine %d got key %x, goroutine 0 got %x", round, i, keys[i], keys[0])
-			}
-		}
-		if k, err := LoadKey(stateDir); err != nil || k != keys[0] {
-			t.Fatalf("round %d: key on disk %x (%v), handed out %x", round, k, err, keys[0])
-		}
-		assertOnlyKey(t, stateDir)
-	}
-}
-
-// keyHelperEnv makes the test binary act as a separate process creating the
-// key (see TestLoadOrCreateKeyProcesses).
-const keyHelperEnv = "NRI_VGPU_TEST_KEY_DIR"
-
-func TestLoadOrCreateKeyHelperProcess(t *testing.T) {
-	dir := os.Getenv(keyHelperEnv)
-	if dir == "" {
-		t.Skip("helper process for TestLoadOrCreateKeyProcesses")
-	}
-	k, err := LoadOrCreateKey(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	fmt.Printf("key=%x\n", k[:])
-}
-
-func TestLoadOrCreateKeyProcesses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes")
-	}
-	stateDir := filepath.Join(t.TempDir(), "state")
-	const n = 4
-	cmds := make([]*exec.Cmd, n)
-	outs := make([]*bytes.Buffer, n)
-	for i := range n {
-		cmds[i] = exec.Command(os.Args[0], "-test.run=^TestLoadOrCreateKeyHelperProcess$", "-test.count=1")
-		cmds[i].Env = append(os.Environ(), keyHelperEnv+"="+stateDir)
-		outs[i] = new(bytes.Buffer)
-		cmds[i].Stdout, cmds[i].Stderr = outs[i], outs[i]
-		if err := cmds[i].Start(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	inProcess, err := LoadOrCreateKey(stateDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := "key=" + hex.EncodeToString(inProcess[:])
-	for i, c := range cmds {
-		if err := c.Wait(); err != nil {
-			t.Fatalf("process %d: %v\n%s", i, err, outs[i])
-		}
-		if !strings.Contains(outs[i].String(), want+"\n") {
-			t.Errorf("process %d: output %q, want %q", i, outs[i], want)
-		}
-	}
-	assertOnlyKey(t, stateDir)
-}
-
-func TestLoadKeyRejectsExistingFiles(t *testing.T) {
-	tests := []struct {
-		name    string
-		content []byte
-		mode    fs.FileMode
-		dir     bool
-		want    string // after the path
-	}{
-		{"empty", nil, 0o600, false, ": holds 0 bytes, want exactly 32"},
-		{"short", []byte("0123456789"), 0o600, false, ": holds 10 bytes, want exactly 32"},
-		{"long", bytes.Repeat([]byte{7}, 33), 0o600, false, ": holds more than 32 bytes, want exactly 32"},
-		{"hex text", []byte(strings.Repeat("ab", 32) + "\n"), 0o600, false, ": holds more than 32 bytes, want exactly 32"},
-		{"readable by others", bytes.Repeat([]byte{7}, 32), 0o644, false, ": mode 0644 lets group or others read it; it must be 0600"},
-		{"readable by group", bytes.Repeat([]byte{7}, 32), 0o640, false, ": mode 0640 lets group or others read it; it must be 0600"},
-		{"directory", nil, 0o700, true, ": not a regular file (d---------)"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			dir := t.TempDir()
-			path := filepath.Join(dir, KeyFileName)
-			if tt.dir {
-				if err := os.Mkdir(path, tt.mode); err != nil {
-					t.Fatal(err)
-				}
-			} else {
-				if err := os.WriteFile(path, tt.content, tt.mode); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.Chmod(path, tt.mode); err != nil { // past the umask
-					t.Fatal(err)
-				}
-			}
-			for _, load := range []func(string) (Key, error){LoadKey, LoadOrCreateKey} {
-				_, err := load(dir)
-				if err == nil || !strings.HasPrefix(err.Error(), "allocation key "+path+tt.want) {
-					t.Errorf("error %v, want %q", err, "allocation key "+path+tt.want)
-				}
-			}
-			if !tt.dir {
-				// Never truncated or replaced.
-				data, err := os.ReadFile(path)
-				if err != nil || !bytes.Equal(data, tt.content) {
-					t.Errorf("key file now holds %q (%v), want %q", data, err, tt.content)
-				}
-				assertMode(t, path, tt.mode)
-			}
-		})
-	}
-}
-
 func BenchmarkSignVerify(b *testing.B) {
 	a := testAllocation()
 	for b.Loop() {
@@ -657,52 +463,13 @@ func BenchmarkVerifyBadMAC(b *testing.B) {
 	}
 }
 
-// TestLoadOrCreateKeyNarrowsStateDir: kubelet creates hostPath directories
-// 0755; the state directory is narrowed to 0700 on first use.
-func TestLoadOrCreateKeyNarrowsStateDir(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "state")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil { // whatever the umask
-		t.Fatal(err)
-	}
-	if _, err := LoadOrCreateKey(dir); err != nil {
-		t.Fatalf("LoadOrCreateKey: %v", err)
-	}
-	fi, err := os.Stat(dir)
+func assertMode(t *testing.T, path string, want fs.FileMode) {
+	t.Helper()
+	fi, err := os.Stat(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fi.Mode().Perm() != 0o700 {
-		t.Errorf("state directory mode %04o, want 0700", fi.Mode().Perm())
-	}
-}
-
-// TestKeyOwnedByAnotherUser: a key file or state directory owned by another
-// (non-root) user could have been planted; both are refused.
-func TestKeyOwnedByAnotherUser(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("changing a file's owner needs root")
-	}
-	dir := filepath.Join(t.TempDir(), "state")
-	if _, err := LoadOrCreateKey(dir); err != nil {
-		t.Fatal(err)
-	}
-	key := filepath.Join(dir, KeyFileName)
-	if err := os.Chown(key, 4242, 4242); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := LoadOrCreateKey(dir); err == nil || !strings.Contains(err.Error(), "owned by uid 4242") {
-		t.Errorf("key owned by uid 4242: err = %v, want a refusal naming the owner", err)
-	}
-	if err := os.Chown(dir, 4242, 4242); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Remove(key); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := LoadOrCreateKey(dir); err == nil || !strings.Contains(err.Error(), "state directory") {
-		t.Errorf("state directory owned by uid 4242: err = %v, want a refusal", err)
+	if got := fi.Mode() & (fs.ModeType | fs.ModePerm); got != want {
+		t.Errorf("%s: mode %v, want %v", path, got, want)
 	}
 }

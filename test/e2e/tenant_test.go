@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/allockey"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/harness"
 )
@@ -70,7 +71,7 @@ func testPodAnnotationsCannotCarryAnAllocation(t *testing.T, containerd string) 
 	}
 
 	// A fresh, validly signed allocation (say, leaked from the node).
-	key, err := limits.LoadKey(v.stateDir)
+	key, err := allockey.Load(v.stateDir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/allockey"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/harness"
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/kubeletsim"
@@ -46,7 +47,7 @@ func (v *vgpu) allocationOf(t *testing.T, rp *kubeletsim.RunningPod, container s
 	if value == "" {
 		t.Fatalf("container %s of pod %s was created without %s; annotations: %v", container, rp.Pod.Name, allocationAnnotation, rc.Config.Annotations)
 	}
-	key, err := limits.LoadKey(v.stateDir)
+	key, err := allockey.Load(v.stateDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +276,7 @@ func testForgedAllocationIsRejected(t *testing.T, containerd string) {
 	issued := victim.Containers["main"].Config.Annotations[allocationAnnotation]
 	a := v.allocationOf(t, victim, "main")
 
-	key, err := limits.LoadKey(v.stateDir)
+	key, err := allockey.Load(v.stateDir)
 	if err != nil {
 		t.Fatal(err)
 	}

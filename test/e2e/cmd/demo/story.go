@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/allockey"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/harness"
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/kubeletsim"
@@ -246,7 +247,7 @@ func (d *demo) exec(ctx context.Context, id, script string) (string, error) {
 
 // [3]
 func (d *demo) runGPUPods(ctx context.Context) error {
-	key, err := limits.LoadKey(d.n.stateDir)
+	key, err := allockey.Load(d.n.stateDir)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package limits
+package allockey
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/safepath"
+	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 )
 
 // A link planted at the key file is refused, not followed: a root-owned
@@ -15,7 +16,7 @@ import (
 // and a dangling link must not make root create its target.
 func TestKeyFileLinkIsNotFollowed(t *testing.T) {
 	outside := t.TempDir()
-	planted := bytes.Repeat([]byte{7}, KeySize)
+	planted := bytes.Repeat([]byte{7}, limits.KeySize)
 	existing := filepath.Join(outside, "existing")
 	if err := os.WriteFile(existing, planted, 0o600); err != nil {
 		t.Fatal(err)
@@ -29,10 +30,10 @@ func TestKeyFileLinkIsNotFollowed(t *testing.T) {
 			if err := os.Chmod(state, 0o700); err != nil {
 				t.Fatal(err)
 			}
-			if err := os.Symlink(tc.target, filepath.Join(state, KeyFileName)); err != nil {
+			if err := os.Symlink(tc.target, filepath.Join(state, FileName)); err != nil {
 				t.Fatal(err)
 			}
-			for name, load := range map[string]func(string) (Key, error){"LoadKey": LoadKey, "LoadOrCreateKey": LoadOrCreateKey} {
+			for name, load := range map[string]func(string) (limits.Key, error){"Load": Load, "LoadOrCreate": LoadOrCreate} {
 				key, err := load(state)
 				if !errors.Is(err, safepath.ErrSymlink) {
 					t.Errorf("%s = %x, %v; want an error wrapping safepath.ErrSymlink", name, key, err)
