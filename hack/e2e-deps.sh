@@ -58,11 +58,22 @@ for v in "${versions[@]}"; do
 done
 
 # --- Debian packages -------------------------------------------------------
-# busybox-static is checked by package, not by command: Debian's dynamic
-# busybox also provides /bin/busybox but cannot be copied into an image alone.
+# Checked by what the tests do with them: the harness runs runc from PATH,
+# else /usr/sbin/runc; the test images get /bin/busybox alone, so it must be
+# static (Debian's busybox package is dynamic) and provide a shell.
+runc_works() {
+	local runc
+	runc=$(command -v runc || echo /usr/sbin/runc)
+	"$runc" --version >/dev/null 2>&1
+}
+static_busybox() {
+	local applets
+	applets=$(/bin/busybox --list 2>/dev/null) && grep -qx sh <<<"$applets" &&
+		! ldd /bin/busybox >/dev/null 2>&1
+}
 pkgs=()
-have runc || [ -x /usr/sbin/runc ] || pkgs+=(runc)
-dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' || pkgs+=(busybox-static)
+runc_works || pkgs+=(runc)
+static_busybox || pkgs+=(busybox-static)
 if ((${#pkgs[@]})); then
 	if [ "$(id -u)" != 0 ]; then
 		log "missing ${pkgs[*]}; install them as root: apt-get install ${pkgs[*]}"
@@ -74,6 +85,8 @@ if ((${#pkgs[@]})); then
 	for p in "${pkgs[@]}"; do
 		log "  installed $p $(dpkg-query -W -f='${Version}' "$p")"
 	done
+	runc_works || { log "runc does not run after installing it"; exit 1; }
+	static_busybox || { log "/bin/busybox is not a static busybox after installing busybox-static"; exit 1; }
 else
 	log "runc $(dpkg-query -W -f='${Version}' runc 2>/dev/null || echo '(not from a package)') and busybox-static already installed"
 fi

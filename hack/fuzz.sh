@@ -1,16 +1,29 @@
 #!/usr/bin/env bash
 # Runs every Go fuzz target (func FuzzXxx in a _test.go file) for $FUZZTIME
-# each, one at a time (go test -fuzz takes one target per run).
+# each, one at a time (go test -fuzz takes one target per run). The shim's
+# libFuzzer target runs in make -C shim test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fuzztime=${FUZZTIME:-5s}
+
+# The targets are found through git, so that a missing git or a tree that is
+# not a checkout fails here instead of fuzzing nothing.
+if ! files=$(git ls-files -co --exclude-standard '*_test.go'); then
+	echo "fuzz: cannot list the test files with git (hack/deps.sh installs git; this must be a git checkout)" >&2
+	exit 1
+fi
+# grep exits 1 for a batch of files without a target; only the list counts.
+targets=$({ xargs -r grep -s -oE '^func (Fuzz[A-Za-z0-9_]+)' /dev/null <<<"$files" || true; } |
+	sed -E 's/:func /:/' | sort -u)
+if [ -z "$targets" ]; then
+	echo "fuzz: found no func FuzzXxx in the test files git lists" >&2
+	exit 1
+fi
 n=0
 while IFS=: read -r file fn; do
 	pkg=./$(dirname "$file")
 	echo "fuzz: $pkg $fn ($fuzztime)"
 	go test -run '^$' -fuzz "^${fn}\$" -fuzztime "$fuzztime" "$pkg"
 	n=$((n + 1))
-done < <(git ls-files -co --exclude-standard '*_test.go' |
-	xargs -r grep -oE '^func (Fuzz[A-Za-z0-9_]+)' /dev/null |
-	sed -E 's/:func /:/' | sort -u)
+done <<<"$targets"
 echo "fuzz: $n targets run"
