@@ -8,8 +8,9 @@
 // exclusive flock on a separate lock file (the data file is replaced by
 // rename, which a lock on the data file itself would not survive). The file
 // is a cache over the host directories of live containers
-// (<run_dir>/containers/<id>/, see pkg/oci), which State.Sync reconciles it
-// with on every change, so a lost or damaged file costs only a rebuild.
+// (<run_dir>/containers/<id>/, see internal/hoststate), which State.Sync
+// reconciles it with on every change, so a lost or damaged file costs only
+// a rebuild.
 package ledger
 
 import (
@@ -78,7 +79,7 @@ func FromAllocated(g limits.AllocatedGPU) Reservation {
 type Entry struct {
 	ID string `json:"id"`
 	// Source names who prepared the container (the runtime wrapper, the NRI
-	// plugin); see pkg/oci ContainerInfo.Source.
+	// plugin); see hoststate.Info.Source.
 	Source  string    `json:"source,omitempty"`
 	Created time.Time `json:"created"`
 	// RuntimeRoot is the state directory of the runtime that runs the

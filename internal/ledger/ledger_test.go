@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
-	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
 )
 
 const (
@@ -282,9 +282,9 @@ func TestSync(t *testing.T) {
 	runtimeRoot := t.TempDir()
 	prepare := func(id, source string, g limits.AllocatedGPU) {
 		t.Helper()
-		info := &oci.ContainerInfo{ID: id, AllocationID: "00112233445566778899aabbccddeeff", GPUs: []limits.AllocatedGPU{g}, Source: source}
+		info := &hoststate.Info{ID: id, AllocationID: "00112233445566778899aabbccddeeff", GPUs: []limits.AllocatedGPU{g}, Source: source}
 		lf := &limits.LimitsFile{GPUs: []limits.GPULimit{{UUID: g.UUID, Memory: g.Memory, Cores: g.Cores}}}
-		if err := oci.Prepare(cfg, info, lf); err != nil {
+		if _, err := hoststate.Provision(cfg, info, lf); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -294,7 +294,7 @@ func TestSync(t *testing.T) {
 	prepare("gone-runtime", own, limits.AllocatedGPU{UUID: uuid1, Memory: gib, Cores: 100})
 	prepare("unseen", own, limits.AllocatedGPU{UUID: uuid1, Memory: gib, Cores: 100})
 	// A directory being prepared: no container.json yet.
-	if err := os.MkdirAll(oci.ContainerDir(cfg, "preparing"), 0o755); err != nil {
+	if err := os.MkdirAll(hoststate.ContainerDir(cfg, "preparing"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.MkdirAll(filepath.Join(runtimeRoot, "live"), 0o755); err != nil {
@@ -324,10 +324,10 @@ func TestSync(t *testing.T) {
 	if got := s.Containers["nri-pod"].GPUs; !reflect.DeepEqual(got, []Reservation{{UUID: uuid0, Memory: 8 * gib, Cores: 20}}) {
 		t.Errorf("entry rebuilt from container.json: %+v", got)
 	}
-	if _, err := os.Stat(oci.ContainerDir(cfg, "gone-runtime")); !os.IsNotExist(err) {
+	if _, err := os.Stat(hoststate.ContainerDir(cfg, "gone-runtime")); !os.IsNotExist(err) {
 		t.Errorf("directory of a container gone from its runtime: %v", err)
 	}
-	if _, err := os.Stat(oci.ContainerDir(cfg, "unseen")); err != nil {
+	if _, err := os.Stat(hoststate.ContainerDir(cfg, "unseen")); err != nil {
 		t.Errorf("directory of a container never seen in its runtime root was removed: %v", err)
 	}
 	mem, cores, holders := s.Promised(uuid0, "")

@@ -7,8 +7,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
-	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
 )
 
 // SyncResult says what Sync changed.
@@ -47,7 +47,7 @@ type SyncResult struct {
 // Only an error listing run_dir fails Sync; a single bad directory does not.
 func (s *State) Sync(cfg *config.Config, own string) (SyncResult, error) {
 	var res SyncResult
-	ids, err := oci.ListContainerDirs(cfg)
+	ids, err := hoststate.List(cfg)
 	if err != nil {
 		return res, fmt.Errorf("ledger: %w", err)
 	}
@@ -65,7 +65,7 @@ func (s *State) Sync(cfg *config.Config, own string) (SyncResult, error) {
 		if _, ok := s.Containers[id]; ok {
 			continue
 		}
-		info, err := oci.ReadContainerInfo(oci.ContainerDir(cfg, id))
+		info, err := hoststate.ReadInfo(cfg, id)
 		if err != nil {
 			res.Skipped = append(res.Skipped, id)
 			continue
@@ -79,7 +79,7 @@ func (s *State) Sync(cfg *config.Config, own string) (SyncResult, error) {
 	}
 	for _, id := range s.IDs() {
 		e := s.Containers[id]
-		if e.RuntimeRoot == "" || oci.ValidContainerID(id) != nil {
+		if e.RuntimeRoot == "" || hoststate.ValidID(id) != nil {
 			continue
 		}
 		_, err := os.Stat(filepath.Join(e.RuntimeRoot, id))
@@ -87,7 +87,7 @@ func (s *State) Sync(cfg *config.Config, own string) (SyncResult, error) {
 		case err == nil:
 			e.Seen = true
 		case errors.Is(err, fs.ErrNotExist) && e.Seen && e.Source == own:
-			if err := oci.RemoveContainerDir(cfg, id); err != nil {
+			if err := hoststate.Release(cfg, id); err != nil {
 				res.Errors = append(res.Errors, err)
 				continue
 			}

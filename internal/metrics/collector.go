@@ -17,18 +17,16 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/nri-vgpu/nri-vgpu/internal/safepath"
+	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/internal/version"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
-	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
 	"github.com/nri-vgpu/nri-vgpu/pkg/region"
 )
 
@@ -185,7 +183,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		return g
 	}
 
-	ids, err := oci.ListContainerDirs(c.cfg)
+	ids, err := hoststate.List(c.cfg)
 	if err != nil {
 		s.fail(SourceRunDir, "run_dir", err)
 	} else {
@@ -198,7 +196,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	if len(ids) > 0 {
 		// Every container's files are reached below this one directory,
 		// without following a link.
-		containers, err := oci.OpenContainersDir(c.cfg)
+		containers, err := hoststate.Open(c.cfg)
 		if err != nil {
 			s.fail(SourceRunDir, "run_dir", err)
 		} else {
@@ -280,12 +278,11 @@ func (s *scrape) believable(key string) {
 
 // container reads one container directory and returns its series; it adds
 // the container's share to the GPU totals.
-func (s *scrape) container(containers *safepath.Dir, id string, gpuOf func(uuid string) *gpuTotals) []prometheus.Metric {
-	dir := oci.ContainerDir(s.c.cfg, id)
-	limitsPath := filepath.Join(dir, oci.LimitsFileName)
-	lf, err := oci.ReadLimitsIn(containers, id)
+func (s *scrape) container(containers *hoststate.Containers, id string, gpuOf func(uuid string) *gpuTotals) []prometheus.Metric {
+	limitsPath := containers.Path(id, hoststate.LimitsFileName)
+	lf, err := containers.Limits(id)
 	if errors.Is(err, fs.ErrNotExist) {
-		// Being created (Prepare writes the limits file first) or being
+		// Being created (Provision writes the limits file first) or being
 		// removed: not a vGPU container yet, or any more.
 		return nil
 	}
@@ -296,8 +293,8 @@ func (s *scrape) container(containers *safepath.Dir, id string, gpuOf func(uuid 
 	s.ok(limitsPath)
 
 	labels := []string{id, "", "", ""} // container_id, namespace, pod, container
-	infoPath := filepath.Join(dir, oci.InfoFileName)
-	if info, err := oci.ReadContainerInfo(dir); err == nil {
+	infoPath := containers.Path(id, hoststate.InfoFileName)
+	if info, err := containers.Info(id); err == nil {
 		s.ok(infoPath)
 		labels[1], labels[2] = splitPod(info.Pod)
 		labels[3] = info.Name
@@ -308,8 +305,8 @@ func (s *scrape) container(containers *safepath.Dir, id string, gpuOf func(uuid 
 	// No region yet means no process of the container has used a GPU: it
 	// holds nothing and launched nothing. An unreadable region leaves the
 	// container's usage series out of this scrape rather than report 0.
-	regionPath := filepath.Join(dir, oci.RegionDirName, region.FileName)
-	usage, err := region.ReadUsageIn(containers, filepath.Join(id, oci.RegionDirName, region.FileName))
+	regionPath := containers.Path(id, hoststate.RegionDirName, region.FileName)
+	usage, err := containers.Usage(id)
 	haveUsage, noRegion := true, false
 	switch {
 	case errors.Is(err, fs.ErrNotExist):

@@ -14,11 +14,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/internal/version"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
-	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
 	"github.com/nri-vgpu/nri-vgpu/pkg/region"
 )
 
@@ -65,14 +65,14 @@ func testConfig(t *testing.T) *config.Config {
 // directory.
 func prepare(t *testing.T, cfg *config.Config, id, pod, name string, gpus ...limits.AllocatedGPU) {
 	t.Helper()
-	info := &oci.ContainerInfo{ID: id, Name: name, Pod: pod, GPUs: gpus, Source: "nri"}
-	if err := oci.Prepare(cfg, info, limits.LimitsFromAllocation(&limits.Allocation{GPUs: gpus}, "")); err != nil {
+	info := &hoststate.Info{ID: id, Name: name, Pod: pod, GPUs: gpus, Source: "nri"}
+	if _, err := hoststate.Provision(cfg, info, limits.LimitsFromAllocation(&limits.Allocation{GPUs: gpus}, "")); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func regionPath(cfg *config.Config, id string) string {
-	return filepath.Join(oci.ContainerDir(cfg, id), oci.RegionDirName, region.FileName)
+	return filepath.Join(hoststate.ContainerDir(cfg, id), hoststate.RegionDirName, region.FileName)
 }
 
 // Offsets of shim/include/region.h (pkg/region's test holds the Go mirror
@@ -174,7 +174,7 @@ func TestCollect(t *testing.T) {
 	prepare(t, cfg, "c2", "ml/b", "serve",
 		limits.AllocatedGPU{UUID: uuidA, Slices: 5, Memory: 20 << 30, Cores: 50},
 		limits.AllocatedGPU{UUID: uuidGone, Slices: 1, Memory: 4 << 30, Cores: 10})
-	if err := os.MkdirAll(oci.ContainerDir(cfg, "creating"), 0o755); err != nil {
+	if err := os.MkdirAll(hoststate.ContainerDir(cfg, "creating"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	devA := []region.DeviceUsage{{UUID: uuidA, Limit: 8 << 30, Used: 3 << 30, Cores: 20}}
@@ -248,16 +248,16 @@ nri_vgpu_build_info{version="` + version.Version + `"} 1
 	}
 
 	// A scrape that cannot list run_dir forgets no launch history.
-	moved := oci.ContainersDir(cfg) + ".moved"
-	if err := os.Rename(oci.ContainersDir(cfg), moved); err != nil {
+	moved := hoststate.ContainersDir(cfg) + ".moved"
+	if err := os.Rename(hoststate.ContainersDir(cfg), moved); err != nil {
 		t.Fatal(err)
 	}
-	write(t, oci.ContainersDir(cfg), "")
+	write(t, hoststate.ContainersDir(cfg), "")
 	testutil.CollectAndCount(c)
-	if err := os.Remove(oci.ContainersDir(cfg)); err != nil {
+	if err := os.Remove(hoststate.ContainersDir(cfg)); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Rename(moved, oci.ContainersDir(cfg)); err != nil {
+	if err := os.Rename(moved, hoststate.ContainersDir(cfg)); err != nil {
 		t.Fatal(err)
 	}
 	wantAfter := strings.Replace(want(1<<30, 5+9+1, 1), `source="run_dir"} 0`, `source="run_dir"} 1`, 1)
@@ -266,7 +266,7 @@ nri_vgpu_build_info{version="` + version.Version + `"} 1
 	}
 
 	// A removed container takes its launch history along.
-	if err := oci.RemoveContainerDir(cfg, "c1"); err != nil {
+	if err := hoststate.Release(cfg, "c1"); err != nil {
 		t.Fatal(err)
 	}
 	if n := testutil.CollectAndCount(c, "nri_vgpu_container_processes"); n != 1 {
@@ -292,7 +292,7 @@ func TestCollectCountsBrokenFiles(t *testing.T) {
 		{
 			name: "garbage limits file",
 			breakF: func(t *testing.T, cfg *config.Config) {
-				write(t, filepath.Join(oci.ContainerDir(cfg, "c1"), oci.LimitsFileName), "\x00\xffnot=limits\n")
+				write(t, filepath.Join(hoststate.ContainerDir(cfg, "c1"), hoststate.LimitsFileName), "\x00\xffnot=limits\n")
 			},
 			source: SourceLimits,
 			lost:   []string{"nri_vgpu_container_memory_limit_bytes", "nri_vgpu_container_processes"},
@@ -300,7 +300,7 @@ func TestCollectCountsBrokenFiles(t *testing.T) {
 		{
 			name: "limits file of a newer version",
 			breakF: func(t *testing.T, cfg *config.Config) {
-				write(t, filepath.Join(oci.ContainerDir(cfg, "c1"), oci.LimitsFileName), "version=99\n")
+				write(t, filepath.Join(hoststate.ContainerDir(cfg, "c1"), hoststate.LimitsFileName), "version=99\n")
 			},
 			source: SourceLimits,
 			lost:   []string{"nri_vgpu_container_memory_limit_bytes"},
@@ -308,7 +308,7 @@ func TestCollectCountsBrokenFiles(t *testing.T) {
 		{
 			name: "garbage container.json",
 			breakF: func(t *testing.T, cfg *config.Config) {
-				write(t, filepath.Join(oci.ContainerDir(cfg, "c1"), oci.InfoFileName), "{")
+				write(t, filepath.Join(hoststate.ContainerDir(cfg, "c1"), hoststate.InfoFileName), "{")
 			},
 			source: SourceContainerInfo,
 			kept:   []string{"nri_vgpu_container_memory_limit_bytes", "nri_vgpu_container_memory_used_bytes", "nri_vgpu_container_processes"},
@@ -323,10 +323,10 @@ func TestCollectCountsBrokenFiles(t *testing.T) {
 		{
 			name: "run_dir/containers not a directory",
 			breakF: func(t *testing.T, cfg *config.Config) {
-				if err := os.RemoveAll(oci.ContainersDir(cfg)); err != nil {
+				if err := os.RemoveAll(hoststate.ContainersDir(cfg)); err != nil {
 					t.Fatal(err)
 				}
-				write(t, oci.ContainersDir(cfg), "")
+				write(t, hoststate.ContainersDir(cfg), "")
 			},
 			source: SourceRunDir,
 			lost:   []string{"nri_vgpu_container_memory_limit_bytes"},
@@ -385,7 +385,7 @@ func TestCollectCountsBrokenFiles(t *testing.T) {
 func TestCollectLogsRecovery(t *testing.T) {
 	cfg := testConfig(t)
 	prepare(t, cfg, "c1", "ml/a", "train", limits.AllocatedGPU{UUID: uuidA, Slices: 1, Memory: 4 << 30, Cores: 10})
-	path := filepath.Join(oci.ContainerDir(cfg, "c1"), oci.LimitsFileName)
+	path := filepath.Join(hoststate.ContainerDir(cfg, "c1"), hoststate.LimitsFileName)
 	good, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)

@@ -13,8 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
-	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
 )
 
 // The real shim, against the fake driver, writes the region of a container
@@ -38,7 +38,7 @@ func TestScrapesTheShimsRegion(t *testing.T) {
 	cfg := testConfig(t)
 	// Cores below 100: the shim counts launches on its throttled path only.
 	prepare(t, cfg, "c1", "ml/a", "train", limits.AllocatedGPU{UUID: uuid, Slices: 4, Memory: 1 << 30, Cores: 50})
-	dir := oci.ContainerDir(cfg, "c1")
+	dir := hoststate.ContainerDir(cfg, "c1")
 	state := t.TempDir()
 	held, release := filepath.Join(state, "held"), filepath.Join(state, "release")
 	cmd := exec.Command(filepath.Join(build, "cudaprog"), "init", "alloc:100MiB", "alloc:28MiB", "launch:3",
@@ -46,8 +46,8 @@ func TestScrapesTheShimsRegion(t *testing.T) {
 	cmd.Env = append(os.Environ(),
 		"LD_PRELOAD="+filepath.Join(build, "libvgpu-shim.so"),
 		"LD_LIBRARY_PATH="+filepath.Join(build, "fake"),
-		"NRI_VGPU_LIMITS="+filepath.Join(dir, oci.LimitsFileName),
-		"NRI_VGPU_REGION_DIR="+filepath.Join(dir, oci.RegionDirName),
+		"NRI_VGPU_LIMITS="+filepath.Join(dir, hoststate.LimitsFileName),
+		"NRI_VGPU_REGION_DIR="+filepath.Join(dir, hoststate.RegionDirName),
 		"FAKECUDA_STATE="+state,
 		"FAKECUDA_DEVICES="+uuid+":16GiB:132",
 		"FAKECUDA_KERNEL_US=10",

@@ -12,9 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/sys/unix"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
-	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
 	"github.com/nri-vgpu/nri-vgpu/pkg/region"
 )
 
@@ -117,7 +117,7 @@ nri_vgpu_gpu_memory_used_bytes{index="1",name="NVIDIA A100-SXM4-40GB",uuid="` + 
 	compare(t, c, want, names...)
 	compare(t, c, want, names...)
 	for _, id := range []string{"c-zero", "c-huge", "c-over"} {
-		if n := strings.Count(logs.String(), filepath.Join(id, oci.RegionDirName)); n != 1 {
+		if n := strings.Count(logs.String(), filepath.Join(id, hoststate.RegionDirName)); n != 1 {
 			t.Errorf("%s logged %d times in two scrapes, want once:\n%s", id, n, logs.String())
 		}
 	}
@@ -160,14 +160,14 @@ func TestScrapeFollowsNoLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	prepare(t, cfg, "c-limits", "ml/c-limits", "train", a)
-	limitsPath := filepath.Join(oci.ContainerDir(cfg, "c-limits"), oci.LimitsFileName)
+	limitsPath := filepath.Join(hoststate.ContainerDir(cfg, "c-limits"), hoststate.LimitsFileName)
 	if err := os.Remove(limitsPath); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Symlink(forgedLimits, limitsPath); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(elsewhere, oci.ContainerDir(cfg, "c-dir")); err != nil {
+	if err := os.Symlink(elsewhere, hoststate.ContainerDir(cfg, "c-dir")); err != nil {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer

@@ -15,13 +15,14 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/bindings"
+	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
 )
 
-// Source is the ContainerInfo.Source of the containers this plugin prepares;
+// Source is the hoststate.Info.Source of the containers this plugin prepares;
 // Synchronize sweeps only directories of that source, so that the runtime
 // wrapper's (Docker) containers sharing run_dir are left alone.
 const Source = "nri"
@@ -153,6 +154,9 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	return adj, updates, nil
 }
 
+// createContainer reads verify → provision → apply: the allocation is
+// checked (signature, GPUs, replay), the container's host files are
+// provisioned, and the edits that mount them are computed and returned.
 func (p *Plugin) createContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	start := time.Now()
 	if _, forged := pod.GetAnnotations()[limits.AnnotationKey]; forged {
@@ -166,14 +170,8 @@ func (p *Plugin) createContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	}
 	log := p.log.With("container", ctr.GetId(), "name", ctr.GetName(), "pod", podName(pod))
 
-	a, err := limits.Verify(p.key, value)
-	if err == nil {
-		err = limits.CheckGPUs(a, p.knownGPU)
-	}
 	uid := podUID(pod, ctr)
-	if err == nil {
-		err = p.bindings.Bind(a.ID, uid, a.Issued)
-	}
+	a, err := p.verify(value, uid)
 	if err != nil {
 		log.Warn("allocation rejected", "err", err)
 		if errors.Is(err, limits.ErrRejected) {
@@ -182,15 +180,7 @@ func (p *Plugin) createContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		return nil, nil, fmt.Errorf("nri-vgpu: allocation rejected: %w", err)
 	}
 
-	edits, err := oci.Compute(a, p.cfg, p.host, ctr.GetId())
-	if err != nil {
-		log.Error("cannot give the container its vGPUs", "err", err)
-		return nil, nil, fmt.Errorf("nri-vgpu: container %s: %w", ctr.GetId(), err)
-	}
-	for _, w := range edits.Warnings {
-		log.Warn(w)
-	}
-	info := &oci.ContainerInfo{
+	info := &hoststate.Info{
 		ID:           ctr.GetId(),
 		Name:         ctr.GetName(),
 		Pod:          podName(pod),
@@ -200,15 +190,53 @@ func (p *Plugin) createContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		Source:       Source,
 		Created:      time.Now().UTC(),
 	}
-	if err := oci.Prepare(p.cfg, info, limits.LimitsFromAllocation(a, p.cfg.Limits.LogLevel)); err != nil {
-		log.Error("cannot prepare the container's host files", "err", err)
-		_ = oci.RemoveContainerDir(p.cfg, ctr.GetId())
+	files, err := hoststate.Provision(p.cfg, info, limits.LimitsFromAllocation(a, p.cfg.Limits.LogLevel))
+	if err != nil {
+		log.Error("cannot provision the container's host files", "err", err)
 		return nil, nil, fmt.Errorf("nri-vgpu: container %s: %w", ctr.GetId(), err)
+	}
+
+	adj, err := p.apply(a, files, ctr, log)
+	if err != nil {
+		log.Error("cannot give the container its vGPUs", "err", err)
+		if rmErr := hoststate.Release(p.cfg, ctr.GetId()); rmErr != nil {
+			log.Warn("cannot remove the container's host files", "err", rmErr)
+		}
+		return nil, nil, fmt.Errorf("nri-vgpu: container %s: %w", ctr.GetId(), err)
+	}
+	log.Info("vGPU container", "allocation", a.ID, "gpus", gpuSummary(a), "took", time.Since(start))
+	return adj, nil, nil
+}
+
+// verify checks an allocation annotation's signature and GPUs, and binds
+// its ID to the pod for good (Contract 2).
+func (p *Plugin) verify(value, podUID string) (*limits.Allocation, error) {
+	a, err := limits.Verify(p.key, value)
+	if err != nil {
+		return nil, err
+	}
+	if err := limits.CheckGPUs(a, p.knownGPU); err != nil {
+		return nil, err
+	}
+	if err := p.bindings.Bind(a.ID, podUID, a.Issued); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// apply computes the edits of a verified allocation whose host files were
+// provisioned at files, as an adjustment of ctr.
+func (p *Plugin) apply(a *limits.Allocation, files oci.HostFiles, ctr *api.Container, log *slog.Logger) (*api.ContainerAdjustment, error) {
+	edits, err := oci.Compute(a, p.cfg, p.host, files)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range edits.Warnings {
+		log.Warn(w)
 	}
 	adj := &api.ContainerAdjustment{}
 	edits.ApplyToAdjustment(adj, ctr.GetMounts())
-	log.Info("vGPU container", "allocation", a.ID, "gpus", gpuSummary(a), "took", time.Since(start))
-	return adj, nil, nil
+	return adj, nil
 }
 
 func gpuSummary(a *limits.Allocation) []string {
@@ -247,10 +275,10 @@ func (p *Plugin) hide(pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAd
 
 // RemoveContainer deletes the container's host directory.
 func (p *Plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
-	if oci.ValidContainerID(ctr.GetId()) != nil {
-		return nil // never prepared
+	if hoststate.ValidID(ctr.GetId()) != nil {
+		return nil // never provisioned
 	}
-	if err := oci.RemoveContainerDir(p.cfg, ctr.GetId()); err != nil {
+	if err := hoststate.Release(p.cfg, ctr.GetId()); err != nil {
 		p.log.Error("cannot remove container directory", "container", ctr.GetId(), "err", err)
 		return fmt.Errorf("nri-vgpu: %w", err)
 	}
@@ -309,11 +337,11 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, containe
 		p.log.Error("cannot record the allocation bindings", "err", err)
 	}
 
-	removed, err := oci.SweepContainerDirs(p.cfg, func(id string) bool {
+	removed, err := hoststate.Sweep(p.cfg, func(id string) bool {
 		if exists[id] {
 			return true
 		}
-		info, err := oci.ReadContainerInfo(oci.ContainerDir(p.cfg, id))
+		info, err := hoststate.ReadInfo(p.cfg, id)
 		// Another writer's directory (the runtime wrapper) is not ours to sweep.
 		return err == nil && info.Source != "" && info.Source != Source
 	})

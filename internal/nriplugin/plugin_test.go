@@ -16,6 +16,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci/ocitest"
@@ -215,7 +216,7 @@ func TestContainerWithoutAllocationIsStripped(t *testing.T) {
 	if _, ok := mountAt(s, "/etc/ld.so.preload"); ok {
 		t.Error("container without allocation got the preload mount")
 	}
-	if ids, _ := oci.ListContainerDirs(h.cfg); len(ids) != 0 {
+	if ids, _ := hoststate.List(h.cfg); len(ids) != 0 {
 		t.Errorf("host directories created for a container without allocation: %v", ids)
 	}
 }
@@ -312,7 +313,7 @@ func TestRejections(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("CreateContainer error = %v, want one containing %q", err, tt.want)
 			}
-			if _, err := os.Stat(oci.ContainerDir(h.cfg, id)); !errors.Is(err, fs.ErrNotExist) {
+			if _, err := os.Stat(hoststate.ContainerDir(h.cfg, id)); !errors.Is(err, fs.ErrNotExist) {
 				t.Errorf("rejected container has a host directory (%v)", err)
 			}
 		})
@@ -342,7 +343,7 @@ func TestPluginRestartRebuildsState(t *testing.T) {
 	if _, err := h.create(p1, container("c1", p1, ann)); err != nil {
 		t.Fatal(err)
 	}
-	limitsPath := filepath.Join(oci.ContainerDir(h.cfg, "c1"), "limits")
+	limitsPath := filepath.Join(hoststate.ContainerDir(h.cfg, "c1"), "limits")
 	before, err := os.ReadFile(limitsPath)
 	if err != nil {
 		t.Fatal(err)
@@ -391,7 +392,7 @@ func TestRemoveAndSweep(t *testing.T) {
 	if err := h.remove(p, c); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(oci.ContainerDir(h.cfg, "c1")); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(hoststate.ContainerDir(h.cfg, "c1")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("RemoveContainer left the directory (%v)", err)
 	}
 
@@ -403,15 +404,15 @@ func TestRemoveAndSweep(t *testing.T) {
 	}
 	lf := &limits.LimitsFile{GPUs: []limits.GPULimit{{UUID: uuid0, Memory: 8 << 30, Cores: 20}}}
 	for id, source := range map[string]string{"ghost": Source, "docker1": "runtime"} {
-		if err := oci.Prepare(h.cfg, &oci.ContainerInfo{ID: id, Source: source}, lf); err != nil {
+		if _, err := hoststate.Provision(h.cfg, &hoststate.Info{ID: id, Source: source}, lf); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Directories without container.json: one being prepared right now
 	// (by the runtime wrapper: it writes container.json last), which must
 	// survive, and one abandoned long ago.
-	for id, age := range map[string]time.Duration{"being-prepared": 0, "abandoned": 2 * oci.PrepareGrace} {
-		dir := oci.ContainerDir(h.cfg, id)
+	for id, age := range map[string]time.Duration{"being-prepared": 0, "abandoned": 2 * hoststate.ProvisionGrace} {
+		dir := hoststate.ContainerDir(h.cfg, id)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -422,10 +423,29 @@ func TestRemoveAndSweep(t *testing.T) {
 	}
 	h.stopPlugin()
 	h.startPlugin()
-	ids, _ := oci.ListContainerDirs(h.cfg)
+	ids, _ := hoststate.List(h.cfg)
 	slices.Sort(ids)
 	if want := []string{"being-prepared", "c2", "docker1"}; !slices.Equal(ids, want) {
 		t.Errorf("after the sweep the container dirs are %v, want %v", ids, want)
+	}
+}
+
+// A GPU container whose edits cannot be computed (the host lost
+// /dev/nvidiactl) fails, and the host files provisioned for it before the
+// edits were computed are removed again.
+func TestFailedCreateLeavesNoHostFiles(t *testing.T) {
+	cfg := newConfig(t)
+	if err := os.Remove(filepath.Join(cfg.Driver.DevRoot, "dev", "nvidiactl")); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, cfg)
+	ann, _ := sign(t, h.key, gpu0)
+	p := pod("sb1", "uid-1")
+	if _, err := h.create(p, container("c1", p, ann)); err == nil || !strings.Contains(err.Error(), "nri-vgpu: container c1: compute edits: device node /dev/nvidiactl") {
+		t.Errorf("create without /dev/nvidiactl: err = %v, want it to name the missing node", err)
+	}
+	if _, err := os.Lstat(filepath.Join(cfg.Paths.RunDir, "containers", "c1")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("host directory of the failed container: %v, want it removed", err)
 	}
 }
 

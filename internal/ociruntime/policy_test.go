@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
-	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
 )
 
 func TestRequestFromEnvCoresPolicy(t *testing.T) {
@@ -104,7 +104,7 @@ func TestCreateWritesPolicyAndLogLevel(t *testing.T) {
 			if err := e.wrapper(&rec, "").Run(ParseArgs([]string{"x", "create", "--bundle", bundle, ctrID})); err != nil {
 				t.Fatalf("Run: %v", err)
 			}
-			got, err := os.ReadFile(filepath.Join(oci.ContainerDir(e.cfg, ctrID), oci.LimitsFileName))
+			got, err := os.ReadFile(filepath.Join(hoststate.ContainerDir(e.cfg, ctrID), hoststate.LimitsFileName))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -133,7 +133,7 @@ func TestCreateRefusesBadPolicy(t *testing.T) {
 	if rec.called {
 		t.Error("the next runtime was run for a refused container")
 	}
-	if _, err := os.Stat(oci.ContainerDir(e.cfg, ctrID)); !os.IsNotExist(err) {
+	if _, err := os.Stat(hoststate.ContainerDir(e.cfg, ctrID)); !os.IsNotExist(err) {
 		t.Errorf("container directory left for a refused container: %v", err)
 	}
 }

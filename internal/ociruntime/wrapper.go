@@ -1,13 +1,13 @@
 // Package ociruntime is nri-vgpu-runtime, the OCI runtime wrapper that gives
 // Docker containers their vGPU (Contract 6 of the design). Docker runs it
 // with runc's command line; on create it reads the container's request from
-// its environment, admits it against the node's ledger, applies the same
-// edits as the NRI plugin (pkg/oci) to the bundle's config.json, and execs
-// the next runtime with the command line unchanged. Every other verb goes
-// straight to the next runtime, except the delete of a container this
-// wrapper prepared: that runs the next runtime as a child, and releases the
-// container's host directory and ledger entry once the runtime has deleted
-// it.
+// its environment, admits it against the node's ledger, provisions its host
+// files (internal/hoststate), applies the same edits as the NRI plugin
+// (pkg/oci) to the bundle's config.json, and execs the next runtime with
+// the command line unchanged. Every other verb goes straight to the next
+// runtime, except the delete of a container this wrapper prepared: that
+// runs the next runtime as a child, and releases the container's host
+// directory and ledger entry once the runtime has deleted it.
 package ociruntime
 
 import (
@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/internal/ledger"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
@@ -32,7 +33,7 @@ import (
 const Name = "nri-vgpu-runtime"
 
 // Source marks the container directories this wrapper prepares
-// (oci.ContainerInfo.Source), so that the NRI plugin leaves them alone.
+// (hoststate.Info.Source), so that the NRI plugin leaves them alone.
 const Source = "nri-vgpu-runtime"
 
 // Wrapper is one invocation of the runtime wrapper. Zero-valued hooks take
@@ -148,7 +149,10 @@ func listGPUs(cfg *config.Config) ([]gpu.Device, error) {
 // create edits the bundle of a container that asks for vGPUs. It returns a
 // function that takes the reservation back if the next runtime cannot be
 // started; nil (and no error) for a container that asks for none, whose
-// bundle is left as it is.
+// bundle is left as it is. It reads verify → provision → apply: the request
+// is resolved against the node's GPUs, admitted and provisioned under the
+// ledger's lock, and the edits that mount the provisioned files are applied
+// to the bundle.
 func (w *Wrapper) create(a *Args) (undo func(), err error) {
 	id := a.ContainerID
 	if id == "" {
@@ -162,7 +166,7 @@ func (w *Wrapper) create(a *Args) (undo func(), err error) {
 	if err != nil || req == nil {
 		return nil, err
 	}
-	if err := oci.ValidContainerID(id); err != nil {
+	if err := hoststate.ValidID(id); err != nil {
 		return nil, err
 	}
 	cfg := w.Config
@@ -175,24 +179,8 @@ func (w *Wrapper) create(a *Args) (undo func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	host := w.Host
-	if host == nil {
-		h := oci.NewHost(cfg, false)
-		defer h.Close()
-		host = h
-	}
-	edits, err := oci.Compute(grant.Allocation, cfg, host, id)
-	if err != nil {
-		return nil, err
-	}
-	for _, warning := range edits.Warnings {
-		w.Log.Warn(warning, "container", id)
-	}
-	if err := spec.Modify(Modifiers{ModifierFunc(edits.ApplyToSpec)}); err != nil {
-		return nil, err
-	}
 
-	info := &oci.ContainerInfo{
+	info := &hoststate.Info{
 		ID:           id,
 		AllocationID: grant.Allocation.ID,
 		GPUs:         grant.Allocation.GPUs,
@@ -200,32 +188,36 @@ func (w *Wrapper) create(a *Args) (undo func(), err error) {
 		Created:      now.UTC(),
 	}
 	lf := limits.LimitsFromAllocation(grant.Allocation, cfg.Limits.LogLevel)
-	l := w.ledger()
-	err = l.Update(func(s *ledger.State) error {
+	var files oci.HostFiles
+	err = w.ledger().Update(func(s *ledger.State) error {
 		w.sync(s)
 		if err := s.Check(id, grant.Reservations, grant.Capacity); err != nil {
 			return err
 		}
-		// Prepared under the lock: a concurrent create's Sync must not see
-		// the reservation without its directory, nor the reverse.
-		if err := oci.Prepare(cfg, info, lf); err != nil {
+		// Provisioned under the lock: a concurrent create's Sync must not
+		// see the reservation without its directory, nor the reverse.
+		f, err := hoststate.Provision(cfg, info, lf)
+		if err != nil {
 			return err
 		}
+		files = f
 		s.Add(ledger.Entry{ID: id, Source: Source, Created: now.UTC(), RuntimeRoot: a.Root, GPUs: grant.Reservations})
 		return nil
 	})
 	if err != nil {
 		var over *ledger.OversubscribedError
 		if !errors.As(err, &over) {
-			// Whatever part of the directory was made is not accounted.
-			if rmErr := oci.RemoveContainerDir(cfg, id); rmErr != nil {
+			// A directory provisioned but not recorded (the ledger could
+			// not be written) is not accounted.
+			if rmErr := hoststate.Release(cfg, id); rmErr != nil {
 				w.Log.Warn("cannot remove the container directory", "container", id, "err", rmErr)
 			}
 		}
 		return nil, err
 	}
 	undo = func() { w.release(id) }
-	if err := spec.Flush(); err != nil {
+
+	if err := w.apply(spec, grant.Allocation, files, id); err != nil {
 		undo()
 		return nil, err
 	}
@@ -234,6 +226,28 @@ func (w *Wrapper) create(a *Args) (undo func(), err error) {
 			"memory", limits.FormatBytes(g.Memory), "cores", g.Cores, "cores_policy", lf.CoresPolicy)
 	}
 	return undo, nil
+}
+
+// apply computes the edits of the allocation whose host files were
+// provisioned at files and writes them into the bundle's spec.
+func (w *Wrapper) apply(spec *Spec, alloc *limits.Allocation, files oci.HostFiles, id string) error {
+	host := w.Host
+	if host == nil {
+		h := oci.NewHost(w.Config, false)
+		defer h.Close()
+		host = h
+	}
+	edits, err := oci.Compute(alloc, w.Config, host, files)
+	if err != nil {
+		return err
+	}
+	for _, warning := range edits.Warnings {
+		w.Log.Warn(warning, "container", id)
+	}
+	if err := spec.Modify(Modifiers{ModifierFunc(edits.ApplyToSpec)}); err != nil {
+		return err
+	}
+	return spec.Flush()
 }
 
 // ledger is the node's ledger, logging to the runtime log.
@@ -264,7 +278,7 @@ func (w *Wrapper) sync(s *ledger.State) {
 // release removes a container's host directory and ledger entry.
 func (w *Wrapper) release(id string) {
 	err := w.ledger().Update(func(s *ledger.State) error {
-		if err := oci.RemoveContainerDir(w.Config, id); err != nil {
+		if err := hoststate.Release(w.Config, id); err != nil {
 			return err
 		}
 		s.Remove(id)
@@ -276,18 +290,15 @@ func (w *Wrapper) release(id string) {
 }
 
 // prepared reports whether id names a container whose host directory this
-// wrapper prepared. A directory without a readable container.json counts:
-// only the NRI plugin's own (Source "nri") are left to it.
+// wrapper provisioned. A directory without a readable container.json
+// counts: only the NRI plugin's own (Source "nri") are left to it.
 func (w *Wrapper) prepared(id string) bool {
-	if oci.ValidContainerID(id) != nil {
-		return false
-	}
-	dir := oci.ContainerDir(w.Config, id)
-	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+	info, err := hoststate.ReadInfo(w.Config, id)
+	switch {
+	case errors.Is(err, hoststate.ErrInvalidID), errors.Is(err, hoststate.ErrNotFound):
 		return false // not a vGPU container (or already released)
-	}
-	if info, err := oci.ReadContainerInfo(dir); err == nil && info.Source != Source {
-		return false // prepared by the NRI plugin, which removes its own
+	case err == nil && info.Source != Source:
+		return false // provisioned by the NRI plugin, which removes its own
 	}
 	return true
 }

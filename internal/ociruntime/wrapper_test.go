@@ -18,6 +18,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/internal/ledger"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
@@ -341,18 +342,22 @@ func TestCreate(t *testing.T) {
 					t.Errorf("config.json mode changed: %v %v", st.Mode(), err)
 				}
 
-				dir := oci.ContainerDir(e.cfg, ctrID)
-				lf, err := limits.ReadLimitsFile(filepath.Join(dir, oci.LimitsFileName))
+				dir := hoststate.ContainerDir(e.cfg, ctrID)
+				data, err := os.ReadFile(filepath.Join(dir, hoststate.LimitsFileName))
+				if err != nil {
+					t.Fatal(err)
+				}
+				lf, err := limits.ParseLimits(data)
 				if err != nil {
 					t.Fatal(err)
 				}
 				if !reflect.DeepEqual(lf.GPUs, r.want) {
 					t.Errorf("limits %+v, want %+v", lf.GPUs, r.want)
 				}
-				if st, err := os.Stat(filepath.Join(dir, oci.RegionDirName)); err != nil || st.Mode().Perm() != 0o777 {
+				if st, err := os.Stat(filepath.Join(dir, hoststate.RegionDirName)); err != nil || st.Mode().Perm() != 0o777 {
 					t.Errorf("region directory: %v %v", st, err)
 				}
-				info, err := oci.ReadContainerInfo(dir)
+				info, err := hoststate.ReadInfo(e.cfg, ctrID)
 				if err != nil || info.Source != Source || info.ID != ctrID {
 					t.Errorf("container.json %+v: %v", info, err)
 				}
@@ -384,7 +389,7 @@ func TestCreateWithoutRequest(t *testing.T) {
 			if !slices.Equal(rec.argv[1:], argv[1:]) {
 				t.Errorf("argv %q", rec.argv)
 			}
-			if _, err := os.Stat(oci.ContainerDir(e.cfg, ctrID)); !os.IsNotExist(err) {
+			if _, err := os.Stat(hoststate.ContainerDir(e.cfg, ctrID)); !os.IsNotExist(err) {
 				t.Errorf("container directory made for a container without GPUs: %v", err)
 			}
 		})
@@ -430,7 +435,7 @@ func TestCreateRefused(t *testing.T) {
 			if data, _ := os.ReadFile(filepath.Join(bundle, SpecFileName)); !bytes.Equal(data, orig) {
 				t.Error("the bundle of a refused container was changed")
 			}
-			if _, err := os.Stat(oci.ContainerDir(e.cfg, ctrID)); !os.IsNotExist(err) {
+			if _, err := os.Stat(hoststate.ContainerDir(e.cfg, ctrID)); !os.IsNotExist(err) {
 				t.Errorf("container directory left for a refused container: %v", err)
 			}
 			if got := readLedger(t, e).IDs(); !slices.Equal(got, []string{"holder"}) {
@@ -465,7 +470,7 @@ func TestDeleteReleases(t *testing.T) {
 	if !rec.spawned || !slices.Equal(rec.argv, append([]string{e.next}, argv[1:]...)) {
 		t.Errorf("delete ran %q (as a child: %v), want the next runtime as a child with the arguments unchanged", rec.argv, rec.spawned)
 	}
-	if _, err := os.Stat(oci.ContainerDir(e.cfg, "first")); !os.IsNotExist(err) {
+	if _, err := os.Stat(hoststate.ContainerDir(e.cfg, "first")); !os.IsNotExist(err) {
 		t.Errorf("container directory after delete: %v", err)
 	}
 	if err := create("second"); err != nil {
@@ -526,7 +531,7 @@ func TestDeleteRefused(t *testing.T) {
 			if !rec.spawned {
 				t.Fatal("the next runtime's delete was exec'd: the wrapper cannot see its result")
 			}
-			_, statErr := os.Stat(oci.ContainerDir(e.cfg, ctrID))
+			_, statErr := os.Stat(hoststate.ContainerDir(e.cfg, ctrID))
 			s := readLedger(t, e)
 			if tt.released {
 				if !os.IsNotExist(statErr) || len(s.Containers) != 0 {
@@ -543,9 +548,9 @@ func TestDeleteRefused(t *testing.T) {
 // prepare: a container directory of the NRI plugin, or nothing at all.
 func TestDeleteLeavesOthers(t *testing.T) {
 	e := newTestEnv(t, "none")
-	info := &oci.ContainerInfo{ID: "nri-ctr", AllocationID: "00112233445566778899aabbccddeeff", Source: "nri",
+	info := &hoststate.Info{ID: "nri-ctr", AllocationID: "00112233445566778899aabbccddeeff", Source: "nri",
 		GPUs: []limits.AllocatedGPU{{UUID: uuid0, Slices: 1, Memory: 1 << 30, Cores: 10}}}
-	if err := oci.Prepare(e.cfg, info, &limits.LimitsFile{GPUs: []limits.GPULimit{{UUID: uuid0, Memory: 1 << 30, Cores: 10}}}); err != nil {
+	if _, err := hoststate.Provision(e.cfg, info, &limits.LimitsFile{GPUs: []limits.GPULimit{{UUID: uuid0, Memory: 1 << 30, Cores: 10}}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"nri-ctr", "never-created", "../escape"} {
@@ -554,7 +559,7 @@ func TestDeleteLeavesOthers(t *testing.T) {
 			t.Fatalf("delete %s: %v (exec'd: %v, as a child: %v)", id, err, rec.called, rec.spawned)
 		}
 	}
-	if _, err := os.Stat(oci.ContainerDir(e.cfg, "nri-ctr")); err != nil {
+	if _, err := os.Stat(hoststate.ContainerDir(e.cfg, "nri-ctr")); err != nil {
 		t.Errorf("the NRI plugin's directory was removed: %v", err)
 	}
 }
@@ -601,11 +606,40 @@ func TestExecFailureReleases(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "exec next runtime "+e.next) {
 		t.Fatalf("Run error %v", err)
 	}
-	if _, err := os.Stat(oci.ContainerDir(e.cfg, ctrID)); !os.IsNotExist(err) {
+	if _, err := os.Stat(hoststate.ContainerDir(e.cfg, ctrID)); !os.IsNotExist(err) {
 		t.Errorf("container directory after a failed exec: %v", err)
 	}
 	if s := readLedger(t, e); len(s.Containers) != 0 {
 		t.Errorf("ledger after a failed exec: %v", s.IDs())
+	}
+}
+
+// TestComputeFailureReleases checks that a container whose edits cannot be
+// computed (the host lost /dev/nvidiactl) after it was admitted and its host
+// files provisioned fails with the reason, and leaves neither its host
+// directory, its reservation nor an edited bundle behind.
+func TestComputeFailureReleases(t *testing.T) {
+	e := newTestEnv(t, "none")
+	if err := os.Remove(filepath.Join(e.devRoot, "dev", "nvidiactl")); err != nil {
+		t.Fatal(err)
+	}
+	bundle, orig := writeBundle(t, baseSpec("NVIDIA_VISIBLE_DEVICES=0"))
+	var rec execRecord
+	err := e.wrapper(&rec, "").Run(ParseArgs([]string{"x", "create", "--bundle", bundle, ctrID}))
+	if err == nil || !strings.Contains(err.Error(), "compute edits: device node /dev/nvidiactl") {
+		t.Fatalf("Run error %v, want one naming /dev/nvidiactl", err)
+	}
+	if rec.called {
+		t.Error("the next runtime was run for a container without its edits")
+	}
+	if data, _ := os.ReadFile(filepath.Join(bundle, SpecFileName)); !bytes.Equal(data, orig) {
+		t.Error("the bundle was changed")
+	}
+	if _, err := os.Stat(filepath.Join(e.cfg.Paths.RunDir, "containers", ctrID)); !os.IsNotExist(err) {
+		t.Errorf("container directory after a failed create: %v", err)
+	}
+	if s := readLedger(t, e); len(s.Containers) != 0 {
+		t.Errorf("ledger after a failed create: %v", s.IDs())
 	}
 }
 
@@ -744,7 +778,7 @@ func TestMainConfigErrors(t *testing.T) {
 	if err := e.wrapper(&rec, "").Run(ParseArgs([]string{"x", "create", "--bundle", bundle, ctrID})); err != nil {
 		t.Fatal(err)
 	}
-	dir := oci.ContainerDir(e.cfg, ctrID)
+	dir := hoststate.ContainerDir(e.cfg, ctrID)
 	if err := os.WriteFile(e.cfgPath, []byte("[runtime]\nnext = 3\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -827,7 +861,7 @@ func TestMainDelete(t *testing.T) {
 			if argv, err := os.ReadFile(filepath.Join(recDir, "argv")); err != nil || string(argv) != strings.Join(append([]string{e.next}, args...), "\n")+"\n" {
 				t.Errorf("next runtime's argv %q (%v)", argv, err)
 			}
-			_, err = os.Stat(oci.ContainerDir(e.cfg, ctrID))
+			_, err = os.Stat(hoststate.ContainerDir(e.cfg, ctrID))
 			if released := os.IsNotExist(err); released != (status == 0) {
 				t.Errorf("container released: %v, want %v", released, status == 0)
 			}

@@ -18,16 +18,14 @@ import (
 	"io"
 	"io/fs"
 	"maps"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"text/tabwriter"
 
-	"github.com/nri-vgpu/nri-vgpu/internal/safepath"
+	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
-	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
 	"github.com/nri-vgpu/nri-vgpu/pkg/region"
 )
 
@@ -69,26 +67,26 @@ type Container struct {
 // UsageFunc reads the usage region of container id, below the containers
 // directory. A region that does not exist yet returns an error wrapping
 // fs.ErrNotExist.
-type UsageFunc func(containers *safepath.Dir, id string) (*region.Usage, error)
+type UsageFunc func(containers *hoststate.Containers, id string) (*region.Usage, error)
 
 // Collect builds the report from run_dir. devices is the node's inventory
 // (nil when it cannot be read: GPUs then appear by UUID only); usage may be
 // nil, leaving memory in use unknown.
 func Collect(cfg *config.Config, devices []gpu.Device, usage UsageFunc) (*Report, error) {
-	ids, err := oci.ListContainerDirs(cfg)
+	ids, err := hoststate.List(cfg)
 	if err != nil {
 		return nil, err
 	}
 	r := &Report{}
 	held := map[string][]Container{} // GPU UUID -> containers
 	if len(ids) > 0 {
-		containers, err := oci.OpenContainersDir(cfg)
+		containers, err := hoststate.Open(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("list container directories: %w", err)
 		}
 		defer containers.Close()
 		for _, id := range ids {
-			collectContainer(r, held, cfg, containers, id, usage)
+			collectContainer(r, held, containers, id, usage)
 		}
 	}
 	for _, d := range devices {
@@ -114,8 +112,8 @@ func Collect(cfg *config.Config, devices []gpu.Device, usage UsageFunc) (*Report
 }
 
 // collectContainer adds container id's share of each of its GPUs to held.
-func collectContainer(r *Report, held map[string][]Container, cfg *config.Config, containers *safepath.Dir, id string, usage UsageFunc) {
-	lf, err := oci.ReadLimitsIn(containers, id)
+func collectContainer(r *Report, held map[string][]Container, containers *hoststate.Containers, id string, usage UsageFunc) {
+	lf, err := containers.Limits(id)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			r.Warnings = append(r.Warnings, fmt.Sprintf("container %s: %v", id, err))
@@ -124,7 +122,7 @@ func collectContainer(r *Report, held map[string][]Container, cfg *config.Config
 	}
 	c := Container{ID: id}
 	slicesOf := map[string]int{}
-	if info, err := oci.ReadContainerInfo(oci.ContainerDir(cfg, id)); err == nil {
+	if info, err := containers.Info(id); err == nil {
 		c.Name, c.Pod = info.Name, info.Pod
 		for _, g := range info.GPUs {
 			slicesOf[g.UUID] = g.Slices
@@ -230,7 +228,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 
 // RegionUsage is the UsageFunc over the usage regions the shim writes
 // (Contract 5), read without following a link and without the region's
-// lock (see region.ReadUsage).
-func RegionUsage(containers *safepath.Dir, id string) (*region.Usage, error) {
-	return region.ReadUsageIn(containers, filepath.Join(id, oci.RegionDirName, region.FileName))
+// lock (see hoststate.Containers.Usage).
+func RegionUsage(containers *hoststate.Containers, id string) (*region.Usage, error) {
+	return containers.Usage(id)
 }

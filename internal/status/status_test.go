@@ -11,11 +11,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nri-vgpu/nri-vgpu/internal/safepath"
+	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
-	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
 	"github.com/nri-vgpu/nri-vgpu/pkg/region"
 )
 
@@ -28,8 +27,8 @@ const (
 func prepare(t *testing.T, cfg *config.Config, id, pod string, gpus ...limits.AllocatedGPU) {
 	t.Helper()
 	a := &limits.Allocation{GPUs: gpus}
-	info := &oci.ContainerInfo{ID: id, Name: "ctr-" + id, Pod: pod, GPUs: gpus, Source: "nri"}
-	if err := oci.Prepare(cfg, info, limits.LimitsFromAllocation(a, "")); err != nil {
+	info := &hoststate.Info{ID: id, Name: "ctr-" + id, Pod: pod, GPUs: gpus, Source: "nri"}
+	if _, err := hoststate.Provision(cfg, info, limits.LimitsFromAllocation(a, "")); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -46,14 +45,14 @@ func TestCollect(t *testing.T) {
 		limits.AllocatedGPU{UUID: uuidA, Slices: 5, Memory: 20 << 30, Cores: 50},
 		limits.AllocatedGPU{UUID: uuidGone, Slices: 1, Memory: 4 << 30, Cores: 10})
 	// A directory whose limits file is not written yet is skipped quietly.
-	if err := os.MkdirAll(oci.ContainerDir(cfg, "creating"), 0o755); err != nil {
+	if err := os.MkdirAll(hoststate.ContainerDir(cfg, "creating"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	devices := []gpu.Device{
 		{Index: 0, UUID: uuidA, Name: "NVIDIA A100-SXM4-40GB", Memory: 40 << 30},
 		{Index: 1, UUID: uuidB, Name: "NVIDIA A100-SXM4-40GB", Memory: 40 << 30},
 	}
-	usage := func(_ *safepath.Dir, id string) (*region.Usage, error) {
+	usage := func(_ *hoststate.Containers, id string) (*region.Usage, error) {
 		switch id {
 		case "c1":
 			return &region.Usage{
@@ -139,11 +138,11 @@ func TestCollect(t *testing.T) {
 func TestCollectWarnsOnBrokenFiles(t *testing.T) {
 	cfg := config.Default()
 	cfg.Paths.RunDir = t.TempDir()
-	dir := oci.ContainerDir(cfg, "bad")
+	dir := hoststate.ContainerDir(cfg, "bad")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, oci.LimitsFileName), []byte("version=99\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, hoststate.LimitsFileName), []byte("version=99\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	r, err := Collect(cfg, nil, nil)
@@ -156,16 +155,17 @@ func TestCollectWarnsOnBrokenFiles(t *testing.T) {
 }
 
 func TestRegionUsage(t *testing.T) {
-	dir := t.TempDir()
-	containers, err := safepath.OpenDir(dir)
+	cfg := config.Default()
+	cfg.Paths.RunDir = t.TempDir()
+	regionDir := filepath.Join(cfg.Paths.RunDir, "containers", "c1", "region")
+	if err := os.MkdirAll(regionDir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	containers, err := hoststate.Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer containers.Close()
-	regionDir := filepath.Join(dir, "c1", oci.RegionDirName)
-	if err := os.MkdirAll(regionDir, 0o777); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := RegionUsage(containers, "c1"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("RegionUsage without a region = %v, want fs.ErrNotExist (no process ran yet)", err)
 	}

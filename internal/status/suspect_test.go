@@ -11,10 +11,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
-	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
 	"github.com/nri-vgpu/nri-vgpu/pkg/region"
 	"github.com/nri-vgpu/nri-vgpu/pkg/region/regiontest"
 )
@@ -33,7 +33,7 @@ func testConfig(t *testing.T) *config.Config {
 }
 
 func regionPath(cfg *config.Config, id string) string {
-	return filepath.Join(oci.ContainerDir(cfg, id), oci.RegionDirName, region.FileName)
+	return filepath.Join(hoststate.ContainerDir(cfg, id), hoststate.RegionDirName, region.FileName)
 }
 
 // writeUsage writes container id's region: the device total used and one
@@ -199,14 +199,14 @@ func TestCollectFollowsNoLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	prepare(t, cfg, "c-limits", "ml/limits", a)
-	limitsPath := filepath.Join(oci.ContainerDir(cfg, "c-limits"), oci.LimitsFileName)
+	limitsPath := filepath.Join(hoststate.ContainerDir(cfg, "c-limits"), hoststate.LimitsFileName)
 	if err := os.Remove(limitsPath); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Symlink(forgedLimits, limitsPath); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(elsewhere, oci.ContainerDir(cfg, "c-dir")); err != nil {
+	if err := os.Symlink(elsewhere, hoststate.ContainerDir(cfg, "c-dir")); err != nil {
 		t.Fatal(err)
 	}
 

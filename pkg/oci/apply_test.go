@@ -1,21 +1,17 @@
 package oci
 
 import (
-	"fmt"
 	"os"
 	"path"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci/ocitest"
 )
 
@@ -90,10 +86,10 @@ func TestAppliersAgree(t *testing.T) {
 		edits func(e env) (*Edits, error)
 	}
 	tests := []tc{
-		{"cdi, two GPUs", func(e env) (*Edits, error) { return Compute(alloc(gpu0, gpu1), e.cfg, e.host, ctrID) }},
+		{"cdi, two GPUs", func(e env) (*Edits, error) { return Compute(alloc(gpu0, gpu1), e.cfg, e.host, testFiles) }},
 		{"nvidia-runtime", func(e env) (*Edits, error) {
 			e.cfg.Driver.Injection = config.InjectionNVIDIARuntime
-			return Compute(alloc(gpu1), e.cfg, e.host, ctrID)
+			return Compute(alloc(gpu1), e.cfg, e.host, testFiles)
 		}},
 		{"hide", func(e env) (*Edits, error) { return Hide(e.host) }},
 	}
@@ -166,7 +162,7 @@ func TestAppliersAgree(t *testing.T) {
 						t.Errorf("vGPU container access to %s = %q, want rwm", d.Path, accSpec[p])
 					}
 				}
-				if m, ok := findMount(direct.Mounts, ContainerPreloadPath); !ok || m.Source != PreloadPath(e.cfg) {
+				if m, ok := findMount(direct.Mounts, ContainerPreloadPath); !ok || m.Source != testFiles.Preload {
 					t.Errorf("preload mount = %+v, want ours replacing the image's", m)
 				}
 			}
@@ -202,165 +198,5 @@ func checkMountsOnTop(t *testing.T, edits *Edits, mounts []specs.Mount) {
 		if len(edits.Mounts) > 0 && !slices.ContainsFunc(mounts, func(m specs.Mount) bool { return m.Destination == keep }) {
 			t.Errorf("container mount %s was dropped; only mounts over ours should be", keep)
 		}
-	}
-}
-
-func TestPrepare(t *testing.T) {
-	e := newEnv(t, config.InjectionNone, false, ocitest.StandardNodes)
-	// Not the defaults, so that a policy or level left out shows.
-	lf := &limits.LimitsFile{GPUs: []limits.GPULimit{{UUID: uuid0, Memory: 8 << 30, Cores: 50}}, CoresPolicy: "burst", LogLevel: "debug"}
-	info := &ContainerInfo{ID: ctrID, Name: "train", Pod: "ml/job-0", PodUID: "uid-1", AllocationID: alloc(gpu0).ID, GPUs: alloc(gpu0).GPUs}
-	old := setUmask(0o077)
-	defer setUmask(old)
-	if err := Prepare(e.cfg, info, lf); err != nil {
-		t.Fatal(err)
-	}
-	dir := ContainerDir(e.cfg, ctrID)
-	want := "# written by nri-vgpu; read by libvgpu-shim.so\n" +
-		"version=1\n" +
-		"gpu.0.uuid=" + uuid0 + "\n" +
-		"gpu.0.memory=8589934592\n" + // 8 GiB = 8 × 1073741824
-		"gpu.0.cores=50\n" +
-		"cores.policy=burst\n" +
-		"log.level=debug\n"
-	if got, err := os.ReadFile(filepath.Join(dir, LimitsFileName)); err != nil || string(got) != want {
-		t.Errorf("limits file = %q (%v), want %q", got, err, want)
-	}
-	st, err := os.Stat(filepath.Join(dir, RegionDirName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Mode().Perm() != 0o777 || st.Mode()&os.ModeSticky != 0 {
-		t.Errorf("region dir mode = %v, want 0777 without sticky bit", st.Mode())
-	}
-	preload, err := os.ReadFile(PreloadPath(e.cfg))
-	if err != nil || string(preload) != ContainerShimPath+"\n" {
-		t.Errorf("preload file = %q (%v), want %q", preload, err, ContainerShimPath+"\n")
-	}
-	ri, err := ReadContainerInfo(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ri.Pod != "ml/job-0" || len(ri.GPUs) != 1 || ri.GPUs[0].Slices != 2 {
-		t.Errorf("container info = %+v", ri)
-	}
-
-	// A restart prepares again over the existing directory.
-	if err := Prepare(e.cfg, info, lf); err != nil {
-		t.Fatalf("second Prepare: %v", err)
-	}
-
-	// Sweep keeps what is asked for and removes the rest.
-	info2 := *info
-	info2.ID = "other"
-	if err := Prepare(e.cfg, &info2, lf); err != nil {
-		t.Fatal(err)
-	}
-	removed, err := SweepContainerDirs(e.cfg, func(id string) bool { return id == ctrID })
-	if err != nil || len(removed) != 1 || removed[0] != "other" {
-		t.Errorf("sweep removed %v (%v), want [other]", removed, err)
-	}
-	if err := RemoveContainerDir(e.cfg, ctrID); err != nil {
-		t.Fatal(err)
-	}
-	if ids, _ := ListContainerDirs(e.cfg); len(ids) != 0 {
-		t.Errorf("container dirs left: %v", ids)
-	}
-}
-
-// TestContainersDirClosed checks that <run_dir>/containers is open to root
-// only, whatever the umask, and that a directory left with a wider mode
-// (by an earlier version) is closed at the next Prepare: the region
-// directories below it are world-writable.
-func TestContainersDirClosed(t *testing.T) {
-	for _, existing := range []os.FileMode{0, 0o755, 0o711, 0o777} {
-		t.Run(fmt.Sprintf("existing %#o", existing), func(t *testing.T) {
-			e := newEnv(t, config.InjectionNone, false, ocitest.StandardNodes)
-			if existing != 0 {
-				if err := os.Mkdir(ContainersDir(e.cfg), existing); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.Chmod(ContainersDir(e.cfg), existing); err != nil {
-					t.Fatal(err)
-				}
-			}
-			old := setUmask(0)
-			defer setUmask(old)
-			lf := limits.LimitsFromAllocation(alloc(gpu0), "")
-			if err := Prepare(e.cfg, &ContainerInfo{ID: ctrID}, lf); err != nil {
-				t.Fatal(err)
-			}
-			st, err := os.Stat(ContainersDir(e.cfg))
-			if err != nil || st.Mode().Perm() != 0o700 {
-				t.Errorf("containers directory mode %v (%v), want 0700", st.Mode(), err)
-			}
-		})
-	}
-	e := newEnv(t, config.InjectionNone, false, ocitest.StandardNodes)
-	if err := os.WriteFile(ContainersDir(e.cfg), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	lf := limits.LimitsFromAllocation(alloc(gpu0), "")
-	if err := Prepare(e.cfg, &ContainerInfo{ID: ctrID}, lf); err == nil || !strings.Contains(err.Error(), "is not a directory") {
-		t.Errorf("Prepare over a file at containers/: %v, want an error saying it is not a directory", err)
-	}
-}
-
-// TestSweepSparesDirsBeingPrepared checks that a sweep never removes the
-// directory of a container being prepared right now (container.json is
-// written last), but does remove debris of a create that died long ago.
-func TestSweepSparesDirsBeingPrepared(t *testing.T) {
-	old := time.Now().Add(-2 * PrepareGrace)
-	tests := []struct {
-		name    string
-		info    string // container.json content; "" = none
-		mtime   time.Time
-		removed bool
-	}{
-		{name: "prepared", info: "{}", mtime: time.Now(), removed: true},
-		{name: "prepared long ago", info: "{}", mtime: old, removed: true},
-		{name: "being prepared", mtime: time.Now()},
-		{name: "container.json half written", info: "{", mtime: time.Now()},
-		{name: "abandoned", mtime: old, removed: true},
-		{name: "damaged long ago", info: "{", mtime: old, removed: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			e := newEnv(t, config.InjectionNone, false, ocitest.StandardNodes)
-			dir := ContainerDir(e.cfg, ctrID)
-			if err := os.MkdirAll(filepath.Join(dir, RegionDirName), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if tt.info != "" {
-				if err := os.WriteFile(filepath.Join(dir, InfoFileName), []byte(tt.info), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := os.Chtimes(dir, tt.mtime, tt.mtime); err != nil {
-				t.Fatal(err)
-			}
-			removed, err := SweepContainerDirs(e.cfg, func(string) bool { return false })
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := len(removed) == 1; got != tt.removed {
-				t.Errorf("removed %v, want removed: %v", removed, tt.removed)
-			}
-			if _, err := os.Stat(dir); os.IsNotExist(err) != tt.removed {
-				t.Errorf("directory after the sweep: %v, want removed: %v", err, tt.removed)
-			}
-		})
-	}
-}
-
-func TestPrepareErrors(t *testing.T) {
-	e := newEnv(t, config.InjectionNone, false, ocitest.StandardNodes)
-	lf := limits.LimitsFromAllocation(alloc(gpu0), "")
-	if err := Prepare(e.cfg, &ContainerInfo{ID: ".."}, lf); err == nil || !strings.Contains(err.Error(), "invalid container ID") {
-		t.Errorf("Prepare(..) = %v, want invalid container ID", err)
-	}
-	e.cfg.Paths.ShimPath = filepath.Join(t.TempDir(), "missing.so")
-	if err := Prepare(e.cfg, &ContainerInfo{ID: ctrID}, lf); err == nil || !strings.Contains(err.Error(), "shim_path") {
-		t.Errorf("Prepare without shim = %v, want an error naming shim_path", err)
 	}
 }

@@ -47,16 +47,38 @@ const (
 	accessDeny  = "rw"
 )
 
+// HostFiles are the host paths, besides the shim (paths.shim_path), that
+// the edits of a vGPU container bind-mount: whoever provisions them on the
+// host (internal/hoststate) says where they are, so that this package only
+// computes edits and never touches the host's files.
+type HostFiles struct {
+	Preload string // the preload file, mounted at ContainerPreloadPath
+	Limits  string // the container's limits file, at ContainerLimitsPath
+	Region  string // the container's usage region directory, at ContainerRegionDir
+}
+
+// check refuses host paths that are not absolute: a relative bind-mount
+// source would be resolved by the runtime against a directory of its own.
+func (f HostFiles) check() error {
+	for _, p := range []struct{ what, path string }{
+		{"preload file", f.Preload}, {"limits file", f.Limits}, {"usage region directory", f.Region},
+	} {
+		if !filepath.IsAbs(p.path) {
+			return fmt.Errorf("compute edits: host path of the %s %q is not absolute", p.what, p.path)
+		}
+	}
+	return nil
+}
+
 // Compute returns the edits that give a container its allocation: device
 // nodes and their cgroup rules, driver files per driver.injection, the shim,
-// the preload file, the limits file and the usage region (Contract 3).
-// It reads host facts but writes nothing; see Prepare for the host files
-// the edits point at.
-func Compute(alloc *limits.Allocation, cfg *config.Config, host Host, containerID string) (*Edits, error) {
+// and the preload file, limits file and usage region at files (Contract 3).
+// It reads host facts but writes nothing.
+func Compute(alloc *limits.Allocation, cfg *config.Config, host Host, files HostFiles) (*Edits, error) {
 	if alloc == nil || len(alloc.GPUs) == 0 {
 		return nil, errors.New("compute edits: allocation has no GPUs")
 	}
-	if err := ValidContainerID(containerID); err != nil {
+	if err := files.check(); err != nil {
 		return nil, err
 	}
 	e := &Edits{}
@@ -108,11 +130,10 @@ func Compute(alloc *limits.Allocation, cfg *config.Config, host Host, containerI
 	}
 
 	// The shim, the preload file that loads it, the limits, the region.
-	dir := ContainerDir(cfg, containerID)
 	e.addMount(bindMount(cfg.Paths.ShimPath, ContainerShimPath, optsLibraryRO))
-	e.addMount(bindMount(PreloadPath(cfg), ContainerPreloadPath, optsDataRO))
-	e.addMount(bindMount(filepath.Join(dir, LimitsFileName), ContainerLimitsPath, optsDataRO))
-	e.addMount(bindMount(filepath.Join(dir, RegionDirName), ContainerRegionDir, optsDataRW))
+	e.addMount(bindMount(files.Preload, ContainerPreloadPath, optsDataRO))
+	e.addMount(bindMount(files.Limits, ContainerLimitsPath, optsDataRO))
+	e.addMount(bindMount(files.Region, ContainerRegionDir, optsDataRW))
 	return e, nil
 }
 

@@ -22,8 +22,15 @@ import (
 const (
 	uuid0 = "GPU-8e1c5f2a-0b7d-4c1e-9a3f-3d2b1c0a9e01"
 	uuid1 = "GPU-1f0e2d3c-4b5a-4968-8776-5a4b3c2d1e02"
-	ctrID = "0123456789abcdef"
 )
+
+// testFiles are where the host files of a container would be; Compute only
+// names them in mounts.
+var testFiles = HostFiles{
+	Preload: "/run/nri-vgpu/ld.so.preload",
+	Limits:  "/run/nri-vgpu/containers/0123456789abcdef/limits",
+	Region:  "/run/nri-vgpu/containers/0123456789abcdef/region",
+}
 
 type env struct {
 	cfg  *config.Config
@@ -138,7 +145,7 @@ func TestCompute(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, tt.injection, tt.withCDI, ocitest.StandardNodes)
-			edits, err := Compute(tt.alloc, e.cfg, e.host, ctrID)
+			edits, err := Compute(tt.alloc, e.cfg, e.host, testFiles)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -171,12 +178,11 @@ func TestCompute(t *testing.T) {
 			if lib != tt.wantLib {
 				t.Errorf("libcuda mount present = %v, want %v", lib, tt.wantLib)
 			}
-			dir := filepath.Join(e.cfg.Paths.RunDir, "containers", ctrID)
 			for _, want := range []specs.Mount{
 				{Destination: "/usr/local/nri-vgpu/libvgpu-shim.so", Type: "bind", Source: e.cfg.Paths.ShimPath, Options: []string{"rbind", "ro", "nosuid", "nodev"}},
-				{Destination: "/etc/ld.so.preload", Type: "bind", Source: filepath.Join(e.cfg.Paths.RunDir, "ld.so.preload"), Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}},
-				{Destination: "/run/nri-vgpu/limits", Type: "bind", Source: filepath.Join(dir, "limits"), Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}},
-				{Destination: "/run/nri-vgpu/region", Type: "bind", Source: filepath.Join(dir, "region"), Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
+				{Destination: "/etc/ld.so.preload", Type: "bind", Source: "/run/nri-vgpu/ld.so.preload", Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}},
+				{Destination: "/run/nri-vgpu/limits", Type: "bind", Source: "/run/nri-vgpu/containers/0123456789abcdef/limits", Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}},
+				{Destination: "/run/nri-vgpu/region", Type: "bind", Source: "/run/nri-vgpu/containers/0123456789abcdef/region", Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
 			} {
 				got, ok := findMount(edits.Mounts, want.Destination)
 				if !ok {
@@ -205,23 +211,28 @@ func TestComputeErrors(t *testing.T) {
 		withCDI   bool
 		nodes     []ocitest.Node
 		alloc     *limits.Allocation
-		id        string
+		files     HostFiles
 		wantErr   string
 	}{
-		{"no nvidiactl", config.InjectionNone, false, without(ocitest.StandardNodes, "dev/nvidiactl"), alloc(gpu0), ctrID, "/dev/nvidiactl"},
-		{"no GPU node", config.InjectionNone, false, without(ocitest.StandardNodes, "dev/nvidia1"), alloc(gpu0, gpu1), ctrID, "/dev/nvidia1"},
-		{"cdi without a spec", config.InjectionCDI, false, ocitest.StandardNodes, alloc(gpu0), ctrID, "no nvidia.com/gpu CDI spec"},
+		{"no nvidiactl", config.InjectionNone, false, without(ocitest.StandardNodes, "dev/nvidiactl"), alloc(gpu0), testFiles, "/dev/nvidiactl"},
+		{"no GPU node", config.InjectionNone, false, without(ocitest.StandardNodes, "dev/nvidia1"), alloc(gpu0, gpu1), testFiles, "/dev/nvidia1"},
+		{"cdi without a spec", config.InjectionCDI, false, ocitest.StandardNodes, alloc(gpu0), testFiles, "no nvidia.com/gpu CDI spec"},
 		{"GPU not in the CDI spec", config.InjectionCDI, true, append(slices.Clone(ocitest.StandardNodes), ocitest.Node{Path: "dev/nvidia7", Major: 195, Minor: 7}),
-			alloc(limits.AllocatedGPU{UUID: "GPU-77777777-7777-7777-7777-777777777777", Minor: 7, Slices: 1, Memory: 1 << 30, Cores: 10}), ctrID, "no nvidia.com/gpu CDI device for GPU GPU-7777"},
-		{"CDI node missing on the host", config.InjectionCDI, true, without(ocitest.StandardNodes, "dev/dri/card1"), alloc(gpu0), ctrID, "/dev/dri/card1"},
-		{"empty allocation", config.InjectionNone, false, ocitest.StandardNodes, alloc(), ctrID, "no GPUs"},
-		{"container ID escapes", config.InjectionNone, false, ocitest.StandardNodes, alloc(gpu0), "../x", "invalid container ID"},
-		{"unknown injection", "magic", false, ocitest.StandardNodes, alloc(gpu0), ctrID, `unknown driver.injection "magic"`},
+			alloc(limits.AllocatedGPU{UUID: "GPU-77777777-7777-7777-7777-777777777777", Minor: 7, Slices: 1, Memory: 1 << 30, Cores: 10}), testFiles, "no nvidia.com/gpu CDI device for GPU GPU-7777"},
+		{"CDI node missing on the host", config.InjectionCDI, true, without(ocitest.StandardNodes, "dev/dri/card1"), alloc(gpu0), testFiles, "/dev/dri/card1"},
+		{"empty allocation", config.InjectionNone, false, ocitest.StandardNodes, alloc(), testFiles, "no GPUs"},
+		{"relative limits file", config.InjectionNone, false, ocitest.StandardNodes, alloc(gpu0),
+			HostFiles{Preload: testFiles.Preload, Limits: "containers/x/limits", Region: testFiles.Region}, `host path of the limits file "containers/x/limits" is not absolute`},
+		{"no region directory", config.InjectionNone, false, ocitest.StandardNodes, alloc(gpu0),
+			HostFiles{Preload: testFiles.Preload, Limits: testFiles.Limits}, `host path of the usage region directory "" is not absolute`},
+		{"no preload file", config.InjectionNone, false, ocitest.StandardNodes, alloc(gpu0),
+			HostFiles{Limits: testFiles.Limits, Region: testFiles.Region}, `host path of the preload file "" is not absolute`},
+		{"unknown injection", "magic", false, ocitest.StandardNodes, alloc(gpu0), testFiles, `unknown driver.injection "magic"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, tt.injection, tt.withCDI, tt.nodes)
-			_, err := Compute(tt.alloc, e.cfg, e.host, tt.id)
+			_, err := Compute(tt.alloc, e.cfg, e.host, tt.files)
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Fatalf("Compute error = %v, want one containing %q", err, tt.wantErr)
 			}
@@ -231,7 +242,7 @@ func TestComputeErrors(t *testing.T) {
 
 func TestComputeOptionalUVM(t *testing.T) {
 	e := newEnv(t, config.InjectionNone, false, without(ocitest.StandardNodes, "dev/nvidia-uvm", "dev/nvidia-uvm-tools"))
-	edits, err := Compute(alloc(gpu0), e.cfg, e.host, ctrID)
+	edits, err := Compute(alloc(gpu0), e.cfg, e.host, testFiles)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +283,7 @@ func TestComputeCDIIndexNames(t *testing.T) {
 	raw := readFixture(t)
 	raw.Devices = slices.DeleteFunc(raw.Devices, func(d cdispec.Device) bool { return strings.HasPrefix(d.Name, "GPU-") })
 	writeCDISpec(t, e.cfg.Driver.CDIDirs[0], raw)
-	edits, err := Compute(alloc(gpu1), e.cfg, e.host, ctrID)
+	edits, err := Compute(alloc(gpu1), e.cfg, e.host, testFiles)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +400,7 @@ func TestParseProcDevices(t *testing.T) {
 
 func TestApplyToAdjustmentShape(t *testing.T) {
 	e := newEnv(t, config.InjectionNVIDIARuntime, false, ocitest.StandardNodes)
-	edits, err := Compute(alloc(gpu0), e.cfg, e.host, ctrID)
+	edits, err := Compute(alloc(gpu0), e.cfg, e.host, testFiles)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,8 @@
 // the same container.
 //
 // Compute gives a container its allocation, Hide takes GPU access away from a
-// container that has none, and Prepare writes the host files the edits point
-// at (the preload file, the limits file, the usage region directory).
+// container that has none. The package writes nothing on the host: the host
+// files the edits mount (the preload file, the limits file, the usage region
+// directory) are provisioned by internal/hoststate, which hands their paths
+// to Compute as HostFiles.
 package oci

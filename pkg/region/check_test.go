@@ -5,14 +5,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/nri-vgpu/nri-vgpu/internal/safepath"
 )
 
 const gib = 1 << 30
@@ -83,35 +80,6 @@ func TestReadUsageRereadsATornSnapshot(t *testing.T) {
 	}
 	if err := u.Check("GPU-1", 100); err != nil {
 		t.Errorf("Check of the settled snapshot: %v", err)
-	}
-}
-
-// ReadUsageIn reaches the region without following a link: neither one at
-// the region file nor one at a directory on the way.
-func TestReadUsageInFollowsNoLink(t *testing.T) {
-	good := writeRegion(t, validRegion(t), 0)
-	root := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(root, "c1", "region"), 0o777); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(good, filepath.Join(root, "c1", "region", FileName)); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(filepath.Dir(good), filepath.Join(root, "c2")); err != nil {
-		t.Fatal(err)
-	}
-	d, err := safepath.OpenDir(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	for _, rel := range []string{"c1/region/" + FileName, "c2/" + FileName} {
-		if _, err := ReadUsageIn(d, rel); !errors.Is(err, ErrInvalid) || !errors.Is(err, safepath.ErrSymlink) {
-			t.Errorf("ReadUsageIn(%s) = %v, want an error wrapping ErrInvalid and safepath.ErrSymlink", rel, err)
-		}
-	}
-	if _, err := ReadUsageIn(d, "c1/region/missing"); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("ReadUsageIn of a missing region = %v, want os.ErrNotExist", err)
 	}
 }
 

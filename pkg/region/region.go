@@ -16,8 +16,6 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/nri-vgpu/nri-vgpu/internal/safepath"
 )
 
 // FileName is the region file inside the container's region directory.
@@ -127,18 +125,12 @@ func ReadUsage(path string) (*Usage, error) {
 	return readUsage(f)
 }
 
-// ReadUsageIn is ReadUsage for the region at rel below d, reached without
-// following any symlink below d (the region directory is the container's to
-// write, and a planted link must not lead the reader elsewhere).
-func ReadUsageIn(d *safepath.Dir, rel string) (*Usage, error) {
-	f, err := d.OpenRegular(rel)
-	if errors.Is(err, safepath.ErrSymlink) || errors.Is(err, safepath.ErrNotRegular) {
-		return nil, fmt.Errorf("reading usage region: %w: %w", ErrInvalid, err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading usage region: %w", err)
-	}
-	defer f.Close()
+// ReadUsageFrom is ReadUsage for a region its caller opened, read-only,
+// without following a symbolic link and without blocking, and found to be a
+// regular file: the host's readers reach each container's region below
+// run_dir that way (internal/hoststate). It is read from offset 0 and never
+// locked.
+func ReadUsageFrom(f *os.File) (*Usage, error) {
 	return readUsage(f)
 }
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/internal/ledger"
 	"github.com/nri-vgpu/nri-vgpu/internal/ociruntime"
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
@@ -55,7 +56,7 @@ func checkReleased(t *testing.T) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		dirs, _ := os.ReadDir(filepath.Join(env.runDir, oci.ContainersDirName))
+		dirs, _ := os.ReadDir(filepath.Join(env.runDir, hoststate.ContainersDirName))
 		s, err := ledger.New(env.state).Read()
 		if err != nil {
 			t.Errorf("reading the ledger: %v", err)
@@ -260,9 +261,9 @@ func TestShimAsNonRootUser(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	st, err := os.Stat(filepath.Join(env.runDir, oci.ContainersDirName))
-	if err != nil || st.Mode().Perm() != oci.ContainersDirMode {
-		t.Errorf("host containers directory: %v %v, want mode %#o", st.Mode(), err, oci.ContainersDirMode)
+	st, err := os.Stat(filepath.Join(env.runDir, hoststate.ContainersDirName))
+	if err != nil || st.Mode().Perm() != hoststate.ContainersDirMode {
+		t.Errorf("host containers directory: %v %v, want mode %#o", st.Mode(), err, hoststate.ContainersDirMode)
 	}
 }
 
@@ -315,8 +316,8 @@ func TestRefusedDeleteKeepsReservation(t *testing.T) {
 	if s.Containers[id] == nil {
 		t.Errorf("the running container lost its ledger entry: %v", s.IDs())
 	}
-	for _, f := range []string{oci.LimitsFileName, oci.RegionDirName, oci.InfoFileName} {
-		if _, err := os.Stat(filepath.Join(env.runDir, oci.ContainersDirName, id, f)); err != nil {
+	for _, f := range []string{hoststate.LimitsFileName, hoststate.RegionDirName, hoststate.InfoFileName} {
+		if _, err := os.Stat(filepath.Join(env.runDir, hoststate.ContainersDirName, id, f)); err != nil {
 			t.Errorf("the running container lost its host files: %v", err)
 		}
 	}

@@ -1,4 +1,4 @@
-package oci
+package hoststate
 
 import (
 	"errors"
@@ -7,14 +7,12 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/nri-vgpu/nri-vgpu/internal/safepath"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
-	"github.com/nri-vgpu/nri-vgpu/pkg/oci/ocitest"
 )
 
 // A directory and a file outside run_dir that a planted link points at;
-// whatever Prepare or RemoveContainerDir does, they must keep their modes,
+// whatever Provision or Release does, they must keep their modes,
 // content and entries.
 type linkTarget struct{ dir, file string }
 
@@ -66,8 +64,8 @@ func plant(t *testing.T, target, link string) {
 }
 
 // A link planted at a container's directory or at its region directory
-// fails Prepare; its target is neither written nor made world-writable.
-func TestPrepareFollowsNoLink(t *testing.T) {
+// fails Provision; its target is neither written nor made world-writable.
+func TestProvisionFollowsNoLink(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		at   func(cfg *config.Config) string
@@ -79,21 +77,21 @@ func TestPrepareFollowsNoLink(t *testing.T) {
 		{"containers", ContainersDir},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, config.InjectionNone, false, ocitest.StandardNodes)
+			cfg := newConfig(t)
 			lt := newLinkTarget(t)
-			plant(t, lt.dir, tc.at(e.cfg))
-			err := Prepare(e.cfg, &ContainerInfo{ID: ctrID}, testLimits(t))
-			if !errors.Is(err, safepath.ErrSymlink) {
-				t.Errorf("Prepare = %v, want an error wrapping safepath.ErrSymlink", err)
+			plant(t, lt.dir, tc.at(cfg))
+			_, err := Provision(cfg, &Info{ID: ctrID}, testLimits(t))
+			if !errors.Is(err, ErrSymlink) {
+				t.Errorf("Provision = %v, want an error wrapping ErrSymlink", err)
 			}
 			lt.untouched(t)
 		})
 	}
 }
 
-// A link planted at one of the files Prepare writes is replaced by the file;
+// A link planted at one of the files Provision writes is replaced by the file;
 // its target is not written.
-func TestPrepareReplacesLinkedFiles(t *testing.T) {
+func TestProvisionReplacesLinkedFiles(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		at   func(cfg *config.Config) string
@@ -103,15 +101,15 @@ func TestPrepareReplacesLinkedFiles(t *testing.T) {
 		{"ld.so.preload", PreloadPath},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, config.InjectionNone, false, ocitest.StandardNodes)
+			cfg := newConfig(t)
 			lt := newLinkTarget(t)
-			at := tc.at(e.cfg)
+			at := tc.at(cfg)
 			plant(t, lt.file, at)
-			if err := Prepare(e.cfg, &ContainerInfo{ID: ctrID}, testLimits(t)); err != nil {
+			if _, err := Provision(cfg, &Info{ID: ctrID}, testLimits(t)); err != nil {
 				t.Fatal(err)
 			}
 			if st, err := os.Lstat(at); err != nil || !st.Mode().IsRegular() {
-				t.Errorf("%s after Prepare: %v (%v), want a regular file in place of the link", at, st.Mode(), err)
+				t.Errorf("%s after Provision: %v (%v), want a regular file in place of the link", at, st.Mode(), err)
 			}
 			lt.untouched(t)
 		})
@@ -120,21 +118,21 @@ func TestPrepareReplacesLinkedFiles(t *testing.T) {
 
 // Removing a container deletes a link in its place, and links inside its
 // region directory (which the container can write), not their targets.
-func TestRemoveContainerDirFollowsNoLink(t *testing.T) {
-	e := newEnv(t, config.InjectionNone, false, ocitest.StandardNodes)
+func TestReleaseFollowsNoLink(t *testing.T) {
+	cfg := newConfig(t)
 	lt := newLinkTarget(t)
-	if err := Prepare(e.cfg, &ContainerInfo{ID: ctrID}, testLimits(t)); err != nil {
+	if _, err := Provision(cfg, &Info{ID: ctrID}, testLimits(t)); err != nil {
 		t.Fatal(err)
 	}
-	region := filepath.Join(ContainerDir(e.cfg, ctrID), RegionDirName)
+	region := filepath.Join(ContainerDir(cfg, ctrID), RegionDirName)
 	plant(t, lt.dir, filepath.Join(region, "dir"))
 	plant(t, lt.file, filepath.Join(region, "usage"))
-	plant(t, lt.dir, ContainerDir(e.cfg, "linked"))
+	plant(t, lt.dir, ContainerDir(cfg, "linked"))
 	for _, id := range []string{ctrID, "linked"} {
-		if err := RemoveContainerDir(e.cfg, id); err != nil {
-			t.Fatalf("RemoveContainerDir(%s): %v", id, err)
+		if err := Release(cfg, id); err != nil {
+			t.Fatalf("Release(%s): %v", id, err)
 		}
-		if _, err := os.Lstat(ContainerDir(e.cfg, id)); !errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Lstat(ContainerDir(cfg, id)); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("%s still there: %v", id, err)
 		}
 	}
@@ -142,48 +140,48 @@ func TestRemoveContainerDirFollowsNoLink(t *testing.T) {
 }
 
 // Readers do not follow a link at a container's directory either.
-func TestReadContainerInfoFollowsNoLink(t *testing.T) {
-	e := newEnv(t, config.InjectionNone, false, ocitest.StandardNodes)
+func TestReadInfoFollowsNoLink(t *testing.T) {
+	cfg := newConfig(t)
 	target := t.TempDir()
 	if err := os.WriteFile(filepath.Join(target, InfoFileName), []byte(`{"id":"forged"}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	plant(t, target, ContainerDir(e.cfg, ctrID))
-	if _, err := ReadContainerInfo(ContainerDir(e.cfg, ctrID)); !errors.Is(err, safepath.ErrSymlink) {
-		t.Errorf("ReadContainerInfo through a link = %v, want an error wrapping safepath.ErrSymlink", err)
+	plant(t, target, ContainerDir(cfg, ctrID))
+	if _, err := ReadInfo(cfg, ctrID); !errors.Is(err, ErrSymlink) {
+		t.Errorf("ReadInfo through a link = %v, want an error wrapping ErrSymlink", err)
 	}
-	if ids, err := ListContainerDirs(e.cfg); err != nil || len(ids) != 0 {
-		t.Errorf("ListContainerDirs = %v, %v; want no container (a link is not one)", ids, err)
+	if ids, err := List(cfg); err != nil || len(ids) != 0 {
+		t.Errorf("List = %v, %v; want no container (a link is not one)", ids, err)
 	}
 }
 
 // The readers of status and metrics do not read a limits file through a
-// link either: the limits they show come from the file Prepare wrote.
-func TestReadLimitsInFollowsNoLink(t *testing.T) {
-	e := newEnv(t, config.InjectionNone, false, ocitest.StandardNodes)
+// link either: the limits they show come from the file Provision wrote.
+func TestLimitsFollowsNoLink(t *testing.T) {
+	cfg := newConfig(t)
 	want := testLimits(t)
-	if err := Prepare(e.cfg, &ContainerInfo{ID: ctrID}, want); err != nil {
+	if _, err := Provision(cfg, &Info{ID: ctrID}, want); err != nil {
 		t.Fatal(err)
 	}
-	containers, err := OpenContainersDir(e.cfg)
+	containers, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer containers.Close()
-	got, err := ReadLimitsIn(containers, ctrID)
+	got, err := containers.Limits(ctrID)
 	if err != nil || len(got.GPUs) != 1 || got.GPUs[0].UUID != uuid0 || got.GPUs[0].Memory != 1<<30 || got.GPUs[0].Cores != 50 {
-		t.Fatalf("ReadLimitsIn = %+v, %v; want the limits Prepare wrote", got, err)
+		t.Fatalf("Limits = %+v, %v; want the limits Provision wrote", got, err)
 	}
 	forged := filepath.Join(t.TempDir(), "limits")
 	if err := os.WriteFile(forged, []byte("version=1\ngpu.0.uuid="+uuid0+"\ngpu.0.memory=0\ngpu.0.cores=100\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(ContainerDir(e.cfg, ctrID), LimitsFileName)
+	path := filepath.Join(ContainerDir(cfg, ctrID), LimitsFileName)
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
 	plant(t, forged, path)
-	if lf, err := ReadLimitsIn(containers, ctrID); !errors.Is(err, safepath.ErrSymlink) {
-		t.Errorf("ReadLimitsIn through a link = %+v, %v; want an error wrapping safepath.ErrSymlink", lf, err)
+	if lf, err := containers.Limits(ctrID); !errors.Is(err, ErrSymlink) {
+		t.Errorf("Limits through a link = %+v, %v; want an error wrapping ErrSymlink", lf, err)
 	}
 }

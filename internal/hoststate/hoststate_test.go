@@ -1,0 +1,342 @@
+package hoststate
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nri-vgpu/nri-vgpu/pkg/config"
+	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
+	"github.com/nri-vgpu/nri-vgpu/pkg/region"
+	"github.com/nri-vgpu/nri-vgpu/pkg/region/regiontest"
+)
+
+const (
+	uuid0 = "GPU-8e1c5f2a-0b7d-4c1e-9a3f-3d2b1c0a9e01"
+	ctrID = "0123456789abcdef"
+)
+
+var gpu0 = limits.AllocatedGPU{UUID: uuid0, Minor: 0, Slices: 2, Memory: 8 << 30, Cores: 50}
+
+// newConfig returns a config whose run_dir is a fresh directory (not yet
+// holding anything) and whose shim library exists.
+func newConfig(t *testing.T) *config.Config {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Paths.RunDir = filepath.Join(t.TempDir(), "run")
+	cfg.Paths.StateDir = t.TempDir()
+	cfg.Paths.ShimPath = filepath.Join(t.TempDir(), "libvgpu-shim.so")
+	if err := os.WriteFile(cfg.Paths.ShimPath, []byte("\x7fELF"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func TestProvision(t *testing.T) {
+	cfg := newConfig(t)
+	// Not the defaults, so that a policy or level left out shows.
+	lf := &limits.LimitsFile{GPUs: []limits.GPULimit{{UUID: uuid0, Memory: 8 << 30, Cores: 50}}, CoresPolicy: "burst", LogLevel: "debug"}
+	info := &Info{ID: ctrID, Name: "train", Pod: "ml/job-0", PodUID: "uid-1", AllocationID: "00112233445566778899aabbccddeeff", GPUs: []limits.AllocatedGPU{gpu0}}
+	old := setUmask(0o077)
+	defer setUmask(old)
+	files, err := Provision(cfg, info, lf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(cfg.Paths.RunDir, "containers", ctrID)
+	want := oci.HostFiles{
+		Preload: filepath.Join(cfg.Paths.RunDir, "ld.so.preload"),
+		Limits:  filepath.Join(dir, "limits"),
+		Region:  filepath.Join(dir, "region"),
+	}
+	if files != want {
+		t.Errorf("Provision returned %+v, want %+v", files, want)
+	}
+	wantLimits := "# written by nri-vgpu; read by libvgpu-shim.so\n" +
+		"version=1\n" +
+		"gpu.0.uuid=" + uuid0 + "\n" +
+		"gpu.0.memory=8589934592\n" + // 8 GiB = 8 × 1073741824
+		"gpu.0.cores=50\n" +
+		"cores.policy=burst\n" +
+		"log.level=debug\n"
+	if got, err := os.ReadFile(want.Limits); err != nil || string(got) != wantLimits {
+		t.Errorf("limits file = %q (%v), want %q", got, err, wantLimits)
+	}
+	st, err := os.Stat(want.Region)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o777 || st.Mode()&os.ModeSticky != 0 {
+		t.Errorf("region dir mode = %v, want 0777 without sticky bit", st.Mode())
+	}
+	preload, err := os.ReadFile(want.Preload)
+	if err != nil || string(preload) != "/usr/local/nri-vgpu/libvgpu-shim.so\n" {
+		t.Errorf("preload file = %q (%v), want the shim's path in the container", preload, err)
+	}
+	ri, err := ReadInfo(cfg, ctrID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ri.Pod != "ml/job-0" || len(ri.GPUs) != 1 || ri.GPUs[0].Slices != 2 {
+		t.Errorf("container info = %+v", ri)
+	}
+
+	// A restart provisions again over the existing directory.
+	if _, err := Provision(cfg, info, lf); err != nil {
+		t.Fatalf("second Provision: %v", err)
+	}
+
+	// Sweep keeps what is asked for and removes the rest.
+	info2 := *info
+	info2.ID = "other"
+	if _, err := Provision(cfg, &info2, lf); err != nil {
+		t.Fatal(err)
+	}
+	removed, err := Sweep(cfg, func(id string) bool { return id == ctrID })
+	if err != nil || len(removed) != 1 || removed[0] != "other" {
+		t.Errorf("sweep removed %v (%v), want [other]", removed, err)
+	}
+	if err := Release(cfg, ctrID); err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := List(cfg); len(ids) != 0 {
+		t.Errorf("container dirs left: %v", ids)
+	}
+}
+
+// TestContainersDirClosed checks that <run_dir>/containers is open to root
+// only, whatever the umask, and that a directory left with a wider mode
+// (by an earlier version) is closed at the next Provision: the region
+// directories below it are world-writable.
+func TestContainersDirClosed(t *testing.T) {
+	lf := limits.LimitsFromAllocation(&limits.Allocation{GPUs: []limits.AllocatedGPU{gpu0}}, "")
+	for _, existing := range []os.FileMode{0, 0o755, 0o711, 0o777} {
+		t.Run(fmt.Sprintf("existing %#o", existing), func(t *testing.T) {
+			cfg := newConfig(t)
+			if existing != 0 {
+				if err := os.MkdirAll(ContainersDir(cfg), existing); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Chmod(ContainersDir(cfg), existing); err != nil {
+					t.Fatal(err)
+				}
+			}
+			old := setUmask(0)
+			defer setUmask(old)
+			if _, err := Provision(cfg, &Info{ID: ctrID}, lf); err != nil {
+				t.Fatal(err)
+			}
+			st, err := os.Stat(ContainersDir(cfg))
+			if err != nil || st.Mode().Perm() != 0o700 {
+				t.Errorf("containers directory mode %v (%v), want 0700", st.Mode(), err)
+			}
+		})
+	}
+	cfg := newConfig(t)
+	if err := os.MkdirAll(cfg.Paths.RunDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ContainersDir(cfg), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Provision(cfg, &Info{ID: ctrID}, lf); err == nil || !strings.Contains(err.Error(), "is not a directory") {
+		t.Errorf("Provision over a file at containers/: %v, want an error saying it is not a directory", err)
+	}
+}
+
+// TestSweepSparesDirsBeingProvisioned checks that a sweep never removes the
+// directory of a container being provisioned right now (container.json is
+// written last), but does remove debris of a create that died long ago.
+func TestSweepSparesDirsBeingProvisioned(t *testing.T) {
+	old := time.Now().Add(-2 * ProvisionGrace)
+	tests := []struct {
+		name    string
+		info    string // container.json content; "" = none
+		mtime   time.Time
+		removed bool
+	}{
+		{name: "provisioned", info: "{}", mtime: time.Now(), removed: true},
+		{name: "provisioned long ago", info: "{}", mtime: old, removed: true},
+		{name: "being provisioned", mtime: time.Now()},
+		{name: "container.json half written", info: "{", mtime: time.Now()},
+		{name: "abandoned", mtime: old, removed: true},
+		{name: "damaged long ago", info: "{", mtime: old, removed: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := newConfig(t)
+			dir := ContainerDir(cfg, ctrID)
+			if err := os.MkdirAll(filepath.Join(dir, RegionDirName), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if tt.info != "" {
+				if err := os.WriteFile(filepath.Join(dir, InfoFileName), []byte(tt.info), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.Chtimes(dir, tt.mtime, tt.mtime); err != nil {
+				t.Fatal(err)
+			}
+			removed, err := Sweep(cfg, func(string) bool { return false })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := len(removed) == 1; got != tt.removed {
+				t.Errorf("removed %v, want removed: %v", removed, tt.removed)
+			}
+			if _, err := os.Stat(dir); os.IsNotExist(err) != tt.removed {
+				t.Errorf("directory after the sweep: %v, want removed: %v", err, tt.removed)
+			}
+		})
+	}
+}
+
+func TestProvisionErrors(t *testing.T) {
+	cfg := newConfig(t)
+	lf := limits.LimitsFromAllocation(&limits.Allocation{GPUs: []limits.AllocatedGPU{gpu0}}, "")
+	if _, err := Provision(cfg, &Info{ID: ".."}, lf); !errors.Is(err, ErrInvalidID) || err.Error() != `invalid container ID ".."` {
+		t.Errorf("Provision(..) = %v, want invalid container ID \"..\" wrapping ErrInvalidID", err)
+	}
+	cfg.Paths.ShimPath = filepath.Join(t.TempDir(), "missing.so")
+	if _, err := Provision(cfg, &Info{ID: ctrID}, lf); err == nil || !strings.Contains(err.Error(), "shim_path") {
+		t.Errorf("Provision without shim = %v, want an error naming shim_path", err)
+	}
+}
+
+// A Provision that fails half-way leaves no directory behind: neither one
+// it made (the limits file cannot be written) nor what it met in the way
+// of the region directory.
+func TestProvisionRemovesWhatItMade(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, dir string)
+		lf    *limits.LimitsFile
+		want  string // the error, after the container directory's path
+	}{
+		{"invalid limits", func(*testing.T, string) {}, &limits.LimitsFile{}, "/limits: limits file: no GPUs"},
+		{"a file at region", func(t *testing.T, dir string) {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "region"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, limits.LimitsFromAllocation(&limits.Allocation{GPUs: []limits.AllocatedGPU{gpu0}}, ""), "/region is not a directory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := newConfig(t)
+			dir := filepath.Join(cfg.Paths.RunDir, "containers", ctrID)
+			tc.setup(t, dir)
+			_, err := Provision(cfg, &Info{ID: ctrID}, tc.lf)
+			if err == nil || !strings.HasSuffix(err.Error(), dir+tc.want) {
+				t.Errorf("Provision = %v, want an error ending in %q", err, dir+tc.want)
+			}
+			if _, err := os.Lstat(dir); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("container directory after a failed Provision: %v, want it gone", err)
+			}
+		})
+	}
+}
+
+// The readers tell a container without a directory (ErrNotFound) from a
+// file missing in a directory that exists (being provisioned), and refuse
+// IDs that could leave the containers directory.
+func TestReaderErrors(t *testing.T) {
+	cfg := newConfig(t)
+	if _, err := ReadInfo(cfg, ctrID); !errors.Is(err, ErrNotFound) || !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("ReadInfo before anything was provisioned = %v, want ErrNotFound and fs.ErrNotExist", err)
+	}
+	if _, err := Provision(cfg, &Info{ID: "other"}, limits.LimitsFromAllocation(&limits.Allocation{GPUs: []limits.AllocatedGPU{gpu0}}, "")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(ContainerDir(cfg, "half"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	read := map[string]func(id string) error{
+		"ReadInfo": func(id string) error { _, err := ReadInfo(cfg, id); return err },
+		"Info":     func(id string) error { _, err := c.Info(id); return err },
+		"Limits":   func(id string) error { _, err := c.Limits(id); return err },
+		"Usage":    func(id string) error { _, err := c.Usage(id); return err },
+	}
+	for name, f := range read {
+		if err := f(ctrID); !errors.Is(err, ErrNotFound) || !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s of a container without a directory = %v, want ErrNotFound and fs.ErrNotExist", name, err)
+		}
+		if err := f("half"); !errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrNotFound) {
+			t.Errorf("%s of a directory without the file = %v, want fs.ErrNotExist but not ErrNotFound", name, err)
+		}
+		for _, id := range []string{"..", "a/b", ""} {
+			if err := f(id); !errors.Is(err, ErrInvalidID) {
+				t.Errorf("%s(%q) = %v, want ErrInvalidID", name, id, err)
+			}
+		}
+	}
+	if err := Release(cfg, "../run"); !errors.Is(err, ErrInvalidID) {
+		t.Errorf("Release(../run) = %v, want ErrInvalidID", err)
+	}
+	if _, err := os.Stat(cfg.Paths.RunDir); err != nil {
+		t.Errorf("run_dir after Release(../run): %v", err)
+	}
+}
+
+// Usage reads the region the shim wrote, and refuses what a container can
+// plant in its region directory, without blocking: a link (at the region
+// file, or at the container's directory on the way) and a FIFO.
+func TestUsage(t *testing.T) {
+	cfg := newConfig(t)
+	lf := limits.LimitsFromAllocation(&limits.Allocation{GPUs: []limits.AllocatedGPU{gpu0}}, "")
+	for _, id := range []string{"good", "linked", "fifo"} {
+		if _, err := Provision(cfg, &Info{ID: id}, lf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	usagePath := func(id string) string { return filepath.Join(ContainerDir(cfg, id), "region", "usage") }
+	regiontest.Write(t, usagePath("good"), []region.DeviceUsage{{UUID: uuid0, Limit: 8 << 30, Used: 1 << 30, Cores: 50}},
+		[]region.ProcessUsage{{PID: 7, HostPID: 1007, StartTime: 1, Used: []uint64{1 << 30}, Launches: []uint64{3}}})
+	if err := os.Symlink(usagePath("good"), usagePath("linked")); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(usagePath("fifo"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(ContainerDir(cfg, "good"), ContainerDir(cfg, "dir-link")); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	u, err := c.Usage("good")
+	if err != nil || len(u.Devices) != 1 || u.Devices[0].UUID != uuid0 || u.Devices[0].Used != 1<<30 || len(u.Processes) != 1 || u.Processes[0].HostPID != 1007 {
+		t.Fatalf("Usage = %+v, %v; want the region written: one GPU with 1GiB used by host pid 1007", u, err)
+	}
+	for _, tc := range []struct {
+		id   string
+		want error
+	}{{"linked", ErrSymlink}, {"dir-link", ErrSymlink}, {"fifo", region.ErrInvalid}} {
+		done := make(chan error, 1)
+		go func() { _, err := c.Usage(tc.id); done <- err }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, region.ErrInvalid) || !errors.Is(err, tc.want) {
+				t.Errorf("Usage(%s) = %v, want an error wrapping region.ErrInvalid and %v", tc.id, err, tc.want)
+			}
+		case <-time.After(30 * time.Second): // a failure detector, not a timing
+			t.Fatalf("Usage(%s) blocked", tc.id)
+		}
+	}
+}
