@@ -70,6 +70,16 @@ func TestProvision(t *testing.T) {
 	if got, err := os.ReadFile(want.Limits); err != nil || string(got) != wantLimits {
 		t.Errorf("limits file = %q (%v), want %q", got, err, wantLimits)
 	}
+	// Written whole, readable by the shim whatever the umask, and no
+	// temporary file left beside.
+	for _, name := range []string{"limits", "container.json"} {
+		if st, err := os.Stat(filepath.Join(dir, name)); err != nil || st.Mode() != 0o644 {
+			t.Errorf("%s: mode %v (%v), want a regular file 0644", name, st.Mode(), err)
+		}
+	}
+	if entries, err := os.ReadDir(dir); err != nil || len(entries) != 3 {
+		t.Errorf("container directory holds %v (%v), want only container.json, limits and region", entries, err)
+	}
 	st, err := os.Stat(want.Region)
 	if err != nil {
 		t.Fatal(err)
@@ -289,6 +299,32 @@ func TestReaderErrors(t *testing.T) {
 	}
 	if _, err := os.Stat(cfg.Paths.RunDir); err != nil {
 		t.Errorf("run_dir after Release(../run): %v", err)
+	}
+}
+
+// Limits refuses a limits file that is not one (the shim would fail closed
+// on it; status and metrics say so), naming the file and the reason.
+func TestLimitsErrors(t *testing.T) {
+	cfg := newConfig(t)
+	if _, err := Provision(cfg, &Info{ID: ctrID}, limits.LimitsFromAllocation(&limits.Allocation{GPUs: []limits.AllocatedGPU{gpu0}}, "")); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(cfg.Paths.RunDir, "containers", ctrID, "limits")
+	c, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, tc := range []struct{ name, content, want string }{
+		{"invalid", "version=1\ngpu.0.cores=0\n", "limits file " + path + `: line 2: gpu.0.cores: "0" is not an integer in 1..100`},
+		{"oversize", strings.Repeat("#", 10000), "more than 4096 bytes"},
+	} {
+		if err := os.WriteFile(path, []byte(tc.content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if lf, err := c.Limits(ctrID); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: Limits = %+v, %v; want an error containing %q", tc.name, lf, err, tc.want)
+		}
 	}
 }
 

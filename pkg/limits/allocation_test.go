@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"strings"
 	"testing"
 )
@@ -460,16 +458,5 @@ func BenchmarkVerifyBadMAC(b *testing.B) {
 		if _, err := Verify(other, v); !errors.Is(err, ErrBadMAC) {
 			b.Fatal(err)
 		}
-	}
-}
-
-func assertMode(t *testing.T, path string, want fs.FileMode) {
-	t.Helper()
-	fi, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := fi.Mode() & (fs.ModeType | fs.ModePerm); got != want {
-		t.Errorf("%s: mode %v, want %v", path, got, want)
 	}
 }

@@ -4,12 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"strconv"
 	"strings"
-
-	"github.com/nri-vgpu/nri-vgpu/internal/atomicfile"
 )
 
 // Log levels of the limits file, most to least severe.
@@ -270,38 +266,6 @@ func ParseLimits(data []byte) (*LimitsFile, error) {
 			}
 		}
 		f.GPUs = append(f.GPUs, g.limit)
-	}
-	return f, nil
-}
-
-// WriteLimitsFile writes f to path atomically: to a temporary file in the
-// same directory, synced, mode 0644, then renamed over path, so the shim
-// never reads a partial file.
-func WriteLimitsFile(path string, f *LimitsFile) error {
-	data, err := f.Marshal()
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := atomicfile.Write(path, data, 0o644); err != nil {
-		return fmt.Errorf("limits file: %w", err)
-	}
-	return nil
-}
-
-// ReadLimitsFile reads and parses the limits file at path.
-func ReadLimitsFile(path string) (*LimitsFile, error) {
-	fh, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("limits file: %w", err)
-	}
-	defer fh.Close()
-	data, err := io.ReadAll(io.LimitReader(fh, MaxLimitsSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("limits file %s: %w", path, err)
-	}
-	f, err := ParseLimits(data)
-	if err != nil {
-		return nil, fmt.Errorf("limits file %s: %w", path, err)
 	}
 	return f, nil
 }

@@ -1,11 +1,7 @@
 package limits
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -262,71 +258,5 @@ log.level=debug
 `
 	if string(data) != want {
 		t.Errorf("limits file of a burst allocation:\n%s\nwant:\n%s", data, want)
-	}
-}
-
-func TestWriteReadLimitsFile(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "limits")
-	if err := WriteLimitsFile(path, testLimits()); err != nil {
-		t.Fatal(err)
-	}
-	assertMode(t, path, 0o644)
-	data, err := os.ReadFile(path)
-	if err != nil || string(data) != testLimitsText {
-		t.Fatalf("file holds %q (%v), want %q", data, err, testLimitsText)
-	}
-	got, err := ReadLimitsFile(path)
-	if err != nil || !reflect.DeepEqual(got, testLimits()) {
-		t.Fatalf("ReadLimitsFile = %+v, %v; want %+v", got, err, testLimits())
-	}
-
-	// Rewriting replaces the file whole.
-	smaller := &LimitsFile{GPUs: []GPULimit{{UUID: "GPU-a", Memory: 1, Cores: 1}}}
-	if err := WriteLimitsFile(path, smaller); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := ReadLimitsFile(path); err != nil || len(got.GPUs) != 1 || got.GPUs[0].UUID != "GPU-a" {
-		t.Fatalf("after rewrite: %+v, %v", got, err)
-	}
-
-	// An invalid file is not written, and the old one stays.
-	if err := WriteLimitsFile(path, &LimitsFile{}); err == nil || err.Error() != "write "+path+": limits file: no GPUs" {
-		t.Fatalf("WriteLimitsFile(empty) = %v", err)
-	}
-	if got, err := ReadLimitsFile(path); err != nil || got.GPUs[0].UUID != "GPU-a" {
-		t.Fatalf("after failed write: %+v, %v", got, err)
-	}
-	entries, _ := os.ReadDir(dir)
-	if len(entries) != 1 {
-		t.Errorf("%s holds %d entries, want only the limits file", dir, len(entries))
-	}
-
-	// A missing directory is an error, not a panic or a partial file.
-	if err := WriteLimitsFile(filepath.Join(dir, "missing", "limits"), testLimits()); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("WriteLimitsFile into a missing directory: %v, want ErrNotExist", err)
-	}
-}
-
-func TestReadLimitsFileErrors(t *testing.T) {
-	dir := t.TempDir()
-	if _, err := ReadLimitsFile(filepath.Join(dir, "absent")); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("absent file: %v, want ErrNotExist", err)
-	}
-	tests := []struct {
-		name, content, want string
-	}{
-		{"invalid", "version=1\ngpu.0.cores=0\n", `line 2: gpu.0.cores: "0" is not an integer in 1..100`},
-		{"oversize", strings.Repeat("#", 10000), "4097 bytes, at most 4096"},
-	}
-	for _, tt := range tests {
-		path := filepath.Join(dir, tt.name)
-		if err := os.WriteFile(path, []byte(tt.content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		_, err := ReadLimitsFile(path)
-		if want := "limits file " + path + ": " + tt.want; err == nil || err.Error() != want {
-			t.Errorf("%s: %v, want %q", tt.name, err, want)
-		}
 	}
 }
