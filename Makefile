@@ -9,7 +9,11 @@ MODULE        := github.com/nri-vgpu/nri-vgpu
 BIN           := $(CURDIR)/bin
 TOOLS         := $(CURDIR)/.tools
 VERSION       ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-GOFLAGS_BUILD := -trimpath -ldflags "-s -w -X $(MODULE)/internal/version.Version=$(VERSION)"
+# Position-independent, with a GNU build ID and the debug information, which
+# hack/packages.sh splits into the debug packages. Not -bindnow: go-nvml
+# leaves the NVML functions to lazy binding (the library is opened at run
+# time), and binding them at start fails where there is no NVML.
+GOFLAGS_BUILD := -trimpath -buildmode=pie -ldflags "-B gobuildid -X $(MODULE)/internal/version.Version=$(VERSION)"
 FUZZTIME      ?= 5s
 
 STATICCHECK_VERSION := v0.8.2

@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
 # Builds the node packages, dist/nri-vgpu_<version>-1_<arch>.deb and
 # dist/nri-vgpu-<version>-1.<arch>.rpm, with nfpm (pinned below, installed
-# into .tools/ on first use) from packaging/nfpm.yaml. The binaries in bin/
-# and the shim in shim/build/ must be built first (make packages does that);
-# BIN, SHIM and DIST override those places, NODE_CONFIG the packaged config.
+# into .tools/ on first use) from packaging/nfpm.yaml, and the packages of
+# their debug symbols, dist/nri-vgpu-dbgsym_<version>-1_<arch>.deb and
+# dist/nri-vgpu-debuginfo-<version>-1.<arch>.rpm (packaging/nfpm-dbgsym.yaml).
+# The binaries in bin/ and the shim in shim/build/ must be built first, with
+# their debug information (make packages does that); BIN, SHIM and DIST
+# override those places, NODE_CONFIG the packaged config.
+#
+# Made here for the packages: stripped copies of the binaries, their debug
+# information split off and filed by build ID (as Debian's dh_strip and
+# rpm's find-debuginfo do), the manual pages (hack/manpage, from the
+# commands' doc comments and -h) and a changelog entry for the version.
 #
 #   hack/packages.sh             build both packages
 #   hack/packages.sh --version   print the package version and exit
@@ -64,6 +72,7 @@ if [ "${1:-}" = "--version" ]; then
 fi
 
 version=$(package_version)
+commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 arch=${GOARCH:-$(go env GOARCH)}
 
 missing=()
@@ -98,16 +107,100 @@ fi
 
 # Reproducible archives: file times from the commit, not from the build.
 SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
-export SOURCE_DATE_EPOCH NRI_VGPU_VERSION="$version" NRI_VGPU_ARCH="$arch" NRI_VGPU_STAGE="$stage" \
-	NRI_VGPU_BIN="$BIN" NRI_VGPU_SHIM="$SHIM" NRI_VGPU_GLIBC="$glibc"
+maintainer="nri-vgpu maintainers <maintainers@nri-vgpu.io>"
 
-mkdir -p "$DIST"
-rm -f "$DIST"/nri-vgpu_*.deb "$DIST"/nri-vgpu-*.rpm
-for packager in deb rpm; do
-	if ! out=$("$NFPM" package --config packaging/nfpm.yaml --packager "$packager" --target "$DIST/" 2>&1); then
-		echo "$out" >&2
-		echo "packages: nfpm failed to build the $packager package" >&2
+# --- debug symbols: split off, filed by build ID --------------------------------
+debug="$stage/debug"
+build_ids=()
+# split_debug FILE [STRIP-FLAG...]: moves FILE's debug information to
+# $debug/usr/lib/debug/.build-id/NN/REST.debug and strips FILE.
+split_debug() {
+	local f=$1 id dbg sections
+	shift
+	id=$(readelf -n "$f" | sed -n 's/^[[:space:]]*Build ID: *\([0-9a-f]*\)$/\1/p' | head -1)
+	if [ -z "$id" ]; then
+		echo "packages: $f has no GNU build ID to file its debug symbols under (link with --build-id; Go: -ldflags=-B=gobuildid)" >&2
 		exit 1
 	fi
+	# (Into a variable first: grep -q would stop reading, and pipefail
+	# report readelf's broken pipe.)
+	sections=$(readelf -S --wide "$f")
+	if ! grep -Eq '[[:space:]]\.z?debug_info[[:space:]]' <<<"$sections"; then
+		echo "packages: $f has no debug information (.debug_info): build it without -s -w (Go) or with -g (C), as make build does" >&2
+		exit 1
+	fi
+	dbg="$debug/usr/lib/debug/.build-id/${id:0:2}/${id:2}.debug"
+	mkdir -p "$(dirname "$dbg")"
+	objcopy --only-keep-debug --compress-debug-sections "$f" "$dbg"
+	chmod 0644 "$dbg"
+	strip --remove-section=.comment --remove-section=.note "$@" "$f"
+	objcopy --add-gnu-debuglink="$dbg" "$f"
+	build_ids+=("$id")
+}
+mkdir -p "$stage/bin" "$stage/lib"
+for f in nri-vgpu nri-vgpu-device-plugin nri-vgpu-runtime; do
+	cp "$BIN/$f" "$stage/bin/$f"
+	split_debug "$stage/bin/$f"
 done
-ls -1 "$DIST"/nri-vgpu_*.deb "$DIST"/nri-vgpu-*.rpm
+cp "$SHIM" "$stage/lib/libvgpu-shim.so"
+# A shared library keeps the symbols others link against.
+split_debug "$stage/lib/libvgpu-shim.so" --strip-unneeded
+
+# --- manual pages ------------------------------------------------------------------
+# hack/manpage runs the commands for their -h: when bin/ holds binaries for
+# another architecture, the same commands built for this machine stand in.
+helpbin=$BIN
+if [ "$arch" != "$(go env GOHOSTARCH)" ]; then
+	helpbin="$stage/helpbin"
+	for cmd in nri-vgpu:nri-vgpu nri-vgpu-device-plugin:device-plugin nri-vgpu-runtime:nri-vgpu-runtime; do
+		GOOS= GOARCH= go build -o "$helpbin/${cmd%%:*}" "./cmd/${cmd#*:}"
+	done
+fi
+mkdir -p "$stage/man"
+go run ./hack/manpage -bin "$helpbin" -out "$stage/man" -version "$version" \
+	-date "$(date -u -d "@$SOURCE_DATE_EPOCH" +%F)"
+gzip -9n "$stage"/man/*.1
+
+# --- changelog: one entry, this version (nfpm writes it in each format) -----------
+cat >"$stage/changelog.yml" <<CHANGELOG
+- semver: "$version-1"
+  date: $(date -u -d "@$SOURCE_DATE_EPOCH" +%FT%TZ)
+  packager: "$maintainer"
+  deb:
+    urgency: medium
+    distributions: [unstable]
+  changes:
+    - note: "Built from the nri-vgpu source at commit $commit."
+CHANGELOG
+
+export SOURCE_DATE_EPOCH NRI_VGPU_VERSION="$version" NRI_VGPU_ARCH="$arch" NRI_VGPU_STAGE="$stage" \
+	NRI_VGPU_BIN="$stage/bin" NRI_VGPU_SHIM="$stage/lib/libvgpu-shim.so" NRI_VGPU_GLIBC="$glibc" \
+	NRI_VGPU_MAINTAINER="$maintainer" NRI_VGPU_DEBUG_DIR="$debug"
+
+# package CONFIG PACKAGER [YAML-LINE...]: nfpm on CONFIG with the lines added
+# (what a fixed file cannot hold: the changelog's path, the build IDs).
+package() {
+	local config=$1 packager=$2 conf out
+	shift 2
+	conf="$stage/$(basename "$config" .yaml)-$packager.yaml"
+	{
+		cat "$config"
+		printf '%s\n' "$@"
+	} >"$conf"
+	if ! out=$("$NFPM" package --config "$conf" --packager "$packager" --target "$DIST/" 2>&1); then
+		echo "$out" >&2
+		echo "packages: nfpm failed to build the $packager package of $config" >&2
+		exit 1
+	fi
+}
+
+mkdir -p "$DIST"
+rm -f "$DIST"/nri-vgpu_*.deb "$DIST"/nri-vgpu-[0-9]*.rpm "$DIST"/nri-vgpu-dbgsym_*.deb "$DIST"/nri-vgpu-debuginfo-*.rpm
+package packaging/nfpm.yaml deb "changelog: $stage/changelog.yml"
+package packaging/nfpm.yaml rpm "changelog: $stage/changelog.yml"
+# Debian's debug packages are marked as such and list the build IDs they
+# hold (as dh_strip makes them); they share the main package's changelog.
+NRI_VGPU_DEBUG_NAME=nri-vgpu-dbgsym package packaging/nfpm-dbgsym.yaml deb \
+	"deb:" "  compression: xz" "  fields:" "    Auto-Built-Package: debug-symbols" "    Build-Ids: ${build_ids[*]}"
+NRI_VGPU_DEBUG_NAME=nri-vgpu-debuginfo package packaging/nfpm-dbgsym.yaml rpm "changelog: $stage/changelog.yml"
+ls -1 "$DIST"/nri-vgpu_*.deb "$DIST"/nri-vgpu-dbgsym_*.deb "$DIST"/nri-vgpu-[0-9]*.rpm "$DIST"/nri-vgpu-debuginfo-*.rpm

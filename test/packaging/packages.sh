@@ -3,13 +3,18 @@
 # result (run by make test after make packages):
 #
 #   deb  dpkg -i into a fresh Debian root (debootstrap minbase), files, modes,
-#        the packaged config, binaries that load there; an upgrade keeps a
-#        locally edited config (also when the new package changes it: the new
-#        default lands in config.toml.dpkg-dist); removal leaves no binaries,
-#        purge leaves nothing at all; with a (stand-in) running systemd the
-#        maintainer scripts reload units but start, restart or enable nothing.
+#        the packaged config, binaries that load there, manual pages, the
+#        changelog; an upgrade keeps a locally edited config (also when the
+#        new package changes it: the new default lands in
+#        config.toml.dpkg-dist); removal leaves no binaries, purge leaves
+#        nothing at all; with a (stand-in) running systemd the maintainer
+#        scripts reload units but start, restart or enable nothing, and
+#        removal stops the services and takes away the links that enabled
+#        them; the debug symbols package holds the symbols of the stripped
+#        binaries, found by build ID.
 #   rpm  the file list, modes and flags (rpm -qlp, --qf), then rpm -i/-U/-e
-#        into a fresh root: same checks, with config.toml.rpmnew/.rpmsave.
+#        into a fresh root: same checks, with config.toml.rpmnew/.rpmsave,
+#        and the debuginfo package.
 #
 #   test/packaging/packages.sh [DIST]     packages from DIST (default dist/)
 #
@@ -43,13 +48,17 @@ fi
 
 shopt -s nullglob
 debs=("$DIST"/nri-vgpu_*.deb)
-rpms=("$DIST"/nri-vgpu-*.rpm)
+rpms=("$DIST"/nri-vgpu-[0-9]*.rpm)
+dbgdebs=("$DIST"/nri-vgpu-dbgsym_*.deb)
+dbgrpms=("$DIST"/nri-vgpu-debuginfo-*.rpm)
 shopt -u nullglob
-[ ${#debs[@]} = 1 ] && [ ${#rpms[@]} = 1 ] ||
-	die "want exactly one nri-vgpu .deb and .rpm in $DIST (make packages), found ${debs[*]:-none} ${rpms[*]:-none}"
+[ ${#debs[@]} = 1 ] && [ ${#rpms[@]} = 1 ] && [ ${#dbgdebs[@]} = 1 ] && [ ${#dbgrpms[@]} = 1 ] ||
+	die "want exactly one nri-vgpu .deb and .rpm and one of each for its debug symbols in $DIST (make packages), found ${debs[*]:-no deb} ${rpms[*]:-no rpm} ${dbgdebs[*]:-no dbgsym deb} ${dbgrpms[*]:-no debuginfo rpm}"
 deb1=$(realpath "${debs[0]}")
 deps=$(dpkg-deb -f "$deb1" Depends)
 rpm1=$(realpath "${rpms[0]}")
+dbgdeb=$(realpath "${dbgdebs[0]}")
+dbgrpm=$(realpath "${dbgrpms[0]}")
 
 need=()
 command -v debootstrap >/dev/null || need+=(debootstrap)
@@ -74,8 +83,8 @@ DIST="$work/v2" NRI_VGPU_VERSION="$version+t2" hack/packages.sh >"$work/build.lo
 	{ cat "$work/build.log" >&2; die "building the upgrade package failed"; }
 DIST="$work/v3" NRI_VGPU_VERSION="$version+t3" NODE_CONFIG="$edited_default" hack/packages.sh >"$work/build.log" 2>&1 ||
 	{ cat "$work/build.log" >&2; die "building the second upgrade package failed"; }
-deb2=$(echo "$work"/v2/*.deb) deb3=$(echo "$work"/v3/*.deb)
-rpm2=$(echo "$work"/v2/*.rpm) rpm3=$(echo "$work"/v3/*.rpm)
+deb2=$(echo "$work"/v2/nri-vgpu_*.deb) deb3=$(echo "$work"/v3/nri-vgpu_*.deb)
+rpm2=$(echo "$work"/v2/nri-vgpu-[0-9]*.rpm) rpm3=$(echo "$work"/v3/nri-vgpu-[0-9]*.rpm)
 
 # --- a fresh Debian root -----------------------------------------------------
 tarball="$CACHE/$SUITE-minbase.tar"
@@ -104,7 +113,8 @@ run_in() {
 }
 
 # --- checks ------------------------------------------------------------------
-# What every install must have: path, type, mode, owner.
+# What every install must have: path, type, mode, owner; deb_files and
+# rpm_files what each format has besides.
 expected_files=(
 	"/usr/bin/nri-vgpu f 755"
 	"/usr/bin/nri-vgpu-device-plugin f 755"
@@ -114,16 +124,28 @@ expected_files=(
 	"/usr/lib/systemd/system/nri-vgpu-device-plugin.service f 644"
 	"/usr/lib/systemd/system/nri-vgpu.service f 644"
 	"/usr/lib/tmpfiles.d/nri-vgpu.conf f 644"
-	"/usr/share/doc/nri-vgpu/LICENSE f 644"
 	"/usr/share/doc/nri-vgpu/README.md f 644"
 	"/usr/share/doc/nri-vgpu/config.toml.example f 644"
+	"/usr/share/man/man1/nri-vgpu.1.gz f 644"
+	"/usr/share/man/man1/nri-vgpu-device-plugin.1.gz f 644"
+	"/usr/share/man/man1/nri-vgpu-runtime.1.gz f 644"
 	"/var/lib/nri-vgpu d 700"
+)
+deb_files=(
+	"/usr/share/doc/nri-vgpu/copyright f 644"
+	"/usr/share/doc/nri-vgpu/changelog.Debian.gz f 644"
+	"/usr/share/lintian/overrides/nri-vgpu f 644"
+)
+rpm_files=(
+	"/usr/share/licenses/nri-vgpu/LICENSE f 644"
 )
 binaries=(/usr/bin/nri-vgpu /usr/bin/nri-vgpu-device-plugin /usr/bin/nri-vgpu-runtime /usr/lib/nri-vgpu/libvgpu-shim.so /opt/nri/plugins/10-nri-vgpu)
 
+# check_installed ROOT WHAT [ENTRY...]: the expected files and ENTRYs.
 check_installed() {
 	local r=$1 what=$2 entry path type mode
-	for entry in "${expected_files[@]}"; do
+	shift 2
+	for entry in "${expected_files[@]}" "$@"; do
 		read -r path type mode <<<"$entry"
 		if [ ! -e "$r$path" ]; then
 			fail "$what: $path missing"
@@ -149,6 +171,45 @@ check_installed() {
 		fi
 	done
 	out=$(run_in "$r" /usr/bin/nri-vgpu version 2>&1) || fail "$what: nri-vgpu version failed in the fresh root: $out"
+	# Each manual page is a page of its command (man itself is not in a
+	# minbase root; lint.sh has lintian check the pages).
+	local page title
+	for page in 'nri-vgpu NRI\-VGPU' 'nri-vgpu-device-plugin NRI\-VGPU\-DEVICE\-PLUGIN' 'nri-vgpu-runtime NRI\-VGPU\-RUNTIME'; do
+		read -r f title <<<"$page"
+		out=$(gzip -dc "$r/usr/share/man/man1/$f.1.gz" 2>&1 | head -1) || true
+		[[ $out == ".TH \"$title\" \"1\" "* ]] ||
+			fail "$what: /usr/share/man/man1/$f.1.gz does not open with its .TH line (.TH \"$title\" \"1\" ...): $out"
+	done
+}
+
+# check_debug_symbols ROOT WHAT: each binary is stripped, and its symbols
+# are where a debugger looks for them, by build ID, with the debug
+# information in them.
+check_debug_symbols() {
+	local r=$1 what=$2 f id dbg sections
+	for f in /usr/bin/nri-vgpu /usr/bin/nri-vgpu-device-plugin /usr/bin/nri-vgpu-runtime /usr/lib/nri-vgpu/libvgpu-shim.so; do
+		sections=$(readelf -S --wide "$r$f")
+		if grep -Eq '[[:space:]]\.(symtab|z?debug_info)[[:space:]]' <<<"$sections"; then
+			fail "$what: $f is not stripped"
+		fi
+		id=$(readelf -n "$r$f" | sed -n 's/^[[:space:]]*Build ID: *\([0-9a-f]*\)$/\1/p' | head -1)
+		if [ -z "$id" ]; then
+			fail "$what: $f has no GNU build ID"
+			continue
+		fi
+		dbg="/usr/lib/debug/.build-id/${id:0:2}/${id:2}.debug"
+		if [ ! -f "$r$dbg" ]; then
+			fail "$what: no debug symbols for $f at $dbg"
+			continue
+		fi
+		# (readelf complains that a .debug file has no program
+		# interpreter: it holds only the section headers of one.)
+		sections=$(readelf -S --wide "$r$dbg" 2>/dev/null)
+		grep -Eq '[[:space:]]\.z?debug_info[[:space:]]' <<<"$sections" ||
+			fail "$what: $dbg holds no debug information"
+		[ "$(readelf -n "$r$dbg" 2>/dev/null | sed -n 's/^[[:space:]]*Build ID: *\([0-9a-f]*\)$/\1/p' | head -1)" = "$id" ] ||
+			fail "$what: $dbg is not the symbols of $f (build ID)"
+	done
 }
 
 check_no_binaries() {
@@ -156,8 +217,8 @@ check_no_binaries() {
 	for f in "${binaries[@]}" /usr/lib/systemd/system/nri-vgpu.service /usr/lib/systemd/system/nri-vgpu-device-plugin.service /usr/lib/tmpfiles.d/nri-vgpu.conf; do
 		if [ -e "$r$f" ] || [ -L "$r$f" ]; then fail "$what: $f is still there"; fi
 	done
-	for f in /usr/lib/nri-vgpu /usr/share/doc/nri-vgpu; do
-		[ ! -e "$r$f" ] || fail "$what: directory $f is still there"
+	for f in /usr/lib/nri-vgpu /usr/share/doc/nri-vgpu /usr/share/licenses/nri-vgpu /usr/share/man/man1/nri-vgpu.1.gz; do
+		[ ! -e "$r$f" ] || fail "$what: $f is still there"
 	done
 }
 
@@ -181,9 +242,17 @@ cp "$deb1" "$r/tmp/v1.deb"
 cp "$deb2" "$r/tmp/v2.deb"
 cp "$deb3" "$r/tmp/v3.deb"
 run_in "$r" dpkg -i /tmp/v1.deb >"$work/dpkg.log" 2>&1 || { cat "$work/dpkg.log" >&2; die "dpkg -i failed"; }
-check_installed "$r" "deb install"
+check_installed "$r" "deb install" "${deb_files[@]}"
 run_in "$r" dpkg-query -W -f='${Conffiles}\n' nri-vgpu | grep -q '^ /etc/nri-vgpu/config.toml ' ||
 	fail "deb: /etc/nri-vgpu/config.toml is not a conffile"
+# The changelog's entry is this very version, in Debian's format.
+deb_version=$(dpkg-deb -f "$deb1" Version)
+out=$(gzip -dc "$r/usr/share/doc/nri-vgpu/changelog.Debian.gz" | head -1)
+[ "$out" = "nri-vgpu ($deb_version) unstable; urgency=medium" ] ||
+	fail "deb: changelog.Debian.gz opens with '$out', want 'nri-vgpu ($deb_version) unstable; urgency=medium'"
+out=$(rpm -qp --qf '%{CHANGELOGNAME}' "$rpm1" 2>/dev/null)
+[[ $out == *" - $(rpm -qp --qf '%{VERSION}-%{RELEASE}' "$rpm1" 2>/dev/null)" ]] ||
+	fail "rpm: the changelog's latest entry '$out' is not for the package's version"
 
 # The dependency on the C library names the version the binaries need.
 need_glibc=$(objdump -T "$r/usr/bin/nri-vgpu" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/^GLIBC_//' | sort -uV | tail -1)
@@ -215,7 +284,7 @@ run_in "$r" dpkg -i /tmp/v2.deb >"$work/dpkg.log" 2>&1 || { cat "$work/dpkg.log"
 check_edit_kept "$r" "deb upgrade"
 grep -q "nri-vgpu: upgraded" "$work/dpkg.log" || fail "deb upgrade: no note about restarting the daemons"
 ls "$r"/etc/nri-vgpu/config.toml.dpkg-* >/dev/null 2>&1 && fail "deb upgrade: unchanged config left $(ls "$r"/etc/nri-vgpu/config.toml.dpkg-*)"
-check_installed "$r" "deb upgrade"
+check_installed "$r" "deb upgrade" "${deb_files[@]}"
 
 log "deb: upgrade to a package whose default config changed (keep mine, as apt -o Dpkg::Options::=--force-confold)"
 run_in "$r" dpkg -i --force-confdef --force-confold /tmp/v3.deb >"$work/dpkg.log" 2>&1 ||
@@ -249,10 +318,40 @@ calls=$(cat "$r/tmp/systemd.log")
 grep -q '^systemctl daemon-reload$' <<<"$calls" || fail "systemd: install did not reload units: $calls"
 grep -q '^systemd-tmpfiles --create /usr/lib/tmpfiles.d/nri-vgpu.conf$' <<<"$calls" || fail "systemd: install did not create the tmpfiles: $calls"
 if grep -Eq 'start|restart|enable|stop|disable' <<<"$calls"; then fail "systemd: install or upgrade touched the services: $calls"; fi
+wants="$r/etc/systemd/system/multi-user.target.wants"
+# The administrator enables both, as systemctl enable does (WantedBy=).
+mkdir -p "$wants"
+for u in nri-vgpu-device-plugin.service nri-vgpu.service; do
+	[ ! -e "$wants/$u" ] || fail "systemd: install or upgrade enabled $u"
+	ln -s "/usr/lib/systemd/system/$u" "$wants/$u"
+done
 : >"$r/tmp/systemd.log"
 run_in "$r" dpkg -r nri-vgpu >/dev/null
-grep -q '^systemctl disable --now nri-vgpu-device-plugin.service nri-vgpu.service$' "$r/tmp/systemd.log" ||
-	fail "systemd: removal did not stop and disable the services: $(cat "$r/tmp/systemd.log")"
+# deb-systemd-invoke stops through systemctl; deb-systemd-helper takes the
+# links away itself.
+grep -q '^systemctl stop nri-vgpu-device-plugin.service nri-vgpu.service$' "$r/tmp/systemd.log" ||
+	fail "systemd: removal did not stop the services: $(cat "$r/tmp/systemd.log")"
+for u in nri-vgpu-device-plugin.service nri-vgpu.service; do
+	[ ! -L "$wants/$u" ] || fail "systemd: removal left $u enabled"
+done
+run_in "$r" dpkg -P nri-vgpu >/dev/null
+left=$(cd "$r" && find . -path ./proc -prune -o -path ./tmp -prune -o -name '*nri-vgpu*' -print)
+[ -z "$left" ] || fail "systemd: purge left: $left"
+
+log "deb: the debug symbols of $(basename "$deb1")"
+debug_files=$(dpkg-deb --fsys-tarfile "$dbgdeb" | tar -t | sed -n 's|^\./\(.*\.debug\)$|/|p')
+[ "$(wc -w <<<"$debug_files")" = 4 ] || fail "dbgsym: want the symbols of 4 binaries, the package has: $debug_files"
+[ "$(dpkg-deb -f "$dbgdeb" Depends)" = "nri-vgpu (= $deb_version)" ] ||
+	fail "dbgsym: Depends is '$(dpkg-deb -f "$dbgdeb" Depends)', want 'nri-vgpu (= $deb_version)'"
+r=$(new_root)
+cp "$deb1" "$r/tmp/v1.deb"
+cp "$dbgdeb" "$r/tmp/dbgsym.deb"
+run_in "$r" dpkg -i /tmp/v1.deb /tmp/dbgsym.deb >"$work/dpkg.log" 2>&1 || { cat "$work/dpkg.log" >&2; die "dpkg -i of the debug symbols failed"; }
+check_debug_symbols "$r" "dbgsym"
+run_in "$r" dpkg -P nri-vgpu-dbgsym nri-vgpu >"$work/dpkg.log" 2>&1 || { cat "$work/dpkg.log" >&2; die "dpkg -P of the debug symbols failed"; }
+for f in $debug_files /usr/share/doc/nri-vgpu-dbgsym; do
+	if [ -e "$r$f" ] || [ -L "$r$f" ]; then fail "dbgsym: purge left $f"; fi
+done
 
 # --- rpm -------------------------------------------------------------------------
 log "rpm: file list and attributes of $(basename "$rpm1")"
@@ -268,16 +367,24 @@ want_list="/etc/nri-vgpu
 /usr/lib/systemd/system/nri-vgpu.service
 /usr/lib/tmpfiles.d/nri-vgpu.conf
 /usr/share/doc/nri-vgpu
-/usr/share/doc/nri-vgpu/LICENSE
 /usr/share/doc/nri-vgpu/README.md
 /usr/share/doc/nri-vgpu/config.toml.example
-/usr/share/doc/nri-vgpu/design.md"
+/usr/share/doc/nri-vgpu/design.md
+/usr/share/licenses/nri-vgpu
+/usr/share/licenses/nri-vgpu/LICENSE
+/usr/share/man/man1/nri-vgpu-device-plugin.1.gz
+/usr/share/man/man1/nri-vgpu-runtime.1.gz
+/usr/share/man/man1/nri-vgpu.1.gz"
 got_list=$(rpm -qlp "$rpm1" 2>/dev/null)
 [ "$got_list" = "$want_list" ] || fail "rpm -qlp: $(diff <(echo "$want_list") <(echo "$got_list") || true)"
 attrs=$(rpm -qp --qf '[%{FILEMODES:perms} %{FILEFLAGS:fflags} %{FILEUSERNAME}:%{FILEGROUPNAME} %{FILENAMES}\n]' "$rpm1" 2>/dev/null)
 grep -qx -- '-rw-r--r-- cn root:root /etc/nri-vgpu/config.toml' <<<"$attrs" ||
 	fail "rpm: config.toml is not %config(noreplace) 0644: $(grep config.toml <<<"$attrs")"
 grep -qx -- '-rwxr-xr-x  root:root /usr/bin/nri-vgpu' <<<"$attrs" || fail "rpm: /usr/bin/nri-vgpu attributes: $(grep 'bin/nri-vgpu$' <<<"$attrs")"
+grep -qx -- '-rw-r--r-- l root:root /usr/share/licenses/nri-vgpu/LICENSE' <<<"$attrs" ||
+	fail "rpm: LICENSE is not %license: $(grep LICENSE <<<"$attrs")"
+grep -qx -- '-rw-r--r-- d root:root /usr/share/man/man1/nri-vgpu.1.gz' <<<"$attrs" ||
+	fail "rpm: the manual page is not %doc: $(grep 'man1/nri-vgpu.1.gz' <<<"$attrs")"
 scripts=$(rpm -qp --scripts "$rpm1" 2>/dev/null)
 for s in postinstall preuninstall postuninstall; do
 	grep -q "^$s scriptlet" <<<"$scripts" || fail "rpm: no $s scriptlet"
@@ -293,7 +400,7 @@ rpm_in() {
 	rpm --root "$r" --force-debian "$@" >>"$work/rpm.log" 2>&1 || { cat "$work/rpm.log" >&2; die "rpm $* failed"; }
 }
 rpm_in -i --nodeps "$rpm1"
-check_installed "$r" "rpm install"
+check_installed "$r" "rpm install" "${rpm_files[@]}"
 edit_config "$r"
 rpm_in -U --nodeps "$rpm2"
 check_edit_kept "$r" "rpm upgrade"
@@ -305,6 +412,19 @@ grep -q '^# A default that changed' "$r/etc/nri-vgpu/config.toml.rpmnew" 2>/dev/
 rpm_in -e nri-vgpu
 check_no_binaries "$r" "rpm erase"
 [ -f "$r/etc/nri-vgpu/config.toml.rpmsave" ] || fail "rpm erase: the edited config was not kept as config.toml.rpmsave"
+
+log "rpm: the debug symbols of $(basename "$rpm1")"
+want="nri-vgpu = $(rpm -qp --qf '%{VERSION}-%{RELEASE}' "$rpm1" 2>/dev/null)"
+rpm -qpR "$dbgrpm" 2>/dev/null | grep -qxF "$want" ||
+	fail "debuginfo: requires $(rpm -qpR "$dbgrpm" 2>/dev/null | tr '\n' ' '), want $want"
+r=$(new_root)
+rpm --root "$r" --initdb
+rpm_in -i --nodeps "$rpm1" "$dbgrpm"
+check_debug_symbols "$r" "debuginfo"
+rpm_in -e nri-vgpu-debuginfo nri-vgpu
+for f in $debug_files; do
+	[ ! -e "$r$f" ] || fail "debuginfo: erase left $f"
+done
 
 if ((fails)); then
 	die "$fails check(s) failed"

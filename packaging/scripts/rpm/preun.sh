@@ -1,16 +1,13 @@
 #!/bin/sh
-# nri-vgpu pre-remove (deb prerm, rpm %preun).
+# nri-vgpu %preun (rpm calls it as "%preun N": N = 0 on removal, 1 on
+# upgrade).
 #
 # On removal (not on upgrade) stops and disables the services, whose binaries
 # and unit files are about to go: no dangling enablement links stay behind.
-# deb calls it as "prerm remove" or "prerm upgrade ...", rpm as "%preun N"
-# (N = 0 on removal, 1 on upgrade).
+# This is what rpm's %systemd_preun macro does.
 set -e
 
-case "$1" in
-remove | 0) ;;
-*) exit 0 ;;
-esac
+[ "${1:-0}" = 0 ] || exit 0
 
 units="nri-vgpu-device-plugin.service nri-vgpu.service"
 if [ -d /run/systemd/system ]; then

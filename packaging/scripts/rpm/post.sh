@@ -1,19 +1,12 @@
 #!/bin/sh
-# nri-vgpu post-install (deb postinst, rpm %post).
+# nri-vgpu %post (rpm calls it as "%post N": N = 1 on install, 2 on upgrade).
 #
 # Creates the state and runtime directories and tells a running systemd about
 # the new units. It starts, stops, restarts and enables nothing: which
 # services run is the administrator's choice (see
-# /usr/share/doc/nri-vgpu/README.md).
-#
-# deb calls it as "postinst configure [old-version]" (and abort-* on
-# failures), rpm as "%post N" (N = 1 on install, 2 on upgrade).
+# /usr/share/doc/nri-vgpu/README.md). The Debian package does the same with
+# Debian's helpers (packaging/scripts/deb).
 set -e
-
-case "$1" in
-configure | [0-9]*) ;;
-*) exit 0 ;;
-esac
 
 # The allocation key lives here: root only, whatever the directory was.
 mkdir -p /var/lib/nri-vgpu
@@ -24,12 +17,7 @@ if [ -d /run/systemd/system ]; then
 	systemctl daemon-reload || true
 fi
 
-upgrade=
-case "$1" in
-configure) [ -n "$2" ] && upgrade=1 ;;
-[0-9]*) [ "$1" -ge 2 ] && upgrade=1 ;;
-esac
-if [ -n "$upgrade" ]; then
+if [ "${1:-1}" -ge 2 ]; then
 	echo "nri-vgpu: upgraded. Running daemons keep the old version until restarted:"
 	echo "  systemctl try-restart nri-vgpu-device-plugin.service nri-vgpu.service"
 	echo "  and, for the plugin containerd starts itself, a restart of containerd."
