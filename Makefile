@@ -68,9 +68,10 @@ test-docker: build
 packages: build
 	hack/packages.sh
 
-## test-packages: install the packages into fresh roots; lint the chart and
-## check the rendered manifests
+## test-packages: lint the packages (lintian, rpmlint) and install them into
+## fresh roots; lint the chart and check the rendered manifests
 test-packages: packages
+	test/packaging/lint.sh dist
 	test/packaging/packages.sh dist
 	hack/helm.sh check
 
