@@ -29,6 +29,8 @@
 #                                                                debootstrap
 #   rpm         rpm initialises and queries a root (test-packages)        rpm
 #   dpkg-deb    dpkg-deb builds and reads a package (test-packages)      dpkg
+#   lintian     lintian lints a package (test-packages)               lintian
+#   rpmlint     rpmlint runs (test-packages)                          rpmlint
 #   runc        runc runs (test-e2e)                                     runc
 #   busybox     a static /bin/busybox for the test images (test-e2e,
 #               test-docker)                                   busybox-static
@@ -199,13 +201,30 @@ check_rpm() {
 	rpm --root "$tmp/rpmroot" --initdb && rpm --root "$tmp/rpmroot" -qa >/dev/null
 }
 
-check_dpkg_deb() {
+# probe_deb: a minimal package in $tmp/deb/probe.deb.
+probe_deb() {
 	local d=$tmp/deb
+	[ -f "$d/probe.deb" ] && return 0
 	mkdir -p "$d/pkg/DEBIAN"
 	printf 'Package: probe\nVersion: 1\nArchitecture: all\nMaintainer: probe <probe@localhost>\nDescription: probe\n' >"$d/pkg/DEBIAN/control"
+	dpkg-deb --root-owner-group -b "$d/pkg" "$d/probe.deb" >/dev/null
+}
+
+check_dpkg_deb() {
 	NEED=dpkg
-	dpkg-deb --root-owner-group -b "$d/pkg" "$d/probe.deb" >/dev/null &&
-		[ "$(dpkg-deb -f "$d/probe.deb" Package)" = probe ]
+	probe_deb && [ "$(dpkg-deb -f "$tmp/deb/probe.deb" Package)" = probe ]
+}
+
+check_lintian() {
+	probe_deb || return 1
+	NEED=lintian
+	# Tags are expected on so bare a package; a run that cannot lint fails.
+	lintian --fail-on none "$tmp/deb/probe.deb"
+}
+
+check_rpmlint() {
+	NEED=rpmlint
+	rpmlint --version
 }
 
 check_runc() {
@@ -239,7 +258,7 @@ check_docker() {
 	done
 }
 
-checks=(ca_bundle go_modules c_shared cgo_race make git libfuzzer python3 patch debootstrap rpm dpkg_deb runc busybox docker)
+checks=(ca_bundle go_modules c_shared cgo_race make git libfuzzer python3 patch debootstrap rpm dpkg_deb lintian rpmlint runc busybox docker)
 
 # run_checks sets failed to the checks that fail, needed to the packages
 # they ask for and need_of[check] to each one's.
