@@ -19,6 +19,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/allockey"
+	"github.com/nri-vgpu/nri-vgpu/internal/hoststate/hoststatetest"
 	"github.com/nri-vgpu/nri-vgpu/internal/nriplugin"
 	"github.com/nri-vgpu/nri-vgpu/internal/status"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
@@ -49,7 +50,7 @@ const uuid0 = "GPU-8e1c5f2a-0b7d-4c1e-9a3f-3d2b1c0a9e01"
 func writeConfig(t *testing.T) (string, *config.Config) {
 	t.Helper()
 	root := ocitest.FakeDevRoot(t, ocitest.StandardNodes)
-	dir := t.TempDir()
+	dir := hoststatetest.RunDir(t) // holds run_dir
 	shim := filepath.Join(dir, "libvgpu-shim.so")
 	if err := os.WriteFile(shim, []byte("\x7fELF"), 0o755); err != nil {
 		t.Fatal(err)

@@ -220,7 +220,11 @@ func provisionRegion(dir *safepath.Dir) error {
 	if err != nil {
 		return fmt.Errorf("usage region directory: %w", err)
 	}
-	return region.Close()
+	defer region.Close()
+	if err := mountRegionFS(dir, region); err != nil {
+		return fmt.Errorf("usage region directory: %w", err)
+	}
+	return nil
 }
 
 // openRunDir creates run_dir if needed and opens it. run_dir itself comes
@@ -278,6 +282,9 @@ func Release(cfg *config.Config, id string) error {
 		return fmt.Errorf("remove container directory: %w", err)
 	}
 	defer containers.Close()
+	if err := unmountRegionFS(containers, id); err != nil {
+		return fmt.Errorf("remove container directory: %w", err)
+	}
 	if err := containers.RemoveAll(id); err != nil {
 		return fmt.Errorf("remove container directory: %w", err)
 	}

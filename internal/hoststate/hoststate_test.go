@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/hoststate/hoststatetest"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
@@ -31,7 +32,7 @@ var gpu0 = limits.AllocatedGPU{UUID: uuid0, Minor: 0, Slices: 2, Memory: 8 << 30
 func newConfig(t *testing.T) *config.Config {
 	t.Helper()
 	cfg := config.Default()
-	cfg.Paths.RunDir = filepath.Join(t.TempDir(), "run")
+	cfg.Paths.RunDir = filepath.Join(hoststatetest.RunDir(t), "run")
 	cfg.Paths.StateDir = t.TempDir()
 	cfg.Paths.ShimPath = filepath.Join(t.TempDir(), "libvgpu-shim.so")
 	if err := os.WriteFile(cfg.Paths.ShimPath, []byte("\x7fELF"), 0o755); err != nil {

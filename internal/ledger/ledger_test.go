@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
+	"github.com/nri-vgpu/nri-vgpu/internal/hoststate/hoststatetest"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 )
@@ -274,7 +275,7 @@ func TestLockTimeout(t *testing.T) {
 
 func TestSync(t *testing.T) {
 	cfg := config.Default()
-	cfg.Paths.RunDir = t.TempDir()
+	cfg.Paths.RunDir = hoststatetest.RunDir(t)
 	cfg.Paths.ShimPath = filepath.Join(cfg.Paths.RunDir, "libvgpu-shim.so")
 	if err := os.WriteFile(cfg.Paths.ShimPath, []byte("\x7fELF"), 0o755); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
+	"github.com/nri-vgpu/nri-vgpu/internal/hoststate/hoststatetest"
 	"github.com/nri-vgpu/nri-vgpu/internal/version"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
@@ -52,7 +53,7 @@ var twoA100s = &fakeInventory{devs: []gpu.Device{
 func testConfig(t *testing.T) *config.Config {
 	t.Helper()
 	cfg := config.Default()
-	cfg.Paths.RunDir = t.TempDir()
+	cfg.Paths.RunDir = hoststatetest.RunDir(t)
 	cfg.Paths.ShimPath = filepath.Join(t.TempDir(), "libvgpu-shim.so")
 	if err := os.WriteFile(cfg.Paths.ShimPath, nil, 0o644); err != nil {
 		t.Fatal(err)

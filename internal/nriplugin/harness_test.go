@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/allockey"
+	"github.com/nri-vgpu/nri-vgpu/internal/hoststate/hoststatetest"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
@@ -80,7 +81,7 @@ func newConfig(t testing.TB) *config.Config {
 	cfg.GPU.Backend = config.BackendSimulated
 	cfg.GPU.Simulated = []config.SimulatedGPU{simulated(uuid0, 0), simulated(uuid1, 1)}
 	cfg.Paths.StateDir = t.TempDir()
-	cfg.Paths.RunDir = t.TempDir()
+	cfg.Paths.RunDir = hoststatetest.RunDir(t)
 	cfg.Paths.ShimPath = filepath.Join(t.TempDir(), "libvgpu-shim.so")
 	if err := os.WriteFile(cfg.Paths.ShimPath, []byte("\x7fELF"), 0o755); err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
+	"github.com/nri-vgpu/nri-vgpu/internal/hoststate/hoststatetest"
 	"github.com/nri-vgpu/nri-vgpu/internal/ledger"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
@@ -63,7 +64,7 @@ type testEnv struct {
 func newTestEnv(t *testing.T, injection string) *testEnv {
 	t.Helper()
 	devRoot := ocitest.FakeDevRoot(t, ocitest.StandardNodes)
-	dir := t.TempDir()
+	dir := hoststatetest.RunDir(t) // holds run_dir
 	binDir := filepath.Join(dir, "bin")
 	for _, d := range []string{binDir, filepath.Join(dir, "cdi")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {

@@ -72,6 +72,22 @@ func (d *Dir) Join(rel string) string { return filepath.Join(d.path, rel) }
 
 func (d *Dir) fd() int { return int(d.f.Fd()) }
 
+// ProcPath names the opened directory itself as /proc/self/fd/N, for
+// system calls that take a path but must act on exactly this directory
+// (mount(2), umount(2)): the kernel resolves that link to the open
+// directory, whatever has been renamed or planted since. Valid while d is
+// open.
+func (d *Dir) ProcPath() string { return fmt.Sprintf("/proc/self/fd/%d", d.fd()) }
+
+// Stat returns the open directory's stat.
+func (d *Dir) Stat() (unix.Stat_t, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(d.fd(), &st); err != nil {
+		return st, &fs.PathError{Op: "fstat", Path: d.path, Err: err}
+	}
+	return st, nil
+}
+
 // ReadDir lists the directory (sorted by name).
 func (d *Dir) ReadDir() ([]fs.DirEntry, error) {
 	// A fresh descriptor for every listing, so that one Dir can be listed

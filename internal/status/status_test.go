@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
+	"github.com/nri-vgpu/nri-vgpu/internal/hoststate/hoststatetest"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
@@ -35,7 +36,7 @@ func prepare(t *testing.T, cfg *config.Config, id, pod string, gpus ...limits.Al
 
 func TestCollect(t *testing.T) {
 	cfg := config.Default()
-	cfg.Paths.RunDir = t.TempDir()
+	cfg.Paths.RunDir = hoststatetest.RunDir(t)
 	cfg.Paths.ShimPath = filepath.Join(t.TempDir(), "libvgpu-shim.so")
 	if err := os.WriteFile(cfg.Paths.ShimPath, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -137,7 +138,7 @@ func TestCollect(t *testing.T) {
 
 func TestCollectWarnsOnBrokenFiles(t *testing.T) {
 	cfg := config.Default()
-	cfg.Paths.RunDir = t.TempDir()
+	cfg.Paths.RunDir = hoststatetest.RunDir(t)
 	dir := hoststate.ContainerDir(cfg, "bad")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -156,7 +157,7 @@ func TestCollectWarnsOnBrokenFiles(t *testing.T) {
 
 func TestRegionUsage(t *testing.T) {
 	cfg := config.Default()
-	cfg.Paths.RunDir = t.TempDir()
+	cfg.Paths.RunDir = hoststatetest.RunDir(t)
 	regionDir := filepath.Join(cfg.Paths.RunDir, "containers", "c1", "region")
 	if err := os.MkdirAll(regionDir, 0o777); err != nil {
 		t.Fatal(err)

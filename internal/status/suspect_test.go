@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
+	"github.com/nri-vgpu/nri-vgpu/internal/hoststate/hoststatetest"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
@@ -24,7 +25,7 @@ const gib = 1 << 30
 func testConfig(t *testing.T) *config.Config {
 	t.Helper()
 	cfg := config.Default()
-	cfg.Paths.RunDir = t.TempDir()
+	cfg.Paths.RunDir = hoststatetest.RunDir(t)
 	cfg.Paths.ShimPath = filepath.Join(t.TempDir(), "libvgpu-shim.so")
 	if err := os.WriteFile(cfg.Paths.ShimPath, nil, 0o644); err != nil {
 		t.Fatal(err)

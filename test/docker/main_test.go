@@ -69,6 +69,10 @@ func run(m *testing.M) (int, error) {
 	}
 	env.dir = dir
 	defer func() {
+		// Region file systems of containers that were not removed.
+		if err := harness.UnmountUnder(dir); err != nil {
+			fmt.Fprintln(os.Stderr, "docker e2e: cleanup:", err)
+		}
 		if err := os.RemoveAll(dir); err != nil {
 			fmt.Fprintln(os.Stderr, "docker e2e: cleanup:", err)
 		}

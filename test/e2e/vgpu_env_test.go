@@ -119,6 +119,10 @@ func startVGPU(t *testing.T, containerd string, opts vgpuOptions) *vgpu {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		// Region file systems of containers that were not removed.
+		if err := harness.UnmountUnder(base); err != nil {
+			t.Errorf("unmounting under %s: %v", base, err)
+		}
 		if err := os.RemoveAll(base); err != nil {
 			t.Errorf("removing %s: %v", base, err)
 		}

@@ -195,8 +195,14 @@ func TestManifestsMatchTheConfig(t *testing.T) {
 			t.Errorf("nri-plugin must mount the CDI directory %s, has %+v", dir, vm)
 		}
 	}
-	if plugin.SecurityContext == nil || plugin.SecurityContext.Privileged != nil && *plugin.SecurityContext.Privileged {
-		t.Errorf("the NRI plugin needs no privileges: %+v", plugin.SecurityContext)
+	// The plugin mounts a size-limited tmpfs on each region directory
+	// under run_dir: the mount must reach the host (Bidirectional, which
+	// needs privileged).
+	if vm := mounts[cfg.Paths.RunDir]; vm.MountPropagation == nil || *vm.MountPropagation != corev1.MountPropagationBidirectional {
+		t.Errorf("nri-plugin must mount run_dir %s with Bidirectional propagation, has %+v", cfg.Paths.RunDir, vm)
+	}
+	if plugin.SecurityContext == nil || plugin.SecurityContext.Privileged == nil || !*plugin.SecurityContext.Privileged {
+		t.Errorf("the NRI plugin mounts region file systems for the host: it must be privileged, has %+v", plugin.SecurityContext)
 	}
 
 	// The init container puts the shim into the host directory of shim_path.

@@ -241,6 +241,10 @@ func (n *node) close() error {
 	if n.kubeletLog != nil {
 		n.kubeletLog.Close()
 	}
+	// Region file systems of containers that were not removed.
+	if err := harness.UnmountUnder(n.base); err != nil {
+		errs = append(errs, err)
+	}
 	if err := os.RemoveAll(n.base); err != nil {
 		errs = append(errs, fmt.Errorf("removing %s: %w", n.base, err))
 	}
