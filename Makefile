@@ -21,7 +21,7 @@ DEADCODE_VERSION    := v0.52.0
 
 COMMANDS := nri-vgpu nri-vgpu-device-plugin nri-vgpu-runtime
 
-.PHONY: all build shim deps test test-go test-shim test-e2e test-docker test-packages fuzz lint bench demo e2e packages clean
+.PHONY: all build shim deps test test-go test-shim test-e2e test-docker test-packages test-deps fuzz lint bench demo e2e packages clean
 
 all: build
 
@@ -44,8 +44,9 @@ deps:
 	hack/deps.sh
 
 ## test: lint, unit tests with -race, C tests, short fuzzing, end to end on
-## real containerd and dockerd, the node packages installed into fresh roots
-test: deps lint test-go test-shim fuzz test-e2e test-docker test-packages
+## real containerd and dockerd, the node packages installed into fresh roots,
+## hack/deps.sh on fresh roots
+test: deps lint test-go test-shim fuzz test-e2e test-docker test-packages test-deps
 	@echo "make test: all checks passed"
 
 test-go:
@@ -74,6 +75,11 @@ test-packages: packages
 	test/packaging/lint.sh dist
 	test/packaging/packages.sh dist
 	hack/helm.sh check
+
+## test-deps: hack/deps.sh makes fresh Debian roots (one with clang but not
+## its fuzzer runtime) build the shim's fuzz target
+test-deps:
+	test/packaging/deps.sh
 
 ## fuzz: run every Go fuzz target for FUZZTIME
 fuzz:
