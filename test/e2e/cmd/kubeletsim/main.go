@@ -310,6 +310,13 @@ func writeResponse(out io.Writer, ids []string, resp *pluginapi.ContainerAllocat
 		for _, key := range slices.Sorted(maps.Keys(resp.GetEnvs())) {
 			fmt.Fprintf(out, "    env %s=%s\n", key, resp.Envs[key])
 		}
+		for _, m := range resp.GetMounts() {
+			ro := ""
+			if m.ReadOnly {
+				ro = " (read-only)"
+			}
+			fmt.Fprintf(out, "    mount %s at %s%s\n", m.HostPath, m.ContainerPath, ro)
+		}
 	}
 	annotations := resp.GetAnnotations()
 	if len(annotations) == 0 {

@@ -157,7 +157,8 @@ func TestAllocatePrintsTheAllocation(t *testing.T) {
 	for _, want := range []string{
 		"nvidia.com/gpu: allocating 2 to one container",
 		"devices: " + uuid0 + "::0 " + uuid0 + "::1\n",
-		"envs, mounts, device nodes, CDI devices: none",
+		// Only the gate (Contract 2) besides the annotation.
+		"also: 1 mounts\n    mount /dev/null at /proc/nri-vgpu/container-not-prepared-by-the-nri-vgpu-plugin (read-only)\n",
 		"annotation " + limits.AnnotationKey,
 		`"slices": 2`,
 		"=> " + uuid0 + " (minor 0): 2 slices, 8GiB of GPU memory, 50% of SM time",
