@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -91,4 +92,35 @@ func testPodAnnotationsCannotCarryAnAllocation(t *testing.T, containerd string) 
 			t.Errorf("pod asking for %d slices with an allocation in its annotations: error = %v, want the pod-annotation rejection", n, err)
 		}
 	}
+}
+
+// TestTenantCannotFillTheNode: the region directory is the only host storage
+// a container can write; filling it stops at its own 1 MiB, and the next
+// pod is created as usual.
+func TestTenantCannotFillTheNode(t *testing.T) {
+	forEachContainerd(t, testTenantCannotFillTheNode)
+}
+
+func testTenantCannotFillTheNode(t *testing.T, containerd string) {
+	v := startVGPU(t, containerd, vgpuOptions{})
+	ctx := testContext(t, 3*time.Minute)
+	tenant := v.mustRun(t, ctx, gpuPod("filler", 1))
+	res, err := v.c.Exec(ctx, tenant.ContainerID("main"), "/bin/sh", "-c",
+		"dd if=/dev/zero of="+regionInContainer+"/fill bs=65536 count=1024; ls -l "+regionInContainer+"/fill")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(res.Stderr, "No space left on device") {
+		t.Errorf("writing 64 MiB into the region directory: stderr %q; want ENOSPC", res.Stderr)
+	}
+	var size int64 = -1
+	for _, f := range strings.Fields(res.Stdout) {
+		if n, err := strconv.ParseInt(f, 10, 64); err == nil && n > 4096 {
+			size = n
+		}
+	}
+	if size > 1<<20 {
+		t.Errorf("the tenant wrote %d bytes to host storage, want at most 1 MiB (%s)", size, res.Stdout)
+	}
+	v.mustRun(t, ctx, gpuPod("next", 1))
 }
