@@ -141,6 +141,39 @@ void vgpu_region_set_host_pid_locked(int32_t hp);
  * host pid hp. Caller holds the lock. */
 int vgpu_region_host_pid_claimed_locked(int32_t hp);
 
+/* ---- ledger.c: what each process holds, where the tenant cannot write --------------- */
+
+/* fd moved to a high number (closed; the new one returned), or fd itself when
+ * it cannot be: a program that closes or reuses the low descriptors it did
+ * not open is then unlikely to meet ours. */
+int vgpu_high_fd(int fd);
+
+/* Takes over limits_fd (the limits file, open for reading; path to reopen it). */
+void vgpu_ledger_init(int limits_fd, const char *limits_path);
+/* A fork child's own open file description; the parent's locks stay the parent's. */
+void vgpu_ledger_after_fork(void);
+/* Publishes bytes as what this process holds on limits index idx: 0, or -1 with errno. */
+int vgpu_ledger_publish(int idx, uint64_t bytes);
+/* What the container's other processes hold on idx: 0, or -1 with errno
+ * (EEXIST: another process publishes in this process's own range). */
+int vgpu_ledger_others(int idx, uint64_t *bytes);
+/* Publishes this process's host pid (0 withdraws it): 0, or -1 with errno. */
+int vgpu_ledger_claim_host_pid(int32_t hp);
+/* Calls fn for each (pid, bytes) another process publishes on idx. */
+int vgpu_ledger_scan_held(int idx, void (*fn)(int32_t pid, int idx, uint64_t bytes, void *arg), void *arg);
+/* Calls fn for each (pid, host pid) another process claims. */
+int vgpu_ledger_scan_claims(void (*fn)(int32_t pid, int32_t hp, void *arg), void *arg);
+/* The host pids the container's other processes claim. */
+#define VGPU_HP_RANGES 1024
+struct vgpu_hp_set {
+	int n, all;
+	struct {
+		uint32_t lo, hi;
+	} r[VGPU_HP_RANGES];
+};
+int vgpu_ledger_host_pids(struct vgpu_hp_set *set);
+int vgpu_hp_set_has(const struct vgpu_hp_set *set, unsigned pid);
+
 /* ---- hostpid.c: this process's pid as NVML reports it ----------------------------- */
 
 /* What discovery carries across a context creation (vgpu_hostpid_before/after). */

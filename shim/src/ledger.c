@@ -1,0 +1,480 @@
+/*
+ * The ledger: what each process of the container holds, published where the
+ * tenant cannot write it.
+ *
+ * The usage region is writable from inside the container, by any process and
+ * without capabilities, so no quota decision may rest on it. The limits file
+ * is mounted read-only, but a read-only file can still carry fcntl read locks,
+ * and locks have the three properties the accounting needs:
+ *
+ *  - only the open file description that took a lock can change or drop it
+ *    (no other process, whatever it writes, can lower what a process holds);
+ *  - the kernel drops them when the process dies, or execs (O_CLOEXEC), at the
+ *    moment the driver frees its memory: no reaping, no stale entries;
+ *  - any process that can open the file can see all of them (F_OFD_GETLK).
+ *
+ * So each process publishes the bytes it holds on each GPU as the length of a
+ * read lock, in a byte range of the lock space that is its own: its pid picks
+ * the range (pids are unique among live processes), at offsets far beyond the
+ * file's end, where locks are allowed and mean nothing to anyone else. Another
+ * process measures the union of the locks others hold in a GPU's part of the
+ * space. A process can only add to what others measure (self-harm: its
+ * container gets less), never take away from it.
+ *
+ * Lock space (64-bit offsets, one lock per (GPU, process) and part):
+ *   GPU d, bytes / 4096:  d * 2^58 + pid * 2^35, length = bytes >> 12
+ *   GPU d, bytes % 4096:  d * 2^58 + 2^57 + pid * 2^12, length = bytes & 4095
+ *   host pid claims:      2^62 + pid * 2^32 + host pid, length 1
+ * pid < 2^22 (PID_MAX_LIMIT on 64-bit kernels); at most 2^47 bytes (128 TiB)
+ * per process and GPU. The exact byte count needs two ranges: one of 2^47
+ * bytes per (GPU, pid) does not fit 2^26 times in 2^63.
+ *
+ * The host pid claims give the SM limiter the container's processes in NVML's
+ * numbering, on the same terms.
+ *
+ * Nothing here takes a lock of its own: callers serialise publishing (the
+ * region lock); measuring is a series of atomic kernel queries.
+ */
+#include "glibc_compat.h"
+
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "shim.h"
+
+_Static_assert(sizeof(off_t) == 8, "the ledger needs 64-bit file offsets");
+
+#define UNIT_SHIFT 12
+#define PID_BITS 22
+#define HI_SPAN_SHIFT 35
+#define DEV_SHIFT 58
+#define LO_PART ((off_t)1 << 57)
+#define HP_AT ((off_t)VGPU_MAX_DEVICES << DEV_SHIFT)
+#define HP_END (HP_AT + ((off_t)1 << (PID_BITS + 32)))
+#define MAX_BYTES (((uint64_t)1 << (HI_SPAN_SHIFT + UNIT_SHIFT)) - 1)
+/* Queries one measurement may take: two per lock found, plus one. A tenant
+ * who sprays more locks than this only makes its own allocations fail. */
+#define MAX_QUERIES 65536
+
+_Static_assert(((off_t)1 << PID_BITS << HI_SPAN_SHIFT) <= LO_PART, "high parts fit below the low parts");
+_Static_assert(LO_PART + ((off_t)1 << (PID_BITS + UNIT_SHIFT)) <= ((off_t)1 << DEV_SHIFT), "a GPU's block");
+_Static_assert((uint64_t)HP_END < ((uint64_t)1 << 63), "host pid claims fit in off_t");
+
+static int fd = -1;
+static struct stat ident;                   /* what fd was opened on */
+static int32_t me;                          /* the pid our ranges belong to */
+static char path[4096];                     /* to reopen in a fork child */
+static uint64_t published[VGPU_MAX_DEVICES]; /* bytes our locks say, per GPU */
+static int32_t claimed_hp;                  /* host pid our claim says; 0 = none */
+
+static off_t hi_at(int d, int32_t pid)
+{
+	return ((off_t)d << DEV_SHIFT) + ((off_t)pid << HI_SPAN_SHIFT);
+}
+
+static off_t lo_at(int d, int32_t pid)
+{
+	return ((off_t)d << DEV_SHIFT) + LO_PART + ((off_t)pid << UNIT_SHIFT);
+}
+
+static off_t hp_at(int32_t pid, int32_t hp)
+{
+	return HP_AT + ((off_t)pid << 32) + (off_t)(uint32_t)hp;
+}
+
+/* fcntl through syscall(2): the libc wrapper is fcntl64@GLIBC_2.28 when built here. */
+static int setlk(short type, off_t start, off_t len)
+{
+	if (len <= 0)
+		return 0;
+	struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = start, .l_len = len};
+	for (;;) {
+		if (syscall(SYS_fcntl, fd, F_OFD_SETLK, &fl) == 0)
+			return 0;
+		if (errno != EINTR)
+			return -1;
+	}
+}
+
+static int same_file(int a, const struct stat *b)
+{
+	struct stat s;
+	return syscall(SYS_fstat, a, &s) == 0 && s.st_ino == b->st_ino && s.st_dev == b->st_dev;
+}
+
+#define HIGH_FD 300
+
+int vgpu_high_fd(int fd)
+{
+	if (fd < 0 || fd >= HIGH_FD)
+		return fd;
+	int nfd = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, HIGH_FD);
+	if (nfd < 0)
+		return fd; /* RLIMIT_NOFILE below it: keep the number we have */
+	close(fd);
+	return nfd;
+}
+
+void vgpu_ledger_init(int limits_fd, const char *limits_path)
+{
+	if (fd >= 0 && fd != limits_fd)
+		close(fd); /* a re-run of the initialisation in a fork child */
+	memset(&ident, 0, sizeof(ident));
+	fd = vgpu_high_fd(limits_fd);
+	if (fd >= 0 && syscall(SYS_fstat, fd, &ident) != 0) {
+		close(fd);
+		fd = -1;
+		memset(&ident, 0, sizeof(ident));
+	}
+	me = (int32_t)getpid();
+	snprintf(path, sizeof(path), "%s", limits_path);
+	memset(published, 0, sizeof(published));
+	claimed_hp = 0;
+}
+
+void vgpu_ledger_after_fork(void)
+{
+	/* The inherited descriptor shares the parent's open file description,
+	 * and with it the parent's locks: the child must neither change them nor
+	 * publish into them. Closing it drops nothing (the parent still holds
+	 * the description). The child gets a description of its own on the same
+	 * file, through /proc (the path may name another file by now). */
+	memset(published, 0, sizeof(published));
+	claimed_hp = 0;
+	me = (int32_t)getpid();
+	if (fd < 0)
+		return;
+	struct stat was;
+	int ok = syscall(SYS_fstat, fd, &was) == 0;
+	char self[64];
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+	int nfd = ok ? open(self, O_RDONLY | O_CLOEXEC) : -1;
+	if (nfd < 0 && ok)
+		nfd = open(path, O_RDONLY | O_CLOEXEC);
+	if (nfd >= 0 && !same_file(nfd, &was)) {
+		close(nfd);
+		nfd = -1;
+	}
+	close(fd);
+	fd = vgpu_high_fd(nfd); /* -1: allocations fail closed, with a line saying why */
+}
+
+/*
+ * Whether fd is still the limits file. A program that closes descriptors it
+ * did not open drops our locks with ours (the others then count us for
+ * nothing until we publish again), and may have the number reused by another
+ * file, where locks would publish nothing: open the file again (a number
+ * that has become someone else's is left to them) and publish again all we
+ * hold. Without the file, every publication fails: allocations fail closed.
+ */
+static int still_ours(void)
+{
+	if (fd >= 0 && same_file(fd, &ident))
+		return 1;
+	if (fd < 0 && !ident.st_ino) {
+		errno = EBADF;
+		return 0;
+	}
+	int nfd = open(path, O_RDONLY | O_CLOEXEC);
+	if (nfd >= 0 && !same_file(nfd, &ident)) {
+		close(nfd);
+		nfd = -1;
+	}
+	fd = vgpu_high_fd(nfd);
+	if (fd < 0) {
+		errno = EBADF;
+		return 0;
+	}
+	LOGW("the limits file's descriptor was closed by the program; opened again, GPU memory use published again");
+	int ok = 1;
+	for (int d = 0; d < VGPU_MAX_DEVICES && ok; d++) {
+		uint64_t b = published[d];
+		ok = setlk(F_RDLCK, hi_at(d, me), (off_t)(b >> UNIT_SHIFT)) == 0 &&
+		     setlk(F_RDLCK, lo_at(d, me), (off_t)(b & 4095)) == 0;
+	}
+	if (ok && claimed_hp)
+		ok = setlk(F_RDLCK, hp_at(me, claimed_hp), 1) == 0;
+	if (!ok) {
+		int e = errno;
+		close(fd); /* drops what was published again: the next call starts over */
+		fd = -1;
+		errno = e;
+	}
+	return ok;
+}
+
+int vgpu_ledger_publish(int idx, uint64_t bytes)
+{
+	if (!still_ours())
+		return -1;
+	if (me <= 0 || me >= (1 << PID_BITS) || idx < 0 || idx >= VGPU_MAX_DEVICES || bytes > MAX_BYTES) {
+		errno = ERANGE;
+		return -1;
+	}
+	uint64_t was = published[idx];
+	off_t hi = (off_t)(bytes >> UNIT_SHIFT), old_hi = (off_t)(was >> UNIT_SHIFT);
+	off_t lo = (off_t)(bytes & 4095), old_lo = (off_t)(was & 4095);
+	off_t h = hi_at(idx, me), l = lo_at(idx, me);
+	/* Grow by locking the new tail (it merges with the lock we have), shrink
+	 * by unlocking the old tail; growing can fail, shrinking cannot. */
+	if (hi > old_hi && setlk(F_RDLCK, h + old_hi, hi - old_hi) != 0)
+		return -1;
+	if (lo > old_lo && setlk(F_RDLCK, l + old_lo, lo - old_lo) != 0) {
+		int e = errno;
+		if (hi > old_hi)
+			setlk(F_UNLCK, h + old_hi, hi - old_hi);
+		errno = e;
+		return -1;
+	}
+	if (hi < old_hi)
+		setlk(F_UNLCK, h + hi, old_hi - hi);
+	if (lo < old_lo)
+		setlk(F_UNLCK, l + lo, old_lo - lo);
+	published[idx] = bytes;
+	return 0;
+}
+
+int vgpu_ledger_claim_host_pid(int32_t hp)
+{
+	if (hp == claimed_hp)
+		return 0;
+	if (!still_ours())
+		return -1;
+	if (me <= 0 || me >= (1 << PID_BITS)) {
+		errno = ERANGE;
+		return -1;
+	}
+	if (hp && setlk(F_RDLCK, hp_at(me, hp), 1) != 0)
+		return -1;
+	if (claimed_hp)
+		setlk(F_UNLCK, hp_at(me, claimed_hp), 1);
+	claimed_hp = hp;
+	return 0;
+}
+
+/*
+ * Visits every stretch of [lo, hi) covered by another description's lock,
+ * each covered point once (the union): a query returns one conflicting lock,
+ * and the parts of the range on either side of it are queried in turn.
+ * Returns 0, or -1 with errno.
+ */
+static int scan(off_t lo, off_t hi, void (*visit)(off_t s, off_t e, void *arg), void *arg)
+{
+	struct span {
+		off_t lo, hi;
+	} first[64], *todo = first;
+	size_t n = 0, cap = 64;
+	int queries = 0, rc = 0;
+	if (fd < 0) {
+		errno = EBADF;
+		return -1;
+	}
+	todo[n++] = (struct span){lo, hi};
+	while (n) {
+		struct span sp = todo[--n];
+		if (sp.lo >= sp.hi)
+			continue;
+		if (++queries > MAX_QUERIES) {
+			errno = E2BIG;
+			rc = -1;
+			break;
+		}
+		struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = sp.lo, .l_len = sp.hi - sp.lo};
+		if (syscall(SYS_fcntl, fd, F_OFD_GETLK, &fl) != 0) {
+			if (errno == EINTR) {
+				todo[n++] = sp;
+				continue;
+			}
+			rc = -1;
+			break;
+		}
+		if (fl.l_type == F_UNLCK)
+			continue;
+		off_t s = fl.l_start, e = fl.l_len > 0 && fl.l_start <= INT64_MAX - fl.l_len ? fl.l_start + fl.l_len
+										       : INT64_MAX;
+		if (s < sp.lo)
+			s = sp.lo;
+		if (e > sp.hi)
+			e = sp.hi;
+		if (s >= e) /* cannot happen: the lock conflicts with the range */
+			continue;
+		visit(s, e, arg);
+		if (n + 2 > cap) {
+			size_t ncap = cap * 2;
+			struct span *t = malloc(ncap * sizeof(*t));
+			if (!t) {
+				errno = ENOMEM;
+				rc = -1;
+				break;
+			}
+			memcpy(t, todo, n * sizeof(*t));
+			if (todo != first)
+				free(todo);
+			todo = t;
+			cap = ncap;
+		}
+		todo[n++] = (struct span){sp.lo, s};
+		todo[n++] = (struct span){e, sp.hi};
+	}
+	if (todo != first)
+		free(todo);
+	return rc;
+}
+
+struct measure {
+	int idx;
+	uint64_t units, bytes;
+	int collision;
+};
+
+static void add_len(uint64_t *sum, off_t len)
+{
+	uint64_t v = *sum + (uint64_t)len;
+	*sum = v < *sum ? UINT64_MAX : v;
+}
+
+static int overlaps(off_t s, off_t e, off_t a, off_t b)
+{
+	return s < b && a < e;
+}
+
+static void measure_visit(off_t s, off_t e, void *arg)
+{
+	struct measure *m = arg;
+	off_t lo_part = ((off_t)m->idx << DEV_SHIFT) + LO_PART;
+	if (s < lo_part)
+		add_len(&m->units, (e < lo_part ? e : lo_part) - s);
+	if (e > lo_part)
+		add_len(&m->bytes, e - (s > lo_part ? s : lo_part));
+	/* Someone else's lock in our own ranges: a process with our pid in
+	 * another pid namespace, or a forgery. Our measurement of others would
+	 * miss whatever of theirs lies under ours. */
+	off_t h = hi_at(m->idx, me), l = lo_at(m->idx, me);
+	if (overlaps(s, e, h, h + ((off_t)1 << HI_SPAN_SHIFT)) || overlaps(s, e, l, l + ((off_t)1 << UNIT_SHIFT)))
+		m->collision = 1;
+}
+
+int vgpu_ledger_others(int idx, uint64_t *bytes)
+{
+	struct measure m = {.idx = idx};
+	if (idx < 0 || idx >= VGPU_MAX_DEVICES) {
+		errno = ERANGE;
+		return -1;
+	}
+	off_t base = (off_t)idx << DEV_SHIFT;
+	if (scan(base, base + LO_PART + ((off_t)1 << (PID_BITS + UNIT_SHIFT)), measure_visit, &m) != 0)
+		return -1;
+	if (m.collision) {
+		errno = EEXIST;
+		return -1;
+	}
+	uint64_t total = m.units > (UINT64_MAX >> UNIT_SHIFT) ? UINT64_MAX : m.units << UNIT_SHIFT;
+	add_len(&total, (off_t)(m.bytes > INT64_MAX ? INT64_MAX : m.bytes));
+	*bytes = total;
+	return 0;
+}
+
+/* ---- per process, for rebuilding the region ------------------------------------------ */
+
+struct attribute {
+	int idx;
+	void (*fn)(int32_t pid, int idx, uint64_t bytes, void *arg);
+	void *arg;
+};
+
+static void attribute_visit(off_t s, off_t e, void *arg)
+{
+	struct attribute *a = arg;
+	off_t base = (off_t)a->idx << DEV_SHIFT, rel = s - base;
+	/* Only a stretch inside one process's range can be told apart; anything
+	 * wider is no process's own (it is still measured above). */
+	if (rel < LO_PART) {
+		int32_t pid = (int32_t)(rel >> HI_SPAN_SHIFT);
+		if (((e - 1 - base) >> HI_SPAN_SHIFT) == pid)
+			a->fn(pid, a->idx, (uint64_t)(e - s) << UNIT_SHIFT, a->arg);
+	} else {
+		int32_t pid = (int32_t)((rel - LO_PART) >> UNIT_SHIFT);
+		if (((e - 1 - base - LO_PART) >> UNIT_SHIFT) == pid)
+			a->fn(pid, a->idx, (uint64_t)(e - s), a->arg);
+	}
+}
+
+int vgpu_ledger_scan_held(int idx, void (*fn)(int32_t pid, int idx, uint64_t bytes, void *arg), void *arg)
+{
+	struct attribute a = {idx, fn, arg};
+	off_t base = (off_t)idx << DEV_SHIFT;
+	return scan(base, base + LO_PART + ((off_t)1 << (PID_BITS + UNIT_SHIFT)), attribute_visit, &a);
+}
+
+struct claims {
+	void (*fn)(int32_t pid, int32_t hp, void *arg);
+	void *arg;
+	struct vgpu_hp_set *set;
+};
+
+static void set_add(struct vgpu_hp_set *set, uint32_t lo, uint32_t hi)
+{
+	if (set->n >= VGPU_HP_RANGES) {
+		set->all = 1; /* too many to keep: count every process as ours */
+		return;
+	}
+	set->r[set->n].lo = lo;
+	set->r[set->n].hi = hi;
+	set->n++;
+}
+
+static void claims_visit(off_t s, off_t e, void *arg)
+{
+	struct claims *c = arg;
+	off_t rel = s - HP_AT, rel_end = e - HP_AT; /* rel_end exclusive */
+	if (c->fn && rel_end - rel == 1)
+		c->fn((int32_t)(rel >> 32), (int32_t)(uint32_t)rel, c->arg);
+	if (!c->set)
+		return;
+	/* Every host pid inside a claimed stretch is claimed, whoever claims it:
+	 * a forged claim can only make the container look busier. */
+	if (rel_end - rel >= ((off_t)1 << 32)) {
+		c->set->all = 1;
+		return;
+	}
+	uint32_t lo = (uint32_t)rel, hi = (uint32_t)(rel_end - 1);
+	if (lo <= hi) {
+		set_add(c->set, lo, hi);
+	} else {
+		set_add(c->set, lo, UINT32_MAX);
+		set_add(c->set, 0, hi);
+	}
+}
+
+int vgpu_ledger_host_pids(struct vgpu_hp_set *set)
+{
+	set->n = 0;
+	set->all = 0;
+	struct claims c = {NULL, NULL, set};
+	if (scan(HP_AT, HP_END, claims_visit, &c) != 0)
+		return -1;
+	return 0;
+}
+
+int vgpu_hp_set_has(const struct vgpu_hp_set *set, unsigned pid)
+{
+	if (set->all)
+		return 1;
+	for (int i = 0; i < set->n; i++)
+		if (pid >= set->r[i].lo && pid <= set->r[i].hi)
+			return 1;
+	return 0;
+}
+
+int vgpu_ledger_scan_claims(void (*fn)(int32_t pid, int32_t hp, void *arg), void *arg)
+{
+	struct claims c = {fn, arg, NULL};
+	return scan(HP_AT, HP_END, claims_visit, &c);
+}
