@@ -6,6 +6,11 @@
  * metrics endpoint read it (Go mirror: pkg/region, whose test compares the
  * offsets below with its own). All fields are fixed-width, little-endian and
  * naturally aligned; the layout only ever grows by bumping the version.
+ *
+ * The container can write this file, so it is a report and never the
+ * accounting: the shim decides on what each process publishes in the ledger
+ * (src/ledger.c) and on the limits file, and rebuilds this file from them
+ * when it finds it damaged (src/region.c).
  */
 #ifndef VGPU_REGION_H
 #define VGPU_REGION_H

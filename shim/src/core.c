@@ -17,7 +17,7 @@
 
 #include "shim.h"
 
-struct vgpu_state vgpu = {.region_fd = -1};
+struct vgpu_state vgpu;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 /* An override from the environment counts only when the fixed path is absent:
@@ -30,8 +30,9 @@ static const char *pick_path(const char *fixed, const char *env)
 	return e && *e ? e : fixed;
 }
 
-/* Returns the bytes read, -1 when the file does not exist, -2 on any other error. */
-static ssize_t read_small(const char *path, char *buf, size_t cap, int *err)
+/* Returns the bytes read, -1 when the file does not exist, -2 on any other
+ * error. On success *fdp is the open descriptor (the ledger keeps it). */
+static ssize_t read_small(const char *path, char *buf, size_t cap, int *err, int *fdp)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
@@ -52,7 +53,7 @@ static ssize_t read_small(const char *path, char *buf, size_t cap, int *err)
 			break;
 		n += (size_t)r;
 	}
-	close(fd);
+	*fdp = fd;
 	return (ssize_t)n;
 }
 
@@ -62,6 +63,7 @@ static void atfork_child(void)
 {
 	/* Single-threaded here: a parent thread may have held the NVML cache lock. */
 	pthread_mutex_init(&nvml_mu, NULL);
+	vgpu_ledger_after_fork();
 	vgpu_region_after_fork();
 	vgpu_hostpid_after_fork();
 	vgpu_mem_after_fork();
@@ -91,19 +93,13 @@ static void init_once(void)
 	}
 	vgpu.mode = VGPU_PASSTHROUGH;
 	vgpu.throttled = 0;
-	if (vgpu.region_fd >= 0) {
-		/* A re-run in a fork child: the descriptor is the child's own
-		 * (reopened by atfork_child); a new one comes with the region. */
-		close(vgpu.region_fd);
-		vgpu.region_fd = -1;
-	}
 
 	const char *lpath = pick_path(VGPU_LIMITS_PATH, "NRI_VGPU_LIMITS");
 	const char *rdir = pick_path(VGPU_REGION_DIR, "NRI_VGPU_REGION_DIR");
 	char buf[VGPU_LIMITS_MAX_SIZE + 1], why[256];
-	int err = 0;
+	int err = 0, lfd = -1;
 
-	ssize_t n = read_small(lpath, buf, sizeof(buf), &err);
+	ssize_t n = read_small(lpath, buf, sizeof(buf), &err, &lfd);
 	if (n == -1) {
 		vgpu.mode = VGPU_PASSTHROUGH; /* not a vGPU container: stay out of the way */
 		return;
@@ -116,11 +112,14 @@ static void init_once(void)
 		for (int i = 0; i < vgpu.limits.ngpu; i++)
 			if (vgpu.limits.gpu[i].cores < 100)
 				vgpu.throttled = 1;
-		if (vgpu_region_open(rdir, &vgpu.limits) != 0)
-			LOGW("usage region in %s unusable; quotas are enforced per process only", rdir);
+		/* The read-only limits file also carries the ledger (ledger.c). */
+		vgpu_ledger_init(lfd, lpath);
+		vgpu_region_open(rdir, &vgpu.limits); /* says itself when it cannot: quotas do not depend on it */
 		LOGD("limits from %s: %d GPU(s)", lpath, vgpu.limits.ngpu);
 		return;
 	}
+	if (lfd >= 0)
+		close(lfd);
 	/* Fail closed: a broken limits file must not mean "unlimited". */
 	vgpu.mode = VGPU_FAIL_CLOSED;
 	LOGE("invalid limits file %s: %s; every GPU memory allocation will fail", lpath, why);

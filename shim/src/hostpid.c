@@ -3,9 +3,10 @@
  *
  * NVML names processes by their pid in the host's namespace; a container
  * with its own pid namespace knows only getpid() in its own. The SM limiter
- * (NVML's per-process utilisation) and the context footprint (NVML's
- * per-process memory) match NVML's pids against the host pids recorded in
- * the region's slots, so each process must find its own:
+ * (NVML's per-process utilisation) matches NVML's pids against the host pids
+ * the container's processes claim in the ledger, the context footprint
+ * (NVML's per-process memory) against this process's, so each process must
+ * find its own:
  *
  *  1. Cheap route: /proc/self/status NSpid lists the pid in every namespace
  *     from the one /proc was mounted in inwards. With more than one entry
@@ -14,11 +15,13 @@
  *  2. Discovery, once per process, around its first context on a device and
  *     under the region lock (so the container's other processes cannot start
  *     contexts in between): NVML's compute-process list before and after.
- *     A pid that is new and not claimed by another live slot of the region
- *     is ours. Preferred: the NSpid pid when it is among them. Several new
- *     pids mean processes of other containers started at the same moment:
- *     a short probe allocation (a size drawn at random) shows which of them
- *     grew by exactly that much, retried a few times with backoff. No new
+ *     A pid that is new is ours if it is the only one; preferred: the NSpid
+ *     pid when it is among them. Several new pids mean processes of other
+ *     containers (or one of ours, on a second GPU) started at the same
+ *     moment: a short probe allocation (a size drawn at random) shows which
+ *     of them grew by exactly that much, retried a few times with backoff.
+ *     What other processes claim is not consulted: the tenant could claim
+ *     the new pid first and leave this process's context uncounted. No new
  *     pid: a context we did not see created already existed, and in the
  *     initial pid namespace getpid() is NVML's pid if NVML lists it.
  *  What stays ambiguous stays unknown (0, logged once at debug level): a
@@ -223,8 +226,7 @@ static int32_t decide(struct vgpu_hostpid_scan *s, CUcontext ctx, const char **w
 	int32_t outer = nspid_outer(), pick = 0;
 	for (unsigned i = 0; cand && i < nafter; i++) {
 		unsigned pid = after[i].pid;
-		if (pid && pid <= INT32_MAX && !find(s->before, s->nbefore, pid) &&
-		    !vgpu_region_host_pid_claimed_locked((int32_t)pid))
+		if (pid && pid <= INT32_MAX && !find(s->before, s->nbefore, pid))
 			cand[ncand++] = pid;
 	}
 	for (unsigned i = 0; outer && i < ncand; i++)

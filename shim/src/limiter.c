@@ -7,7 +7,7 @@
  * period of time actually elapsed (a watcher that ran late, on a loaded
  * host, still grants what the elapsed time is owed) and steers the rate from
  * NVML's per-process utilisation of the container's
- * processes (the host pids in the usage region): the rate is scaled by the gap
+ * processes (their host pids, from the ledger): the rate is scaled by the gap
  * between target and measured share, damped, so the step is proportional
  * to the gap and independent of the SM count. `hard` holds the container to
  * its share; `burst` lets it use what the rest of the GPU leaves idle.
@@ -33,6 +33,7 @@
 #define MAX_LATE_NS 250000000ll
 #define WAIT_NS 200000ll     /* a throttled launch re-checks every 0.2 ms */
 #define MAX_SAMPLES 1024
+#define FLUSH_PERIODS 5      /* launch counts reach the region every 100 ms */
 
 struct bucket {
 	int64_t tokens;  /* may go negative: a huge grid still launches, then pays */
@@ -101,26 +102,23 @@ static int measure(struct bucket *b, unsigned *mine, unsigned *all)
 			b->last_seen = s[i].timeStamp;
 	if (!fresh)
 		return 1;
-	/* NVML speaks in host pids: the container's processes are the slots'
-	 * host pids (hostpid.c). A slot whose host pid is unknown is left out
-	 * rather than matched by its namespace pid, which may be another
-	 * container's process in NVML's numbering. */
-	int32_t pids[VGPU_MAX_PROCS];
-	int nids = 0;
-	for (int i = 0; i < VGPU_MAX_PROCS; i++) {
-		int32_t p = __atomic_load_n(&vgpu.region->procs[i].pid, __ATOMIC_RELAXED);
-		int32_t h = __atomic_load_n(&vgpu.region->procs[i].host_pid, __ATOMIC_RELAXED);
-		if (p && h)
-			pids[nids++] = h;
+	/* NVML speaks in host pids: the container's processes are ours and
+	 * those the others claim in the ledger (hostpid.c finds them, ledger.c
+	 * keeps them where the tenant can add claims but not remove one, so the
+	 * container can look busier than it is, never idler). A process whose
+	 * host pid is unknown is left out rather than matched by its namespace
+	 * pid, which may be another container's process in NVML's numbering. */
+	static struct vgpu_hp_set claimed;
+	int32_t self = vgpu_host_pid();
+	if (vgpu_ledger_host_pids(&claimed) != 0) {
+		claimed.n = 0;
+		claimed.all = 1; /* cannot tell: count everything as ours, throttle rather than not */
 	}
 	for (unsigned k = 0; k < np; k++) {
 		unsigned util = per[k].sum / per[k].count;
 		*all += util;
-		for (int j = 0; j < nids; j++)
-			if ((unsigned)pids[j] == per[k].pid) {
-				*mine += util;
-				break;
-			}
+		if ((self && per[k].pid == (unsigned)self) || vgpu_hp_set_has(&claimed, per[k].pid))
+			*mine += util;
 	}
 	return 0;
 }
@@ -191,10 +189,13 @@ static void steer(int idx, struct bucket *b)
 static void *watcher(void *arg)
 {
 	(void)arg;
-	for (;;) {
+	for (unsigned n = 0;; n++) {
 		for (int i = 0; i < vgpu.limits.ngpu; i++)
 			if (buckets[i].active)
 				steer(i, &buckets[i]);
+		/* Launch counts to the region for the host (never waits for its lock). */
+		if (n % FLUSH_PERIODS == 0)
+			vgpu_region_flush();
 		sleep_ns(PERIOD_NS);
 	}
 	return NULL;

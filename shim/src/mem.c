@@ -22,10 +22,19 @@ enum { GO_FORWARD, GO_COUNTED, GO_REFUSE };
 
 static void over_quota(int idx, uint64_t bytes)
 {
-	const struct vgpu_region_device *d = &vgpu.region->devices[idx];
 	LOGW("GPU memory quota exceeded on %s: %llu bytes requested, %llu of %llu in use by the container",
-	     vgpu.limits.gpu[idx].uuid, (unsigned long long)bytes, (unsigned long long)d->used,
-	     (unsigned long long)d->limit);
+	     vgpu.limits.gpu[idx].uuid, (unsigned long long)bytes, (unsigned long long)vgpu_used(idx),
+	     (unsigned long long)vgpu.limits.gpu[idx].memory);
+}
+
+/* Reserves bytes on idx for an allocation of asked bytes: 0, or -1 after
+ * saying why (an unrecorded reservation is reported once, where it failed). */
+static int take(int idx, uint64_t bytes, uint64_t asked)
+{
+	int rc = vgpu_reserve(idx, bytes);
+	if (rc == VGPU_OVER_QUOTA)
+		over_quota(idx, asked);
+	return rc == 0 ? 0 : -1;
 }
 
 /*
@@ -45,11 +54,7 @@ static int admit_index(int idx, uint64_t bytes)
 		LOGW("allocation refused: the device is not among the container's GPUs");
 		return GO_REFUSE;
 	}
-	if (vgpu_reserve(idx, bytes) != 0) {
-		over_quota(idx, bytes);
-		return GO_REFUSE;
-	}
-	return GO_COUNTED;
+	return take(idx, bytes, bytes) == 0 ? GO_COUNTED : GO_REFUSE;
 }
 
 static int admit_current(uint64_t bytes, int *idx)
@@ -319,8 +324,7 @@ VGPU_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t
 	}
 	uint64_t real = (uint64_t)*pitch * height;
 	if (real > est) {
-		if (vgpu_reserve(idx, real - est) != 0) {
-			over_quota(idx, real);
+		if (take(idx, real - est, real) != 0) {
 			vgpu_unreserve(idx, est);
 			NEXT(cuMemFree_v2)(*dptr);
 			*dptr = 0;
@@ -614,11 +618,7 @@ static uint64_t ctx_footprint(int idx)
 		if (info[i].pid == (unsigned)hp)
 			mine = info[i].usedGpuMemory;
 	/* What we already count for this process on the device. */
-	int32_t me = (int32_t)getpid();
-	uint64_t counted = 0;
-	for (int s = 0; s < VGPU_MAX_PROCS; s++)
-		if (vgpu.region->procs[s].pid == me)
-			counted = vgpu.region->procs[s].used[idx];
+	uint64_t counted = vgpu_own_used(idx);
 	return mine > counted ? mine - counted : 0;
 }
 

@@ -96,8 +96,6 @@ enum vgpu_mode {
 struct vgpu_state {
 	int mode;
 	struct vgpu_limits limits;
-	struct vgpu_region *region; /* NULL: accounting is process-local (region unusable) */
-	int region_fd;
 	int throttled;              /* some GPU has cores < 100 */
 };
 extern struct vgpu_state vgpu;
@@ -114,19 +112,31 @@ int vgpu_nvml_index(nvmlDevice_t dev);
 /* Formats a CUuuid the way NVML prints it ("GPU-xxxxxxxx-xxxx-..."). */
 void vgpu_format_uuid(const CUuuid *u, char out[VGPU_UUID_LEN]);
 
-/* ---- region.c: cross-process accounting -------------------------------------- */
+/* ---- region.c: the container's memory accounting and the usage region ---------------- */
 
+/* Opens (or makes) the region file in dir: 0, or -1 when there is no usable
+ * one (said on stderr; quotas hold all the same). */
 int vgpu_region_open(const char *dir, const struct vgpu_limits *l);
-/* Reserves bytes on limits index idx for this process; 0 or -1 (over quota). */
+/* Reserves bytes on limits index idx for this process: 0, VGPU_OVER_QUOTA, or
+ * VGPU_UNRECORDED (the ledger cannot take it; logged once by the callee). */
+#define VGPU_OVER_QUOTA (-1)
+#define VGPU_UNRECORDED (-2)
 int vgpu_reserve(int idx, uint64_t bytes);
 /* Counts bytes even past the limit (memory the driver already handed out). */
 void vgpu_reserve_force(int idx, uint64_t bytes);
 /* Gives back bytes reserved earlier (saturating). */
 void vgpu_unreserve(int idx, uint64_t bytes);
-/* Bytes the whole container holds on idx. */
+/* Bytes the whole container holds on idx (this process's own count plus what
+ * the ledger shows of the others); the limit when that cannot be measured. */
 uint64_t vgpu_used(int idx);
-/* Counts one kernel launch (no lock: a relaxed atomic add on our slot). */
+/* Bytes this process holds on idx, by its own count. */
+uint64_t vgpu_own_used(int idx);
+/* Counts one kernel launch (a relaxed atomic add on a private counter; the
+ * region gets the counts with the next update, or vgpu_region_flush). */
 void vgpu_count_launch(int idx);
+/* Writes this process's launch counts into the region unless another
+ * process or thread holds its lock (the limiter's watcher: never waits). */
+void vgpu_region_flush(void);
 /* Called in a fork child: the child needs a slot of its own. */
 void vgpu_region_after_fork(void);
 /* Reads /proc/<pid>/stat field 22; 0 when the process is gone. */
@@ -134,12 +144,9 @@ uint64_t vgpu_proc_start_time(int pid);
 /* The region's lock (thread mutex + OFD lock), for multi-step updates elsewhere. */
 void vgpu_region_lock(void);
 void vgpu_region_unlock(void);
-/* Records hp as this process's host pid in its slot (registering one if
- * needed). Caller holds the lock. */
+/* Records hp as this process's host pid in its slot and in the ledger.
+ * Caller holds the lock. */
 void vgpu_region_set_host_pid_locked(int32_t hp);
-/* Whether a live process of the container other than this one has claimed
- * host pid hp. Caller holds the lock. */
-int vgpu_region_host_pid_claimed_locked(int32_t hp);
 
 /* ---- ledger.c: what each process holds, where the tenant cannot write --------------- */
 

@@ -14,6 +14,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -801,6 +802,13 @@ static void run(int argc, char **argv)
 			while (wait(&st) > 0)
 				if (!WIFEXITED(st) || WEXITSTATUS(st))
 					die("child failed%s%s", "", "");
+		} else if (!strcmp(op, "closefds")) {
+			/* closefds — as a program that closes every descriptor it did not open (3 and up) and
+			 * then opens files: /dev/null until the numbers reach 400. */
+			for (int fd = 3; fd < 4096; fd++)
+				close(fd);
+			for (int fd = 0; fd >= 0 && fd < 400;)
+				fd = open("/dev/null", O_RDONLY);
 		} else if (!strcmp(op, "sleep")) {
 			usleep((useconds_t)atoi(a[1]) * 1000);
 		} else if (!strcmp(op, "waitfile")) {

@@ -4,19 +4,65 @@
  *   regiondump forge FILE PID START IDX BYTES
  *                                         write a slot as a (possibly stale)
  *                                         process would have left it
+ *   regiondump hold LIMITS PID IDX BYTES READY
+ *                                         publish BYTES on limits index IDX in
+ *                                         the ledger (src/ledger.c) as process
+ *                                         PID would, touch READY, wait to be
+ *                                         killed (a forged ledger entry)
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "region.h"
 
+/*
+ * The ledger's lock space, written out here from its description in
+ * src/ledger.c rather than taken from it: GPU d, bytes / 4096 at
+ * d * 2^58 + pid * 2^35; bytes % 4096 at d * 2^58 + 2^57 + pid * 2^12.
+ */
+static int hold(int argc, char **argv)
+{
+	if (argc != 7) {
+		fprintf(stderr, "usage: regiondump hold LIMITS PID IDX BYTES READY\n");
+		return 2;
+	}
+	/* Gone with whoever started it (a test that execs over its shell leaves no one to kill it). */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	int fd = open(argv[2], O_RDONLY);
+	if (fd < 0) {
+		perror(argv[2]);
+		return 1;
+	}
+	long long pid = atoll(argv[3]), d = atoll(argv[4]);
+	unsigned long long bytes = strtoull(argv[5], NULL, 10);
+	off_t hi = (off_t)(d << 58) + (off_t)(pid << 35), lo = (off_t)(d << 58) + ((off_t)1 << 57) + (off_t)(pid << 12);
+	struct flock a = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = hi, .l_len = (off_t)(bytes / 4096)};
+	struct flock b = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = lo, .l_len = (off_t)(bytes % 4096)};
+	if ((a.l_len && fcntl(fd, F_OFD_SETLK, &a) != 0) || (b.l_len && fcntl(fd, F_OFD_SETLK, &b) != 0)) {
+		perror("F_OFD_SETLK");
+		return 1;
+	}
+	int r = open(argv[6], O_WRONLY | O_CREAT, 0644);
+	if (r < 0) {
+		perror(argv[6]);
+		return 1;
+	}
+	close(r);
+	for (;;)
+		pause();
+}
+
 int main(int argc, char **argv)
 {
+	if (argc > 1 && !strcmp(argv[1], "hold"))
+		return hold(argc, argv);
 	int forge = argc == 7 && !strcmp(argv[1], "forge");
 	const char *path = forge ? argv[2] : argv[1];
 	if (argc < 2 || (!forge && argc != 2)) {

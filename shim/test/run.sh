@@ -4,6 +4,7 @@
 # usage region, passed through the overrides NRI_VGPU_LIMITS /
 # NRI_VGPU_REGION_DIR (honoured only while /run/nri-vgpu/limits does not
 # exist; nothing here creates it). Ends with "shim: N passed, M failed".
+# ONLY=REGEX runs only the tests whose name matches.
 set -u
 B=${B:?build dir}
 SHIM=$B/libvgpu-shim.so
@@ -86,10 +87,14 @@ run() {
 used() { "$DUMP" "$T/region/usage" | sed -n 's/^dev 0 .*used=\([0-9]*\).*/\1/p'; }
 slots() { "$DUMP" "$T/region/usage" | grep -c '^proc ' || true; }
 
-waitfor() { # waitfor FILE — up to 30 s
+waitfor() { # waitfor FILE [PID] — up to 30 s, or until PID is gone
 	local i
 	for i in $(seq 600); do
 		[ -e "$1" ] && return 0
+		if [ -n "${2:-}" ] && ! kill -0 "$2" 2>/dev/null; then
+			echo "    process $2 ended before $1 appeared"
+			return 1
+		fi
 		sleep 0.05
 	done
 	echo "    timed out waiting for $1"
@@ -103,9 +108,10 @@ expect() { # expect WHAT GOT WANT
 	fi
 }
 
-t() { # t NAME FUNCTION — runs one test
+t() { # t NAME FUNCTION — runs one test (only those whose name matches $ONLY, when set)
 	local name=$1
 	shift
+	if [ -n "${ONLY:-}" ] && ! [[ $name =~ $ONLY ]]; then return 0; fi
 	# Not inside "if" or "||": there bash would ignore set -e in the subshell.
 	(
 		set -e
@@ -399,11 +405,16 @@ test_reported_memory() {
 	run init alloc:1GiB info:15GiB:16GiB total:0:16GiB nvml:0:16GiB:1GiB:15GiB
 	limits 0 100 hard
 	run init alloc:1GiB info:15GiB:16GiB total:0:16GiB
-	# Another process's usage counts (the container's, not the caller's), and
-	# used above the limit saturates free at 0 rather than wrapping.
-	limits $GiB 100 hard
-	"$DUMP" forge "$T/region/usage" $$ "$(awk '{print $22}' /proc/$$/stat)" 0 $((2 * GiB)) >/dev/null
-	run init info:0:1GiB nvml:0:1GiB:2GiB:0 alloc:1:2
+	# Another process's usage counts (the container's, not the caller's), and used above the
+	# limit (contexts are counted even past it: 64 MiB each here) saturates free at 0 rather
+	# than wrapping.
+	setup $GiB
+	export FAKECUDA_CTX_BYTES=$((64 * MiB))
+	LD_PRELOAD=$SHIM timeout 60 "$PROG" init alloc:960MiB touch:"$T/held" waitfile:"$T/end" >"$T/out.a" 2>&1 &
+	waitfor "$T/held"
+	run init info:0:1GiB nvml:0:1GiB:1088MiB:0 alloc:1:2
+	touch "$T/end"
+	wait
 	# Real free below the slice's: min(slice free, real free).
 	setup $((16 * GiB))
 	LD_PRELOAD= timeout 60 "$PROG" init alloc:15GiB sleep:2000 >/dev/null &
@@ -484,14 +495,17 @@ test_16_racers() {
 	setup $((100 * MiB))
 	local i
 	for i in $(seq 1 16); do
-		LD_PRELOAD=$SHIM timeout 60 "$PROG" init waitfile:"$T/go" fill:1MiB touch:"$T/done.$i" waitfile:"$T/end" \
-			>"$T/racer.$i" 2>/dev/null &
+		LD_PRELOAD=$SHIM timeout 60 "$PROG" waitfile:"$T/go" init fill:1MiB touch:"$T/done.$i" waitfile:"$T/end" \
+			>"$T/racer.$i" 2>"$T/err.$i" &
 	done
 	sleep 0.3
 	touch "$T/go"
 	for i in $(seq 1 16); do
 		waitfor "$T/done.$i"
 	done
+	# Starting together, they made one region file between them, and said nothing but the
+	# refusal that ended each one's fill.
+	expect "stderr but the refusals" "$(cat "$T"/err.* | grep -v 'GPU memory quota exceeded' || true)" ""
 	local total
 	total=$(cat "$T"/racer.* | awk '/^filled /{s += $2} END {print s}')
 	expect "allocations across 16 processes" "$total" 100
@@ -534,24 +548,30 @@ test_sigkill_mid_allocation() {
 }
 
 test_pid_reuse() {
+	# Slots are a report, not the accounting: one forged for a live process (this shell, with its
+	# real start time), one for a reused pid (the same pid, another start time) and one for a
+	# process that is gone take no quota, and the process that registers next corrects them from
+	# the ledger: the live one holds nothing, the other two are dropped.
 	setup $((64 * MiB))
 	run init # creates the region
-	# A live pid with a different start time: a reused pid, reaped.
-	"$DUMP" forge "$T/region/usage" $$ 12345 0 $((64 * MiB)) >/dev/null
-	run init alloc:64MiB
-	# The same live pid with its real start time: kept, so no room.
-	setup $((64 * MiB))
-	run init
-	"$DUMP" forge "$T/region/usage" $$ "$(awk '{print $22}' /proc/$$/stat)" 0 $((64 * MiB)) >/dev/null
-	run init alloc:1:2
-	# A pid that no longer exists: reaped.
-	setup $((64 * MiB))
-	run init
+	local gone st
 	sleep 0 &
-	local gone=$!
+	gone=$!
 	wait $gone
+	st=$(awk '{print $22}' /proc/$$/stat)
+	"$DUMP" forge "$T/region/usage" $$ "$st" 0 $((64 * MiB)) >/dev/null
+	"$DUMP" forge "$T/region/usage" $$ 12345 0 $((64 * MiB)) >/dev/null
 	"$DUMP" forge "$T/region/usage" $gone 1 0 $((64 * MiB)) >/dev/null
-	run init alloc:64MiB
+	LD_PRELOAD=$SHIM timeout 60 "$PROG" init alloc:64MiB alloc:1:2 touch:"$T/held" waitfile:"$T/end" >"$T/out" 2>"$T/err" &
+	waitfor "$T/held"
+	expect "slots of this shell (start used0)" \
+		"$("$DUMP" "$T/region/usage" | sed -n "s/^proc pid=$$ host_pid=[0-9]* start=\([0-9]*\) used0=\([0-9]*\) .*/\1 \2/p")" "$st 0"
+	expect "slots of the gone process" "$("$DUMP" "$T/region/usage" | grep -c "^proc pid=$gone " || true)" 0
+	expect "slots holding memory (used0)" "$("$DUMP" "$T/region/usage" | sed -n 's/^proc .* used0=\([1-9][0-9]*\) .*/\1/p')" \
+		$((64 * MiB))
+	expect "region used" "$(used)" $((64 * MiB))
+	touch "$T/end"
+	wait
 }
 
 test_fork() {
@@ -595,12 +615,280 @@ test_fork_during_init() {
 	wait $lk 2>/dev/null || true
 	waitfor "$T/held"
 	grep -q '^forkinit ok$' "$T/out"
-	# Two slots of 1 MiB each: the parent's, and the (exited, not yet reaped) child's own.
-	expect "slots (pid used)" "$("$DUMP" "$T/region/usage" | sed -n 's/^proc pid=\([0-9]*\) .* used0=\([0-9]*\) .*/\1 \2/p' | sort)" \
-		"$(sed -n "s/^forked \([0-9]*\) from \([0-9]*\)$/\1 $MiB\n\2 $MiB/p" "$T/out" | sort)"
+	# Two slots: the parent's with its 1 MiB, and the child's own (its 1 MiB allocation succeeded,
+	# or the child would have failed; what its slot says depends on whether a rebuild of the slots
+	# saw it after its exit, when it held nothing any more).
+	expect "slots (pid)" "$("$DUMP" "$T/region/usage" | sed -n 's/^proc pid=\([0-9]*\) .*/\1/p' | sort)" \
+		"$(sed -n "s/^forked \([0-9]*\) from \([0-9]*\)$/\1\n\2/p" "$T/out" | sort)"
+	expect "the parent's used0" \
+		"$("$DUMP" "$T/region/usage" | sed -n "s/^proc pid=$(sed -n 's/^forked [0-9]* from //p' "$T/out") .* used0=\([0-9]*\) .*/\1/p")" $MiB
 	expect "stderr" "$(cat "$T/err")" ""
 	touch "$T/end"
 	wait $pid
+}
+
+# ---- a tenant who writes the usage region ---------------------------------------------------------------
+# The region is writable from inside the container, by any process, with no capabilities:
+# nothing written there may give the container more than its quota. Offsets from
+# shim/include/region.h: a 64-byte header (magic at 0, version 8, size 16), 16 devices of 144
+# bytes at 64 (device 0: limit at 160, used at 168), 1024 process slots of 272 bytes at 2368
+# (pid +0, host_pid +4, start_time +8, used[0] +16); 280896 bytes in all.
+REGION_SIZE=280896
+PROCS_AT=2368
+SLOT_SIZE=272
+
+# put FILE OFFSET BYTES (printf escapes) — overwrite in place, as `dd conv=notrunc` does.
+put() { printf "$3" | dd of="$1" bs=1 seek="$2" conv=notrunc status=none; }
+# zero FILE OFFSET LENGTH
+zero() { dd if=/dev/zero of="$1" bs="$3" count=1 seek="$2" oflag=seek_bytes conv=notrunc status=none; }
+
+tamper_zero_limit() { zero "$1" 160 8; }
+tamper_zero_used() { # the device's counter and every slot's used[0]; the slots stay
+	local i
+	zero "$1" 168 8
+	for i in $(seq 0 15); do zero "$1" $((PROCS_AT + i * SLOT_SIZE + 16)) 8; done
+}
+tamper_zero_slots() { zero "$1" 168 8 && zero "$1" $PROCS_AT $((REGION_SIZE - PROCS_AT)); }
+tamper_truncate() { truncate -s 0 "$1"; }
+tamper_truncate_partial() { truncate -s 4096 "$1"; }
+tamper_garbage() { dd if=/dev/urandom of="$1" bs=$REGION_SIZE count=1 iflag=fullblock conv=notrunc status=none; }
+tamper_bad_header() { put "$1" 0 'NOTVGPU!\x63\x00\x00\x00'; }
+tamper_huge() {
+	# Impossible values: used and limit at 2^64-1, and a slot of a live process (this shell, with
+	# its real start time) that claims 2^63 bytes.
+	local slot=$((PROCS_AT + 5 * SLOT_SIZE)) st
+	st=$(awk '{print $22}' /proc/$$/stat)
+	put "$1" 160 '\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff'
+	python3 - "$1" "$slot" "$$" "$st" <<-'EOF'
+		import struct, sys
+		f = open(sys.argv[1], "r+b")
+		f.seek(int(sys.argv[2]))
+		f.write(struct.pack("<iiQQ", int(sys.argv[3]), 0, int(sys.argv[4]), 1 << 63))
+	EOF
+}
+tamper_delete() { rm "$1"; }
+tamper_symlink() {
+	# A symlink to a file elsewhere (of the region's size): the shim must neither follow nor write it.
+	head -c $REGION_SIZE /dev/zero >"$T/elsewhere"
+	rm "$1" && ln -s "$T/elsewhere" "$1"
+}
+tamper_smaller_file() { rm "$1" && head -c 4096 /dev/zero >"$1"; }
+tamper_larger_file() { rm "$1" && head -c $((2 * REGION_SIZE)) /dev/urandom >"$1"; }
+tamper_fifo() { rm "$1" && mkfifo "$1"; }
+tamper_directory() { rm "$1" && mkdir "$1"; }
+
+# test_tenant TAMPER — of a 64 MiB quota, process A holds 40 MiB and process H 8 MiB; the tenant
+# applies TAMPER to the region. Then A still gets exactly the 16 MiB left and no more, a new
+# process B too (no fresh quota), and A's own accounting is intact (after its free it gets back
+# exactly its 40 MiB). Where the region can be rebuilt, it shows the truth again, H included,
+# which does nothing after the damage.
+test_tenant() {
+	local tamper=$1 f
+	setup $((64 * MiB))
+	f=$T/region/usage
+	said() { sed "s/^/    $1: /" "$T/out.$1" "$T/err.$1"; return 1; }
+	LD_PRELOAD=$SHIM timeout 60 "$PROG" init alloc:8MiB touch:"$T/hheld" waitfile:"$T/end" >"$T/out.h" 2>"$T/err.h" &
+	local h=$!
+	waitfor "$T/hheld" $h || said h
+	LD_PRELOAD=$SHIM timeout 60 "$PROG" init alloc:40MiB touch:"$T/held" waitfile:"$T/go" alloc:32MiB:2 alloc:16MiB \
+		free touch:"$T/checked" waitfile:"$T/go2" alloc:1:2 free alloc:40MiB alloc:1:2 touch:"$T/adone" \
+		waitfile:"$T/end" >"$T/out.a" 2>"$T/err.a" &
+	local a=$!
+	waitfor "$T/held" $a || said a
+	"tamper_$tamper" "$f"
+	touch "$T/go"
+	waitfor "$T/checked" $a || said a
+	LD_PRELOAD=$SHIM timeout 60 "$PROG" init alloc:32MiB:2 alloc:16MiB alloc:1:2 touch:"$T/bheld" \
+		waitfile:"$T/end" >"$T/out.b" 2>"$T/err.b" &
+	local b=$!
+	waitfor "$T/bheld" $b || said b
+	touch "$T/go2"
+	waitfor "$T/adone" $a || said a
+	if [ "$tamper" != directory ]; then
+		# Rebuilt from what the tenant cannot write: H's 8 MiB, B's 16 MiB, A's 40 MiB.
+		[ -f "$f" ] && [ ! -L "$f" ]
+		expect "region header" "$("$DUMP" "$f" | head -n 1 | cut -d' ' -f1-3)" "magic=ok version=1 size=$REGION_SIZE"
+		expect "device 0" "$("$DUMP" "$f" | grep '^dev 0 ' | sed 's/ uuid=[^ ]*//')" \
+			"dev 0 limit=$((64 * MiB)) used=$((64 * MiB)) cores=100"
+		# (A slot forged for a live process stays, saying what it holds: nothing.)
+		expect "slots holding memory (used0)" \
+			"$("$DUMP" "$f" | sed -n 's/^proc .* used0=\([1-9][0-9]*\) .*/\1/p' | sort -n | tr '\n' ' ')" \
+			"$((8 * MiB)) $((16 * MiB)) $((40 * MiB)) "
+	fi
+	if [ "$tamper" = symlink ]; then
+		expect "bytes written through the symlink" "$(tr -d '\0' <"$T/elsewhere" | wc -c)" 0
+	fi
+	touch "$T/end"
+	wait $a || said a
+	wait $b || said b
+	wait $h || said h
+}
+
+# racers_tampered TAMPER... — 16 processes fill a 100 MiB quota 1 MiB at a time while a tenant loop
+# applies each TAMPER to the region, over and over. Prints the MiB they got in all.
+racers_tampered() {
+	setup $((100 * MiB))
+	run init # creates the region
+	local i
+	for i in $(seq 1 16); do
+		LD_PRELOAD=$SHIM timeout 60 "$PROG" init waitfile:"$T/go" fill:1MiB touch:"$T/done.$i" waitfile:"$T/end" \
+			>"$T/racer.$i" 2>/dev/null &
+	done
+	(
+		while [ ! -e "$T/end" ]; do
+			for tamper in "$@"; do "tamper_$tamper" "$T/region/usage" 2>/dev/null || true; done
+		done
+	) &
+	sleep 0.3
+	touch "$T/go"
+	for i in $(seq 1 16); do
+		waitfor "$T/done.$i"
+	done
+	cat "$T"/racer.* | awk '/^filled /{s += $2} END {print s}' >"$T/total"
+	touch "$T/end"
+	wait
+}
+
+test_racers_region_zeroed() {
+	# Zeroing leaves the file (and its lock) in place: the processes still take turns, so
+	# exactly the quota is handed out.
+	racers_tampered zero_slots
+	expect "MiB allocated across 16 processes" "$(cat "$T/total")" 100
+}
+
+test_racers_region_deleted() {
+	# Deleted over and over, the processes may lock different files for a moment and then
+	# both refuse; never do they hand out more than the quota.
+	racers_tampered delete
+	local total
+	total=$(cat "$T/total")
+	echo "    info: $total MiB of 100 allocated while the region was deleted over and over"
+	[ "$total" -le 100 ] && [ "$total" -gt 0 ]
+}
+
+test_racers_region_unusable() {
+	# No region file at all (a directory in its place): no lock makes the processes take turns,
+	# and still they never hand out more than the quota (each publishes before it measures the
+	# others, so of two at once the later sees the earlier).
+	racers_tampered directory
+	local total
+	total=$(cat "$T/total")
+	echo "    info: $total MiB of 100 allocated with no region file"
+	[ "$total" -le 100 ] && [ "$total" -gt 0 ]
+}
+
+test_ledger_unusable_fails_closed() {
+	# Where the shim cannot record what the process holds (here another process holds a write
+	# lock on the limits file, which the read-only mount rules out in a container), GPU memory is
+	# refused with one clear line, and allowed again once it can.
+	setup $((64 * MiB))
+	python3 - "$T/limits" <<-'EOF' &
+		import fcntl, os, struct, sys, time
+		fd = os.open(sys.argv[1], os.O_RDWR)
+		fcntl.fcntl(fd, 38, struct.pack('hhqqi4x', fcntl.F_WRLCK, 0, 0, 0, 0))  # F_OFD_SETLKW
+		open(sys.argv[1] + '.locked', 'w').close()
+		time.sleep(60)
+	EOF
+	local lk=$!
+	waitfor "$T/limits.locked"
+	run init alloc:1MiB:2 managed:1MiB:2 info:0:64MiB
+	expect "stderr lines" "$(grep -c . "$T/err")" 1
+	grep -q "cannot record GPU memory" "$T/err"
+	kill $lk
+	wait $lk 2>/dev/null || true
+	run init alloc:64MiB alloc:1:2
+}
+
+test_ledger_forged_entries() {
+	# The tenant can add to the ledger, never take away: an entry forged for another pid is
+	# counted, to the byte (16 MiB and 123 bytes leave 48 MiB less 123), and one forged in a
+	# process's own range (where it cannot tell that entry from its own) makes it refuse GPU
+	# memory with one clear line.
+	setup $((64 * MiB))
+	"$DUMP" hold "$T/limits" 1 0 $((16 * MiB + 123)) "$T/held1" &
+	local h1=$!
+	waitfor "$T/held1" $h1
+	run init alloc:$((48 * MiB - 123)) alloc:1:2 info:0:64MiB
+	kill $h1
+	wait $h1 2>/dev/null || true
+	run init alloc:64MiB
+	LD_PRELOAD=$SHIM timeout 60 bash -c '"$1" hold "$2" $$ 0 4096 "$3" & while [ ! -e "$3" ]; do sleep 0.01; done
+		exec "$4" init alloc:1MiB:2 managed:1MiB:2' own "$DUMP" "$T/limits" "$T/held2" "$PROG" >"$T/out" 2>"$T/err"
+	expect "stderr lines" "$(grep -c . "$T/err")" 1
+	grep -q "another process publishes its GPU memory under this process's id" "$T/err"
+}
+
+test_descriptors_closed() {
+	# A program that closes every descriptor it did not open, and reuses the numbers, drops the
+	# locks that published its usage: at its next allocation the shim opens the limits file
+	# again and publishes everything again, so the quota holds for it and for the next process.
+	setup $((64 * MiB))
+	LD_PRELOAD=$SHIM timeout 60 "$PROG" init alloc:48MiB closefds alloc:16MiB alloc:1:2 touch:"$T/held" \
+		waitfile:"$T/end" >"$T/out.a" 2>"$T/err.a" &
+	local a=$!
+	waitfor "$T/held" $a || { cat "$T/out.a" "$T/err.a"; return 1; }
+	run init alloc:1:2
+	expect "region used" "$(used)" $((64 * MiB))
+	touch "$T/end"
+	wait $a
+	grep -q "descriptor was closed by the program" "$T/err.a"
+}
+
+test_sm_share_hostpids_forged() { # [PIDNS_OFFSET]
+	# The tenant keeps zeroing the host pids in the region: the SM limiter must still see the
+	# container's processes and hold their share.
+	setup $GiB 30 hard
+	pidns "${1:-0}"
+	export FAKECUDA_KERNEL_US=500 FAKECUDA_SAMPLE_MS=166
+	run init # creates the region
+	python3 - "$T/region/usage" "$T/stop" <<-'EOF' &
+		import mmap, os, sys, time
+		with open(sys.argv[1], "r+b") as f:
+		    while not os.path.exists(sys.argv[2]):
+		        try:
+		            m = mmap.mmap(f.fileno(), 280896)
+		            for i in range(16):
+		                m[2368 + i * 272 + 4:2368 + i * 272 + 8] = b"\0\0\0\0"
+		            m.close()
+		        except (ValueError, OSError):
+		            pass
+		        time.sleep(0.002)
+	EOF
+	local z=$!
+	# Two processes of the container, launching flat out: each must count the other's share.
+	LD_PRELOAD=$SHIM timeout 60 "$PROG" init launchfor:5:2.5:132 >"$T/out.1" 2>&1 &
+	local p1=$!
+	run init launchfor:5:2.5:132
+	wait $p1
+	touch "$T/stop"
+	wait $z
+	local s
+	s=$(cat "$T/out.1" "$T/out" | awk '/^share /{s += $2} END {print s}')
+	echo "    info: share of two processes with host pids zeroed $s (limit 30)"
+	awk -v s="$s" 'BEGIN { exit !(s >= 25 && s <= 35) }'
+}
+
+test_context_footprint_claims_forged() {
+	# Before a process starts, the tenant fills the region with slots of a live process that
+	# claim the host pid the new process will have: its own host pid must still be found, and
+	# its context counted.
+	setup $((256 * MiB))
+	pidns $PIDNS
+	export FAKECUDA_CTX_BYTES=$((64 * MiB))
+	run init # creates the region
+	local st
+	st=$(awk '{print $22}' /proc/$$/stat)
+	LD_PRELOAD=$SHIM timeout 60 bash -c '
+		python3 - "$1" "$2" "$3" "$$" "$4" <<-"EOF"
+			import struct, sys
+			f = open(sys.argv[1], "r+b")
+			owner, start, me, off = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+			for i in range(8):
+			    f.seek(2368 + i * 272)
+			    f.write(struct.pack("<iiQ", owner, me + off, start))
+		EOF
+		exec "$5" init alloc:192MiB alloc:1:2 info:0:256MiB' \
+		forge "$T/region/usage" $$ "$st" $PIDNS "$PROG" >"$T/out" 2>"$T/err"
 }
 
 # ---- host pids (NVML's numbering) ---------------------------------------------------------------------
@@ -758,6 +1046,12 @@ test_sm_launch_counters() {
 	setup $GiB 50 hard
 	LD_PRELOAD=$SHIM timeout 60 "$PROG" init launch:20 touch:"$T/done" waitfile:"$T/end" >"$T/out" 2>&1 &
 	waitfor "$T/done"
+	# Counted privately; the limiter's watcher writes them to the region every 100 ms.
+	local i
+	for i in $(seq 40); do
+		"$DUMP" "$T/region/usage" | grep -q '^proc .* launches0=20$' && break
+		sleep 0.05
+	done
 	"$DUMP" "$T/region/usage" | grep -q '^proc .* launches0=20$'
 	touch "$T/end"
 	wait
@@ -807,6 +1101,27 @@ t pid_reuse test_pid_reuse
 t fork test_fork
 t fork_nvml_threads test_fork_nvml_threads
 t fork_during_init test_fork_during_init
+t tenant_zero_limit test_tenant zero_limit
+t tenant_zero_used test_tenant zero_used
+t tenant_zero_slots test_tenant zero_slots
+t tenant_truncate test_tenant truncate
+t tenant_truncate_partial test_tenant truncate_partial
+t tenant_garbage test_tenant garbage
+t tenant_bad_header test_tenant bad_header
+t tenant_huge_values test_tenant huge
+t tenant_delete test_tenant delete
+t tenant_symlink test_tenant symlink
+t tenant_smaller_file test_tenant smaller_file
+t tenant_larger_file test_tenant larger_file
+t tenant_fifo test_tenant fifo
+t tenant_directory test_tenant directory
+t racers_region_zeroed test_racers_region_zeroed
+t racers_region_deleted test_racers_region_deleted
+t racers_region_unusable test_racers_region_unusable
+t ledger_unusable_fails_closed test_ledger_unusable_fails_closed
+t ledger_forged_entries test_ledger_forged_entries
+t descriptors_closed test_descriptors_closed
+t context_footprint_claims_forged test_context_footprint_claims_forged
 t hostpid_discovery test_hostpid_discovery
 t hostpid_same_namespace_concurrent test_hostpid_same_namespace_concurrent
 t hostpid_other_container_concurrent test_hostpid_other_container_concurrent
@@ -816,6 +1131,8 @@ t sm_unlimited_no_thread test_sm_unlimited_no_thread
 t sm_shares_30_70 test_sm_shares
 t sm_shares_30_70_pidns test_sm_shares $PIDNS
 t sm_burst test_sm_burst
+t sm_share_hostpids_forged test_sm_share_hostpids_forged
+t sm_share_hostpids_forged_pidns test_sm_share_hostpids_forged $PIDNS
 t sm_launch_counters test_sm_launch_counters
 t fuzz_limits_parser test_fuzz_limits_parser
 
