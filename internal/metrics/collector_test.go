@@ -324,6 +324,9 @@ func TestCollectCountsBrokenFiles(t *testing.T) {
 		{
 			name: "run_dir/containers not a directory",
 			breakF: func(t *testing.T, cfg *config.Config) {
+				if err := hoststatetest.UnmountUnder(hoststate.ContainersDir(cfg)); err != nil {
+					t.Fatal(err)
+				}
 				if err := os.RemoveAll(hoststate.ContainersDir(cfg)); err != nil {
 					t.Fatal(err)
 				}
