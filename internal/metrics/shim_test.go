@@ -93,8 +93,16 @@ nri_vgpu_container_kernel_launches_total%s %d
 nri_vgpu_container_processes{container="train",container_id="c1",namespace="ml",pod="a"} %d
 `, uuid, used, lbl, used, lbl, launches, procs)
 	}
-	if err := testutil.CollectAndCompare(c, strings.NewReader(want(128<<20, 3, 1)), names...); err != nil {
-		t.Errorf("while the process holds its memory: %v", err)
+	// The shim writes its launch counts to the region every 100 ms (its
+	// watcher thread): scrape until they are there, or give up after 10 s.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		err := testutil.CollectAndCompare(c, strings.NewReader(want(128<<20, 3, 1)), names...)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("while the process holds its memory: %v", err)
+		}
 	}
 
 	if err := os.WriteFile(release, nil, 0o644); err != nil {
