@@ -2,13 +2,11 @@ package metrics
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 
@@ -21,6 +19,7 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/pkg/region"
+	"github.com/nri-vgpu/nri-vgpu/pkg/region/regiontest"
 )
 
 const (
@@ -76,57 +75,6 @@ func regionPath(cfg *config.Config, id string) string {
 	return filepath.Join(hoststate.ContainerDir(cfg, id), hoststate.RegionDirName, region.FileName)
 }
 
-// Offsets of shim/include/region.h (pkg/region's test holds the Go mirror
-// to the C compiler's view; this writer is checked against pkg/region's
-// reader below).
-const (
-	deviceSize = 144
-	procSize   = 272
-	devicesOff = 64
-	procsOff   = devicesOff + region.MaxDevices*deviceSize
-)
-
-// writeRegion writes a usage region as the shim lays it out: the header,
-// the devices in order, and each process in a slot of its own (slots
-// spread out, as the shim's reaping leaves them).
-func writeRegion(t *testing.T, path string, devs []region.DeviceUsage, procs []region.ProcessUsage) {
-	t.Helper()
-	b := make([]byte, region.Size)
-	le := binary.LittleEndian
-	le.PutUint64(b[0:], region.Magic)
-	le.PutUint32(b[8:], region.Version)
-	le.PutUint32(b[12:], procsOff)
-	le.PutUint64(b[16:], uint64(region.Size))
-	le.PutUint32(b[24:], uint32(len(devs)))
-	le.PutUint32(b[28:], region.MaxProcs)
-	for i, d := range devs {
-		o := devicesOff + i*deviceSize
-		copy(b[o:o+region.UUIDLen], d.UUID)
-		le.PutUint64(b[o+96:], d.Limit)
-		le.PutUint64(b[o+104:], d.Used)
-		le.PutUint32(b[o+112:], d.Cores)
-	}
-	for j, p := range procs {
-		o := procsOff + (3*j+1)*procSize
-		le.PutUint32(b[o:], uint32(p.PID))
-		le.PutUint64(b[o+8:], p.StartTime)
-		for i := range p.Used {
-			le.PutUint64(b[o+16+8*i:], p.Used[i])
-			le.PutUint64(b[o+144+8*i:], p.Launches[i])
-		}
-	}
-	if err := os.WriteFile(path, b, 0o666); err != nil {
-		t.Fatal(err)
-	}
-	got, err := region.ReadUsage(path)
-	if err != nil {
-		t.Fatalf("the test's region writer disagrees with pkg/region: %v", err)
-	}
-	if !reflect.DeepEqual(got.Devices, devs) || len(got.Processes) != len(procs) {
-		t.Fatalf("the test's region writer disagrees with pkg/region: wrote %+v %+v, read %+v", devs, procs, got)
-	}
-}
-
 // header is the HELP and TYPE lines of every family, in ourMetrics order.
 const header = `
 # HELP nri_vgpu_gpu_memory_total_bytes Total memory of the GPU, from the GPU inventory.
@@ -179,7 +127,7 @@ func TestCollect(t *testing.T) {
 		t.Fatal(err)
 	}
 	devA := []region.DeviceUsage{{UUID: uuidA, Limit: 8 << 30, Used: 3 << 30, Cores: 20}}
-	writeRegion(t, regionPath(cfg, "c1"), devA, []region.ProcessUsage{
+	regiontest.Write(t, regionPath(cfg, "c1"), devA, []region.ProcessUsage{
 		{PID: 100, StartTime: 5, Used: []uint64{1 << 30}, Launches: []uint64{5}},
 		{PID: 101, StartTime: 6, Used: []uint64{2 << 30}, Launches: []uint64{7}},
 	})
@@ -229,7 +177,7 @@ nri_vgpu_build_info{version="` + version.Version + `"} 1
 	// Process 100 exits (the shim frees its slot); 101 launches two more
 	// kernels and frees 1 GiB. The counter keeps what 100 launched.
 	devA[0].Used = 1 << 30
-	writeRegion(t, regionPath(cfg, "c1"), devA, []region.ProcessUsage{
+	regiontest.Write(t, regionPath(cfg, "c1"), devA, []region.ProcessUsage{
 		{PID: 101, StartTime: 6, Used: []uint64{1 << 30}, Launches: []uint64{9}},
 	})
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want(1<<30, 5+9, 1)), ourMetrics...); err != nil {
@@ -238,7 +186,7 @@ nri_vgpu_build_info{version="` + version.Version + `"} 1
 
 	// A new process reusing PID 101 (another start time) counts anew; the
 	// old 101's 9 launches stay in the total.
-	writeRegion(t, regionPath(cfg, "c1"), devA, []region.ProcessUsage{
+	regiontest.Write(t, regionPath(cfg, "c1"), devA, []region.ProcessUsage{
 		{PID: 101, StartTime: 77, Used: []uint64{1 << 30}, Launches: []uint64{1}},
 	})
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want(1<<30, 5+9+1, 1)), ourMetrics...); err != nil {
@@ -347,7 +295,7 @@ func TestCollectCountsBrokenFiles(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := testConfig(t)
 			prepare(t, cfg, "c1", "ml/a", "train", gpuA)
-			writeRegion(t, regionPath(cfg, "c1"), []region.DeviceUsage{{UUID: uuidA, Limit: 4 << 30, Used: 1 << 30, Cores: 10}},
+			regiontest.Write(t, regionPath(cfg, "c1"), []region.DeviceUsage{{UUID: uuidA, Limit: 4 << 30, Used: 1 << 30, Cores: 10}},
 				[]region.ProcessUsage{{PID: 100, StartTime: 5, Used: []uint64{1 << 30}, Launches: []uint64{5}}})
 			if tt.breakF != nil {
 				tt.breakF(t, cfg)

@@ -16,6 +16,7 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/pkg/region"
+	"github.com/nri-vgpu/nri-vgpu/pkg/region/regiontest"
 )
 
 const gib = 1 << 30
@@ -24,7 +25,7 @@ const gib = 1 << 30
 // process holding held that launched launches kernels.
 func usageOnA(t *testing.T, cfg *config.Config, id string, used, held, launches uint64) {
 	t.Helper()
-	writeRegion(t, regionPath(cfg, id), []region.DeviceUsage{{UUID: uuidA, Limit: 8 * gib, Used: used, Cores: 20}},
+	regiontest.Write(t, regionPath(cfg, id), []region.DeviceUsage{{UUID: uuidA, Limit: 8 * gib, Used: used, Cores: 20}},
 		[]region.ProcessUsage{{PID: 100, StartTime: 5, Used: []uint64{held}, Launches: []uint64{launches}}})
 }
 
@@ -127,7 +128,7 @@ nri_vgpu_gpu_memory_used_bytes{index="1",name="NVIDIA A100-SXM4-40GB",uuid="` + 
 
 	// The forged process of c-over exits and the region is sound again: its
 	// forged launches do not stay in the counter.
-	writeRegion(t, regionPath(cfg, "c-over"), []region.DeviceUsage{{UUID: uuidA, Limit: 8 * gib, Used: 0, Cores: 20}}, nil)
+	regiontest.Write(t, regionPath(cfg, "c-over"), []region.DeviceUsage{{UUID: uuidA, Limit: 8 * gib, Used: 0, Cores: 20}}, nil)
 	compare(t, c, suspectHeader+
 		series("nri_vgpu_container_region_suspect", "c-huge", "1")+
 		series("nri_vgpu_container_region_suspect", "c-ok", "0")+
@@ -149,7 +150,7 @@ func TestScrapeFollowsNoLink(t *testing.T) {
 	cfg := testConfig(t)
 	elsewhere := t.TempDir()
 	believable := filepath.Join(elsewhere, "usage")
-	writeRegion(t, believable, []region.DeviceUsage{{UUID: uuidA, Used: gib}},
+	regiontest.Write(t, believable, []region.DeviceUsage{{UUID: uuidA, Used: gib}},
 		[]region.ProcessUsage{{PID: 100, StartTime: 5, Used: []uint64{gib}, Launches: []uint64{0}}})
 	forgedLimits := filepath.Join(elsewhere, "limits")
 	write(t, forgedLimits, "version=1\ngpu.0.uuid="+uuidA+"\ngpu.0.memory=0\ngpu.0.cores=100\n")
