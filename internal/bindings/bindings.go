@@ -17,16 +17,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/atomicfile"
+	"github.com/nri-vgpu/nri-vgpu/internal/safepath"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 )
 
@@ -124,29 +123,16 @@ func Open(stateDir string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// readFile reads and checks the store's file without following a symlink.
+// readFile reads and checks the store's file without following a link.
 func readFile(path string) (*file, error) {
-	fd, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		if errors.Is(err, syscall.ELOOP) {
-			return nil, fmt.Errorf("allocation bindings %s: is a symbolic link", path)
-		}
-		return nil, fmt.Errorf("allocation bindings: %w", err)
-	}
-	defer fd.Close()
-	fi, err := fd.Stat()
+	dir, err := safepath.OpenDir(filepath.Dir(path))
 	if err != nil {
 		return nil, fmt.Errorf("allocation bindings: %w", err)
 	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("allocation bindings %s: not a regular file (%s)", path, fi.Mode().Type())
-	}
-	data, err := io.ReadAll(io.LimitReader(fd, maxFileSize+1))
+	defer dir.Close()
+	data, err := dir.ReadFile(filepath.Base(path), maxFileSize)
 	if err != nil {
-		return nil, fmt.Errorf("allocation bindings %s: %w", path, err)
-	}
-	if len(data) > maxFileSize {
-		return nil, fmt.Errorf("allocation bindings %s: larger than %d bytes", path, maxFileSize)
+		return nil, fmt.Errorf("allocation bindings: %w", err)
 	}
 	var f file
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -321,7 +307,12 @@ func (s *Store) persistLocked() error {
 	if err != nil {
 		return fmt.Errorf("allocation bindings: %w", err)
 	}
-	if err := atomicfile.Write(s.path, data, 0o600); err != nil {
+	dir, err := safepath.OpenDir(filepath.Dir(s.path))
+	if err != nil {
+		return fmt.Errorf("allocation bindings: %w", err)
+	}
+	defer dir.Close()
+	if err := atomicfile.WriteIn(dir, filepath.Base(s.path), data, 0o600); err != nil {
 		return fmt.Errorf("allocation bindings: %w", err)
 	}
 	return nil
