@@ -49,6 +49,9 @@ func run(ctx context.Context, args []string, stderr io.Writer, reload <-chan os.
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
 	if fs.NArg() > 0 {

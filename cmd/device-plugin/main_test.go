@@ -70,6 +70,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"--log-format", "xml"}, 2, `--log-format "xml"`},
 		{[]string{"extra"}, 2, `unexpected arguments ["extra"]`},
 		{[]string{"--version"}, 0, name + " " + version.Version},
+		{[]string{"-h"}, 0, "-log-format"},
 		{[]string{"--config", "/nonexistent/config.toml"}, 1, "cannot load the configuration"},
 	}
 	for _, tt := range tests {

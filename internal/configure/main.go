@@ -117,6 +117,10 @@ func configuredPluginIndex(root string) (string, error) {
 // parseFlags parses args; done is true when the command should stop with
 // code (after -h, or on a usage error).
 func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) (code int, done bool) {
+	// The flag package prints the usage on -h as well as on an error; -h
+	// gets it once, on stdout, below.
+	usage := fs.Usage
+	fs.Usage = func() {}
 	err := fs.Parse(args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
@@ -124,7 +128,8 @@ func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) (code int, do
 		fs.PrintDefaults()
 		return 0, true
 	case err != nil:
-		return 2, true // the flag package has printed the problem
+		usage() // after the problem, which the flag package has printed
+		return 2, true
 	case fs.NArg() > 0:
 		fmt.Fprintf(fs.Output(), "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
 		return 2, true

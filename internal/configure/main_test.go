@@ -120,7 +120,16 @@ func TestMainUsageErrors(t *testing.T) {
 			t.Errorf("Main(%q) = %d, %q; want %d and output containing %q", tt.args, code, out+errOut, tt.code, tt.want)
 		}
 	}
-	if code, out, _ := runMain("containerd", "-h"); code != 0 || !strings.Contains(out, "-dry-run") {
-		t.Errorf("-h: exit %d, output %q", code, out)
+	for _, cmd := range []string{"containerd", "docker"} {
+		// The options once, on stdout; nothing on stderr.
+		code, out, errOut := runMain(cmd, "-h")
+		if code != 0 || strings.Count(out, "-dry-run") != 1 || errOut != "" {
+			t.Errorf("%s -h: exit %d, stdout %q, stderr %q", cmd, code, out, errOut)
+		}
+	}
+	// A bad flag: the problem and the usage, on stderr.
+	if code, out, errOut := runMain("docker", "--bogus"); code != 2 || out != "" ||
+		!strings.Contains(errOut, "flag provided but not defined: -bogus") || !strings.Contains(errOut, "-dry-run") {
+		t.Errorf("docker --bogus: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }
