@@ -14,6 +14,7 @@ import (
 
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate/hoststatetest"
+	"github.com/nri-vgpu/nri-vgpu/internal/mountinfo"
 	"github.com/nri-vgpu/nri-vgpu/internal/version"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
@@ -272,7 +273,7 @@ func TestCollectCountsBrokenFiles(t *testing.T) {
 		{
 			name: "run_dir/containers not a directory",
 			breakF: func(t *testing.T, cfg *config.Config) {
-				if err := hoststatetest.UnmountUnder(hoststate.ContainersDir(cfg)); err != nil {
+				if err := mountinfo.UnmountUnder(hoststate.ContainersDir(cfg)); err != nil {
 					t.Fatal(err)
 				}
 				if err := os.RemoveAll(hoststate.ContainersDir(cfg)); err != nil {

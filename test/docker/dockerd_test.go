@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/configure"
+	"github.com/nri-vgpu/nri-vgpu/internal/mountinfo"
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/harness"
 )
 
@@ -160,7 +161,7 @@ func (d *daemon) stop() error {
 			errs = append(errs, err)
 		}
 	}
-	if err := harness.UnmountUnder(d.dir); err != nil {
+	if err := mountinfo.UnmountUnder(d.dir); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

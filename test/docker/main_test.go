@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/mountinfo"
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/harness"
 )
 
@@ -70,7 +71,7 @@ func run(m *testing.M) (int, error) {
 	env.dir = dir
 	defer func() {
 		// Region file systems of containers that were not removed.
-		if err := harness.UnmountUnder(dir); err != nil {
+		if err := mountinfo.UnmountUnder(dir); err != nil {
 			fmt.Fprintln(os.Stderr, "docker e2e: cleanup:", err)
 		}
 		if err := os.RemoveAll(dir); err != nil {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/mountinfo"
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/harness"
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/kubeletsim"
 )
@@ -120,7 +121,7 @@ func startVGPU(t *testing.T, containerd string, opts vgpuOptions) *vgpu {
 	}
 	t.Cleanup(func() {
 		// Region file systems of containers that were not removed.
-		if err := harness.UnmountUnder(base); err != nil {
+		if err := mountinfo.UnmountUnder(base); err != nil {
 			t.Errorf("unmounting under %s: %v", base, err)
 		}
 		if err := os.RemoveAll(base); err != nil {

@@ -5,13 +5,9 @@
 package hoststatetest
 
 import (
-	"bufio"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 
-	"golang.org/x/sys/unix"
+	"github.com/nri-vgpu/nri-vgpu/internal/mountinfo"
 )
 
 // RunDir returns a new temporary directory to use as paths.run_dir.
@@ -20,41 +16,9 @@ func RunDir(t testing.TB) string {
 	dir := t.TempDir()
 	// Registered after TempDir's own cleanup, so it runs before it.
 	t.Cleanup(func() {
-		if err := UnmountUnder(dir); err != nil {
+		if err := mountinfo.UnmountUnder(dir); err != nil {
 			t.Errorf("unmounting region filesystems under %s: %v", dir, err)
 		}
 	})
 	return dir
-}
-
-// UnmountUnder detaches every mount point below dir.
-func UnmountUnder(dir string) error {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	prefix := filepath.Clean(dir) + "/"
-	var points []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		// Mount points are octal-escaped in mountinfo; ours have no
-		// spaces, so the field is the path.
-		if p := fields[4]; strings.HasPrefix(p, prefix) {
-			points = append(points, p)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return err
-	}
-	for i := len(points) - 1; i >= 0; i-- {
-		if err := unix.Unmount(points[i], unix.MNT_DETACH); err != nil && err != unix.EINVAL && err != unix.ENOENT {
-			return &os.PathError{Op: "umount", Path: points[i], Err: err}
-		}
-	}
-	return nil
 }

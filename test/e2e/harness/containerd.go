@@ -25,7 +25,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +35,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nri-vgpu/nri-vgpu/internal/mountinfo"
 )
 
 // EnvBinDir names the directory of containerd, ctr and
@@ -617,7 +618,7 @@ func (c *Containerd) Close() error {
 		errs = append(errs, err)
 	}
 	errs = append(errs, c.killLeftovers()...)
-	if err := UnmountUnder(c.Dir); err != nil {
+	if err := mountinfo.UnmountUnder(c.Dir); err != nil {
 		errs = append(errs, err)
 	}
 	if err := os.RemoveAll(c.Dir); err != nil {
@@ -744,54 +745,6 @@ func removeShimSocket(sock string) error {
 		return fmt.Errorf("harness: removing shim socket %s: %w", sock, err)
 	}
 	return nil
-}
-
-// UnmountUnder detaches every mount point at or below dir, deepest first
-// (a mount stacked on another is detached once for each), so that dir can
-// be removed after a daemon that mounted things under it has gone.
-func UnmountUnder(dir string) error {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return fmt.Errorf("harness: %w", err)
-	}
-	var points []string
-	for _, line := range strings.Split(string(data), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMountPath(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			points = append(points, mp)
-		}
-	}
-	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
-	var errs []error
-	for _, mp := range points {
-		if err := syscall.Unmount(mp, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
-			errs = append(errs, fmt.Errorf("harness: unmounting %s: %w", mp, err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// unescapeMountPath undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountPath(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // configTemplateFor picks the config template for containerd version:

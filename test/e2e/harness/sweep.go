@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/nri-vgpu/nri-vgpu/internal/mountinfo"
 )
 
 // DirPrefix starts the name of every temporary directory the end-to-end
@@ -62,7 +64,7 @@ func SweepStale(runc string) ([]string, error) {
 			opts: Options{Runc: runc}}
 		errs = append(errs, c.killLeftovers()...)
 		errs = append(errs, killProcessesNaming(dir)...)
-		if err := UnmountUnder(dir); err != nil {
+		if err := mountinfo.UnmountUnder(dir); err != nil {
 			errs = append(errs, err)
 		}
 		if err := os.RemoveAll(dir); err != nil {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/mountinfo"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/harness"
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/kubeletsim"
@@ -242,7 +243,7 @@ func (n *node) close() error {
 		n.kubeletLog.Close()
 	}
 	// Region file systems of containers that were not removed.
-	if err := harness.UnmountUnder(n.base); err != nil {
+	if err := mountinfo.UnmountUnder(n.base); err != nil {
 		errs = append(errs, err)
 	}
 	if err := os.RemoveAll(n.base); err != nil {
