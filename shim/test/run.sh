@@ -756,25 +756,27 @@ test_racers_region_zeroed() {
 	expect "MiB allocated across 16 processes" "$(cat "$T/total")" 100
 }
 
+# racers_within_quota MODE WHAT: the racers under racers_tampered MODE hand out some memory,
+# and never more than the 100 MiB quota.
+racers_within_quota() {
+	racers_tampered "$1"
+	local total
+	total=$(cat "$T/total")
+	echo "    info: $total MiB of 100 allocated $2"
+	[ "$total" -le 100 ] && [ "$total" -gt 0 ]
+}
+
 test_racers_region_deleted() {
 	# Deleted over and over, the processes may lock different files for a moment and then
 	# both refuse; never do they hand out more than the quota.
-	racers_tampered delete
-	local total
-	total=$(cat "$T/total")
-	echo "    info: $total MiB of 100 allocated while the region was deleted over and over"
-	[ "$total" -le 100 ] && [ "$total" -gt 0 ]
+	racers_within_quota delete "while the region was deleted over and over"
 }
 
 test_racers_region_unusable() {
 	# No region file at all (a directory in its place): no lock makes the processes take turns,
 	# and still they never hand out more than the quota (each publishes before it measures the
 	# others, so of two at once the later sees the earlier).
-	racers_tampered directory
-	local total
-	total=$(cat "$T/total")
-	echo "    info: $total MiB of 100 allocated with no region file"
-	[ "$total" -le 100 ] && [ "$total" -gt 0 ]
+	racers_within_quota directory "with no region file"
 }
 
 test_ledger_unusable_fails_closed() {
