@@ -243,4 +243,89 @@ _Static_assert(sizeof(nvmlProcessUtilizationSample_t) == 32, "sample");
 _Static_assert(offsetof(nvmlProcessUtilizationSample_t, smUtil) == 16, "sample.smUtil");
 _Static_assert(sizeof(nvmlProcessInfo_v1_t) == 16, "nvmlProcessInfo_v1_t");
 
+/*
+ * NVML process lists (nvmlprocs.c). From the ABI notes: the v1 record is
+ * {pid, usedGpuMemory} (16 bytes); _v2 and _v3 both fill the 24-byte
+ * nvmlProcessInfo_v2_t (= nvmlProcessInfo_t), which adds the MIG GPU and
+ * compute instance ids (0xFFFFFFFF when not MIG). Compute, graphics and MPS
+ * lists share the records and the (device, unsigned *count, records) ABI.
+ * usedGpuMemory is NVML_VALUE_NOT_AVAILABLE (all ones) where the driver
+ * cannot tell (WDDM).
+ */
+typedef struct {
+	unsigned int pid;
+	unsigned long long usedGpuMemory;
+	unsigned int gpuInstanceId;
+	unsigned int computeInstanceId;
+} nvmlProcessInfo_v2_t;
+typedef nvmlProcessInfo_v2_t nvmlProcessInfo_t;
+
+/*
+ * NOT in the ABI notes (layouts from NVML's public header, NVML 12.x/13.x,
+ * as NVIDIA/go-nvml carries it; unverified on hardware):
+ *   nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t, nvmlProcessDetailList_t *)
+ *   nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t, nvmlProcessesUtilizationInfo_t *)
+ *   nvmlSystemGetProcessName(unsigned pid, char *name, unsigned length)
+ * Versioned structs carry sizeof | (version << 24) in their first field.
+ */
+typedef struct {
+	unsigned int pid;
+	unsigned long long usedGpuMemory;
+	unsigned int gpuInstanceId;
+	unsigned int computeInstanceId;
+	unsigned long long usedGpuCcProtectedMemory;
+} nvmlProcessDetail_v1_t;
+
+#define NVML_PROCESS_MODE_COMPUTE 0
+#define NVML_PROCESS_MODE_GRAPHICS 1
+#define NVML_PROCESS_MODE_MPS 2
+#define NVML_PROCESS_MODE_ALL 3 /* newer headers only */
+
+typedef struct {
+	unsigned int version; /* nvmlProcessDetailList_v1 */
+	unsigned int mode;    /* NVML_PROCESS_MODE_* */
+	unsigned int numProcArrayEntries;
+	nvmlProcessDetail_v1_t *procArray;
+} nvmlProcessDetailList_v1_t;
+
+#define nvmlProcessDetailList_v1 ((unsigned int)(sizeof(nvmlProcessDetailList_v1_t) | (1u << 24)))
+
+typedef struct {
+	unsigned long long timeStamp; /* microseconds */
+	unsigned int pid;
+	unsigned int smUtil;
+	unsigned int memUtil;
+	unsigned int encUtil;
+	unsigned int decUtil;
+	unsigned int jpgUtil;
+	unsigned int ofaUtil;
+} nvmlProcessUtilizationInfo_v1_t;
+
+typedef struct {
+	unsigned int version; /* nvmlProcessesUtilizationInfo_v1 */
+	unsigned int processSamplesCount;
+	unsigned long long lastSeenTimeStamp;
+	nvmlProcessUtilizationInfo_v1_t *procUtilArray;
+} nvmlProcessesUtilizationInfo_v1_t;
+
+#define nvmlProcessesUtilizationInfo_v1 ((unsigned int)(sizeof(nvmlProcessesUtilizationInfo_v1_t) | (1u << 24)))
+
+_Static_assert(sizeof(nvmlProcessInfo_v2_t) == 24, "nvmlProcessInfo_v2_t");
+_Static_assert(offsetof(nvmlProcessInfo_v2_t, usedGpuMemory) == 8, "pi2.usedGpuMemory");
+_Static_assert(offsetof(nvmlProcessInfo_v2_t, gpuInstanceId) == 16, "pi2.gpuInstanceId");
+_Static_assert(offsetof(nvmlProcessInfo_v2_t, computeInstanceId) == 20, "pi2.computeInstanceId");
+_Static_assert(offsetof(nvmlProcessInfo_v1_t, usedGpuMemory) == 8, "pi1.usedGpuMemory");
+_Static_assert(sizeof(nvmlProcessDetail_v1_t) == 32, "nvmlProcessDetail_v1_t");
+_Static_assert(offsetof(nvmlProcessDetail_v1_t, usedGpuCcProtectedMemory) == 24, "pd.cc");
+_Static_assert(sizeof(nvmlProcessDetailList_v1_t) == 24, "nvmlProcessDetailList_v1_t");
+_Static_assert(offsetof(nvmlProcessDetailList_v1_t, procArray) == 16, "pdl.procArray");
+_Static_assert(nvmlProcessDetailList_v1 == 0x01000018u, "nvmlProcessDetailList_v1 version");
+_Static_assert(sizeof(nvmlProcessUtilizationInfo_v1_t) == 40, "nvmlProcessUtilizationInfo_v1_t");
+_Static_assert(offsetof(nvmlProcessUtilizationInfo_v1_t, pid) == 8, "pu.pid");
+_Static_assert(offsetof(nvmlProcessUtilizationInfo_v1_t, ofaUtil) == 32, "pu.ofaUtil");
+_Static_assert(sizeof(nvmlProcessesUtilizationInfo_v1_t) == 24, "nvmlProcessesUtilizationInfo_v1_t");
+_Static_assert(offsetof(nvmlProcessesUtilizationInfo_v1_t, lastSeenTimeStamp) == 8, "psu.lastSeen");
+_Static_assert(offsetof(nvmlProcessesUtilizationInfo_v1_t, procUtilArray) == 16, "psu.array");
+_Static_assert(nvmlProcessesUtilizationInfo_v1 == 0x01000018u, "nvmlProcessesUtilizationInfo_v1 version");
+
 #endif

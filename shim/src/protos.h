@@ -59,5 +59,21 @@ API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void *
 API CUresult cuGraphLaunch(CUgraphExec g, CUstream s);
 API CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s);
 
+API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t dev, unsigned *count, nvmlProcessInfo_v1_t *out);
+API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t dev, unsigned *count, nvmlProcessInfo_v2_t *out);
+API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t dev, unsigned *count, nvmlProcessInfo_t *out);
+API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t dev, unsigned *count, nvmlProcessInfo_v1_t *out);
+API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t dev, unsigned *count, nvmlProcessInfo_v2_t *out);
+API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t dev, unsigned *count, nvmlProcessInfo_t *out);
+API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t dev, unsigned *count, nvmlProcessInfo_v1_t *out);
+API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t dev, unsigned *count,
+							    nvmlProcessInfo_v2_t *out);
+API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t dev, unsigned *count, nvmlProcessInfo_t *out);
+API nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t dev, nvmlProcessDetailList_v1_t *l);
+API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t dev, nvmlProcessUtilizationSample_t *s, unsigned *count,
+						 unsigned long long since);
+API nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t dev, nvmlProcessesUtilizationInfo_v1_t *u);
+API nvmlReturn_t nvmlSystemGetProcessName(unsigned pid, char *name, unsigned len);
+
 #undef API
 #endif

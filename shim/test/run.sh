@@ -1138,5 +1138,6 @@ t sm_share_hostpids_forged_pidns test_sm_share_hostpids_forged $PIDNS
 t sm_launch_counters test_sm_launch_counters
 t fuzz_limits_parser test_fuzz_limits_parser
 
+. "$HERE/t_nvmlprocs.sh"
 echo "shim: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -76,8 +76,14 @@ static void ctx_born(int dev)
 	const char *e = getenv("FAKECUDA_CTX_SLEEP_MS");
 	int64_t ns = e ? atoll(e) * 1000000ll : 0;
 	fk_sleep_ns(ns);
+	const char *kind = getenv("FAKECUDA_PROC_KIND"); /* "graphics", "mps" or both */
 	fk_lock();
-	fk_me()->ctxs[dev]++;
+	struct fk_proc *p = fk_me();
+	p->ctxs[dev]++;
+	if (kind && strstr(kind, "graphics"))
+		p->also |= FK_ALSO_GRAPHICS;
+	if (kind && strstr(kind, "mps"))
+		p->also |= FK_ALSO_MPS;
 	fk_unlock();
 	fk_sleep_ns(ns);
 }

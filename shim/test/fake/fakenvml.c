@@ -149,27 +149,141 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t h, nvmlMemory_v2_t *
 	return NVML_SUCCESS;
 }
 
-EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t h, unsigned *count, nvmlProcessInfo_v1_t *out)
+/*
+ * The process lists. Every process with a context or memory on the device is
+ * a compute process; $FAKECUDA_PROC_KIND (read by the fake driver at the
+ * process's first context) also lists it as a graphics and/or MPS client.
+ * Records are written in the caller's ABI: v1 {pid, used}, v2/v3 with the MIG
+ * instance ids (none: 0xFFFFFFFF), or the detail list's.
+ */
+enum { L_COMPUTE, L_GRAPHICS, L_MPS, L_ALL };
+enum { R_V1, R_V2, R_DETAIL };
+
+static int listed(const struct fk_proc *p, int d, int which)
+{
+	/* A process with a context is listed even before it allocates, as on hardware. */
+	if (!p->pid || (!p->used[d] && !p->ctxs[d]))
+		return 0;
+	switch (which) {
+	case L_GRAPHICS:
+		return (p->also & FK_ALSO_GRAPHICS) != 0;
+	case L_MPS:
+		return (p->also & FK_ALSO_MPS) != 0;
+	default:
+		return 1;
+	}
+}
+
+static nvmlReturn_t list_procs(nvmlDevice_t h, int which, int rec, unsigned *count, void *out)
 {
 	CHECK(h);
+	if (!count)
+		return NVML_ERROR_INVALID_ARGUMENT;
 	unsigned n = 0;
 	nvmlReturn_t rc = NVML_SUCCESS;
 	fk_lock();
 	fk_reap(); /* the driver lists no process that has exited */
 	for (int i = 0; i < FK_MAX_PROC; i++) {
 		struct fk_proc *p = &fk->proc[i];
-		/* A process with a context is listed even before it allocates, as on hardware. */
-		if (!p->pid || (!p->used[h->index] && !p->ctxs[h->index]))
+		if (!listed(p, h->index, which))
 			continue;
-		if (n < *count && out)
-			out[n] = (nvmlProcessInfo_v1_t){fk_nvml_pid(p->pid), p->used[h->index]};
-		else
+		if (n < *count && out) {
+			unsigned pid = fk_nvml_pid(p->pid);
+			uint64_t used = p->used[h->index];
+			if (rec == R_V1)
+				((nvmlProcessInfo_v1_t *)out)[n] = (nvmlProcessInfo_v1_t){pid, used};
+			else if (rec == R_V2)
+				((nvmlProcessInfo_v2_t *)out)[n] = (nvmlProcessInfo_v2_t){pid, used, ~0u, ~0u};
+			else
+				((nvmlProcessDetail_v1_t *)out)[n] = (nvmlProcessDetail_v1_t){pid, used, ~0u, ~0u, 0};
+		} else {
 			rc = NVML_ERROR_INSUFFICIENT_SIZE;
+		}
 		n++;
 	}
 	fk_unlock();
 	*count = n;
 	return rc;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t h, unsigned *count, nvmlProcessInfo_v1_t *out)
+{
+	/* FAKECUDA_FAIL=nvmlDeviceGetComputeRunningProcesses:N: the list a process's Nth call asks for is unavailable. */
+	if (fk_fault("nvmlDeviceGetComputeRunningProcesses"))
+		return NVML_ERROR_UNKNOWN;
+	return list_procs(h, L_COMPUTE, R_V1, count, out);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t h, unsigned *count, nvmlProcessInfo_v2_t *out)
+{
+	return list_procs(h, L_COMPUTE, R_V2, count, out);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t h, unsigned *count, nvmlProcessInfo_t *out)
+{
+	return list_procs(h, L_COMPUTE, R_V2, count, out);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t h, unsigned *count, nvmlProcessInfo_v1_t *out)
+{
+	return list_procs(h, L_GRAPHICS, R_V1, count, out);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t h, unsigned *count, nvmlProcessInfo_v2_t *out)
+{
+	return list_procs(h, L_GRAPHICS, R_V2, count, out);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t h, unsigned *count, nvmlProcessInfo_t *out)
+{
+	return list_procs(h, L_GRAPHICS, R_V2, count, out);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t h, unsigned *count, nvmlProcessInfo_v1_t *out)
+{
+	return list_procs(h, L_MPS, R_V1, count, out);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t h, unsigned *count, nvmlProcessInfo_v2_t *out)
+{
+	return list_procs(h, L_MPS, R_V2, count, out);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t h, unsigned *count, nvmlProcessInfo_t *out)
+{
+	return list_procs(h, L_MPS, R_V2, count, out);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t h, nvmlProcessDetailList_v1_t *l)
+{
+	CHECK(h);
+	if (!l)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (l->version != nvmlProcessDetailList_v1)
+		return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+	if (l->mode > NVML_PROCESS_MODE_ALL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	static const int which[] = {L_COMPUTE, L_GRAPHICS, L_MPS, L_ALL};
+	return list_procs(h, which[l->mode], R_DETAIL, &l->numProcArrayEntries, l->procArray);
+}
+
+/* The name of a process as NVML gives it: its command line's first word
+ * (the pid is NVML's, i.e. offset by FAKECUDA_PIDNS_OFFSET). */
+EXPORT nvmlReturn_t nvmlSystemGetProcessName(unsigned pid, char *name, unsigned len)
+{
+	NEED_INIT();
+	if (!name || !len)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	char path[64], buf[256];
+	snprintf(path, sizeof(path), "/proc/%u/cmdline", pid - (unsigned)fk->pidns_offset);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return NVML_ERROR_NOT_FOUND;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	snprintf(name, len, "%s", buf);
+	return NVML_SUCCESS;
 }
 
 /* Per-caller previous sample of each process's GPU time. */
@@ -239,6 +353,37 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, nvmlProcessU
 		return NVML_ERROR_INSUFFICIENT_SIZE;
 	}
 	*count = n;
+	return NVML_SUCCESS;
+}
+
+/* The samples above, reached within this library: a preloaded library that
+ * interposes the exported name must not see this library's own call. */
+static nvmlReturn_t own_process_utilization(nvmlDevice_t, nvmlProcessUtilizationSample_t *, unsigned *,
+					    unsigned long long) __attribute__((alias("nvmlDeviceGetProcessUtilization")));
+
+/* The versioned form of the same samples (NVML 12.x): one more field each. */
+EXPORT nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t h, nvmlProcessesUtilizationInfo_v1_t *u)
+{
+	CHECK(h);
+	if (!u)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (u->version != nvmlProcessesUtilizationInfo_v1)
+		return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+	nvmlProcessUtilizationSample_t s[FK_MAX_PROC];
+	unsigned n = FK_MAX_PROC;
+	nvmlReturn_t rc = own_process_utilization(h, s, &n, u->lastSeenTimeStamp);
+	if (rc != NVML_SUCCESS)
+		return rc;
+	if (!u->procUtilArray || u->processSamplesCount < n) {
+		u->processSamplesCount = n;
+		return NVML_ERROR_INSUFFICIENT_SIZE;
+	}
+	for (unsigned i = 0; i < n; i++)
+		u->procUtilArray[i] = (nvmlProcessUtilizationInfo_v1_t){.timeStamp = s[i].timeStamp,
+									 .pid = s[i].pid,
+									 .smUtil = s[i].smUtil,
+									 .memUtil = s[i].memUtil};
+	u->processSamplesCount = n;
 	return NVML_SUCCESS;
 }
 

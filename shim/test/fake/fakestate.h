@@ -49,7 +49,14 @@ struct fk_proc {
 	int32_t ctxs[FK_MAX_DEV];    /* live contexts: NVML lists a process with one */
 	int64_t busy_ns[FK_MAX_DEV]; /* GPU time of its kernels, queued ones included */
 	uint64_t launches[FK_MAX_DEV];
+	/* FK_ALSO_* bits from $FAKECUDA_PROC_KIND at its first context: NVML
+	 * also lists the process as a graphics / MPS client. */
+	int32_t also;
+	int32_t pad2;
 };
+
+#define FK_ALSO_GRAPHICS 1
+#define FK_ALSO_MPS 2
 
 struct fk_state {
 	uint64_t magic;
