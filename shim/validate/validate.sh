@@ -126,6 +126,32 @@ if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null; then
 	echo "  cores=30 in a pid namespace: $got matmul/s = $share %"
 	python3 -c "import sys; sys.exit(0 if abs($share - 30) <= 5 else 1)"
 	result $? "SM limit 30 % within 5 points inside a pid namespace"
+
+	# 7. nvidia-smi in the namespace (a container) lists only the container's process, under
+	#    its pid there, with the memory that adds up to "used"; not the one outside.
+	limits "$limit" 100
+	rm -f "$W/outside" "$W/in"
+	python3 -c 'import torch,time; x=torch.empty(128<<20,dtype=torch.uint8,device="cuda"); open("'"$W"'/outside","w"); time.sleep(60)' &
+	outside=$!
+	for _ in $(seq 100); do [ -e "$W/outside" ] && break; sleep 0.2; done
+	seen=$(inns bash -c '
+		python3 -c "import torch,time; x=torch.empty(256<<20,dtype=torch.uint8,device=\"cuda\"); open(\"$1/in\",\"w\"); time.sleep(60)" &
+		p=$!
+		for _ in $(seq 100); do [ -e "$1/in" ] && break; sleep 0.2; done
+		echo "holder $p"
+		nvidia-smi -i "$2" --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | sed "s/^/app /"
+		nvidia-smi -i "$2" --query-gpu=memory.used --format=csv,noheader,nounits | sed "s/^/used /"
+		kill $p' _ "$W" "$gpu")
+	kill $outside 2>/dev/null; wait $outside 2>/dev/null
+	echo "$seen" | sed 's/^/  /'
+	echo "  outside the namespace: pid $outside"
+	holder=$(echo "$seen" | sed -n 's/^holder //p')
+	apps=$(echo "$seen" | sed -n 's/^app //p' | tr -d ' ')
+	used=$(echo "$seen" | sed -n 's/^used //p' | tr -d ' ')
+	sum=$(echo "$apps" | awk -F, '{s += $2} END {print s + 0}')
+	[ "$(echo "$apps" | grep -c .)" = 1 ] && [ "$(echo "$apps" | cut -d, -f1)" = "$holder" ] &&
+		[ -n "$used" ] && [ $((sum - used)) -le 1 ] && [ $((used - sum)) -le 1 ]
+	result $? "nvidia-smi in a pid namespace lists only its own process (pid $holder), summing to used ($sum vs $used MiB)"
 else
 	echo "  pid-namespace checks skipped: they need root and unshare(1)"
 fi
