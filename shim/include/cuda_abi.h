@@ -46,6 +46,10 @@ enum {
 };
 
 #define CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT 16
+/* PCI location attributes (ABI notes, both sources): the fake driver hashes them for cudart. */
+#define CU_DEVICE_ATTRIBUTE_PCI_BUS_ID 33
+#define CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID 34
+#define CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID 50
 
 /* cuGetProcAddress flags and query results. */
 #define CU_GET_PROC_ADDRESS_DEFAULT 0

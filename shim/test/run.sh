@@ -1139,5 +1139,6 @@ t sm_launch_counters test_sm_launch_counters
 t fuzz_limits_parser test_fuzz_limits_parser
 
 . "$HERE/t_nvmlprocs.sh"
+. "$HERE/t_cudart.sh"
 echo "shim: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

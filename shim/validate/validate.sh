@@ -156,5 +156,32 @@ else
 	echo "  pid-namespace checks skipped: they need root and unshare(1)"
 fi
 
+# 7. NVIDIA's own libcudart 11.8 and 12.4 (hack/cudart.sh; without network,
+#    copy a filled cache over and point NRI_VGPU_CUDART_CACHE at it) through
+#    the shim on the real driver: every allocation API counted and refused
+#    past the quota, and every recorded cuGetProcAddress request of an
+#    allocation or launch entry answered with the shim's wrapper.
+if cudart=$(../hack/cudart.sh); then
+	limits $((2 << 30)) 100
+	sed -n 's/^HOOK(LIB_CUDA, *\([^,]*\), *\([^,]*\),.*/\1 \2/p' src/hooks.def >"$W/hooks"
+	for v in 11.8.89 12.4.127; do
+		out=$(shimmed build/rtprog "$cudart/$v/libcudart.so.$v" info:-:2GiB malloc:3GiB:2 malloc:64MiB \
+			managed:64MiB async:64MiB defpool:64MiB pool:64MiB info:-:2GiB malloc:2GiB:2 free free free free free 2>&1)
+		rc=$?
+		echo "$out" | grep -E '^(info|FAIL)|-> [1-9]' | sed "s/^/  cudart $v: /"
+		result $rc "cudart $v: allocations counted, refused past the quota, cudaMemGetInfo shows the slice"
+		CUDA_VISIBLE_DEVICES=$gpu build/procreplay <"test/cudart/requests-$v.txt" >"$W/direct"
+		shimmed build/procreplay <"test/cudart/requests-$v.txt" >"$W/shim"
+		bad=$(awk -v info="$W/info" -f test/cudart/requests.awk "$W/hooks" "$W/direct" "$W/shim")
+		echo "  cudart $v: $(grep -c 'libvgpu-shim.so' "$W/shim") requests answered by the shim, $(grep -c -- '-> - -' "$W/direct") unknown to the driver"
+		[ -n "$bad" ] && echo "$bad" | sed "s/^/  cudart $v: /"
+		[ -s "$W/info" ] && sed "s/^/  cudart $v: info: /" "$W/info" && rm -f "$W/info"
+		[ -z "$bad" ]
+		result $? "cudart $v: its driver requests for allocation and launch entries reach the shim"
+	done
+else
+	echo "  cudart checks skipped: hack/cudart.sh could not provide the libraries (its error is above)"
+fi
+
 echo "validate: $fails check(s) failed"
 [ "$fails" -eq 0 ]

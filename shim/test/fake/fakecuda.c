@@ -22,6 +22,7 @@
 
 #include "cuda_abi.h"
 #include "fakestate.h"
+#include "fakeexport.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -334,6 +335,13 @@ EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d)
 		ctx_died(d);
 	}
 	return CUDA_SUCCESS;
+}
+
+/* The pre-11.0 ABI, same arguments: NVIDIA's cudart 11.8 and 12.4 ask for
+ * it (cuGetProcAddress at 7000) and call it when the process exits. */
+EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice d)
+{
+	return cuDevicePrimaryCtxRelease_v2(d);
 }
 
 EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice d)
@@ -957,7 +965,6 @@ LEGACY(cuCtxCreate)
 LEGACY(cuMemAllocPitch)
 LEGACY(cuArrayCreate)
 LEGACY(cuArray3DCreate)
-LEGACY(cuDevicePrimaryCtxRelease)
 LEGACY(cuCtxDestroy)
 
 /* ---- cuGetProcAddress ----------------------------------------------------------------------------- */
@@ -1061,10 +1068,8 @@ static int lookup(const char *sym, int ver, cuuint64_t flags, void **pfn)
 		if (table[i].ver <= ver && (!best || table[i].ver > best->ver))
 			best = &table[i];
 	}
-	if (!best) {
-		*pfn = NULL;
-		return known ? 2 : 1;
-	}
+	if (!best)
+		return fkx_lookup(sym, ver, pfn, known);
 	*pfn = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) && best->ptsz ? best->ptsz : best->fn;
 	return 0;
 }
@@ -1073,7 +1078,9 @@ EXPORT CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, cuuint64_
 {
 	if (!sym || !pfn)
 		return CUDA_ERROR_INVALID_VALUE;
-	return lookup(sym, ver, flags, pfn) == 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+	int r = lookup(sym, ver, flags, pfn);
+	fkx_trace_proc(4, sym, ver, flags, r);
+	return r == 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }
 
 EXPORT CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint64_t flags,
@@ -1082,7 +1089,17 @@ EXPORT CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint
 	if (!sym || !pfn)
 		return CUDA_ERROR_INVALID_VALUE;
 	int r = lookup(sym, ver, flags, pfn);
+	fkx_trace_proc(5, sym, ver, flags, r);
 	if (status)
 		*status = r;
 	return CUDA_SUCCESS;
+}
+
+void *fk_primary_ctx(int d)
+{
+	if (!fk || d < 0 || d >= fk->ndev)
+		return NULL;
+	primary_ctx[d].dev = d;
+	primary_ctx[d].primary = 1;
+	return &primary_ctx[d];
 }
