@@ -65,8 +65,22 @@ typedef int CUdriverProcAddressQueryResult;
 #define CU_MEM_LOCATION_TYPE_DEVICE 1
 /* Host memory locations (not GPU memory): HOST, HOST_NUMA, HOST_NUMA_CURRENT. */
 #define CU_MEM_LOCATION_TYPE_HOST 2
+#define CU_MEM_LOCATION_TYPE_HOST_NUMA 3
 #define CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT 4
+/* No preferred location (managed pools, CUDA 13): INVALID's value, unverified. */
+#define CU_MEM_LOCATION_TYPE_NONE 0
 #define CU_MEM_ALLOCATION_TYPE_PINNED 1
+/* CUDA 13 managed pools; value from cuda-python's 13.0 declarations (one source). */
+#define CU_MEM_ALLOCATION_TYPE_MANAGED 2
+
+typedef struct CUevent_st *CUevent;
+
+/* CUmemPool_attribute (ABI notes, two sources). RESERVED_* / USED_* values are cuuint64_t. */
+#define CU_MEMPOOL_ATTR_RELEASE_THRESHOLD 4
+#define CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT 5
+#define CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH 6
+#define CU_MEMPOOL_ATTR_USED_MEM_CURRENT 7
+#define CU_MEMPOOL_ATTR_USED_MEM_HIGH 8
 
 typedef struct {
 	int type; /* CUmemLocationType */
@@ -118,7 +132,15 @@ typedef struct {
  *   cuMemPoolCreate(CUmemoryPool *, const CUmemPoolProps *) @11020,
  *   cuMemPoolDestroy(CUmemoryPool) @11020,
  *   cuDeviceGetDefaultMemPool(CUmemoryPool *, CUdevice) @11020,
- *   cuDeviceGetMemPool(CUmemoryPool *, CUdevice) @11020.
+ *   cuDeviceGetMemPool(CUmemoryPool *, CUdevice) @11020,
+ *   cuMemPoolSetAttribute / cuMemPoolGetAttribute(CUmemoryPool, CUmemPool_attribute, void *) @11020,
+ *   cuMemPoolTrimTo(CUmemoryPool, size_t) @11020 (the last two also in the ABI notes),
+ *   cuCtxSynchronize(void) @2000, cuStreamSynchronize(CUstream) @2000 (_ptsz @7000),
+ *   cuEventSynchronize(CUevent) @2000 (these three in the ABI notes),
+ *   CUDA 13.0 (cuda-python's 13.0 loader asks for them at 13000):
+ *   cuMemGetDefaultMemPool(CUmemoryPool *, CUmemLocation *, CUmemAllocationType),
+ *   cuMemGetMemPool(CUmemoryPool *, CUmemLocation *, CUmemAllocationType),
+ *   cuMemSetMemPool(CUmemLocation *, CUmemAllocationType, CUmemoryPool).
  */
 typedef CUresult (*PFN_cuStreamGetCtx)(CUstream, CUcontext *);
 typedef CUresult (*PFN_cuCtxGetDevice_v2)(CUdevice *, CUcontext);
@@ -140,6 +162,30 @@ typedef struct {
 	unsigned int NumChannels;
 	unsigned int Flags;
 } CUDA_ARRAY3D_DESCRIPTOR;
+
+/*
+ * The pre-3.2 ABIs exported under the bare names (cuMemAlloc, cuMemFree,
+ * cuMemAllocPitch, cuArrayCreate, cuArray3DCreate): 32-bit device pointers
+ * and sizes. Types from the legacy section of cuda.h and cudaTypedefs.h
+ * (PFN_cuMemAlloc_v2000 ...); not in the ABI notes.
+ */
+typedef unsigned int CUdeviceptr_v1;
+
+typedef struct {
+	unsigned int Width;
+	unsigned int Height;
+	int Format; /* CUarray_format */
+	unsigned int NumChannels;
+} CUDA_ARRAY_DESCRIPTOR_v1;
+
+typedef struct {
+	unsigned int Width;
+	unsigned int Height;
+	unsigned int Depth;
+	int Format; /* CUarray_format */
+	unsigned int NumChannels;
+	unsigned int Flags;
+} CUDA_ARRAY3D_DESCRIPTOR_v1;
 
 #define CUDA_ARRAY3D_LAYERED 0x01
 #define CUDA_ARRAY3D_CUBEMAP 0x04
@@ -177,6 +223,11 @@ _Static_assert(offsetof(CUDA_ARRAY_DESCRIPTOR, NumChannels) == 20, "ad.NumChanne
 _Static_assert(sizeof(CUDA_ARRAY3D_DESCRIPTOR) == 40, "CUDA_ARRAY3D_DESCRIPTOR");
 _Static_assert(offsetof(CUDA_ARRAY3D_DESCRIPTOR, Format) == 24, "a3d.Format");
 _Static_assert(offsetof(CUDA_ARRAY3D_DESCRIPTOR, Flags) == 32, "a3d.Flags");
+_Static_assert(sizeof(CUdeviceptr_v1) == 4, "CUdeviceptr_v1");
+_Static_assert(sizeof(CUDA_ARRAY_DESCRIPTOR_v1) == 16, "CUDA_ARRAY_DESCRIPTOR_v1");
+_Static_assert(offsetof(CUDA_ARRAY_DESCRIPTOR_v1, Format) == 8, "ad1.Format");
+_Static_assert(sizeof(CUDA_ARRAY3D_DESCRIPTOR_v1) == 24, "CUDA_ARRAY3D_DESCRIPTOR_v1");
+_Static_assert(offsetof(CUDA_ARRAY3D_DESCRIPTOR_v1, Format) == 12, "a3d1.Format");
 _Static_assert(sizeof(CUlaunchAttribute) == 72, "CUlaunchAttribute");
 _Static_assert(sizeof(CUlaunchConfig) == 56, "CUlaunchConfig");
 _Static_assert(offsetof(CUlaunchConfig, hStream) == 32, "lc.hStream");

@@ -13,12 +13,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "mem.h"
+#include "pool.h"
 #include "shim.h"
 #include "track.h"
 
 /* ---- admission ------------------------------------------------------------------ */
-
-enum { GO_FORWARD, GO_COUNTED, GO_REFUSE };
 
 static void over_quota(int idx, uint64_t bytes)
 {
@@ -32,6 +32,10 @@ static void over_quota(int idx, uint64_t bytes)
 static int take(int idx, uint64_t bytes, uint64_t asked)
 {
 	int rc = vgpu_reserve(idx, bytes);
+	/* Stream-ordered pools may hold freed memory for reuse: they give it
+	 * back before anything is refused (pool.c). */
+	if (rc == VGPU_OVER_QUOTA && vgpu_pool_reclaim(idx))
+		rc = vgpu_reserve(idx, bytes);
 	if (rc == VGPU_OVER_QUOTA)
 		over_quota(idx, asked);
 	return rc == 0 ? 0 : -1;
@@ -85,186 +89,6 @@ static CUresult settle_in(CUresult rc, int go, int kind, uint64_t key, uint64_t 
 static CUresult settle(CUresult rc, int go, int kind, uint64_t key, uint64_t bytes, int idx)
 {
 	return settle_in(rc, go, kind, key, bytes, idx, go == GO_COUNTED ? current_ctx() : NULL);
-}
-
-/* ---- where stream-ordered memory lives --------------------------------------------- */
-
-/*
- * cuMemAllocAsync takes from the current pool of the *stream's* device and
- * cuMemAllocFromPoolAsync from the pool's location, neither necessarily the
- * device of the calling thread's current context: charging that one would
- * let a process fill GPU 1 on GPU 0's quota. The driver has no query for a
- * pool's location (cuMemPoolGetAttribute has none; cuMemPoolGetAccess only
- * answers for a location one already names), so the shim remembers it from
- * the calls that hand out pools: cuMemPoolCreate (props->location),
- * cuDeviceGetDefaultMemPool and cuDeviceGetMemPool (the device asked about).
- * A pool it never saw (imported from another process) falls back to the
- * stream's device, then to the current context's.
- */
-#define POOL_SLOTS 256
-#define POOL_HOST (-1) /* a host location: not GPU memory, not counted */
-
-static struct {
-	CUmemoryPool pool;
-	int dev;
-	int exact; /* from the pool's own properties, not inferred */
-} pools[POOL_SLOTS];
-static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
-
-static void pool_remember(CUmemoryPool pool, int dev, int exact)
-{
-	if (!pool)
-		return;
-	int free_slot = -1;
-	pthread_mutex_lock(&pool_mu);
-	for (int i = 0; i < POOL_SLOTS; i++) {
-		if (pools[i].pool == pool) {
-			/* A location read from the pool's properties is not overridden
-			 * by one inferred from cuDeviceGetMemPool. */
-			if (exact || !pools[i].exact) {
-				pools[i].dev = dev;
-				pools[i].exact = exact;
-			}
-			pthread_mutex_unlock(&pool_mu);
-			return;
-		}
-		if (!pools[i].pool && free_slot < 0)
-			free_slot = i;
-	}
-	if (free_slot >= 0) {
-		pools[free_slot].pool = pool;
-		pools[free_slot].dev = dev;
-		pools[free_slot].exact = exact;
-	}
-	pthread_mutex_unlock(&pool_mu);
-	if (free_slot < 0)
-		LOGD("more than %d memory pools: allocations from pool %p count on their stream's device",
-		     POOL_SLOTS, (void *)pool);
-}
-
-/* Forgets pool; returns 1 (and its entry) when it was known. */
-static int pool_forget(CUmemoryPool pool, int *dev, int *exact)
-{
-	int found = 0;
-	pthread_mutex_lock(&pool_mu);
-	for (int i = 0; i < POOL_SLOTS && pool; i++)
-		if (pools[i].pool == pool) {
-			*dev = pools[i].dev;
-			*exact = pools[i].exact;
-			pools[i].pool = NULL;
-			found = 1;
-			break;
-		}
-	pthread_mutex_unlock(&pool_mu);
-	return found;
-}
-
-/* The device ordinal (or POOL_HOST) pool lives on; 0 when unknown. */
-static int pool_lookup(CUmemoryPool pool, int *dev)
-{
-	int found = 0;
-	pthread_mutex_lock(&pool_mu);
-	for (int i = 0; i < POOL_SLOTS && pool; i++)
-		if (pools[i].pool == pool) {
-			*dev = pools[i].dev;
-			found = 1;
-			break;
-		}
-	pthread_mutex_unlock(&pool_mu);
-	return found;
-}
-
-static void pools_after_fork(void)
-{
-	/* Pools, like every CUDA object, do not survive fork. */
-	pthread_mutex_init(&pool_mu, NULL);
-	memset(pools, 0, sizeof(pools));
-}
-
-/*
- * Limits index of the device stream s belongs to (as vgpu_current_index
- * answers), and in *ctx the context to track its memory under. NULL and the
- * special handles name a stream of the current context; so does a stream
- * whose context cannot be asked (a driver without cuStreamGetCtx).
- */
-static int stream_index(CUstream s, CUcontext *ctx)
-{
-	CUcontext cur = current_ctx(), sc = NULL;
-	*ctx = cur;
-	if (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD ||
-	    vgpu_cu_stream_get_ctx(s, &sc) != CUDA_SUCCESS || !sc || sc == cur)
-		return vgpu_current_index(NULL);
-	CUdevice dev;
-	if (vgpu_cu_ctx_device(sc, &dev) != CUDA_SUCCESS) {
-		LOGD("device of stream %p unknown: counted on the current context's device", (void *)s);
-		return vgpu_current_index(NULL);
-	}
-	*ctx = sc;
-	return vgpu_device_index(dev);
-}
-
-static int admit_stream(CUstream s, uint64_t bytes, int *idx, CUcontext *ctx)
-{
-	vgpu_init();
-	*ctx = NULL;
-	*idx = vgpu.mode == VGPU_ENFORCE ? stream_index(s, ctx) : -1;
-	return admit_index(*idx, bytes);
-}
-
-static int admit_pool(CUmemoryPool pool, CUstream s, uint64_t bytes, int *idx, CUcontext *ctx)
-{
-	vgpu_init();
-	*ctx = NULL;
-	*idx = -1;
-	if (vgpu.mode != VGPU_ENFORCE)
-		return admit_index(-1, bytes);
-	int dev, known = pool_lookup(pool, &dev);
-	if (known && dev == POOL_HOST)
-		return GO_FORWARD; /* host memory is not ours to count */
-	*idx = stream_index(s, ctx);
-	if (known)
-		*idx = vgpu_device_index(dev);
-	return admit_index(*idx, bytes);
-}
-
-VGPU_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
-{
-	CUresult rc = NEXT(cuMemPoolCreate)(pool, props);
-	if (rc != CUDA_SUCCESS || !pool || !props)
-		return rc;
-	int t = props->location.type;
-	if (t == CU_MEM_LOCATION_TYPE_DEVICE)
-		pool_remember(*pool, props->location.id, 1);
-	else if (t >= CU_MEM_LOCATION_TYPE_HOST && t <= CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT)
-		pool_remember(*pool, POOL_HOST, 1);
-	/* An unknown location type stays unknown: counted on the stream's device. */
-	return rc;
-}
-
-VGPU_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
-{
-	/* Forget first: once destroyed, a new pool may get the same handle. */
-	int dev = 0, exact = 0, had = pool_forget(pool, &dev, &exact);
-	CUresult rc = NEXT(cuMemPoolDestroy)(pool);
-	if (rc != CUDA_SUCCESS && had)
-		pool_remember(pool, dev, exact);
-	return rc;
-}
-
-VGPU_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev)
-{
-	CUresult rc = NEXT(cuDeviceGetDefaultMemPool)(pool, dev);
-	if (rc == CUDA_SUCCESS && pool)
-		pool_remember(*pool, dev, 1);
-	return rc;
-}
-
-VGPU_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
-{
-	CUresult rc = NEXT(cuDeviceGetMemPool)(pool, dev);
-	if (rc == CUDA_SUCCESS && pool)
-		pool_remember(*pool, dev, 0);
-	return rc;
 }
 
 /* Gives back what a successful free/release/destroy of key released. */
@@ -336,47 +160,39 @@ VGPU_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t
 	return settle(rc, go, TRACK_PTR, *dptr, real, idx);
 }
 
-/* Stream-ordered allocations count on the device the memory lands on (above);
- * the tracker keeps that device per pointer, so the free gives it back there. */
+/* Stream-ordered allocations: what their pool reserves counts, on the
+ * device the pool lives on (pool.c). */
 VGPU_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes, CUstream s)
 {
-	CUcontext ctx;
-	int idx, go = admit_stream(s, bytes, &idx, &ctx);
-	if (go == GO_REFUSE)
+	struct vgpu_pool_op op;
+	if (vgpu_pool_admit(NULL, s, bytes, &op) == GO_REFUSE)
 		return REFUSED;
-	CUresult rc = NEXT(cuMemAllocAsync)(dptr, bytes, s);
-	return settle_in(rc, go, TRACK_PTR, dptr ? *dptr : 0, bytes, idx, ctx);
+	return vgpu_pool_settle(NEXT(cuMemAllocAsync)(dptr, bytes, s), &op, dptr);
 }
 
 VGPU_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUstream s)
 {
-	CUcontext ctx;
-	int idx, go = admit_stream(s, bytes, &idx, &ctx);
-	if (go == GO_REFUSE)
+	struct vgpu_pool_op op;
+	if (vgpu_pool_admit(NULL, s, bytes, &op) == GO_REFUSE)
 		return REFUSED;
-	CUresult rc = NEXT(cuMemAllocAsync_ptsz)(dptr, bytes, s);
-	return settle_in(rc, go, TRACK_PTR, dptr ? *dptr : 0, bytes, idx, ctx);
+	return vgpu_pool_settle(NEXT(cuMemAllocAsync_ptsz)(dptr, bytes, s), &op, dptr);
 }
 
 VGPU_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream s)
 {
-	CUcontext ctx;
-	int idx, go = admit_pool(pool, s, bytes, &idx, &ctx);
-	if (go == GO_REFUSE)
+	struct vgpu_pool_op op;
+	if (vgpu_pool_admit(pool, s, bytes, &op) == GO_REFUSE)
 		return REFUSED;
-	CUresult rc = NEXT(cuMemAllocFromPoolAsync)(dptr, bytes, pool, s);
-	return settle_in(rc, go, TRACK_PTR, dptr ? *dptr : 0, bytes, idx, ctx);
+	return vgpu_pool_settle(NEXT(cuMemAllocFromPoolAsync)(dptr, bytes, pool, s), &op, dptr);
 }
 
 VGPU_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
 						  CUstream s)
 {
-	CUcontext ctx;
-	int idx, go = admit_pool(pool, s, bytes, &idx, &ctx);
-	if (go == GO_REFUSE)
+	struct vgpu_pool_op op;
+	if (vgpu_pool_admit(pool, s, bytes, &op) == GO_REFUSE)
 		return REFUSED;
-	CUresult rc = NEXT(cuMemAllocFromPoolAsync_ptsz)(dptr, bytes, pool, s);
-	return settle_in(rc, go, TRACK_PTR, dptr ? *dptr : 0, bytes, idx, ctx);
+	return vgpu_pool_settle(NEXT(cuMemAllocFromPoolAsync_ptsz)(dptr, bytes, pool, s), &op, dptr);
 }
 
 struct free_args {
@@ -396,22 +212,31 @@ static CUresult do_free_async(void *a)
 	return f->ptsz ? NEXT(cuMemFreeAsync_ptsz)(f->p, f->s) : NEXT(cuMemFreeAsync)(f->p, f->s);
 }
 
+/* A pointer from a pool goes back to its pool (pool.c); any other is given back. */
+static CUresult release_ptr(CUdeviceptr p, CUresult (*call)(void *), void *arg)
+{
+	struct vgpu_pool_free f;
+	if (vgpu_pool_free_begin(p, &f))
+		return vgpu_pool_free_end(call(arg), &f);
+	return release(TRACK_PTR, p, call, arg);
+}
+
 VGPU_EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
 {
 	struct free_args a = {p, NULL, 0};
-	return release(TRACK_PTR, p, do_free, &a);
+	return release_ptr(p, do_free, &a);
 }
 
 VGPU_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s)
 {
 	struct free_args a = {p, s, 0};
-	return release(TRACK_PTR, p, do_free_async, &a);
+	return release_ptr(p, do_free_async, &a);
 }
 
 VGPU_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s)
 {
 	struct free_args a = {p, s, 1};
-	return release(TRACK_PTR, p, do_free_async, &a);
+	return release_ptr(p, do_free_async, &a);
 }
 
 /* ---- virtual memory management (PyTorch expandable segments, vLLM, llama.cpp) ---- */
@@ -689,7 +514,7 @@ void vgpu_ctx_after_fork(void)
 	pthread_mutex_init(&primary_mu, NULL);
 	memset(primary, 0, sizeof(primary));
 	memset(primary_refs, 0, sizeof(primary_refs));
-	pools_after_fork();
+	vgpu_pool_after_fork();
 }
 
 VGPU_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
@@ -741,4 +566,32 @@ VGPU_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 	if (rc == CUDA_SUCCESS && vgpu.mode == VGPU_ENFORCE)
 		vgpu_track_drop_ctx(ctx);
 	return rc;
+}
+
+/* ---- for the hooks in other files (mem.h) ------------------------------------------------ */
+
+int vgpu_mem_admit_current(uint64_t bytes, int *idx)
+{
+	return admit_current(bytes, idx);
+}
+
+int vgpu_mem_admit_index(int idx, uint64_t bytes)
+{
+	vgpu_init();
+	return admit_index(vgpu.mode == VGPU_ENFORCE ? idx : -1, bytes);
+}
+
+CUresult vgpu_mem_settle(CUresult rc, int go, int kind, uint64_t key, uint64_t bytes, int idx)
+{
+	return settle(rc, go, kind, key, bytes, idx);
+}
+
+CUresult vgpu_mem_release(int kind, uint64_t key, CUresult (*call)(void *), void *arg)
+{
+	return release(kind, key, call, arg);
+}
+
+uint64_t vgpu_array_bytes(size_t w, size_t h, size_t d, int fmt, unsigned ch)
+{
+	return array_bytes(w, h, d, fmt, ch);
 }

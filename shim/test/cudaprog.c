@@ -78,6 +78,21 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction, unsigned, unsigned, unsigned
 CUresult cuGraphLaunch(CUgraphExec, CUstream);
 CUresult cuGraphLaunch_ptsz(CUgraphExec, CUstream);
 CUresult cuGetProcAddress_v2(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+/* Pools, CUDA 13 pools by location, the pre-3.2 allocation ABIs (the pool and legacy ops). */
+CUresult cuMemPoolTrimTo(CUmemoryPool, size_t);
+CUresult cuMemPoolSetAttribute(CUmemoryPool, int, void *);
+CUresult cuMemPoolGetAttribute(CUmemoryPool, int, void *);
+CUresult cuMemPoolDestroy(CUmemoryPool);
+CUresult cuMemGetDefaultMemPool(CUmemoryPool *, CUmemLocation *, int);
+CUresult cuMemGetMemPool(CUmemoryPool *, CUmemLocation *, int);
+CUresult cuMemSetMemPool(CUmemLocation *, int, CUmemoryPool);
+CUresult cuStreamSynchronize(CUstream);
+CUresult cuStreamSynchronize_ptsz(CUstream);
+CUresult cuMemAlloc(CUdeviceptr_v1 *, unsigned);
+CUresult cuMemAllocPitch(CUdeviceptr_v1 *, unsigned *, unsigned, unsigned, unsigned);
+CUresult cuMemFree(CUdeviceptr_v1);
+CUresult cuArrayCreate(CUarray *, const CUDA_ARRAY_DESCRIPTOR_v1 *);
+CUresult cuArray3DCreate(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR_v1 *);
 
 static struct {
 	CUresult (*Init)(unsigned);
@@ -156,6 +171,9 @@ static void *proc(const char *name, int ver, int stream_call)
 }
 
 #define P(field, name, ver, s) api.field = (__typeof__(api.field))proc(#name, ver, s)
+/* An entry point the script ops resolve when used: the linked symbol in direct mode, else
+ * cuGetProcAddress(base, ver) as cudart would. */
+#define ENTRY(sym, base, ver, s) (!strcmp(mode, "direct") ? (void *)(sym) : proc(base, ver, s))
 
 static void load(void)
 {
@@ -603,6 +621,116 @@ static void run(int argc, char **argv)
 		} else if (!strcmp(op, "setpool")) {
 			/* setpool:DEV — the selected pool becomes DEV's current pool. */
 			check_rc("cuDeviceSetMemPool", api.DeviceSetMemPool(atoi(a[1]), cur_pool), NULL);
+		} else if (!strcmp(op, "poolcreateat")) {
+			/* poolcreateat:LOCTYPE:ID:ALLOCTYPE — a new pool anywhere (host, managed...), selected. */
+			CUresult (*create)(CUmemoryPool *, const CUmemPoolProps *) =
+				ENTRY(cuMemPoolCreate, "cuMemPoolCreate", 11020, 0);
+			CUmemPoolProps props = {0};
+			props.allocType = atoi(a[3]);
+			props.location.type = atoi(a[1]);
+			props.location.id = atoi(a[2]);
+			check_rc("cuMemPoolCreate", create(&cur_pool, &props), NULL);
+		} else if (!strcmp(op, "locpool")) {
+			/* locpool:default|current|set:LOCTYPE:ID:ALLOCTYPE — CUDA 13's pools by location:
+			 * cuMemGetDefaultMemPool / cuMemGetMemPool select one, cuMemSetMemPool sets the selected. */
+			CUmemLocation l = {atoi(a[2]), atoi(a[3])};
+			int type = atoi(a[4]);
+			if (!strcmp(a[1], "default")) {
+				CUresult (*f)(CUmemoryPool *, CUmemLocation *, int) =
+					ENTRY(cuMemGetDefaultMemPool, "cuMemGetDefaultMemPool", 13000, 0);
+				check_rc("cuMemGetDefaultMemPool", f(&cur_pool, &l, type), a[5]);
+			} else if (!strcmp(a[1], "current")) {
+				CUresult (*f)(CUmemoryPool *, CUmemLocation *, int) =
+					ENTRY(cuMemGetMemPool, "cuMemGetMemPool", 13000, 0);
+				check_rc("cuMemGetMemPool", f(&cur_pool, &l, type), a[5]);
+			} else {
+				CUresult (*f)(CUmemLocation *, int, CUmemoryPool) =
+					ENTRY(cuMemSetMemPool, "cuMemSetMemPool", 13000, 0);
+				check_rc("cuMemSetMemPool", f(&l, type, cur_pool), a[5]);
+			}
+		} else if (!strcmp(op, "threshold") || !strcmp(op, "trim") || !strcmp(op, "poolattr") ||
+			   !strcmp(op, "pooldestroy")) {
+			/* threshold:BYTES (RELEASE_THRESHOLD; "max" = UINT64_MAX) / trim:KEEP (cuMemPoolTrimTo) /
+			 * poolattr:reserved|reservedhigh|used|usedhigh:WANT / pooldestroy — on the selected
+			 * pool, or the current device's default pool. */
+			CUmemoryPool pool = cur_pool;
+			if (!pool) {
+				CUdevice d;
+				check_rc("cuCtxGetDevice", api.CtxGetDevice(&d), NULL);
+				check_rc("cuDeviceGetDefaultMemPool", api.DeviceGetDefaultMemPool(&pool, d), NULL);
+			}
+			if (!strcmp(op, "threshold")) {
+				CUresult (*f)(CUmemoryPool, int, void *) =
+					ENTRY(cuMemPoolSetAttribute, "cuMemPoolSetAttribute", 11020, 0);
+				cuuint64_t v = !strcmp(a[1], "max") ? UINT64_MAX : size_arg(a[1]);
+				check_rc("cuMemPoolSetAttribute", f(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &v), NULL);
+			} else if (!strcmp(op, "trim")) {
+				CUresult (*f)(CUmemoryPool, size_t) = ENTRY(cuMemPoolTrimTo, "cuMemPoolTrimTo", 11020, 0);
+				check_rc("cuMemPoolTrimTo", f(pool, size_arg(a[1])), NULL);
+			} else if (!strcmp(op, "pooldestroy")) {
+				CUresult (*f)(CUmemoryPool) = ENTRY(cuMemPoolDestroy, "cuMemPoolDestroy", 11020, 0);
+				check_rc("cuMemPoolDestroy", f(pool), a[1]);
+				cur_pool = NULL;
+			} else {
+				CUresult (*f)(CUmemoryPool, int, void *) =
+					ENTRY(cuMemPoolGetAttribute, "cuMemPoolGetAttribute", 11020, 0);
+				int attr = !strcmp(a[1], "reserved")	   ? CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT
+					   : !strcmp(a[1], "reservedhigh") ? CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH
+					   : !strcmp(a[1], "used")	   ? CU_MEMPOOL_ATTR_USED_MEM_CURRENT
+									   : CU_MEMPOOL_ATTR_USED_MEM_HIGH;
+				cuuint64_t v = 0;
+				check_rc("cuMemPoolGetAttribute", f(pool, attr, &v), NULL);
+				printf("poolattr %s %llu\n", a[1], (unsigned long long)v);
+				check_val(a[1], v, a[2]);
+			}
+		} else if (!strcmp(op, "streamsync")) {
+			/* streamsync — cuStreamSynchronize on the selected stream (_ptsz with -p). */
+			CUresult (*f)(CUstream) = ENTRY(ptsz ? cuStreamSynchronize_ptsz : cuStreamSynchronize,
+						       "cuStreamSynchronize", ptsz ? 7000 : 2000, 1);
+			check_rc("cuStreamSynchronize", f(cur_stream), NULL);
+		} else if (!strcmp(op, "lalloc") || !strcmp(op, "lpitch")) {
+			/* lalloc:SIZE[:RC] / lpitch:W:H[:RC] — the pre-3.2 cuMemAlloc / cuMemAllocPitch
+			 * (32-bit sizes and pointer; cuGetProcAddress at 2000 outside direct mode). */
+			CUdeviceptr_v1 q = 0;
+			if (!strcmp(op, "lalloc")) {
+				CUresult (*f)(CUdeviceptr_v1 *, unsigned) = ENTRY(cuMemAlloc, "cuMemAlloc", 2000, 0);
+				rc = f(&q, (unsigned)size_arg(a[1]));
+				check_rc("cuMemAlloc (v1)", rc, a[2]);
+			} else {
+				CUresult (*f)(CUdeviceptr_v1 *, unsigned *, unsigned, unsigned, unsigned) =
+					ENTRY(cuMemAllocPitch, "cuMemAllocPitch", 2000, 0);
+				unsigned pitch = 0;
+				rc = f(&q, &pitch, (unsigned)size_arg(a[1]), (unsigned)size_arg(a[2]), 4);
+				check_rc("cuMemAllocPitch (v1)", rc, a[3]);
+				printf("pitch %u\n", pitch);
+			}
+			if (rc == CUDA_SUCCESS)
+				hold(A_PTR, q);
+		} else if (!strcmp(op, "lfree")) {
+			/* lfree[:RC] — the last held pointer freed with the pre-3.2 cuMemFree. */
+			CUresult (*f)(CUdeviceptr_v1) = ENTRY(cuMemFree, "cuMemFree", 2000, 0);
+			if (!nheld || held[nheld - 1].kind != A_PTR)
+				die("lfree: no pointer held%s%s", "", "");
+			check_rc("cuMemFree (v1)", f((CUdeviceptr_v1)held[--nheld].key), a[1]);
+		} else if (!strcmp(op, "larray") || !strcmp(op, "larray3d")) {
+			/* larray:W:H[:RC] / larray3d:W:H:D[:RC] — pre-3.2 arrays of FLOAT, one channel. */
+			CUarray arr;
+			if (!strcmp(op, "larray")) {
+				CUresult (*f)(CUarray *, const CUDA_ARRAY_DESCRIPTOR_v1 *) =
+					ENTRY(cuArrayCreate, "cuArrayCreate", 2000, 0);
+				CUDA_ARRAY_DESCRIPTOR_v1 d = {(unsigned)size_arg(a[1]), (unsigned)size_arg(a[2]), 0x20, 1};
+				rc = f(&arr, &d);
+				check_rc("cuArrayCreate (v1)", rc, a[3]);
+			} else {
+				CUresult (*f)(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR_v1 *) =
+					ENTRY(cuArray3DCreate, "cuArray3DCreate", 2000, 0);
+				CUDA_ARRAY3D_DESCRIPTOR_v1 d = {(unsigned)size_arg(a[1]), (unsigned)size_arg(a[2]),
+								(unsigned)size_arg(a[3]), 0x20, 1, 0};
+				rc = f(&arr, &d);
+				check_rc("cuArray3DCreate (v1)", rc, a[4]);
+			}
+			if (rc == CUDA_SUCCESS)
+				hold(A_ARRAY, (uintptr_t)arr);
 		} else if (!strcmp(op, "nopool")) {
 			cur_pool = NULL;
 		} else if (!strcmp(op, "create")) {
@@ -659,6 +787,9 @@ static void run(int argc, char **argv)
 			check_rc("cuMipmappedArrayCreate", rc, a[4]);
 			if (rc == CUDA_SUCCESS)
 				hold(A_MIPMAP, (uintptr_t)m);
+		} else if (!strcmp(op, "sync")) {
+			/* sync — cuCtxSynchronize: where pools give back what they keep above their threshold. */
+			check_rc("cuCtxSynchronize", api.CtxSynchronize(), NULL);
 		} else if (!strcmp(op, "free")) {
 			check_rc("free", free_last(), a[1]);
 		} else if (!strcmp(op, "freeall")) {
@@ -835,17 +966,18 @@ static void run(int argc, char **argv)
 			void *q = dlsym(RTLD_DEFAULT, a[1]);
 			printf("wheredef %s %s %s\n", a[1], owner(q), symname(q));
 		} else if (!strcmp(op, "calllegacy")) {
-			/* What a caller that asked for the pre-3.2 ABI gets: the fake aborts. */
+			/* calllegacy:NAME — what a caller that asked for NAME's pre-3.2 ABI gets
+			 * (cuMemGetInfo: one the shim leaves alone; the fake aborts). */
 			void *q = NULL;
 			CUdriverProcAddressQueryResult st;
 			if (gpa5)
-				gpa5("cuMemAlloc", &q, 2000, 0, &st);
+				gpa5(a[1], &q, 2000, 0, &st);
 			else
-				gpa4("cuMemAlloc", &q, 2000, 0);
+				gpa4(a[1], &q, 2000, 0);
 			if (!q)
-				die("no legacy cuMemAlloc%s%s", "", "");
+				die("no legacy %s%s", a[1], "");
 			((CUresult(*)(CUdeviceptr *, size_t))q)(&p, 1);
-			die("legacy cuMemAlloc returned%s%s", "", "");
+			die("legacy %s returned%s", a[1], "");
 		} else if (!strcmp(op, "gpa")) {
 			/* gpa:NAME:VERSION:FLAGS — what cuGetProcAddress(_v2) returns. */
 			void *q = NULL;

@@ -75,6 +75,29 @@ assert 0 < n * (32 << 20) <= limit
 PY
 result $? "expandable segments stop at the limit"
 
+# 3b. Stream-ordered pools: PyTorch's cudaMallocAsync backend keeps freed memory
+#     in its pool (release threshold UINT64_MAX); the shim charges what the pool
+#     keeps, lets the pool reuse it, and gives it back when the pool is trimmed.
+PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync shimmed python3 - "$limit" <<'PY'
+import sys, torch
+limit = int(sys.argv[1]); q = limit * 3 // 4
+base = torch.cuda.mem_get_info()[0]  # the slice less the context's own footprint
+x = torch.empty(q, dtype=torch.uint8, device="cuda"); del x; torch.cuda.synchronize()
+kept = torch.cuda.mem_get_info()[0]
+x = torch.empty(q, dtype=torch.uint8, device="cuda")
+try:
+    y = torch.empty(limit // 2, dtype=torch.uint8, device="cuda"); refused = False
+except torch.cuda.OutOfMemoryError:
+    refused = True
+del x; torch.cuda.synchronize(); torch.cuda.empty_cache()
+trimmed = torch.cuda.mem_get_info()[0]
+print(f"  cudaMallocAsync: free {kept >> 20} MiB while the pool keeps {q >> 20} MiB, "
+      f"reuse ok, {limit >> 21} MiB more refused={refused}, free {trimmed >> 20} MiB after empty_cache "
+      f"(free at start {base >> 20} MiB)")
+assert kept <= base - q and refused and trimmed >= base - (32 << 20)
+PY
+result $? "cudaMallocAsync pool retention charged, reused, trimmed"
+
 # 4. SM limits: matmul throughput relative to the unlimited run.
 bench='
 import time, torch

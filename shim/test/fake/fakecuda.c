@@ -37,14 +37,31 @@ struct CUstream_st {
 	CUcontext ctx;
 };
 
-/* A memory pool has a location: the device its memory is allocated on. */
+/*
+ * A memory pool has a location (the device its memory is allocated on, or
+ * the host) and reserves device memory in grains (FAKECUDA_POOL_GRAIN bytes,
+ * default 2 MiB): an allocation it cannot serve from what it holds unused
+ * grows it by the request rounded up to a grain. A free returns the block to
+ * the pool; the pool gives back what it holds unused above its release
+ * threshold (default 0) at the next stream, event or context
+ * synchronisation, and down to minBytesToKeep at cuMemPoolTrimTo, in whole
+ * grains. Frees complete at once (the fake's queue runs no memory work).
+ */
 struct CUmemPoolHandle_st {
-	int dev;
+	int dev; /* device ordinal; -1: host memory, nothing taken on a device */
+	int loc_type, loc_id, alloc_type;
+	int destroyed; /* its memory goes with the last allocation still out */
+	uint64_t threshold, reserved, reserved_high, used, used_high;
+	struct CUmemPoolHandle_st *next; /* every pool of this process */
 };
 
+/* Default (and current) pools, by location and allocation type (see pool_key). */
+#define FK_POOL_KEYS (2 * FK_MAX_DEV + 4)
 static struct CUctx_st primary_ctx[FK_MAX_DEV];
-static struct CUmemPoolHandle_st default_pool[FK_MAX_DEV];
-static CUmemoryPool current_pool[FK_MAX_DEV]; /* NULL: the default pool */
+static struct CUmemPoolHandle_st default_pool[FK_POOL_KEYS];
+static CUmemoryPool current_pool[FK_POOL_KEYS]; /* NULL: the default pool */
+static struct CUmemPoolHandle_st *all_pools;
+static pthread_mutex_t pmu = PTHREAD_MUTEX_INITIALIZER;
 static __thread CUcontext current;
 /* cuCtxPushCurrent/PopCurrent: the contexts below the current one. */
 static __thread CUcontext ctx_stack[16];
@@ -58,8 +75,9 @@ struct alloc {
 	uint64_t size;
 	int dev;
 	int kind;
+	struct CUmemPoolHandle_st *pool; /* K_POOL: the pool it came from */
 };
-enum { K_PTR, K_HANDLE, K_ARRAY, K_MIPMAP };
+enum { K_PTR, K_HANDLE, K_ARRAY, K_MIPMAP, K_POOL };
 static struct alloc *allocs;
 static size_t nallocs, capallocs;
 static pthread_mutex_t amu = PTHREAD_MUTEX_INITIALIZER;
@@ -143,7 +161,7 @@ static uint64_t record(int kind, uint64_t key, uint64_t size, int dev)
 		capallocs = capallocs ? capallocs * 2 : 256;
 		allocs = realloc(allocs, capallocs * sizeof(*allocs));
 	}
-	allocs[nallocs++] = (struct alloc){key, size, dev, kind};
+	allocs[nallocs++] = (struct alloc){key, size, dev, kind, NULL};
 	pthread_mutex_unlock(&amu);
 	return key;
 }
@@ -208,6 +226,7 @@ static void fork_child(void)
 {
 	/* Single-threaded here: another thread may have held the allocation table's lock. */
 	pthread_mutex_init(&amu, NULL);
+	pthread_mutex_init(&pmu, NULL);
 	for (int d = 0; d < FK_MAX_DEV; d++)
 		primary_ctx[d].refs = 0;
 }
@@ -485,34 +504,175 @@ static int stream_dev(CUstream s)
 	return special_stream(s) ? cur_dev() : s->ctx->dev;
 }
 
+/* Index of (location, allocation type) among the default pools; -1 when not a valid pair. */
+static int pool_key(const CUmemLocation *l, int type)
+{
+	if (!l)
+		return -1;
+	int dev = l->type == CU_MEM_LOCATION_TYPE_DEVICE && l->id >= 0 && l->id < fk->ndev;
+	if (type == CU_MEM_ALLOCATION_TYPE_PINNED) {
+		if (dev)
+			return l->id;
+		if (l->type == CU_MEM_LOCATION_TYPE_HOST)
+			return FK_MAX_DEV;
+		if (l->type == CU_MEM_LOCATION_TYPE_HOST_NUMA)
+			return FK_MAX_DEV + 1;
+	} else if (type == CU_MEM_ALLOCATION_TYPE_MANAGED) {
+		if (dev)
+			return FK_MAX_DEV + 2 + l->id;
+		if (l->type == CU_MEM_LOCATION_TYPE_NONE)
+			return 2 * FK_MAX_DEV + 2;
+		if (l->type == CU_MEM_LOCATION_TYPE_HOST)
+			return 2 * FK_MAX_DEV + 3;
+	}
+	return -1;
+}
+
+static void pool_init(struct CUmemPoolHandle_st *p, const CUmemLocation *l, int type)
+{
+	p->loc_type = l->type;
+	p->loc_id = l->id;
+	p->alloc_type = type;
+	p->dev = l->type == CU_MEM_LOCATION_TYPE_DEVICE ? l->id : -1;
+}
+
+/* The default pool of key k (made on first use). */
+static CUmemoryPool default_for(int k, const CUmemLocation *l, int type)
+{
+	pthread_mutex_lock(&pmu);
+	struct CUmemPoolHandle_st *p = &default_pool[k];
+	if (!p->alloc_type) {
+		pool_init(p, l, type);
+		p->next = all_pools;
+		all_pools = p;
+	}
+	pthread_mutex_unlock(&pmu);
+	return p;
+}
+
+static int is_default(CUmemoryPool pool)
+{
+	return pool >= default_pool && pool < default_pool + FK_POOL_KEYS;
+}
+
+static uint64_t pool_grain(void)
+{
+	const char *e = getenv("FAKECUDA_POOL_GRAIN");
+	return e && strtoull(e, NULL, 10) ? strtoull(e, NULL, 10) : 2ull << 20;
+}
+
+/* Gives back up to `most` bytes the pool holds unused, in whole grains. Caller holds pmu. */
+static void pool_release_locked(CUmemoryPool p, uint64_t most)
+{
+	uint64_t unused = p->reserved - p->used, g = pool_grain();
+	uint64_t rel = (unused < most ? unused : most) / g * g;
+	if (!rel)
+		return;
+	p->reserved -= rel;
+	if (p->dev >= 0)
+		give(p->dev, rel);
+}
+
+/* A synchronisation: pools above their release threshold give back what they can. */
+static void pools_sync(void)
+{
+	pthread_mutex_lock(&pmu);
+	for (struct CUmemPoolHandle_st *p = all_pools; p; p = p->next)
+		if (p->reserved > p->threshold)
+			pool_release_locked(p, p->reserved - p->threshold);
+	pthread_mutex_unlock(&pmu);
+}
+
+static CUresult pool_alloc(const char *name, CUdeviceptr *dptr, uint64_t n, CUmemoryPool p)
+{
+	if (!dptr || !p)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (fk_fault(name))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (n == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&pmu);
+	if (p->reserved - p->used < n) {
+		uint64_t g = pool_grain(), grow = (n + g - 1) / g * g;
+		if (p->dev >= 0 && take(p->dev, grow) != CUDA_SUCCESS) {
+			pthread_mutex_unlock(&pmu);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		p->reserved += grow;
+		if (p->reserved > p->reserved_high)
+			p->reserved_high = p->reserved;
+	}
+	p->used += n;
+	if (p->used > p->used_high)
+		p->used_high = p->used;
+	pthread_mutex_unlock(&pmu);
+	uint64_t key = record(K_POOL, 0, n, 0);
+	pthread_mutex_lock(&amu);
+	for (size_t i = nallocs; i-- > 0;)
+		if (allocs[i].key == key && allocs[i].kind == K_POOL) {
+			allocs[i].pool = p;
+			break;
+		}
+	pthread_mutex_unlock(&amu);
+	*dptr = key;
+	return CUDA_SUCCESS;
+}
+
+/* Frees a device pointer: an ordinary allocation, or a block back to its pool. */
+static CUresult free_ptr(CUdeviceptr ptr)
+{
+	struct alloc a;
+	if (forget(K_PTR, ptr, &a) == 0) {
+		give(a.dev, a.size);
+		return CUDA_SUCCESS;
+	}
+	if (forget(K_POOL, ptr, &a) != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&pmu);
+	a.pool->used -= a.size < a.pool->used ? a.size : a.pool->used;
+	if (a.pool->destroyed)
+		pool_release_locked(a.pool, a.pool->reserved);
+	pthread_mutex_unlock(&pmu);
+	return CUDA_SUCCESS;
+}
+
 EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
 {
 	NEED_INIT();
-	if (!pool || !props || props->location.type != CU_MEM_LOCATION_TYPE_DEVICE || props->location.id < 0 ||
-	    props->location.id >= fk->ndev)
+	if (!pool || !props || pool_key(&props->location, props->allocType) < 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	struct CUmemPoolHandle_st *p = calloc(1, sizeof(*p));
-	p->dev = props->location.id;
+	pool_init(p, &props->location, props->allocType);
+	pthread_mutex_lock(&pmu);
+	p->next = all_pools;
+	all_pools = p;
+	pthread_mutex_unlock(&pmu);
 	*pool = p;
 	return CUDA_SUCCESS;
 }
 
+/* The pool is kept (its memory with it) for the allocations still out; a
+ * later pool never gets the same handle, which the shim must cope with either way. */
 EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
 {
-	if (!pool || (pool >= default_pool && pool < default_pool + FK_MAX_DEV))
+	if (!pool || is_default(pool))
 		return CUDA_ERROR_INVALID_VALUE;
-	for (int d = 0; d < FK_MAX_DEV; d++)
-		if (current_pool[d] == pool)
-			current_pool[d] = NULL;
-	free(pool);
+	pthread_mutex_lock(&pmu);
+	for (int k = 0; k < FK_POOL_KEYS; k++)
+		if (current_pool[k] == pool)
+			current_pool[k] = NULL;
+	pool->threshold = 0;
+	pool->destroyed = 1;
+	pool_release_locked(pool, pool->reserved);
+	pthread_mutex_unlock(&pmu);
 	return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice d)
 {
 	CHECK_DEV(d);
-	default_pool[d].dev = d;
-	*pool = &default_pool[d];
+	CUmemLocation l = {CU_MEM_LOCATION_TYPE_DEVICE, d};
+	*pool = default_for(d, &l, CU_MEM_ALLOCATION_TYPE_PINNED);
 	return CUDA_SUCCESS;
 }
 
@@ -528,10 +688,93 @@ EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice d)
 EXPORT CUresult cuDeviceSetMemPool(CUdevice d, CUmemoryPool pool)
 {
 	CHECK_DEV(d);
-	if (!pool || pool->dev != d)
+	if (!pool || pool->dev != d || pool->alloc_type != CU_MEM_ALLOCATION_TYPE_PINNED)
 		return CUDA_ERROR_INVALID_VALUE; /* the pool must be local to the device */
 	current_pool[d] = pool;
 	return CUDA_SUCCESS;
+}
+
+/* CUDA 13: pools by location and allocation type. */
+EXPORT CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool, CUmemLocation *l, int type)
+{
+	NEED_INIT();
+	int k = pool_key(l, type);
+	if (!pool || k < 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	*pool = default_for(k, l, type);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemGetMemPool(CUmemoryPool *pool, CUmemLocation *l, int type)
+{
+	NEED_INIT();
+	int k = pool_key(l, type);
+	if (!pool || k < 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	*pool = current_pool[k] ? current_pool[k] : default_for(k, l, type);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemSetMemPool(CUmemLocation *l, int type, CUmemoryPool pool)
+{
+	NEED_INIT();
+	int k = pool_key(l, type);
+	if (k < 0 || !pool || pool->alloc_type != type || pool->loc_type != l->type ||
+	    (l->type == CU_MEM_LOCATION_TYPE_DEVICE && pool->loc_id != l->id))
+		return CUDA_ERROR_INVALID_VALUE; /* the pool must be of that location and type */
+	current_pool[k] = pool;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep)
+{
+	if (!pool)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&pmu);
+	if (pool->reserved > keep)
+		pool_release_locked(pool, pool->reserved - keep);
+	pthread_mutex_unlock(&pmu);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, int attr, void *value)
+{
+	if (!pool || !value)
+		return CUDA_ERROR_INVALID_VALUE;
+	cuuint64_t v = *(cuuint64_t *)value;
+	CUresult rc = CUDA_SUCCESS;
+	pthread_mutex_lock(&pmu);
+	if (attr == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)
+		pool->threshold = v;
+	else if (attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH && v == 0)
+		pool->reserved_high = pool->reserved;
+	else if (attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH && v == 0)
+		pool->used_high = pool->used;
+	else
+		rc = CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_unlock(&pmu);
+	return rc;
+}
+
+EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, int attr, void *value)
+{
+	if (!pool || !value)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (fk_fault("cuMemPoolGetAttribute"))
+		return CUDA_ERROR_UNKNOWN;
+	CUresult rc = CUDA_SUCCESS;
+	pthread_mutex_lock(&pmu);
+	cuuint64_t *v = value;
+	switch (attr) {
+	case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: *v = pool->threshold; break;
+	case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: *v = pool->reserved; break;
+	case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: *v = pool->reserved_high; break;
+	case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: *v = pool->used; break;
+	case CU_MEMPOOL_ATTR_USED_MEM_HIGH: *v = pool->used_high; break;
+	default: rc = CUDA_ERROR_INVALID_VALUE;
+	}
+	pthread_mutex_unlock(&pmu);
+	return rc;
 }
 
 /* Waits until this process's kernels are done on the simulated timeline. */
@@ -540,7 +783,14 @@ EXPORT CUresult cuCtxSynchronize(void)
 	if (!current)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	fk_sleep_ns(__atomic_load_n(&last_end_ns, __ATOMIC_RELAXED) - fk_now());
+	pools_sync();
 	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuEventSynchronize(void *e)
+{
+	(void)e;
+	return cuCtxSynchronize();
 }
 
 EXPORT CUresult cuStreamSynchronize(CUstream s)
@@ -595,14 +845,24 @@ EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size
 }
 
 /* From the current pool of the stream's device, as the real driver does. */
+static CUresult alloc_async(const char *name, CUdeviceptr *p, size_t n, CUstream s)
+{
+	CUmemoryPool pool;
+	int d = stream_dev(s);
+	if (d < 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	cuDeviceGetMemPool(&pool, d);
+	return pool_alloc(name, p, n, pool);
+}
+
 EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s)
 {
-	return alloc_common("cuMemAllocAsync", p, n, stream_dev(s));
+	return alloc_async("cuMemAllocAsync", p, n, s);
 }
 
 EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, CUstream s)
 {
-	return alloc_common("cuMemAllocAsync_ptsz", p, n, stream_dev(s));
+	return alloc_async("cuMemAllocAsync_ptsz", p, n, s);
 }
 
 /* On the pool's location, whatever device the stream or the current context is on. */
@@ -610,31 +870,31 @@ EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, CUmemoryPool p
 {
 	if (!pool || stream_dev(s) < 0)
 		return !pool ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_CONTEXT;
-	return alloc_common("cuMemAllocFromPoolAsync", p, n, pool->dev);
+	return pool_alloc("cuMemAllocFromPoolAsync", p, n, pool);
 }
 
 EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s)
 {
 	if (!pool || stream_dev(s) < 0)
 		return !pool ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_CONTEXT;
-	return alloc_common("cuMemAllocFromPoolAsync_ptsz", p, n, pool->dev);
+	return pool_alloc("cuMemAllocFromPoolAsync_ptsz", p, n, pool);
 }
 
 EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
 {
-	return free_common(K_PTR, p);
+	return free_ptr(p);
 }
 
 EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s)
 {
 	(void)s;
-	return free_common(K_PTR, p);
+	return free_ptr(p);
 }
 
 EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s)
 {
 	(void)s;
-	return free_common(K_PTR, p);
+	return free_ptr(p);
 }
 
 EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t n, const CUmemAllocationProp *prop,
@@ -949,7 +1209,7 @@ EXPORT unsigned long long fakecudaDeviceUsed(int dev)
 	return fk->dev[dev].used;
 }
 
-/* ---- legacy ABIs: reaching one means an ABI mix-up, fail loudly ---------------------------------- */
+/* ---- legacy ABIs: reaching one of these means an ABI mix-up, fail loudly -------------------------- */
 
 #define LEGACY(name)                                                                      \
 	EXPORT CUresult name(void)                                                        \
@@ -957,15 +1217,91 @@ EXPORT unsigned long long fakecudaDeviceUsed(int dev)
 		fprintf(stderr, "fakecuda: legacy ABI " #name " called (ABI mix-up)\n"); \
 		abort();                                                                  \
 	}
-LEGACY(cuMemAlloc)
-LEGACY(cuMemFree)
 LEGACY(cuMemGetInfo)
 LEGACY(cuDeviceTotalMem)
 LEGACY(cuCtxCreate)
-LEGACY(cuMemAllocPitch)
-LEGACY(cuArrayCreate)
-LEGACY(cuArray3DCreate)
 LEGACY(cuCtxDestroy)
+
+/*
+ * The pre-3.2 allocation ABIs work, with 32-bit sizes and addresses (below
+ * 4 GiB, apart from the 64-bit ones), as the bare names do in the real
+ * driver: a caller of the wrong ABI would see its pointer truncated.
+ */
+static uint32_t next_addr32 = 0x10000000u;
+
+static CUresult alloc32(const char *name, CUdeviceptr_v1 *dptr, uint64_t size, int kind, uint64_t *key)
+{
+	int d = cur_dev();
+	if (!dptr && kind == K_PTR)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (d < 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (fk_fault(name))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (size == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&amu);
+	uint64_t a = next_addr32;
+	if (a + size + 0x1000 > 0xffffffffull) {
+		pthread_mutex_unlock(&amu);
+		return CUDA_ERROR_OUT_OF_MEMORY; /* the 32-bit window is full */
+	}
+	next_addr32 += (uint32_t)((size + 0xfff) / 0x1000 * 0x1000 + 0x1000);
+	pthread_mutex_unlock(&amu);
+	CUresult rc = take(d, size);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	record(kind, a, size, d);
+	if (dptr)
+		*dptr = (CUdeviceptr_v1)a;
+	if (key)
+		*key = a;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *p, unsigned int n)
+{
+	return alloc32("cuMemAlloc", p, n, K_PTR, NULL);
+}
+
+EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *p, unsigned int *pitch, unsigned int w, unsigned int h,
+				unsigned int elem)
+{
+	(void)elem;
+	unsigned int pt = (w + 511) / 512 * 512;
+	CUresult rc = alloc32("cuMemAllocPitch", p, (uint64_t)pt * h, K_PTR, NULL);
+	if (rc == CUDA_SUCCESS)
+		*pitch = pt;
+	return rc;
+}
+
+EXPORT CUresult cuMemFree(CUdeviceptr_v1 p)
+{
+	return free_common(K_PTR, p);
+}
+
+EXPORT CUresult cuArrayCreate(CUarray *a, const CUDA_ARRAY_DESCRIPTOR_v1 *desc)
+{
+	uint64_t key;
+	CUresult rc = alloc32("cuArrayCreate", NULL,
+			      m1(desc->Width) * m1(desc->Height) * fmt_bytes(desc->Format) * m1(desc->NumChannels),
+			      K_ARRAY, &key);
+	if (rc == CUDA_SUCCESS)
+		*a = (CUarray)(uintptr_t)key;
+	return rc;
+}
+
+EXPORT CUresult cuArray3DCreate(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR_v1 *desc)
+{
+	uint64_t key;
+	CUresult rc = alloc32("cuArray3DCreate", NULL,
+			      m1(desc->Width) * m1(desc->Height) * m1(desc->Depth) * fmt_bytes(desc->Format) *
+				      m1(desc->NumChannels),
+			      K_ARRAY, &key);
+	if (rc == CUDA_SUCCESS)
+		*a = (CUarray)(uintptr_t)key;
+	return rc;
+}
 
 /* ---- cuGetProcAddress ----------------------------------------------------------------------------- */
 
@@ -1018,6 +1354,13 @@ static const struct entry table[] = {
 	E(cuDeviceGetDefaultMemPool, 11020, cuDeviceGetDefaultMemPool),
 	E(cuDeviceGetMemPool, 11020, cuDeviceGetMemPool),
 	E(cuDeviceSetMemPool, 11020, cuDeviceSetMemPool),
+	E(cuMemGetDefaultMemPool, 13000, cuMemGetDefaultMemPool),
+	E(cuMemGetMemPool, 13000, cuMemGetMemPool),
+	E(cuMemSetMemPool, 13000, cuMemSetMemPool),
+	E(cuMemPoolTrimTo, 11020, cuMemPoolTrimTo),
+	E(cuMemPoolSetAttribute, 11020, cuMemPoolSetAttribute),
+	E(cuMemPoolGetAttribute, 11020, cuMemPoolGetAttribute),
+	E(cuEventSynchronize, 2000, cuEventSynchronize),
 	E(cuCtxSynchronize, 2000, cuCtxSynchronize),
 	EP(cuStreamSynchronize, 2000, cuStreamSynchronize),
 	E(cuMemGetInfo, 2000, cuMemGetInfo),

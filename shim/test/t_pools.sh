@@ -1,0 +1,148 @@
+# Tests of stream-ordered pools, CUDA 13 pools by location and the pre-3.2
+# allocation ABIs (sourced by run.sh; uses its setup/run/used/expect helpers).
+
+# held NAME ARGS... — runs cudaprog ARGS in the background until it touches
+# $T/NAME.held, then leaves it waiting for $T/NAME.go.
+held() {
+	local name=$1
+	shift
+	LD_PRELOAD=$SHIM timeout 60 "$PROG" "$@" touch:"$T/$name.held" waitfile:"$T/$name.go" >"$T/out" 2>"$T/err" &
+	waitfor "$T/$name.held" $!
+}
+
+# release NAME — lets a held program go on, and waits for it to finish.
+release() {
+	touch "$T/$1.go"
+	wait
+}
+
+test_pool_release_threshold() {
+	local m
+	for m in "-m direct" "-m rt12 -p" "-m rt11"; do
+		setup $((64 * MiB))
+		# A pool that keeps what is freed (PyTorch, TensorFlow, RAPIDS set UINT64_MAX): the
+		# freed 32 MiB stay reserved through a synchronisation and the container is charged
+		# for them; what the pool attribute says is what the region says.
+		# shellcheck disable=SC2086
+		held keep $m init threshold:max async:32MiB free sync poolattr:reserved:32MiB poolattr:used:0
+		expect "$m used while the pool keeps 32 MiB" "$(used)" $((32 * MiB))
+		release keep
+		# What the pool keeps serves the next allocation without a new charge, even with the
+		# quota full; one byte more than the quota is refused.
+		# shellcheck disable=SC2086
+		run $m init threshold:max async:48MiB free async:48MiB alloc:16MiB alloc:1:2 async:1:2
+		# Threshold 0 (the default): the pool keeps the block until the next synchronisation.
+		# shellcheck disable=SC2086
+		held before $m init async:32MiB free
+		expect "$m used after the free, before a sync" "$(used)" $((32 * MiB))
+		release before
+		# shellcheck disable=SC2086
+		held after $m init async:32MiB free sync
+		expect "$m used after the free and a sync" "$(used)" 0
+		release after
+		# cuMemPoolTrimTo gives back what the pool keeps, down to what is asked.
+		# shellcheck disable=SC2086
+		held trim $m init threshold:max async:32MiB free trim:16MiB poolattr:reserved:16MiB
+		expect "$m used after trimming to 16 MiB" "$(used)" $((16 * MiB))
+		release trim
+		# Over the quota, pools give back what they keep unused before anything is refused.
+		# shellcheck disable=SC2086
+		run $m init threshold:max async:64MiB free alloc:64MiB poolattr:reserved:0 alloc:1:2
+		# A pool that grows by more than asked (32 MiB grains here) is charged what it reserves.
+		# shellcheck disable=SC2086
+		FAKECUDA_POOL_GRAIN=$((32 * MiB)) held grain $m init async:1MiB poolattr:reserved:32MiB
+		expect "$m used by a pool grown by a 32 MiB grain" "$(used)" $((32 * MiB))
+		release grain
+		# A pool destroyed with an allocation out keeps its memory until that is freed.
+		# shellcheck disable=SC2086
+		held destroyed $m init poolcreate:0 pool:16MiB pooldestroy
+		expect "$m used by a destroyed pool with 16 MiB out" "$(used)" $((16 * MiB))
+		release destroyed
+		# shellcheck disable=SC2086
+		held gone $m init poolcreate:0 pool:16MiB pooldestroy free
+		expect "$m used after its last allocation is freed" "$(used)" 0
+		release gone
+	done
+}
+
+test_pool_sync_points() {
+	local m k
+	for m in "-m direct" "-m rt12" "-m rt12 -p" "-m rt11"; do
+		for k in sync streamsync "stream streamsync"; do
+			setup $((64 * MiB))
+			# shellcheck disable=SC2086
+			held sync $m init $k async:16MiB pool:16MiB free free $k
+			expect "$m $k: used after the frees and a sync" "$(used)" 0
+			release sync
+		done
+	done
+}
+
+test_pool_attributes() {
+	setup $((64 * MiB))
+	# 10 MiB, then 5 MiB more that the pool cannot serve (grows by 6 MiB: whole 2 MiB pages),
+	# then 5 MiB back: the pool reserves 16 MiB and uses 10 MiB; 16 MiB is charged.
+	held attr init threshold:max async:10MiB async:5MiB free poolattr:reserved:16MiB poolattr:used:10MiB \
+		poolattr:reservedhigh:16MiB poolattr:usedhigh:15MiB
+	expect "used" "$(used)" $((16 * MiB))
+	release attr
+}
+
+test_location_pools() {
+	local m
+	for m in "-m direct" "-m rt12"; do
+		setup
+		limits2 $((64 * MiB)) $((32 * MiB))
+		# Host, host-NUMA and host-preferred managed pools are not GPU memory: nothing
+		# charged, the whole quota still there.
+		# shellcheck disable=SC2086
+		run $m init locpool:default:2:0:1 pool:128MiB alloc:64MiB alloc:1:2
+		# shellcheck disable=SC2086
+		run $m init locpool:current:3:0:1 pool:128MiB alloc:64MiB alloc:1:2
+		# shellcheck disable=SC2086
+		run $m init locpool:default:2:0:2 pool:128MiB alloc:64MiB alloc:1:2
+		# shellcheck disable=SC2086
+		run $m init poolcreateat:2:0:1 pool:128MiB alloc:64MiB alloc:1:2
+		# A device location charges that device (GPU 1, 32 MiB), not the current one.
+		# shellcheck disable=SC2086
+		run $m init locpool:default:1:1:1 pool:32MiB pool:1:2 alloc:64MiB
+		# shellcheck disable=SC2086
+		run $m init locpool:current:1:1:2 pool:32MiB pool:1:2 alloc:64MiB
+		# A managed pool with no preferred location counts on the stream's device.
+		# shellcheck disable=SC2086
+		run $m init locpool:default:0:0:2 pool:64MiB pool:1:2 alloc:1:2
+		# cuMemSetMemPool: GPU 1's current pool is one made there; cuMemAllocAsync on a
+		# stream of GPU 1 takes from it and GPU 1 is charged.
+		# shellcheck disable=SC2086
+		run $m init poolcreateat:1:1:1 locpool:set:1:1:1 ctx:1 stream ctx:0 async:32MiB async:1:2 alloc:64MiB
+		# A pool of the wrong location is refused by the driver, as before.
+		# shellcheck disable=SC2086
+		run $m init poolcreateat:1:1:1 locpool:set:1:0:1:1
+	done
+}
+
+test_legacy_entry_points() {
+	local m k
+	for m in "-m direct" "-m rt12" "-m rt11"; do
+		setup $((64 * MiB))
+		# The pre-3.2 ABIs (cuGetProcAddress at 2000 outside direct mode) fill the quota like
+		# their _v2 twins and their frees (either ABI) give it back.
+		for k in "lalloc:64MiB" "lpitch:1000:65536" "larray:4096:4096" "larray3d:1024:1024:16"; do
+			# shellcheck disable=SC2086
+			run $m init "$k" alloc:1:2 lalloc:1:2 free alloc:64MiB free
+			expect "$m $k used after free" "$(used)" 0
+		done
+		# shellcheck disable=SC2086
+		run $m init lalloc:32MiB lalloc:32MiB alloc:1:2 lfree lfree alloc:64MiB
+		# shellcheck disable=SC2086
+		held legacy $m init lalloc:48MiB
+		expect "$m used while a legacy allocation is held" "$(used)" $((48 * MiB))
+		release legacy
+	done
+}
+
+t pool_release_threshold test_pool_release_threshold
+t pool_sync_points test_pool_sync_points
+t pool_attributes test_pool_attributes
+t location_pools test_location_pools
+t legacy_entry_points test_legacy_entry_points
