@@ -26,6 +26,18 @@ typedef struct CUgraphExec_st *CUgraphExec;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef unsigned long long CUmemGenericAllocationHandle;
 typedef uint64_t cuuint64_t;
+/* Modules and libraries (context footprint): opaque handles, 8 bytes (ABI notes ✔✔). */
+typedef struct CUmod_st *CUmodule;
+typedef struct CUlib_st *CUlibrary;
+typedef struct CUkern_st *CUkernel;
+/* CUjit_option, CUlibraryOption and CUlimit are C enums: 4-byte ints on x86_64.
+ * Limit values from the driver API reference (not in the ABI notes: unverified). */
+typedef int CUjit_option;
+typedef int CUlibraryOption;
+typedef int CUlimit;
+#define CU_LIMIT_STACK_SIZE 0
+#define CU_LIMIT_PRINTF_FIFO_SIZE 1
+#define CU_LIMIT_MALLOC_HEAP_SIZE 2
 
 typedef struct {
 	char bytes[16];
@@ -287,6 +299,9 @@ typedef struct {
 } nvmlProcessInfo_v1_t;
 
 #define NVML_DEVICE_UUID_BUFFER_SIZE 96
+/* usedGpuMemory when the driver cannot tell (always under WDDM / WSL2): nvml.h's
+ * NVML_VALUE_NOT_AVAILABLE, (-1) as unsigned long long (NVML API reference). */
+#define NVML_VALUE_NOT_AVAILABLE (~0ull)
 
 _Static_assert(sizeof(nvmlMemory_t) == 24, "nvmlMemory_t");
 _Static_assert(sizeof(nvmlMemory_v2_t) == 40, "nvmlMemory_v2_t");
@@ -297,6 +312,9 @@ _Static_assert(sizeof(nvmlUtilization_t) == 8, "nvmlUtilization_t");
 _Static_assert(sizeof(nvmlProcessUtilizationSample_t) == 32, "sample");
 _Static_assert(offsetof(nvmlProcessUtilizationSample_t, smUtil) == 16, "sample.smUtil");
 _Static_assert(sizeof(nvmlProcessInfo_v1_t) == 16, "nvmlProcessInfo_v1_t");
+_Static_assert(offsetof(nvmlProcessInfo_v1_t, usedGpuMemory) == 8, "pi1.usedGpuMemory");
+_Static_assert(sizeof(CUmodule) == 8 && sizeof(CUlibrary) == 8 && sizeof(CUkernel) == 8, "module handles");
+_Static_assert(sizeof(CUlimit) == 4 && sizeof(CUjit_option) == 4 && sizeof(CUlibraryOption) == 4, "enums");
 
 /*
  * NVML process lists (nvmlprocs.c). From the ABI notes: the v1 record is

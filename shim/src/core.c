@@ -68,6 +68,7 @@ static void atfork_child(void)
 	vgpu_hostpid_after_fork();
 	vgpu_mem_after_fork();
 	vgpu_ctx_after_fork();
+	vgpu_fp_after_fork();
 	vgpu_limiter_after_fork();
 }
 

@@ -12,14 +12,19 @@
  *     from the one /proc was mounted in inwards. With more than one entry
  *     /proc comes from an ancestor namespace and the first entry is the
  *     outermost pid visible; it is recorded when the slot is registered.
- *  2. Discovery, once per process, around its first context on a device and
- *     under the region lock (so the container's other processes cannot start
- *     contexts in between): NVML's compute-process list before and after.
- *     A pid that is new is ours if it is the only one; preferred: the NSpid
- *     pid when it is among them. Several new pids mean processes of other
- *     containers (or one of ours, on a second GPU) started at the same
- *     moment: a short probe allocation (a size drawn at random) shows which
- *     of them grew by exactly that much, retried a few times with backoff.
+ *  2. Discovery, once per process, around its first context on a device:
+ *     NVML's compute-process list before and after. A pid that is new is
+ *     ours if it is the only one; preferred: the NSpid pid when it is among
+ *     them. Several new pids mean other processes (of this container or
+ *     another) started contexts at the same moment: a short probe
+ *     allocation (a size drawn at random) shows which of them grew by
+ *     exactly that much, retried a few times with backoff.
+ *     No lock is held across any of it (the context creation, NVML, the
+ *     probe): a process stopped or slow mid-way must not hold up the
+ *     container's other processes, and a callback that allocates from inside
+ *     the driver's context creation must not wait on its own thread. Two of
+ *     the container's processes starting at once are told apart like
+ *     processes of two containers.
  *     What other processes claim is not consulted: the tenant could claim
  *     the new pid first and leave this process's context uncounted. No new
  *     pid: a context we did not see created already existed, and in the
@@ -101,8 +106,11 @@ static int in_init_pid_ns(void)
 	return strcmp(link, INIT_PID_NS) == 0;
 }
 
-/* NVML's compute processes on dev, in a malloc'ed array; -1 on error. */
-static int list_procs(nvmlDevice_t dev, nvmlProcessInfo_v1_t **out, unsigned *n)
+#define MAX_PROCS_LISTED (1u << 20) /* a count beyond this is not believed */
+
+/* NVML's compute processes on dev, in a malloc'ed array; -1 on error. The
+ * array is sized from the count NVML answers with INSUFFICIENT_SIZE. */
+int vgpu_nvml_list_procs(nvmlDevice_t dev, nvmlProcessInfo_v1_t **out, unsigned *n)
 {
 	unsigned cap = 64;
 	*out = NULL;
@@ -117,7 +125,7 @@ static int list_procs(nvmlDevice_t dev, nvmlProcessInfo_v1_t **out, unsigned *n)
 			*n = count < cap ? count : cap;
 			return 0;
 		}
-		if (rc != NVML_ERROR_INSUFFICIENT_SIZE)
+		if (rc != NVML_ERROR_INSUFFICIENT_SIZE || count > MAX_PROCS_LISTED)
 			break;
 		cap = count + 16; /* processes may start in between */
 	}
@@ -125,6 +133,7 @@ static int list_procs(nvmlDevice_t dev, nvmlProcessInfo_v1_t **out, unsigned *n)
 	*out = NULL;
 	return -1;
 }
+#define list_procs vgpu_nvml_list_procs
 
 static const nvmlProcessInfo_v1_t *find(const nvmlProcessInfo_v1_t *v, unsigned n, unsigned pid)
 {
@@ -201,13 +210,10 @@ int vgpu_hostpid_before(CUdevice dev, struct vgpu_hostpid_scan *s)
 	    vgpu_nvml_handle_by_uuid(vgpu.limits.gpu[idx].uuid, &s->nvml) != NVML_SUCCESS)
 		return 0;
 	vgpu_host_pid(); /* the NSpid answer first, so discovery's result replaces it */
-	vgpu_region_lock();
-	/* Another thread may have created the first context while we waited. */
-	if (__atomic_load_n(&confirmed, __ATOMIC_ACQUIRE) || __atomic_load_n(&ctx_seen[dev], __ATOMIC_RELAXED) ||
-	    list_procs(s->nvml, &s->before, &s->nbefore) != 0) {
-		vgpu_region_unlock();
+	/* Two threads of this process may both get here: each decides on its own
+	 * lists, and a pid both find is the same answer. */
+	if (list_procs(s->nvml, &s->before, &s->nbefore) != 0)
 		return 0;
-	}
 	s->dev = dev;
 	s->active = 1;
 	return 1;
@@ -265,9 +271,14 @@ void vgpu_hostpid_after(struct vgpu_hostpid_scan *s, CUcontext ctx)
 		const char *why = "", *how = "";
 		int32_t pick = decide(s, ctx, &why, &how);
 		if (pick) {
+			/* The region's lock only around its short update; the pid is
+			 * stored under it, so the slot check there never sees the new
+			 * pid before the slot has it. */
+			vgpu_region_lock();
 			__atomic_store_n(&host_pid, pick, __ATOMIC_RELAXED);
 			__atomic_store_n(&confirmed, 1, __ATOMIC_RELEASE);
 			vgpu_region_set_host_pid_locked(pick);
+			vgpu_region_unlock();
 			LOGD("pid %d is %d in NVML's process list (%s)", (int)getpid(), (int)pick, how);
 		} else if (!gave_up_logged) {
 			gave_up_logged = 1;
@@ -279,7 +290,6 @@ void vgpu_hostpid_after(struct vgpu_hostpid_scan *s, CUcontext ctx)
 	free(s->before);
 	s->before = NULL;
 	s->active = 0;
-	vgpu_region_unlock();
 }
 
 void vgpu_hostpid_after_fork(void)

@@ -196,6 +196,7 @@ static void *watcher(void *arg)
 		/* Launch counts to the region for the host (never waits for its lock). */
 		if (n % FLUSH_PERIODS == 0)
 			vgpu_region_flush();
+		vgpu_fp_watch(n); /* footprint growth at launch (lazily loaded kernels, local memory) */
 		sleep_ns(PERIOD_NS);
 	}
 	return NULL;

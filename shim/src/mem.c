@@ -58,6 +58,7 @@ static int admit_index(int idx, uint64_t bytes)
 		LOGW("allocation refused: the device is not among the container's GPUs");
 		return GO_REFUSE;
 	}
+	vgpu_fp_poll(); /* footprint growth since the last measure, if one is due */
 	return take(idx, bytes, bytes) == 0 ? GO_COUNTED : GO_REFUSE;
 }
 
@@ -421,46 +422,14 @@ VGPU_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray m)
 /* ---- contexts: their own footprint, and everything freed with them ---------------------- */
 
 /*
- * A context costs device memory of its own (hundreds of MiB on real GPUs).
- * The driver reports it per process through NVML, under the host pid;
- * whatever this process holds beyond what we track is the context. With the
- * host pid unknown nothing is counted: a pid from our own namespace could
- * name another container's process in NVML's list.
+ * A context costs device memory of its own (hundreds of MiB on real GPUs),
+ * and grows with what is loaded and reserved in it: footprint.c measures it
+ * through NVML and counts it under the context, so destroying the context
+ * gives it back.
  */
-static uint64_t ctx_footprint(int idx)
-{
-	int32_t hp = vgpu_host_pid();
-	nvmlDevice_t dev;
-	if (!hp || vgpu_nvml_init() != NVML_SUCCESS ||
-	    vgpu_nvml_handle_by_uuid(vgpu.limits.gpu[idx].uuid, &dev) != NVML_SUCCESS)
-		return 0;
-	nvmlProcessInfo_v1_t info[64];
-	unsigned n = 64;
-	if (vgpu_nvml_compute_procs(dev, &n, info) != NVML_SUCCESS)
-		return 0;
-	uint64_t mine = 0;
-	for (unsigned i = 0; i < n && i < 64; i++)
-		if (info[i].pid == (unsigned)hp)
-			mine = info[i].usedGpuMemory;
-	/* What we already count for this process on the device. */
-	uint64_t counted = vgpu_own_used(idx);
-	return mine > counted ? mine - counted : 0;
-}
-
-/* Counts a new context's footprint (after the fact: creation cannot be undone cleanly). */
 static void count_ctx(CUcontext ctx, CUdevice dev)
 {
-	if (vgpu.mode != VGPU_ENFORCE || !ctx)
-		return;
-	int idx = vgpu_device_index(dev);
-	if (idx < 0)
-		return;
-	uint64_t bytes = ctx_footprint(idx);
-	if (!bytes)
-		return;
-	/* Already created: count it even past the quota, so later allocations see the truth. */
-	vgpu_reserve_force(idx, bytes);
-	vgpu_track_add(TRACK_CTX, (uint64_t)(uintptr_t)ctx, bytes, idx, ctx);
+	vgpu_fp_ctx_created(ctx, dev);
 }
 
 static CUcontext primary[VGPU_MAX_DEVICES * 4];
@@ -503,8 +472,10 @@ static void primary_gone(CUdevice dev, int reset)
 	if (reset)
 		primary_refs[dev] = 0;
 	pthread_mutex_unlock(&primary_mu);
-	if (c)
+	if (c) {
 		vgpu_track_drop_ctx(c);
+		vgpu_fp_ctx_gone(c);
+	}
 }
 
 void vgpu_ctx_after_fork(void)
@@ -563,8 +534,10 @@ VGPU_EXPORT CUresult cuCtxCreate_v4(CUcontext *ctx, void *params, unsigned flags
 VGPU_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
 	CUresult rc = NEXT(cuCtxDestroy_v2)(ctx);
-	if (rc == CUDA_SUCCESS && vgpu.mode == VGPU_ENFORCE)
+	if (rc == CUDA_SUCCESS && vgpu.mode == VGPU_ENFORCE) {
 		vgpu_track_drop_ctx(ctx);
+		vgpu_fp_ctx_gone(ctx);
+	}
 	return rc;
 }
 

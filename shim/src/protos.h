@@ -74,6 +74,19 @@ API CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **para
 API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra);
 API CUresult cuGraphLaunch(CUgraphExec g, CUstream s);
 API CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s);
+API CUresult cuModuleLoad(CUmodule *m, const char *fname);
+API CUresult cuModuleLoadData(CUmodule *m, const void *image);
+API CUresult cuModuleLoadDataEx(CUmodule *m, const void *image, unsigned n, CUjit_option *opts, void **vals);
+API CUresult cuModuleLoadFatBinary(CUmodule *m, const void *fatbin);
+API CUresult cuModuleUnload(CUmodule m);
+API CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name);
+API CUresult cuLibraryLoadData(CUlibrary *l, const void *code, CUjit_option *jo, void **jv, unsigned nj,
+			       CUlibraryOption *lo, void **lv, unsigned nl);
+API CUresult cuLibraryLoadFromFile(CUlibrary *l, const char *file, CUjit_option *jo, void **jv, unsigned nj,
+				   CUlibraryOption *lo, void **lv, unsigned nl);
+API CUresult cuLibraryUnload(CUlibrary l);
+API CUresult cuKernelGetFunction(CUfunction *f, CUkernel k);
+API CUresult cuCtxSetLimit(CUlimit limit, size_t value);
 
 API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t dev, unsigned *count, nvmlProcessInfo_v1_t *out);
 API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t dev, unsigned *count, nvmlProcessInfo_v2_t *out);

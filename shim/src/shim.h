@@ -129,7 +129,8 @@ void vgpu_unreserve(int idx, uint64_t bytes);
 /* Bytes the whole container holds on idx (this process's own count plus what
  * the ledger shows of the others); the limit when that cannot be measured. */
 uint64_t vgpu_used(int idx);
-/* Bytes this process holds on idx, by its own count. */
+/* Bytes this process holds on idx, by its own count: its counted allocations plus its
+ * counted context footprint (footprint.c subtracts the latter), nothing leased ahead. */
 uint64_t vgpu_own_used(int idx);
 /* Counts one kernel launch (a relaxed atomic add on a private counter; the
  * region gets the counts with the next update, or vgpu_region_flush). */
@@ -185,7 +186,7 @@ int vgpu_hp_set_has(const struct vgpu_hp_set *set, unsigned pid);
 
 /* What discovery carries across a context creation (vgpu_hostpid_before/after). */
 struct vgpu_hostpid_scan {
-	int active; /* 1: the region lock is held and before[] was taken */
+	int active; /* 1: before[] was taken (no lock is held across the creation) */
 	CUdevice dev;
 	nvmlDevice_t nvml;
 	nvmlProcessInfo_v1_t *before;
@@ -195,18 +196,38 @@ struct vgpu_hostpid_scan {
 /* This process's host pid; 0 = unknown. */
 int32_t vgpu_host_pid(void);
 /* Called before creating a context on dev. When this is the process's first
- * context there and its host pid is not known yet, takes the region lock and
- * NVML's process list and returns 1; vgpu_hostpid_after must follow. */
+ * context there and its host pid is not known yet, takes NVML's process list
+ * and returns 1; vgpu_hostpid_after must follow. Holds no lock in between. */
 int vgpu_hostpid_before(CUdevice dev, struct vgpu_hostpid_scan *s);
 /* Called after: ctx is the new context, or NULL when creation failed. */
 void vgpu_hostpid_after(struct vgpu_hostpid_scan *s, CUcontext ctx);
 void vgpu_hostpid_after_fork(void);
+/* NVML's compute processes on dev in a malloc'ed array sized from NVML's own
+ * count (NVML_ERROR_INSUFFICIENT_SIZE): 0, or -1 on an error. */
+int vgpu_nvml_list_procs(nvmlDevice_t dev, nvmlProcessInfo_v1_t **out, unsigned *n);
 
 /* ---- mem.c: allocation bookkeeping ----------------------------------------------- */
 
 void vgpu_mem_after_fork(void);
 /* Forgets the parent's primary contexts in a fork child. */
 void vgpu_ctx_after_fork(void);
+
+/* ---- footprint.c: the driver's own memory for this process (context footprint) ---- */
+
+/* A context was created on dev: measures its footprint and counts it under ctx. */
+void vgpu_fp_ctx_created(CUcontext ctx, CUdevice dev);
+/* ctx was destroyed (or its primary context released or reset): gives back its footprint. */
+void vgpu_fp_ctx_gone(CUcontext ctx);
+/* After a call that may have changed the footprint (module load, set-limit): measures now. */
+void vgpu_fp_changed(void);
+/* Marks the footprint for measuring at the next counted allocation (a function lookup). */
+void vgpu_fp_mark(void);
+/* The allocation path: measures when marked or a second after the last measure; else
+ * two relaxed loads and a coarse clock read, no lock. */
+void vgpu_fp_poll(void);
+/* The limiter's watcher, once a period (n counts them): measures every 25th. */
+void vgpu_fp_watch(unsigned n);
+void vgpu_fp_after_fork(void);
 
 /* ---- limiter.c ---------------------------------------------------------------- */
 

@@ -93,6 +93,20 @@ CUresult cuMemAllocPitch(CUdeviceptr_v1 *, unsigned *, unsigned, unsigned, unsig
 CUresult cuMemFree(CUdeviceptr_v1);
 CUresult cuArrayCreate(CUarray *, const CUDA_ARRAY_DESCRIPTOR_v1 *);
 CUresult cuArray3DCreate(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR_v1 *);
+CUresult cuModuleLoad(CUmodule *, const char *);
+CUresult cuModuleLoadData(CUmodule *, const void *);
+CUresult cuModuleLoadDataEx(CUmodule *, const void *, unsigned, CUjit_option *, void **);
+CUresult cuModuleLoadFatBinary(CUmodule *, const void *);
+CUresult cuModuleUnload(CUmodule);
+CUresult cuModuleGetFunction(CUfunction *, CUmodule, const char *);
+CUresult cuLibraryLoadData(CUlibrary *, const void *, CUjit_option *, void **, unsigned, CUlibraryOption *, void **,
+			   unsigned);
+CUresult cuLibraryLoadFromFile(CUlibrary *, const char *, CUjit_option *, void **, unsigned, CUlibraryOption *,
+			       void **, unsigned);
+CUresult cuLibraryUnload(CUlibrary);
+CUresult cuLibraryGetKernel(CUkernel *, CUlibrary, const char *);
+CUresult cuKernelGetFunction(CUfunction *, CUkernel);
+CUresult cuCtxSetLimit(CUlimit, size_t);
 
 static struct {
 	CUresult (*Init)(unsigned);
@@ -137,7 +151,28 @@ static struct {
 	CUresult (*GraphLaunch)(CUgraphExec, CUstream);
 } api;
 
+/* Loaded modules and libraries (modload), newest last, and the function launchf launches. */
+static struct {
+	void *h;
+	int lib;
+} mods[64];
+static int nmods;
+static CUfunction cur_fn;
+
 static const char *mode = "direct";
+static void die(const char *fmt, const char *a, const char *b);
+
+/* ctxcb: the driver's context-creation callback allocates cb_bytes in the new context. */
+static unsigned long long cb_bytes;
+static void ctx_created(CUcontext c)
+{
+	CUdeviceptr p;
+	(void)c;
+	CUresult rc = api.MemAlloc(&p, (size_t)cb_bytes);
+	printf("context callback: cuMemAlloc %d\n", rc);
+	if (rc != CUDA_SUCCESS)
+		die("context callback: cuMemAlloc failed%s%s", "", "");
+}
 static int ptsz;
 static void *libcuda;
 static CUresult (*gpa4)(const char *, void **, int, cuuint64_t);
@@ -928,6 +963,73 @@ static void run(int argc, char **argv)
 				_exit(0);
 			}
 			printf("forked %d\n", c);
+		} else if (!strcmp(op, "ctxcb")) {
+			/* ctxcb:SIZE — from now on the driver calls back into this program while it creates
+			 * a context, and the callback allocates SIZE there (must succeed). */
+			void (*set)(void (*)(CUcontext)) =
+				(void (*)(void (*)(CUcontext)))dlsym(RTLD_DEFAULT, "fakecudaSetContextCallback");
+			if (!set)
+				die("fakecudaSetContextCallback not found%s%s", "", "");
+			cb_bytes = size_arg(a[1]);
+			set(ctx_created);
+		} else if (!strcmp(op, "modload")) {
+			/* modload:KIND[:RC] — loads a module (KIND file, data, dataex, fatbin) or a library
+			 * (lib, libfile); later getfunc/getkernel/modunload use the last one loaded. */
+			static const char image[] = "fake cubin";
+			const char *k = a[1] ? a[1] : "data";
+			CUmodule m = NULL;
+			CUlibrary l = NULL;
+			int lib = !strncmp(k, "lib", 3);
+			if (!strcmp(k, "file"))
+				rc = cuModuleLoad(&m, "kernels.cubin");
+			else if (!strcmp(k, "data"))
+				rc = cuModuleLoadData(&m, image);
+			else if (!strcmp(k, "dataex"))
+				rc = cuModuleLoadDataEx(&m, image, 0, NULL, NULL);
+			else if (!strcmp(k, "fatbin"))
+				rc = cuModuleLoadFatBinary(&m, image);
+			else if (!strcmp(k, "lib"))
+				rc = cuLibraryLoadData(&l, image, NULL, NULL, 0, NULL, NULL, 0);
+			else if (!strcmp(k, "libfile"))
+				rc = cuLibraryLoadFromFile(&l, "kernels.fatbin", NULL, NULL, 0, NULL, NULL, 0);
+			else
+				die("modload: unknown kind %s%s", k, "");
+			check_rc(k, rc, a[2]);
+			if (rc == CUDA_SUCCESS) {
+				mods[nmods].lib = lib;
+				mods[nmods++].h = lib ? (void *)l : (void *)m;
+			}
+		} else if (!strcmp(op, "modunload")) {
+			if (!nmods)
+				die("modunload: nothing loaded%s%s", "", "");
+			nmods--;
+			check_rc("unload", mods[nmods].lib ? cuLibraryUnload((CUlibrary)mods[nmods].h)
+							   : cuModuleUnload((CUmodule)mods[nmods].h), a[1]);
+		} else if (!strcmp(op, "getfunc") || !strcmp(op, "getkernel")) {
+			/* getfunc:NAME — the function NAME of the last module (through cuLibraryGetKernel and
+			 * cuKernelGetFunction for a library); getkernel:NAME — a library's kernel handle only,
+			 * launched as a function. launchf uses the last one. */
+			if (!nmods)
+				die("%s: nothing loaded%s", op, "");
+			if (!mods[nmods - 1].lib) {
+				check_rc("cuModuleGetFunction", cuModuleGetFunction(&cur_fn, (CUmodule)mods[nmods - 1].h, a[1]),
+					 a[2]);
+			} else {
+				CUkernel k;
+				check_rc("cuLibraryGetKernel", cuLibraryGetKernel(&k, (CUlibrary)mods[nmods - 1].h, a[1]), NULL);
+				if (!strcmp(op, "getkernel"))
+					cur_fn = (CUfunction)k;
+				else
+					check_rc("cuKernelGetFunction", cuKernelGetFunction(&cur_fn, k), a[2]);
+			}
+		} else if (!strcmp(op, "launchf")) {
+			/* launchf:N — N one-block launches of the function from getfunc/getkernel. */
+			for (int k = 0; k < atoi(a[1]); k++)
+				check_rc("cuLaunchKernel", api.LaunchKernel(cur_fn, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL),
+					 NULL);
+		} else if (!strcmp(op, "setlimit")) {
+			/* setlimit:LIMIT:VALUE[:RC] — cuCtxSetLimit (0 stack size, 1 printf FIFO, 2 malloc heap). */
+			check_rc("cuCtxSetLimit", cuCtxSetLimit(atoi(a[1]), (size_t)size_arg(a[2])), a[3]);
 		} else if (!strcmp(op, "wait")) {
 			int st;
 			while (wait(&st) > 0)

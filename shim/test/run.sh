@@ -1143,6 +1143,7 @@ t fuzz_limits_parser test_fuzz_limits_parser
 . "$HERE/t_nvmlprocs.sh"
 . "$HERE/t_cudart.sh"
 . "$HERE/t_pools.sh"
+. "$HERE/t_footprint.sh"
 
 echo "shim: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -14,6 +14,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,6 +95,10 @@ static void ctx_born(int dev)
 {
 	const char *e = getenv("FAKECUDA_CTX_SLEEP_MS");
 	int64_t ns = e ? atoll(e) * 1000000ll : 0;
+	/* FAKECUDA_CTX_STARTED=PATH: made when a creation starts, for a test to act mid-way. */
+	const char *mark = getenv("FAKECUDA_CTX_STARTED");
+	if (mark && *mark)
+		close(open(mark, O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
 	fk_sleep_ns(ns);
 	const char *kind = getenv("FAKECUDA_PROC_KIND"); /* "graphics", "mps" or both */
 	fk_lock();
@@ -114,6 +119,31 @@ static void ctx_died(int dev)
 	if (p->ctxs[dev] > 0)
 		p->ctxs[dev]--;
 	fk_unlock();
+}
+
+/*
+ * A callback the program registers (fakecudaSetContextCallback), called once
+ * a new context exists, with it current, while its creation is still under
+ * way: as a profiler's context-creation callback runs on the creating thread.
+ * Whatever driver functions the callback calls reach the interposers (the
+ * shim included) the way the program's own calls do.
+ */
+static void (*ctx_cb)(CUcontext);
+
+EXPORT void fakecudaSetContextCallback(void (*cb)(CUcontext))
+{
+	__atomic_store_n(&ctx_cb, cb, __ATOMIC_RELEASE);
+}
+
+static void ctx_callback(CUcontext c)
+{
+	void (*cb)(CUcontext) = __atomic_load_n(&ctx_cb, __ATOMIC_ACQUIRE);
+	if (!cb)
+		return;
+	CUcontext prev = current;
+	current = c;
+	cb(c);
+	current = prev;
 }
 
 static int64_t kernel_ns(void)
@@ -148,6 +178,16 @@ static void give(int dev, uint64_t bytes)
 	d->used = d->used > bytes ? d->used - bytes : 0;
 	p->used[dev] = p->used[dev] > bytes ? p->used[dev] - bytes : 0;
 	fk_unlock();
+}
+
+int fk_mem_take(int dev, uint64_t bytes)
+{
+	return take(dev, bytes);
+}
+
+void fk_mem_give(int dev, uint64_t bytes)
+{
+	give(dev, bytes);
 }
 
 static uint64_t record(int kind, uint64_t key, uint64_t size, int dev)
@@ -338,6 +378,7 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		}
 		ctx_born(d);
+		ctx_callback(p);
 	}
 	*c = p;
 	return CUDA_SUCCESS;
@@ -379,6 +420,7 @@ static CUresult ctx_create(CUcontext *c, CUdevice d)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	ctx_born(d);
+	ctx_callback(x);
 	*c = current = x;
 	return CUDA_SUCCESS;
 }
@@ -1134,7 +1176,8 @@ static CUresult run_kernel(uint64_t blocks)
 EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
 			       unsigned bz, unsigned shm, CUstream s, void **params, void **extra)
 {
-	(void)f, (void)bx, (void)by, (void)bz, (void)shm, (void)s, (void)params, (void)extra;
+	(void)bx, (void)by, (void)bz, (void)shm, (void)s, (void)params, (void)extra;
+	fk_function_launched(f); /* lazy loading and local memory (fakemodule.c) */
 	return run_kernel(GRID(gx, gy, gz));
 }
 
@@ -1316,6 +1359,22 @@ struct entry {
 	void *ptsz;  /* per-thread-default-stream twin, if any */
 };
 
+/* fakemodule.c */
+CUresult cuModuleLoad(CUmodule *, const char *);
+CUresult cuModuleLoadData(CUmodule *, const void *);
+CUresult cuModuleLoadDataEx(CUmodule *, const void *, unsigned, CUjit_option *, void **);
+CUresult cuModuleLoadFatBinary(CUmodule *, const void *);
+CUresult cuModuleUnload(CUmodule);
+CUresult cuModuleGetFunction(CUfunction *, CUmodule, const char *);
+CUresult cuLibraryLoadData(CUlibrary *, const void *, CUjit_option *, void **, unsigned, CUlibraryOption *, void **,
+			   unsigned);
+CUresult cuLibraryLoadFromFile(CUlibrary *, const char *, CUjit_option *, void **, unsigned, CUlibraryOption *,
+			       void **, unsigned);
+CUresult cuLibraryUnload(CUlibrary);
+CUresult cuLibraryGetKernel(CUkernel *, CUlibrary, const char *);
+CUresult cuKernelGetFunction(CUfunction *, CUkernel);
+CUresult cuCtxSetLimit(CUlimit, size_t);
+
 #define E(base, ver, fn) {#base, ver, (void *)fn, NULL}
 #define EP(base, ver, fn) {#base, ver, (void *)fn, (void *)fn##_ptsz}
 static const struct entry table[] = {
@@ -1397,6 +1456,18 @@ static const struct entry table[] = {
 	EP(cuLaunchCooperativeKernel, 9000, cuLaunchCooperativeKernel),
 	EP(cuGraphLaunch, 10000, cuGraphLaunch),
 	E(cuGetErrorString, 6000, cuGetErrorString),
+	E(cuModuleLoad, 2000, cuModuleLoad),
+	E(cuModuleLoadData, 2000, cuModuleLoadData),
+	E(cuModuleLoadDataEx, 2010, cuModuleLoadDataEx),
+	E(cuModuleLoadFatBinary, 2000, cuModuleLoadFatBinary),
+	E(cuModuleUnload, 2000, cuModuleUnload),
+	E(cuModuleGetFunction, 2000, cuModuleGetFunction),
+	E(cuLibraryLoadData, 12000, cuLibraryLoadData),
+	E(cuLibraryLoadFromFile, 12000, cuLibraryLoadFromFile),
+	E(cuLibraryUnload, 12000, cuLibraryUnload),
+	E(cuLibraryGetKernel, 12000, cuLibraryGetKernel),
+	E(cuKernelGetFunction, 12000, cuKernelGetFunction),
+	E(cuCtxSetLimit, 3010, cuCtxSetLimit),
 };
 
 /* 0 found, 1 unknown name, 2 only in a newer version. */

@@ -159,6 +159,18 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t h, nvmlMemory_v2_t *
 enum { L_COMPUTE, L_GRAPHICS, L_MPS, L_ALL };
 enum { R_V1, R_V2, R_DETAIL };
 
+/*
+ * Knobs of the per-process memory lists (fakestate.h's fk_knob: "1" or a
+ * path that exists, so a test can turn one on while a process runs):
+ *   FAKECUDA_NVML_EXTRA_PROCS=N    N compute processes of other containers
+ *                                  listed first (pids FK_EXTRA_PID+i, 1 MiB
+ *                                  each), without forking them
+ *   FAKECUDA_NVML_USED_NA          usedGpuMemory is NVML_VALUE_NOT_AVAILABLE,
+ *                                  as always under WDDM / WSL2
+ *   FAKECUDA_NVML_PROCS_FAIL       the lists fail with NVML_ERROR_UNKNOWN
+ */
+#define FK_EXTRA_PID 30000000u
+
 static int listed(const struct fk_proc *p, int d, int which)
 {
 	/* A process with a context is listed even before it allocates, as on hardware. */
@@ -179,17 +191,22 @@ static nvmlReturn_t list_procs(nvmlDevice_t h, int which, int rec, unsigned *cou
 	CHECK(h);
 	if (!count)
 		return NVML_ERROR_INVALID_ARGUMENT;
+	if (fk_knob("FAKECUDA_NVML_PROCS_FAIL"))
+		return NVML_ERROR_UNKNOWN;
 	unsigned n = 0;
 	nvmlReturn_t rc = NVML_SUCCESS;
+	const char *extra = getenv("FAKECUDA_NVML_EXTRA_PROCS");
+	unsigned nextra = extra && (which == L_COMPUTE || which == L_ALL) ? (unsigned)atoi(extra) : 0;
+	int na = fk_knob("FAKECUDA_NVML_USED_NA");
 	fk_lock();
 	fk_reap(); /* the driver lists no process that has exited */
-	for (int i = 0; i < FK_MAX_PROC; i++) {
-		struct fk_proc *p = &fk->proc[i];
-		if (!listed(p, h->index, which))
+	for (int i = -(int)nextra; i < FK_MAX_PROC; i++) {
+		struct fk_proc *p = i >= 0 ? &fk->proc[i] : NULL;
+		if (p && !listed(p, h->index, which))
 			continue;
 		if (n < *count && out) {
-			unsigned pid = fk_nvml_pid(p->pid);
-			uint64_t used = p->used[h->index];
+			unsigned pid = p ? fk_nvml_pid(p->pid) : FK_EXTRA_PID + (unsigned)(i + (int)nextra);
+			uint64_t used = na ? NVML_VALUE_NOT_AVAILABLE : p ? p->used[h->index] : 1u << 20;
 			if (rec == R_V1)
 				((nvmlProcessInfo_v1_t *)out)[n] = (nvmlProcessInfo_v1_t){pid, used};
 			else if (rec == R_V2)

@@ -261,3 +261,11 @@ void fk_uuid_bytes(const char *s, unsigned char out[16])
 		s += 2;
 	}
 }
+
+int fk_knob(const char *name)
+{
+	const char *v = getenv(name);
+	if (!v || !*v)
+		return 0;
+	return !strcmp(v, "1") || access(v, F_OK) == 0;
+}

@@ -87,6 +87,15 @@ void fk_sleep_ns(int64_t ns);
 /* Fault injection from $FAKECUDA_FAIL="name:N[:sleepMS],...": returns 1 when
  * this (the Nth) call of name must fail; sleeps first when asked. */
 int fk_fault(const char *name);
+/* A switch from the environment: on when $name is "1", or names a path that
+ * exists now (so a test can turn it on and off while a process runs). */
+int fk_knob(const char *name);
+/* Memory taken and given back on device dev by this process (fakecuda.c). */
+int fk_mem_take(int dev, uint64_t bytes);
+void fk_mem_give(int dev, uint64_t bytes);
+/* A launch of f: loads a lazily loaded function, grows local memory (fakemodule.c). */
+struct CUfunc_st;
+void fk_function_launched(struct CUfunc_st *f);
 /* Parses a GPU UUID "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" into 16 bytes. */
 void fk_uuid_bytes(const char *s, unsigned char out[16]);
 

@@ -1,0 +1,310 @@
+/*
+ * A process's device memory beyond its counted allocations: the "context
+ * footprint". The context itself, loaded modules and kernels (with lazy
+ * loading, the default since CUDA 12.2, each kernel at its first use), local
+ * memory for thread stacks (cuCtxSetLimit, and grown at launch by a kernel
+ * that needs more), the device malloc heap, the printf FIFO. The driver
+ * reports it only as NVML's per-process used memory, under the host pid; the
+ * footprint is that minus what the shim counts for the process.
+ *
+ * When it is measured:
+ *  - after a context is created (its first footprint);
+ *  - after module and library loads and unloads and cuCtxSetLimit;
+ *  - at the next counted allocation after a function lookup (where lazy
+ *    loading loads code) or a measure that found less than is counted;
+ *  - at most once a second from the allocation path, and twice a second from
+ *    the SM limiter's watcher where one runs, for what grows at launch.
+ * Never on the launch path.
+ *
+ * Growth is counted at once, even past the quota: the driver has already
+ * reserved the memory and nothing can refuse it after the fact. Later
+ * allocations then fail, and the growth past the quota is said once. A lower
+ * measure is believed only when the next one agrees: an allocation that is
+ * reserved but not yet made (or freed but not yet given back) makes a
+ * measure low, never high.
+ *
+ * What NVML cannot tell leaves the footprint as it was: no host pid, an error,
+ * the process missing from the list, or NVML_VALUE_NOT_AVAILABLE (always so
+ * under WSL2 / WDDM). Unknown is neither zero nor 2^64-1 bytes.
+ *
+ * NVML is asked with no lock held; the answer is applied under a mutex of
+ * this process only (taken before the region's, never the other way round).
+ * Each context's share is remembered, so destroying it gives that back.
+ */
+#include "glibc_compat.h"
+
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "shim.h"
+
+#define MAX_ENTS 64              /* contexts with a footprint; more share one entry */
+#define POLL_NS 1000000000ll     /* the allocation path measures at most this often */
+#define WATCH_EVERY 25           /* watcher periods (20 ms) between its measures */
+
+/* The footprint attributed to a context on a limits index. ctx NULL: none
+ * known (the host pid was found later, or too many contexts). */
+struct ent {
+	CUcontext ctx;
+	int idx;
+	uint64_t bytes;
+};
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static struct ent ents[MAX_ENTS];
+static uint64_t total[VGPU_MAX_DEVICES];  /* sum of the entries per index: what is counted */
+static uint64_t prev[VGPU_MAX_DEVICES];   /* the last measure, to confirm a lower one */
+static unsigned char have_prev[VGPU_MAX_DEVICES];
+static unsigned char active[VGPU_MAX_DEVICES]; /* this process has had a context there */
+static nvmlDevice_t handles[VGPU_MAX_DEVICES];
+static int any;          /* some index is active: the allocation path has something to do */
+static int dirty;        /* measure at the next allocation */
+static int64_t due_ns;   /* CLOCK_MONOTONIC_COARSE: the next periodic measure */
+static int busy;         /* a thread is measuring: others need not */
+static int nvml_ok;      /* nvmlInit_v2 succeeded in this process */
+static int warned_na, warned_list, warned_over;
+
+static int64_t coarse_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
+
+/* NVML's handle for limits index idx, or NULL. */
+static nvmlDevice_t handle(int idx)
+{
+	nvmlDevice_t h = __atomic_load_n(&handles[idx], __ATOMIC_ACQUIRE);
+	if (h)
+		return h;
+	if (!__atomic_load_n(&nvml_ok, __ATOMIC_ACQUIRE)) {
+		if (vgpu_nvml_init() != NVML_SUCCESS)
+			return NULL;
+		__atomic_store_n(&nvml_ok, 1, __ATOMIC_RELEASE);
+	}
+	if (vgpu_nvml_handle_by_uuid(vgpu.limits.gpu[idx].uuid, &h) != NVML_SUCCESS)
+		return NULL;
+	__atomic_store_n(&handles[idx], h, __ATOMIC_RELEASE);
+	return h;
+}
+
+/* What NVML says this process holds on idx: 0 and *out, or -1 when it cannot tell. */
+static int nvml_mine(int idx, uint64_t *out)
+{
+	int32_t hp = vgpu_host_pid();
+	nvmlDevice_t h;
+	if (!hp || !(h = handle(idx)))
+		return -1;
+	nvmlProcessInfo_v1_t *v;
+	unsigned n;
+	if (vgpu_nvml_list_procs(h, &v, &n) != 0) {
+		if (!__atomic_exchange_n(&warned_list, 1, __ATOMIC_RELAXED))
+			LOGD("NVML's process list is unavailable: the context footprint is left as last measured");
+		return -1;
+	}
+	int rc = -1;
+	for (unsigned i = 0; i < n; i++)
+		if (v[i].pid == (unsigned)hp) {
+			*out = v[i].usedGpuMemory;
+			rc = 0;
+		}
+	free(v);
+	if (rc == 0 && *out == NVML_VALUE_NOT_AVAILABLE) {
+		if (!__atomic_exchange_n(&warned_na, 1, __ATOMIC_RELAXED))
+			LOGI("NVML does not report per-process GPU memory here (as under WSL2): the context "
+			     "footprint is not counted");
+		return -1;
+	}
+	return rc;
+}
+
+/* The entry of (ctx, idx), made if asked and possible; the NULL-context one otherwise. */
+static struct ent *entry(CUcontext ctx, int idx, int make)
+{
+	struct ent *spare = NULL, *none = NULL;
+	for (int i = 0; i < MAX_ENTS; i++) {
+		struct ent *e = &ents[i];
+		if (e->bytes || e->ctx) {
+			if (e->idx == idx && e->ctx == ctx)
+				return e;
+			if (e->idx == idx && !e->ctx)
+				none = e;
+		} else if (!spare) {
+			spare = e;
+		}
+	}
+	if (!make)
+		return NULL;
+	if (spare && (ctx || !none)) {
+		spare->ctx = ctx;
+		spare->idx = idx;
+		return spare;
+	}
+	return none; /* NULL only when the table is full and has no NULL-context entry */
+}
+
+/* Growth goes to ctx (a new context), else to the calling thread's current
+ * context, else to the first entry of idx. Caller holds mu. */
+static struct ent *grow_to(CUcontext ctx, int idx)
+{
+	struct ent *e;
+	if (ctx)
+		return entry(ctx, idx, 1);
+	vgpu_cu_ctx_get_current(&ctx);
+	if (ctx && (e = entry(ctx, idx, 0)))
+		return e;
+	for (int i = 0; i < MAX_ENTS; i++)
+		if (ents[i].idx == idx && (ents[i].bytes || ents[i].ctx))
+			return &ents[i];
+	return entry(ctx, idx, 1);
+}
+
+/* Takes bytes off idx's entries, the calling thread's context first. Caller holds mu. */
+static void shrink(int idx, uint64_t bytes)
+{
+	CUcontext cur = NULL;
+	vgpu_cu_ctx_get_current(&cur);
+	for (int pass = 0; pass < 2 && bytes; pass++)
+		for (int i = 0; i < MAX_ENTS && bytes; i++) {
+			struct ent *e = &ents[i];
+			if (e->idx != idx || (pass == 0 && e->ctx != cur))
+				continue;
+			uint64_t t = e->bytes < bytes ? e->bytes : bytes;
+			e->bytes -= t;
+			bytes -= t;
+		}
+}
+
+/* Measures idx and counts the difference; growth is attributed to ctx if given. */
+static void measure(int idx, CUcontext ctx)
+{
+	uint64_t mine;
+	if (nvml_mine(idx, &mine) != 0)
+		return;
+	int over = 0;
+	pthread_mutex_lock(&mu);
+	uint64_t fp = total[idx], own = vgpu_own_used(idx);
+	uint64_t allocs = own > fp ? own - fp : 0;
+	uint64_t m = mine > allocs ? mine - allocs : 0, target = m;
+	if (m < fp) {
+		/* Lower: only as low as the previous measure, and only if that was lower too. */
+		target = have_prev[idx] && prev[idx] < fp ? (prev[idx] > m ? prev[idx] : m) : fp;
+		if (target == fp)
+			__atomic_store_n(&dirty, 1, __ATOMIC_RELAXED); /* confirm at the next allocation */
+	}
+	prev[idx] = m;
+	have_prev[idx] = 1;
+	if (target > fp) {
+		struct ent *e = grow_to(ctx, idx);
+		if (e) {
+			e->bytes += target - fp;
+			total[idx] = target;
+			vgpu_reserve_force(idx, target - fp);
+			uint64_t limit = vgpu.limits.gpu[idx].memory;
+			over = limit && vgpu_used(idx) > limit;
+		}
+	} else if (target < fp) {
+		shrink(idx, fp - target);
+		total[idx] = target;
+		vgpu_unreserve(idx, fp - target);
+	}
+	pthread_mutex_unlock(&mu);
+	if (over && !__atomic_exchange_n(&warned_over, 1, __ATOMIC_RELAXED))
+		LOGW("GPU memory on %s: the driver's own memory for this process (context footprint: modules, "
+		     "stacks, heap) grew to %llu bytes and the container now holds %llu of %llu; it cannot be "
+		     "refused after the fact, further allocations fail until memory is freed",
+		     vgpu.limits.gpu[idx].uuid, (unsigned long long)target, (unsigned long long)vgpu_used(idx),
+		     (unsigned long long)vgpu.limits.gpu[idx].memory);
+}
+
+/* Measures every index this process has a context on (one thread at a time). */
+static void measure_all(void)
+{
+	if (__atomic_exchange_n(&busy, 1, __ATOMIC_ACQUIRE))
+		return;
+	__atomic_store_n(&dirty, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&due_ns, coarse_ns() + POLL_NS, __ATOMIC_RELAXED);
+	for (int i = 0; i < vgpu.limits.ngpu && i < VGPU_MAX_DEVICES; i++)
+		if (__atomic_load_n(&active[i], __ATOMIC_RELAXED))
+			measure(i, NULL);
+	__atomic_store_n(&busy, 0, __ATOMIC_RELEASE);
+}
+
+void vgpu_fp_ctx_created(CUcontext ctx, CUdevice dev)
+{
+	if (vgpu.mode != VGPU_ENFORCE || !ctx)
+		return;
+	int idx = vgpu_device_index(dev);
+	if (idx < 0 || idx >= VGPU_MAX_DEVICES)
+		return;
+	__atomic_store_n(&active[idx], 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&any, 1, __ATOMIC_RELEASE);
+	measure(idx, ctx);
+	__atomic_store_n(&due_ns, coarse_ns() + POLL_NS, __ATOMIC_RELAXED);
+}
+
+void vgpu_fp_ctx_gone(CUcontext ctx)
+{
+	if (!ctx)
+		return;
+	uint64_t back[VGPU_MAX_DEVICES] = {0};
+	pthread_mutex_lock(&mu);
+	for (int i = 0; i < MAX_ENTS; i++) {
+		struct ent *e = &ents[i];
+		if (e->ctx != ctx)
+			continue;
+		back[e->idx] += e->bytes;
+		total[e->idx] -= e->bytes;
+		have_prev[e->idx] = 0; /* measured with the context alive */
+		memset(e, 0, sizeof(*e));
+	}
+	for (int d = 0; d < VGPU_MAX_DEVICES; d++)
+		vgpu_unreserve(d, back[d]);
+	pthread_mutex_unlock(&mu);
+}
+
+void vgpu_fp_changed(void)
+{
+	if (!__atomic_load_n(&any, __ATOMIC_ACQUIRE))
+		return;
+	/* Marked first: if another thread is measuring, the next allocation does. */
+	__atomic_store_n(&dirty, 1, __ATOMIC_RELAXED);
+	measure_all();
+}
+
+void vgpu_fp_mark(void)
+{
+	if (__atomic_load_n(&any, __ATOMIC_RELAXED))
+		__atomic_store_n(&dirty, 1, __ATOMIC_RELAXED);
+}
+
+void vgpu_fp_poll(void)
+{
+	if (likely(!__atomic_load_n(&any, __ATOMIC_RELAXED)))
+		return;
+	if (__atomic_load_n(&dirty, __ATOMIC_RELAXED) || coarse_ns() >= __atomic_load_n(&due_ns, __ATOMIC_RELAXED))
+		measure_all();
+}
+
+void vgpu_fp_watch(unsigned period)
+{
+	if (period % WATCH_EVERY == 0 && __atomic_load_n(&any, __ATOMIC_ACQUIRE))
+		measure_all();
+}
+
+void vgpu_fp_after_fork(void)
+{
+	/* The child holds none of the parent's contexts; NVML is initialised anew. */
+	pthread_mutex_init(&mu, NULL);
+	memset(ents, 0, sizeof(ents));
+	memset(total, 0, sizeof(total));
+	memset(have_prev, 0, sizeof(have_prev));
+	memset(active, 0, sizeof(active));
+	memset(handles, 0, sizeof(handles));
+	any = dirty = busy = nvml_ok = 0;
+	due_ns = 0;
+	warned_na = warned_list = warned_over = 0;
+}
