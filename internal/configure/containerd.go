@@ -76,6 +76,13 @@ type ContainerdOptions struct {
 	// plugin runs another way (the Helm chart's DaemonSet, or the
 	// nri-vgpu service): two instances of the plugin must not run.
 	NoRegister bool
+	// Distribution is "auto" (or empty) to detect a containerd run by k3s
+	// or RKE2, "none" to treat ConfigPath as a plain containerd's config, or
+	// "k3s"/"rke2" to name the distribution. A distribution writes its
+	// containerd's config again at every start: the settings go into a
+	// drop-in it imports, else into a template it renders (see
+	// distribution).
+	Distribution string
 	// NoRequire leaves NRI's default validator alone. By default, on
 	// containerd 2.2 and later, the validator is set to refuse every
 	// container while nri-vgpu is not connected (required_plugins), so that
@@ -89,9 +96,6 @@ func (o *ContainerdOptions) setDefaults() {
 	}
 	if o.DropInDir == "" {
 		o.DropInDir = DefaultDropInDir
-	}
-	if o.Binary == "" {
-		o.Binary = "containerd"
 	}
 	if o.PluginBinary == "" {
 		o.PluginBinary = DefaultPluginBinary
@@ -179,6 +183,16 @@ func Containerd(opts ContainerdOptions) (*Result, error) {
 	if !validIndex(opts.PluginIndex) {
 		return nil, fmt.Errorf("plugin index %q: want two digits, such as 10", opts.PluginIndex)
 	}
+	distro, err := findDistribution(&opts)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Binary == "" {
+		opts.Binary = "containerd"
+		if distro != nil {
+			opts.Binary = distro.containerdBinary(opts.Root)
+		}
+	}
 	versionText := opts.Version
 	if versionText == "" {
 		out, err := detectContainerdVersion(opts.Binary)
@@ -194,12 +208,15 @@ func Containerd(opts ContainerdOptions) (*Result, error) {
 	if version.less(1, 7) {
 		return nil, fmt.Errorf("%w: containerd %s has no NRI support (NRI arrived in containerd 1.7); upgrade containerd to 1.7 or later, or use Docker with nri-vgpu-runtime", ErrContainerdTooOld, version.text)
 	}
-	// containerd 1.7 reads config version 2. containerd 2.x writes 3 (2.4:
-	// 4) and migrates older versions file by file as it loads them, so a
-	// version 3 drop-in suits every 2.x.
+	// containerd 1.7 reads config version 2; 2.0 to 2.3 write 3 and 2.4
+	// writes 4. Each migrates older versions file by file as it loads them,
+	// warning at every start, so the drop-in has the running one's version.
 	mergeSections := !version.less(2, 0)
 	dropInVersion := int64(2)
-	if mergeSections {
+	switch {
+	case !version.less(2, 4):
+		dropInVersion = 4
+	case mergeSections:
 		dropInVersion = 3
 	}
 
@@ -223,6 +240,12 @@ func Containerd(opts ContainerdOptions) (*Result, error) {
 		return nil, fmt.Errorf("%s has config version %d, which needs containerd 2.0 or later, but containerd is %s", opts.ConfigPath, mainVersion, version.text)
 	}
 
+	if distro != nil {
+		if mainSrc == nil {
+			return nil, fmt.Errorf("%s does not exist: start %s once, so that it writes its containerd config, then run this again", opts.ConfigPath, distro.name)
+		}
+		opts.DropInDir = filepath.Join(distro.dir, dropInDirName(mainVersion))
+	}
 	dropInPath := filepath.Join(opts.DropInDir, DropInName)
 	files, err := loadConfigChain(fsView{root: opts.Root}, opts.ConfigPath, dropInPath)
 	if err != nil {
@@ -250,13 +273,24 @@ func Containerd(opts ContainerdOptions) (*Result, error) {
 
 	imported := importsPath(opts.ConfigPath, stringList(mainDoc["imports"]), dropInPath)
 	needDropIn := disabled || (oldDropIn != nil && imported) || (validate && !validatorRequires(before[validatorKey]))
-	if needDropIn {
+	overlay := map[string][]byte{}
+	switch {
+	case needDropIn && distro != nil && !imported:
+		// The distribution's config does not import a drop-in directory
+		// (releases before 2026): the settings go into its template.
+		if err := distroTemplate(res, distro, mainSrc, mainVersion, nriSettings(before, mergeSections, validator), overlay); err != nil {
+			return nil, err
+		}
+	case needDropIn:
 		newDropIn, err := dropInContent(before, mergeSections, dropInVersion, validator)
 		if err != nil {
 			return nil, err
 		}
 		if !bytes.Equal(oldDropIn, newDropIn) {
 			res.Changes = append(res.Changes, Change{Path: dropInPath, Old: oldDropIn, New: newDropIn, Mode: 0o644})
+		}
+		if distro != nil {
+			res.Notes = append(res.Notes, fmt.Sprintf("%s writes %s again at every start, importing %s: nri-vgpu's settings are in %s", distro.name, opts.ConfigPath, filepath.Join(opts.DropInDir, "*.toml"), dropInPath))
 		}
 		if !imported {
 			var newMain []byte
@@ -267,12 +301,13 @@ func Containerd(opts ContainerdOptions) (*Result, error) {
 			}
 			res.Changes = append(res.Changes, Change{Path: opts.ConfigPath, Old: mainSrc, New: newMain, Mode: 0o644})
 		}
-		// Check the outcome the way containerd will load it: another
-		// imported file may still override the drop-in.
-		overlay := map[string][]byte{}
 		for _, c := range res.Changes {
 			overlay[c.Path] = c.New
 		}
+	}
+	if needDropIn {
+		// Check the outcome the way containerd will load it: another
+		// imported file may still override the drop-in.
 		files, err := loadConfigChain(fsView{root: opts.Root, overlay: overlay}, opts.ConfigPath, "")
 		if err != nil {
 			return nil, fmt.Errorf("checking the new config: %w", err)
@@ -330,11 +365,14 @@ func Containerd(opts ContainerdOptions) (*Result, error) {
 	} else if version.less(2, 2) {
 		res.Notes = append(res.Notes, fmt.Sprintf("containerd %s has no NRI validator: while nri-vgpu is down, GPU containers are still refused (the device plugin's gate), containers without a GPU are not", version.text))
 	}
-	if res.Changed() {
+	switch {
+	case res.Changed() && distro != nil:
+		res.Reload = distro.restartHint(opts.Root)
+	case res.Changed():
 		res.Reload = "restart containerd to load the change (systemctl restart containerd); running containers keep running"
-	} else if opts.NoRegister {
+	case opts.NoRegister:
 		res.Notes = append(res.Notes, fmt.Sprintf("containerd %s already has NRI enabled: nothing to change", version.text))
-	} else {
+	default:
 		res.Notes = append(res.Notes, fmt.Sprintf("containerd %s already has NRI enabled and nri-vgpu registered (%s): nothing to change", version.text, link))
 	}
 	return res, nil
@@ -508,11 +546,10 @@ func requireValidator(current any) map[string]any {
 	return t
 }
 
-// dropInContent renders the drop-in that enables NRI and, when validator is
-// not nil, sets NRI's default validator to it. For containerd 1.7, which
-// replaces a whole plugin section with the last imported one, it repeats
-// the other settings in effect (such as a custom plugin_path).
-func dropInContent(current map[string]any, merge bool, version int64, validator map[string]any) ([]byte, error) {
+// nriSettings is the NRI section that enables NRI and, when validator is
+// not nil, sets NRI's default validator to it. Where sections replace each
+// other (containerd 1.7) it repeats the other settings in effect.
+func nriSettings(current map[string]any, merge bool, validator map[string]any) map[string]any {
 	sec := map[string]any{"disable": false}
 	if validator != nil {
 		sec[validatorKey] = validator
@@ -524,6 +561,15 @@ func dropInContent(current map[string]any, merge bool, version int64, validator 
 			}
 		}
 	}
+	return sec
+}
+
+// dropInContent renders the drop-in that enables NRI and, when validator is
+// not nil, sets NRI's default validator to it. For containerd 1.7, which
+// replaces a whole plugin section with the last imported one, it repeats
+// the other settings in effect (such as a custom plugin_path).
+func dropInContent(current map[string]any, merge bool, version int64, validator map[string]any) ([]byte, error) {
+	sec := nriSettings(current, merge, validator)
 	body, err := toml.Marshal(map[string]any{
 		"version": version,
 		"plugins": map[string]any{nriPluginID: sec},
