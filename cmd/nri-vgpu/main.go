@@ -69,6 +69,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	configPath := fs.String("config", "", "configuration `file` (default: $"+config.EnvPath+", else "+config.DefaultPath+")")
 	logLevel := fs.String("log-level", "info", "log `level`: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log `format`: text or json")
+	showVersion := fs.Bool("version", false, "print the version and exit (as the version command does)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return 0
@@ -79,6 +80,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmd := ""
 	if len(rest) > 0 {
 		cmd, rest = rest[0], rest[1:]
+	}
+	if *showVersion {
+		cmd = "version"
 	}
 	switch cmd {
 	case "version":

@@ -90,9 +90,11 @@ socket_path = %q
 }
 
 func TestVersion(t *testing.T) {
-	var out, errb bytes.Buffer
-	if code := run(t.Context(), []string{"version"}, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "nri-vgpu ") {
-		t.Errorf("version: code %d, out %q, err %q", code, out.String(), errb.String())
+	for _, args := range [][]string{{"version"}, {"--version"}, {"-version"}} {
+		var out, errb bytes.Buffer
+		if code := run(t.Context(), args, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "nri-vgpu ") || !strings.HasSuffix(out.String(), "\n") {
+			t.Errorf("%v: code %d, out %q, err %q", args, code, out.String(), errb.String())
+		}
 	}
 }
 

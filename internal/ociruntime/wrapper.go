@@ -23,6 +23,7 @@ import (
 
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/internal/ledger"
+	"github.com/nri-vgpu/nri-vgpu/internal/version"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
@@ -67,6 +68,9 @@ type Wrapper struct {
 	// configuration cannot be loaded, so that existing containers can
 	// still be stopped and deleted.
 	PassThrough bool
+	// Stdout receives the wrapper's own version line before the next
+	// runtime prints its version (default: os.Stdout).
+	Stdout io.Writer
 }
 
 // ExitStatusError is the failure of a next runtime that ran as a child: the
@@ -106,6 +110,10 @@ func (w *Wrapper) Run(a *Args) error {
 		}
 	case a.Verb == "delete" && w.prepared(a.ContainerID):
 		return w.delete(a, next, argv)
+	case versionAsked(a):
+		// Our version first, then the next runtime's, as wrappers of runc
+		// do: dockerd reads the last "version" line as the runtime's.
+		fmt.Fprintf(w.Stdout, "%s version %s\nnext runtime: %s\n\n", Name, version.Version, next)
 	}
 	if err := w.Exec(next, argv, w.Environ()); err != nil {
 		if undo != nil {
@@ -135,6 +143,23 @@ func (w *Wrapper) defaults() {
 	if w.Now == nil {
 		w.Now = time.Now
 	}
+	if w.Stdout == nil {
+		w.Stdout = os.Stdout
+	}
+}
+
+// versionAsked reports whether the command line asks for the runtime's
+// version (runc's --version / -v, with no verb).
+func versionAsked(a *Args) bool {
+	if a.Verb != "" {
+		return false
+	}
+	for _, arg := range a.Argv[1:] {
+		if name, _, _ := splitFlag(arg); isFlag(arg) && (name == "version" || name == "v") {
+			return true
+		}
+	}
+	return false
 }
 
 func listGPUs(cfg *config.Config) ([]gpu.Device, error) {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -180,6 +181,7 @@ func (e *testEnv) wrapper(rec *execRecord, specPath string) *Wrapper {
 		Path:   e.binDir + ":/usr/bin:/bin",
 		Self:   "/nonexistent/nri-vgpu-runtime",
 		Now:    func() time.Time { return time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC) },
+		Stdout: io.Discard,
 		Exec: func(path string, argv, _ []string) error {
 			rec.called, rec.path, rec.argv = true, path, argv
 			if specPath != "" {
@@ -592,6 +594,42 @@ func TestPassThrough(t *testing.T) {
 	}
 	if _, err := os.Stat(e.cfg.Paths.StateDir); !os.IsNotExist(err) {
 		t.Errorf("pass-through verbs touched the state directory: %v", err)
+	}
+}
+
+// TestVersion: --version prints the wrapper's own version and then execs
+// the next runtime's --version, unchanged; a verb's own flags named the
+// same print nothing.
+func TestVersion(t *testing.T) {
+	e := newTestEnv(t, "none")
+	for _, tc := range []struct {
+		args []string
+		ours bool
+	}{
+		{[]string{"--version"}, true},
+		{[]string{"-v"}, true},
+		{[]string{"--root", "/r", "-version"}, true},
+		{[]string{"state", "--version", ctrID}, false},
+		{[]string{"features"}, false},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			var rec execRecord
+			var out bytes.Buffer
+			w := e.wrapper(&rec, "")
+			w.Stdout = &out
+			if err := w.Run(ParseArgs(append([]string{"nri-vgpu-runtime"}, tc.args...))); err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.HasPrefix(out.String(), "nri-vgpu-runtime version "); got != tc.ours {
+				t.Errorf("output %q: want our version line %v", out.String(), tc.ours)
+			}
+			if tc.ours && !strings.Contains(out.String(), e.next) {
+				t.Errorf("output %q does not name the next runtime %s", out.String(), e.next)
+			}
+			if rec.path != e.next || !slices.Equal(rec.argv, append([]string{e.next}, tc.args...)) {
+				t.Errorf("exec %s %q", rec.path, rec.argv)
+			}
+		})
 	}
 }
 
