@@ -206,5 +206,35 @@ else
 	echo "  cudart checks skipped: hack/cudart.sh could not provide the libraries (its error is above)"
 fi
 
+# 8. Context footprint: what the driver holds for a process beyond its allocations (the
+#    context, kernels cuBLAS and cuDNN load lazily at first use, the stack reservation
+#    cuCtxSetLimit makes) is counted: a second after the last growth and an allocation, the
+#    process's slot in the region holds what nvidia-smi says the process uses.
+limits "$limit" 100
+rm -f "$W/fp"
+shimmed python3 - "$W/fp" <<'PY' &
+import ctypes, os, sys, time, torch
+x = torch.randn(1024, 1024, device="cuda")
+(x @ x).sum().item()
+torch.nn.functional.conv2d(x[None, None], x[None, None, :3, :3]).sum().item()
+rc = ctypes.CDLL("libcuda.so.1").cuCtxSetLimit(0, ctypes.c_size_t(8192))  # 8 KiB stack per thread
+time.sleep(1.2)
+y = torch.empty(2 << 20, dtype=torch.uint8, device="cuda")  # measured again on the way
+torch.cuda.synchronize()
+open(sys.argv[1], "w").write(f"{os.getpid()} {rc}\n")
+time.sleep(30)
+PY
+holder=$!
+for _ in $(seq 150); do [ -s "$W/fp" ] && break; sleep 0.2; done
+read -r fp_pid fp_rc <"$W/fp" || fp_pid=
+smi_mib=$(nvidia-smi -i "$gpu" --query-compute-apps=pid,used_memory --format=csv,noheader,nounits |
+	awk -F', *' -v p="$fp_pid" '$1 == p {print $2}')
+slot=$(build/regiondump "$W/region/usage" | sed -n "s/^proc pid=$fp_pid .* used0=\([0-9]*\).*/\1/p")
+kill $holder 2>/dev/null; wait $holder 2>/dev/null
+echo "  footprint: pid ${fp_pid:-?} cuCtxSetLimit rc=${fp_rc:-?}; nvidia-smi ${smi_mib:-?} MiB, region slot $((${slot:-0} >> 20)) MiB"
+[ -n "$smi_mib" ] && [ -n "$slot" ] && [ "${fp_rc:-1}" = 0 ] &&
+	python3 -c "import sys; sys.exit(0 if abs($slot / 1048576 - $smi_mib) <= 4 else 1)"
+result $? "context footprint (lazy kernels, stack limit) counted: region slot matches nvidia-smi within 4 MiB"
+
 echo "validate: $fails check(s) failed"
 [ "$fails" -eq 0 ]
