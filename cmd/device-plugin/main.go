@@ -19,8 +19,10 @@ import (
 	"os/signal"
 	"reflect"
 	"syscall"
+	"time"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/deviceplugin"
+	"github.com/nri-vgpu/nri-vgpu/internal/health"
 	"github.com/nri-vgpu/nri-vgpu/internal/logging"
 	"github.com/nri-vgpu/nri-vgpu/internal/version"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
@@ -28,6 +30,9 @@ import (
 )
 
 const name = "nri-vgpu-device-plugin"
+
+// healthShutdownTimeout bounds how long a stop waits for probes in flight.
+const healthShutdownTimeout = 2 * time.Second
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -47,6 +52,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, reload <-chan os.
 	configPath := fs.String("config", "", "configuration file (default: $"+config.EnvPath+", else "+config.DefaultPath+")")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
+	healthListen := fs.String("health-listen", "", "serve GET /healthz and /readyz (registered with the kubelet) on this host:port; empty: off")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -93,6 +99,22 @@ func run(ctx context.Context, args []string, stderr io.Writer, reload <-chan os.
 	if err != nil {
 		logger.Error("cannot start the device plugin", "error", err)
 		return 1
+	}
+
+	if *healthListen != "" {
+		srv, err := health.Start(*healthListen, "--health-listen", plugin.Ready, logger)
+		if err != nil {
+			// Not fatal: the probes fail and say so; the node's GPUs are
+			// still advertised.
+			logger.Error("health endpoint unavailable", "error", err)
+		} else {
+			logger.Info("serving health endpoints", "addr", srv.Addr().String())
+			defer func() {
+				sctx, cancel := context.WithTimeout(context.Background(), healthShutdownTimeout)
+				defer cancel()
+				_ = srv.Shutdown(sctx)
+			}()
+		}
 	}
 
 	go reloadOnSignal(ctx, reload, *configPath, cfg, backend, plugin, logger)

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -108,7 +110,8 @@ func TestNoDriver(t *testing.T) {
 }
 
 // TestRunSimulated runs the program against a fake kubelet: it registers,
-// lists the configured GPUs, applies a reload (SIGHUP) and stops cleanly.
+// reports ready on --health-listen, lists the configured GPUs, applies a
+// reload (SIGHUP) and stops cleanly.
 func TestRunSimulated(t *testing.T) {
 	dir := shortDir(t)
 	path := filepath.Join(dir, "config.toml")
@@ -138,7 +141,15 @@ minor = 0
 	reload := make(chan os.Signal, 1)
 	var out syncBuffer
 	exit := make(chan int, 1)
-	go func() { exit <- run(ctx, []string{"--config", path, "--log-format", "json"}, &out, reload) }()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	healthAddr := ln.Addr().String()
+	ln.Close()
+	go func() {
+		exit <- run(ctx, []string{"--config", path, "--log-format", "json", "--health-listen", healthAddr}, &out, reload)
+	}()
 
 	wctx, wcancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer wcancel()
@@ -150,6 +161,21 @@ minor = 0
 	l, err := reg.NextList(wctx)
 	if err != nil || len(l) != 2 {
 		t.Fatalf("first list %v, %v", l, err)
+	}
+	// Registered: the readiness probe passes (it may lag the registration
+	// by one turn of the plugin's loop).
+	client := &http.Client{Timeout: 5 * time.Second}
+	for deadline := time.Now().Add(waitTimeout); ; time.Sleep(20 * time.Millisecond) {
+		rsp, err := client.Get("http://" + healthAddr + "/readyz")
+		if err == nil {
+			rsp.Body.Close()
+			if rsp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET /readyz on %s: %v %v, want 200 once registered; output:\n%s", healthAddr, rsp, err, out.String())
+		}
 	}
 
 	// Mark the GPU unhealthy in the file and reload.

@@ -7,6 +7,7 @@
 // SIGINT stop it cleanly.
 //
 //	nri-vgpu [--config FILE] [--log-level LEVEL] [--log-format text|json]
+//	         [--metrics-listen ADDR] [--health-listen ADDR]
 //	nri-vgpu [--config FILE] status [-o table|json]
 //	nri-vgpu configure containerd|docker [flags]
 //	nri-vgpu version
@@ -27,6 +28,7 @@ import (
 
 	"github.com/nri-vgpu/nri-vgpu/internal/allockey"
 	"github.com/nri-vgpu/nri-vgpu/internal/configure"
+	"github.com/nri-vgpu/nri-vgpu/internal/health"
 	"github.com/nri-vgpu/nri-vgpu/internal/logging"
 	"github.com/nri-vgpu/nri-vgpu/internal/metrics"
 	"github.com/nri-vgpu/nri-vgpu/internal/nriplugin"
@@ -69,6 +71,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	configPath := fs.String("config", "", "configuration `file` (default: $"+config.EnvPath+", else "+config.DefaultPath+")")
 	logLevel := fs.String("log-level", "info", "log `level`: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log `format`: text or json")
+	metricsListen := fs.String("metrics-listen", "", "serve Prometheus metrics on this `host:port`, in place of metrics.listen of the configuration")
+	healthListen := fs.String("health-listen", "", "serve GET /healthz and /readyz (connected to the runtime) on this `host:port`; empty: off")
 	showVersion := fs.Bool("version", false, "print the version and exit (as the version command does)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -127,7 +131,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: unexpected arguments %q\n", name, rest)
 		return 2
 	}
-	if err := runPlugin(ctx, cfg, logger); err != nil {
+	if *metricsListen != "" {
+		cfg.Metrics.Listen = *metricsListen
+	}
+	if err := runPlugin(ctx, cfg, *healthListen, logger); err != nil {
 		logger.Error("stopped", "err", err)
 		return 1
 	}
@@ -141,7 +148,10 @@ var setNRILogger = nriplugin.SetNRILogger
 // metricsShutdownTimeout bounds how long a stop waits for scrapes in flight.
 const metricsShutdownTimeout = 5 * time.Second
 
-func runPlugin(ctx context.Context, cfg *config.Config, logger *slog.Logger) error {
+// runPlugin runs the NRI plugin, with its metrics endpoint when
+// cfg.Metrics.Listen is set and its health endpoints on healthListen when
+// that is.
+func runPlugin(ctx context.Context, cfg *config.Config, healthListen string, logger *slog.Logger) error {
 	setNRILogger(logger)
 	logger.Info("starting", "program", name, "version", version.Version, "config", cmp.Or(cfg.Source, "(defaults)"),
 		"started_by_runtime", nriplugin.StartedByRuntime(), "socket", cfg.NRI.SocketPath, "injection", cfg.Driver.Injection,
@@ -163,32 +173,45 @@ func runPlugin(ctx context.Context, cfg *config.Config, logger *slog.Logger) err
 	} else {
 		logger.Info("GPU inventory", "backend", cfg.GPU.Backend, "gpus", len(devs))
 	}
-	if cfg.Metrics.Listen != "" {
-		srv, err := metrics.Start(cfg.Metrics.Listen, metrics.NewCollector(cfg, inv, logger), logger)
-		if err != nil {
-			// Not fatal: without the plugin, containers would start without
-			// their limits, and GPUs would not be hidden from the others.
-			logger.Error("metrics endpoint unavailable", "err", err)
-		} else {
-			logger.Info("serving metrics", "addr", srv.Addr().String())
-			defer func() {
-				sctx, cancel := context.WithTimeout(context.Background(), metricsShutdownTimeout)
-				defer cancel()
-				if err := srv.Shutdown(sctx); err != nil {
-					logger.Warn("stopping the metrics endpoint", "err", err)
-				}
-			}()
-		}
-	}
 	p, err := nriplugin.New(nriplugin.Options{Config: cfg, Key: key, Host: host, Inventory: inv, Logger: logger})
 	if err != nil {
 		return err
+	}
+	// Neither endpoint is fatal: without the plugin, containers would start
+	// without their limits, and GPUs would not be hidden from the others.
+	if cfg.Metrics.Listen != "" {
+		srv, err := metrics.Start(cfg.Metrics.Listen, metrics.NewCollector(cfg, inv, logger), p.Ready, logger)
+		if err != nil {
+			logger.Error("metrics endpoint unavailable", "err", err)
+		} else {
+			logger.Info("serving metrics", "addr", srv.Addr().String())
+			defer shutdown(srv.Shutdown, "metrics", logger)
+		}
+	}
+	if healthListen != "" {
+		srv, err := health.Start(healthListen, "--health-listen", p.Ready, logger)
+		if err != nil {
+			logger.Error("health endpoint unavailable", "err", err)
+		} else {
+			logger.Info("serving health endpoints", "addr", srv.Addr().String())
+			defer shutdown(srv.Shutdown, "health", logger)
+		}
 	}
 	if err := p.Run(ctx); err != nil {
 		return err
 	}
 	logger.Info("stopped")
 	return nil
+}
+
+// shutdown stops an HTTP endpoint, waiting metricsShutdownTimeout at most for
+// the requests in flight.
+func shutdown(stop func(context.Context) error, what string, logger *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), metricsShutdownTimeout)
+	defer cancel()
+	if err := stop(ctx); err != nil {
+		logger.Warn("stopping the "+what+" endpoint", "err", err)
+	}
 }
 
 func runStatus(cfg *config.Config, args []string, stdout, stderr io.Writer) int {

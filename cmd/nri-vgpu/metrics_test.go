@@ -120,3 +120,56 @@ func TestMetricsPortInUseIsNotFatal(t *testing.T) {
 		t.Errorf("log does not report the metrics endpoint:\n%s", errb.String())
 	}
 }
+
+// get polls url until it answers, and returns the status and body.
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	client := &http.Client{Timeout: 5 * time.Second}
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		var rsp *http.Response
+		if rsp, err = client.Get(url); err == nil {
+			b, rerr := io.ReadAll(rsp.Body)
+			rsp.Body.Close()
+			if rerr == nil {
+				return rsp.StatusCode, string(b)
+			}
+		}
+	}
+	t.Fatalf("GET %s: %v", url, err)
+	return 0, ""
+}
+
+// --metrics-listen serves metrics where the configuration has none, and
+// --health-listen serves the probes: alive, but not ready while no runtime
+// listens on nri.socket_path (the answer names it).
+func TestListenFlags(t *testing.T) {
+	path, cfg := writeConfig(t)
+	metricsAddr, healthAddr := freePort(t), freePort(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan int, 1)
+	var errb bytes.Buffer
+	go func() {
+		done <- run(ctx, []string{"--config", path, "--metrics-listen", metricsAddr, "--health-listen", healthAddr}, io.Discard, &errb)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+
+	for _, tt := range []struct {
+		url  string
+		code int
+		body string
+	}{
+		{"http://" + metricsAddr + "/metrics", http.StatusOK, `nri_vgpu_build_info{version="`},
+		{"http://" + healthAddr + "/healthz", http.StatusOK, "ok"},
+		{"http://" + healthAddr + "/readyz", http.StatusServiceUnavailable, cfg.NRI.SocketPath},
+		{"http://" + metricsAddr + "/readyz", http.StatusServiceUnavailable, cfg.NRI.SocketPath},
+		{"http://" + healthAddr + "/metrics", http.StatusNotFound, ""},
+	} {
+		if code, body := get(t, tt.url); code != tt.code || !strings.Contains(body, tt.body) {
+			t.Errorf("GET %s: %d %q, want %d with %q; log:\n%s", tt.url, code, body, tt.code, tt.body, errb.String())
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -60,6 +61,10 @@ type Plugin struct {
 	sysfs       string
 	dir         string // socket_dir, absolute
 	socketName  string
+
+	// registered is set while the kubelet of the current kubelet.sock has
+	// accepted the registration and the plugin serves its socket (Ready).
+	registered atomic.Bool
 
 	mu      sync.Mutex
 	inv     *inventory

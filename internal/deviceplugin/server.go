@@ -175,6 +175,16 @@ func (p *Plugin) register(ctx context.Context) error {
 	return nil
 }
 
+// Ready reports nil while the plugin serves its socket and is registered
+// with the kubelet that listens on kubelet.sock now, else why not. It
+// answers the readiness probe.
+func (p *Plugin) Ready() error {
+	if p.registered.Load() {
+		return nil
+	}
+	return fmt.Errorf("not registered with the kubelet at %s", filepath.Join(p.dir, KubeletSocketName))
+}
+
 // newDirWatcher is watchDir; tests replace it to exercise polling.
 var newDirWatcher = watchDir
 
@@ -208,6 +218,7 @@ func (p *Plugin) supervise(ctx context.Context) error {
 		waiting    bool   // for another instance to free the socket
 	)
 	defer func() {
+		p.registered.Store(false)
 		if srv != nil {
 			srv.stop(sockPath)
 			p.log.Info("device plugin stopped", "socket", sockPath)
@@ -268,6 +279,8 @@ func (p *Plugin) supervise(ctx context.Context) error {
 			p.log.Info("registered with kubelet", "resource", p.cfg.ResourceName, "endpoint", p.socketName,
 				"policy", p.policy, "kubelet", kubeletPath)
 		}
+
+		p.registered.Store(srv != nil && registered)
 
 		select {
 		case <-ctx.Done():

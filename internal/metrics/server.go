@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/nri-vgpu/nri-vgpu/internal/health"
 )
 
 // HTTP limits. A scrape reads every container's files, never waiting on a
@@ -41,9 +43,9 @@ func NewRegistry(c *Collector) *prometheus.Registry {
 	return reg
 }
 
-// Handler serves GET /metrics from reg and GET /healthz, which answers 200
-// "ok" while the process serves HTTP.
-func Handler(reg *prometheus.Registry, logger *slog.Logger) http.Handler {
+// Handler serves GET /metrics from reg, and the health endpoints (GET
+// /healthz and GET /readyz, see package health) with ready.
+func Handler(reg *prometheus.Registry, ready health.Ready, logger *slog.Logger) http.Handler {
 	if logger == nil {
 		logger = slog.Default()
 	}
@@ -57,10 +59,7 @@ func Handler(reg *prometheus.Registry, logger *slog.Logger) http.Handler {
 		MaxRequestsInFlight: maxInFlight,
 		Timeout:             scrapeTimeout,
 	}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = w.Write([]byte("ok\n"))
-	})
+	health.Register(mux, ready)
 	return mux
 }
 
@@ -79,19 +78,19 @@ type Server struct {
 }
 
 // Start listens on addr ("host:port"; port 0 picks a free one) and serves
-// Handler(NewRegistry(c)) until Shutdown. Listening happens before Start
-// returns, so an address in use is reported to the caller.
-func Start(addr string, c *Collector, logger *slog.Logger) (*Server, error) {
+// Handler(NewRegistry(c), ready) until Shutdown. Listening happens before
+// Start returns, so an address in use is reported to the caller.
+func Start(addr string, c *Collector, ready health.Ready, logger *slog.Logger) (*Server, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("metrics: listen on %q (metrics.listen): %w", addr, err)
+		return nil, fmt.Errorf("metrics: listen on %q (metrics.listen, or --metrics-listen): %w", addr, err)
 	}
 	s := &Server{
 		srv: &http.Server{
-			Handler:           Handler(NewRegistry(c), logger),
+			Handler:           Handler(NewRegistry(c), ready, logger),
 			ReadHeaderTimeout: readHeaderTimeout,
 			ReadTimeout:       readTimeout,
 			WriteTimeout:      writeTimeout,

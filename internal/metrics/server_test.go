@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -15,12 +16,14 @@ import (
 )
 
 // A real HTTP server on 127.0.0.1:0: /metrics serves the collector's series
-// next to the Go and process ones, /healthz answers ok, other methods and
-// paths are refused, and Shutdown closes the port.
+// next to the Go and process ones, /healthz answers ok, /readyz the daemon's
+// readiness, other methods and paths are refused, and Shutdown closes the
+// port.
 func TestServer(t *testing.T) {
 	cfg := testConfig(t)
 	prepare(t, cfg, "c1", "ml/a", "train", limits.AllocatedGPU{UUID: uuidA, Slices: 2, Memory: 8 << 30, Cores: 20})
-	srv, err := Start("127.0.0.1:0", NewCollector(cfg, twoA100s, nil), nil)
+	notReady := func() error { return errors.New("not connected to the runtime") }
+	srv, err := Start("127.0.0.1:0", NewCollector(cfg, twoA100s, nil), notReady, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,6 +55,7 @@ nri_vgpu_gpu_memory_allocated_bytes{index="1",name="NVIDIA A100-SXM4-40GB",uuid=
 		{http.MethodGet, "/metrics", http.StatusOK, `nri_vgpu_build_info{version="`},
 		{http.MethodGet, "/healthz", http.StatusOK, "ok\n"},
 		{http.MethodHead, "/healthz", http.StatusOK, ""},
+		{http.MethodGet, "/readyz", http.StatusServiceUnavailable, "not connected to the runtime"},
 		{http.MethodPost, "/metrics", http.StatusMethodNotAllowed, ""},
 		{http.MethodGet, "/", http.StatusNotFound, ""},
 	}
@@ -90,7 +94,7 @@ func TestStartAddressInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	srv, err := Start(ln.Addr().String(), NewCollector(testConfig(t), nil, nil), nil)
+	srv, err := Start(ln.Addr().String(), NewCollector(testConfig(t), nil, nil), nil, nil)
 	if err == nil {
 		_ = srv.Shutdown(context.Background())
 		t.Fatal("Start on a port in use succeeded")

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
@@ -54,6 +55,10 @@ type Plugin struct {
 
 	mu    sync.Mutex
 	known map[string]bool // GPU UUIDs of the node, refreshed on a miss
+
+	// connected is set once the runtime has synchronized the plugin on the
+	// current connection, and cleared when that connection ends (Ready).
+	connected atomic.Bool
 }
 
 // ErrPodAnnotation rejects a pod that carries the allocation annotation in
@@ -349,6 +354,7 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, containe
 		p.log.Error("sweeping container directories", "err", err)
 	}
 	p.log.Info("synchronized", "containers", len(containers), "vgpu_containers", vgpu, "swept", removed)
+	p.connected.Store(true)
 	return nil, nil
 }
 

@@ -78,6 +78,7 @@ func (p *Plugin) serveOnce(ctx context.Context, byRuntime bool) error {
 		// creation this plugin could not handle (timeout, lost connection)
 		// instead of starting it without its limits.
 		stub.WithFailurePolicy(&api.FailurePolicy{FailRequest: true}),
+		stub.WithOnClose(func() { p.connected.Store(false) }),
 	}
 	if !byRuntime {
 		opts = append(opts,
@@ -90,7 +91,21 @@ func (p *Plugin) serveOnce(ctx context.Context, byRuntime bool) error {
 	if err != nil {
 		return fmt.Errorf("create NRI stub: %w", err)
 	}
+	defer p.connected.Store(false)
 	return s.Run(ctx)
+}
+
+// Ready reports nil while the plugin is connected to the runtime and
+// synchronized with it, that is while containerd hands it every container
+// creation; else why not. It answers the readiness probe.
+func (p *Plugin) Ready() error {
+	if p.connected.Load() {
+		return nil
+	}
+	if StartedByRuntime() {
+		return errors.New("not synchronized with the runtime yet")
+	}
+	return fmt.Errorf("not connected to the runtime's NRI socket %s", p.cfg.NRI.SocketPath)
 }
 
 // slogAdapter routes the NRI library's logging to slog.
