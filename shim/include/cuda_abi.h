@@ -199,6 +199,55 @@ typedef struct {
 	unsigned int Flags;
 } CUDA_ARRAY3D_DESCRIPTOR_v1;
 
+/*
+ * External memory (another API's allocation imported into CUDA) and
+ * multicast objects. Not in the ABI notes: layouts from cuda-python's 13.0
+ * declarations, one source, unverified (sizes computed here).
+ *   cuImportExternalMemory(CUexternalMemory *, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *) @10000
+ *   cuDestroyExternalMemory(CUexternalMemory) @10000
+ *   cuExternalMemoryGetMappedBuffer(CUdeviceptr *, CUexternalMemory, const CUDA_EXTERNAL_MEMORY_BUFFER_DESC *) @10000
+ *   cuMulticastCreate(CUmemGenericAllocationHandle *, const CUmulticastObjectProp *) @12010
+ *   cuMulticastBindMem(mc, size_t mcOffset, CUmemGenericAllocationHandle mem, size_t memOffset, size_t size,
+ *                      unsigned long long flags) @12010; _v2 adds CUdevice dev after mc
+ *   cuMulticastBindAddr(mc, size_t mcOffset, CUdeviceptr memptr, size_t size, unsigned long long flags) @12010;
+ *                      _v2 adds CUdevice dev after mc (the _v2s are in the 13.4 reference; the
+ *                      version they appeared in is not known here, 13010 is a guess)
+ *   cuMulticastUnbind(mc, CUdevice dev, size_t mcOffset, size_t size) @12010
+ *   cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *, CUmemGenericAllocationHandle) @10020
+ */
+typedef struct CUextMemory_st *CUexternalMemory;
+
+typedef struct {
+	int type; /* CUexternalMemoryHandleType: OPAQUE_FD 1 ... NVSCIBUF 8 */
+	union {
+		int fd;
+		struct {
+			void *handle;
+			const void *name;
+		} win32;
+		const void *nvSciBufObject;
+	} handle;
+	unsigned long long size;
+	unsigned int flags;
+	unsigned int reserved[16];
+} CUDA_EXTERNAL_MEMORY_HANDLE_DESC;
+
+typedef struct {
+	unsigned long long offset;
+	unsigned long long size;
+	unsigned int flags;
+	unsigned int reserved[16];
+} CUDA_EXTERNAL_MEMORY_BUFFER_DESC;
+
+#define CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD 1
+
+typedef struct {
+	unsigned int numDevices;
+	size_t size;
+	unsigned long long handleTypes;
+	unsigned long long flags;
+} CUmulticastObjectProp;
+
 #define CUDA_ARRAY3D_LAYERED 0x01
 #define CUDA_ARRAY3D_CUBEMAP 0x04
 
@@ -240,6 +289,12 @@ _Static_assert(sizeof(CUDA_ARRAY_DESCRIPTOR_v1) == 16, "CUDA_ARRAY_DESCRIPTOR_v1
 _Static_assert(offsetof(CUDA_ARRAY_DESCRIPTOR_v1, Format) == 8, "ad1.Format");
 _Static_assert(sizeof(CUDA_ARRAY3D_DESCRIPTOR_v1) == 24, "CUDA_ARRAY3D_DESCRIPTOR_v1");
 _Static_assert(offsetof(CUDA_ARRAY3D_DESCRIPTOR_v1, Format) == 12, "a3d1.Format");
+_Static_assert(sizeof(CUDA_EXTERNAL_MEMORY_HANDLE_DESC) == 104, "CUDA_EXTERNAL_MEMORY_HANDLE_DESC");
+_Static_assert(offsetof(CUDA_EXTERNAL_MEMORY_HANDLE_DESC, handle) == 8, "emhd.handle");
+_Static_assert(offsetof(CUDA_EXTERNAL_MEMORY_HANDLE_DESC, size) == 24, "emhd.size");
+_Static_assert(sizeof(CUDA_EXTERNAL_MEMORY_BUFFER_DESC) == 88, "CUDA_EXTERNAL_MEMORY_BUFFER_DESC");
+_Static_assert(sizeof(CUmulticastObjectProp) == 32, "CUmulticastObjectProp");
+_Static_assert(offsetof(CUmulticastObjectProp, size) == 8, "mcprop.size");
 _Static_assert(sizeof(CUlaunchAttribute) == 72, "CUlaunchAttribute");
 _Static_assert(sizeof(CUlaunchConfig) == 56, "CUlaunchConfig");
 _Static_assert(offsetof(CUlaunchConfig, hStream) == 32, "lc.hStream");

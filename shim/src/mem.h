@@ -23,5 +23,7 @@ CUresult vgpu_mem_settle(CUresult rc, int go, int kind, uint64_t key, uint64_t b
 CUresult vgpu_mem_release(int kind, uint64_t key, CUresult (*call)(void *), void *arg);
 /* Bytes an array of w x h x d elements of CUarray_format fmt takes (counted). */
 uint64_t vgpu_array_bytes(size_t w, size_t h, size_t d, int fmt, unsigned ch);
+/* A fork child forgets the parent's multicast binds (import.c). */
+void vgpu_import_after_fork(void);
 
 #endif

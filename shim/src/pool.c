@@ -585,4 +585,5 @@ void vgpu_pool_after_fork(void)
 	memset(ptrs, 0, sizeof(ptrs));
 	charged_slots = 0;
 	nptrs = 0;
+	vgpu_import_after_fork();
 }

@@ -48,6 +48,17 @@ API CUresult cuMemMap(CUdeviceptr va, size_t size, size_t offset, CUmemGenericAl
 API CUresult cuMemUnmap(CUdeviceptr va, size_t size);
 API CUresult cuArrayCreate_v2(CUarray *arr, const CUDA_ARRAY_DESCRIPTOR *a);
 API CUresult cuArray3DCreate_v2(CUarray *arr, const CUDA_ARRAY3D_DESCRIPTOR *a);
+API CUresult cuImportExternalMemory(CUexternalMemory *ext, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *desc);
+API CUresult cuDestroyExternalMemory(CUexternalMemory ext);
+API CUresult cuMulticastBindMem(CUmemGenericAllocationHandle mc, size_t mc_off, CUmemGenericAllocationHandle mem,
+				size_t mem_off, size_t size, unsigned long long flags);
+API CUresult cuMulticastBindMem_v2(CUmemGenericAllocationHandle mc, CUdevice dev, size_t mc_off,
+				   CUmemGenericAllocationHandle mem, size_t mem_off, size_t size, unsigned long long flags);
+API CUresult cuMulticastBindAddr(CUmemGenericAllocationHandle mc, size_t mc_off, CUdeviceptr va, size_t size,
+				 unsigned long long flags);
+API CUresult cuMulticastBindAddr_v2(CUmemGenericAllocationHandle mc, CUdevice dev, size_t mc_off, CUdeviceptr va,
+				    size_t size, unsigned long long flags);
+API CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mc, CUdevice dev, size_t mc_off, size_t size);
 API CUresult cuArrayDestroy(CUarray arr);
 API CUresult cuMipmappedArrayCreate(CUmipmappedArray *m, const CUDA_ARRAY3D_DESCRIPTOR *a, unsigned levels);
 API CUresult cuMipmappedArrayDestroy(CUmipmappedArray m);

@@ -7,6 +7,8 @@
 #include "shim.h"
 
 enum { TRACK_PTR = 0, TRACK_HANDLE = 1, TRACK_ARRAY = 2, TRACK_MIPMAP = 3, TRACK_CTX = 4, TRACK_MAP = 5 };
+/* Imported external memory (import.c). */
+enum { TRACK_EXTMEM = 16 };
 
 struct vgpu_tracked {
 	uint64_t bytes;

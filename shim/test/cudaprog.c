@@ -107,6 +107,20 @@ CUresult cuLibraryUnload(CUlibrary);
 CUresult cuLibraryGetKernel(CUkernel *, CUlibrary, const char *);
 CUresult cuKernelGetFunction(CUfunction *, CUkernel);
 CUresult cuCtxSetLimit(CUlimit, size_t);
+/* External memory and multicast objects (the ext and mc ops). */
+CUresult cuImportExternalMemory(CUexternalMemory *, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *);
+CUresult cuDestroyExternalMemory(CUexternalMemory);
+CUresult cuExternalMemoryGetMappedBuffer(CUdeviceptr *, CUexternalMemory, const CUDA_EXTERNAL_MEMORY_BUFFER_DESC *);
+CUresult cuMulticastCreate(CUmemGenericAllocationHandle *, const CUmulticastObjectProp *);
+CUresult cuMulticastAddDevice(CUmemGenericAllocationHandle, CUdevice);
+CUresult cuMulticastBindMem(CUmemGenericAllocationHandle, size_t, CUmemGenericAllocationHandle, size_t, size_t,
+			    unsigned long long);
+CUresult cuMulticastBindMem_v2(CUmemGenericAllocationHandle, CUdevice, size_t, CUmemGenericAllocationHandle, size_t,
+			       size_t, unsigned long long);
+CUresult cuMulticastBindAddr(CUmemGenericAllocationHandle, size_t, CUdeviceptr, size_t, unsigned long long);
+CUresult cuMulticastBindAddr_v2(CUmemGenericAllocationHandle, CUdevice, size_t, CUdeviceptr, size_t,
+				unsigned long long);
+CUresult cuMulticastUnbind(CUmemGenericAllocationHandle, CUdevice, size_t, size_t);
 
 static struct {
 	CUresult (*Init)(unsigned);
@@ -766,6 +780,77 @@ static void run(int argc, char **argv)
 			}
 			if (rc == CUDA_SUCCESS)
 				hold(A_ARRAY, (uintptr_t)arr);
+		} else if (!strcmp(op, "extimport") || !strcmp(op, "extmap") || !strcmp(op, "extdestroy")) {
+			/* extimport:SIZE[:RC] — imports SIZE bytes of another API's memory (opaque fd);
+			 * extmap:SIZE — a buffer mapped from the last import, held as a pointer (free:
+			 * cuMemFree); extdestroy[:RC] — cuDestroyExternalMemory of the last import. */
+			static CUexternalMemory ext[16];
+			static int next;
+			if (!strcmp(op, "extimport")) {
+				CUresult (*f)(CUexternalMemory *, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *) =
+					ENTRY(cuImportExternalMemory, "cuImportExternalMemory", 10000, 0);
+				CUDA_EXTERNAL_MEMORY_HANDLE_DESC d = {0};
+				d.type = CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD;
+				d.handle.fd = -1;
+				d.size = size_arg(a[1]);
+				rc = f(&ext[next], &d);
+				check_rc("cuImportExternalMemory", rc, a[2]);
+				if (rc == CUDA_SUCCESS)
+					next++;
+			} else if (!strcmp(op, "extmap")) {
+				CUresult (*f)(CUdeviceptr *, CUexternalMemory, const CUDA_EXTERNAL_MEMORY_BUFFER_DESC *) =
+					ENTRY(cuExternalMemoryGetMappedBuffer, "cuExternalMemoryGetMappedBuffer", 10000, 0);
+				CUDA_EXTERNAL_MEMORY_BUFFER_DESC d = {0};
+				d.size = size_arg(a[1]);
+				check_rc("cuExternalMemoryGetMappedBuffer", f(&p, ext[next - 1], &d), NULL);
+				hold(A_PTR, p);
+			} else {
+				CUresult (*f)(CUexternalMemory) =
+					ENTRY(cuDestroyExternalMemory, "cuDestroyExternalMemory", 10000, 0);
+				check_rc("cuDestroyExternalMemory", f(ext[--next]), a[1]);
+			}
+		} else if (!strncmp(op, "mc", 2)) {
+			/* mccreate:SIZE — a multicast object for devices 0 and 1, selected;
+			 * mcbind:SIZE / mcbind2:DEV:SIZE — the last held VMM handle bound at offset 0
+			 * (cuMulticastBindMem / _v2); mcbindaddr:SIZE / mcbindaddr2:DEV:SIZE — the memory
+			 * mapped last, by address; mcunbind:DEV:SIZE — cuMulticastUnbind at offset 0. */
+			static CUmemGenericAllocationHandle mc;
+			CUmemGenericAllocationHandle mem = nheld ? held[nheld - 1].key : 0;
+			if (!strcmp(op, "mccreate")) {
+				CUresult (*f)(CUmemGenericAllocationHandle *, const CUmulticastObjectProp *) =
+					ENTRY(cuMulticastCreate, "cuMulticastCreate", 12010, 0);
+				CUresult (*add)(CUmemGenericAllocationHandle, CUdevice) =
+					ENTRY(cuMulticastAddDevice, "cuMulticastAddDevice", 12010, 0);
+				CUmulticastObjectProp prop = {2, size_arg(a[1]), 0, 0};
+				check_rc("cuMulticastCreate", f(&mc, &prop), NULL);
+				check_rc("cuMulticastAddDevice", add(mc, 0), NULL);
+				check_rc("cuMulticastAddDevice", add(mc, 1), NULL);
+			} else if (!strcmp(op, "mcbind")) {
+				CUresult (*f)(CUmemGenericAllocationHandle, size_t, CUmemGenericAllocationHandle, size_t,
+					      size_t, unsigned long long) =
+					ENTRY(cuMulticastBindMem, "cuMulticastBindMem", 12010, 0);
+				check_rc("cuMulticastBindMem", f(mc, 0, mem, 0, size_arg(a[1]), 0), NULL);
+			} else if (!strcmp(op, "mcbind2")) {
+				CUresult (*f)(CUmemGenericAllocationHandle, CUdevice, size_t, CUmemGenericAllocationHandle,
+					      size_t, size_t, unsigned long long) =
+					ENTRY(cuMulticastBindMem_v2, "cuMulticastBindMem", 13010, 0);
+				check_rc("cuMulticastBindMem_v2", f(mc, atoi(a[1]), 0, mem, 0, size_arg(a[2]), 0), NULL);
+			} else if (!strcmp(op, "mcbindaddr")) {
+				CUresult (*f)(CUmemGenericAllocationHandle, size_t, CUdeviceptr, size_t, unsigned long long) =
+					ENTRY(cuMulticastBindAddr, "cuMulticastBindAddr", 12010, 0);
+				check_rc("cuMulticastBindAddr", f(mc, 0, mapped, size_arg(a[1]), 0), NULL);
+			} else if (!strcmp(op, "mcbindaddr2")) {
+				CUresult (*f)(CUmemGenericAllocationHandle, CUdevice, size_t, CUdeviceptr, size_t,
+					      unsigned long long) =
+					ENTRY(cuMulticastBindAddr_v2, "cuMulticastBindAddr", 13010, 0);
+				check_rc("cuMulticastBindAddr_v2", f(mc, atoi(a[1]), 0, mapped, size_arg(a[2]), 0), NULL);
+			} else if (!strcmp(op, "mcunbind")) {
+				CUresult (*f)(CUmemGenericAllocationHandle, CUdevice, size_t, size_t) =
+					ENTRY(cuMulticastUnbind, "cuMulticastUnbind", 12010, 0);
+				check_rc("cuMulticastUnbind", f(mc, atoi(a[1]), 0, size_arg(a[2])), NULL);
+			} else {
+				die("unknown op %s%s", op, "");
+			}
 		} else if (!strcmp(op, "nopool")) {
 			cur_pool = NULL;
 		} else if (!strcmp(op, "create")) {

@@ -141,8 +141,53 @@ test_legacy_entry_points() {
 	done
 }
 
+test_external_memory() {
+	local m
+	for m in "-m direct" "-m rt12" "-m rt11"; do
+		setup $((64 * MiB))
+		# An import holds another API's memory until it is destroyed: charged its size on the
+		# current GPU. A buffer mapped from it is a view: its cuMemFree gives nothing back.
+		# shellcheck disable=SC2086
+		run $m init extimport:48MiB alloc:16MiB alloc:1:2 extmap:48MiB free alloc:1:2 extdestroy alloc:48MiB
+		# Over the quota the import is refused, and nothing stays charged.
+		# shellcheck disable=SC2086
+		run $m init extimport:65MiB:2 alloc:64MiB
+		# shellcheck disable=SC2086
+		held ext $m init extimport:40MiB
+		expect "$m used while imported" "$(used)" $((40 * MiB))
+		release ext
+	done
+}
+
+test_multicast_binds() {
+	local m
+	for m in "-m direct" "-m rt12" "-m rt11"; do
+		setup $((64 * MiB))
+		# A cuMemCreate allocation bound to a multicast object lives until it is unbound, even
+		# after its handle is released; an unbind of another device leaves it bound.
+		# shellcheck disable=SC2086
+		run $m init create:0:64MiB mccreate:64MiB mcbind:64MiB free alloc:1:2 mcunbind:1:64MiB alloc:1:2 \
+			mcunbind:0:64MiB alloc:64MiB
+		# shellcheck disable=SC2086
+		run $m init create:0:64MiB mccreate:64MiB mcbind2:0:64MiB free alloc:1:2 mcunbind:0:64MiB alloc:64MiB
+		# Bound by address, then unmapped and released: still held by the bind.
+		# shellcheck disable=SC2086
+		run $m init create:0:64MiB map:64MiB mccreate:64MiB mcbindaddr:64MiB unmap:64MiB free alloc:1:2 \
+			mcunbind:0:64MiB alloc:64MiB
+		# shellcheck disable=SC2086
+		run $m init create:0:64MiB map:64MiB mccreate:64MiB mcbindaddr2:0:64MiB unmap:64MiB free alloc:1:2 \
+			mcunbind:0:64MiB alloc:64MiB
+		# Unbound before the release: freed at the release, as before.
+		# shellcheck disable=SC2086
+		run $m init create:0:64MiB mccreate:64MiB mcbind:64MiB mcunbind:0:64MiB alloc:1:2 free alloc:64MiB
+		expect "$m used" "$(used)" 0
+	done
+}
+
 t pool_release_threshold test_pool_release_threshold
 t pool_sync_points test_pool_sync_points
 t pool_attributes test_pool_attributes
 t location_pools test_location_pools
 t legacy_entry_points test_legacy_entry_points
+t external_memory test_external_memory
+t multicast_binds test_multicast_binds

@@ -78,7 +78,7 @@ struct alloc {
 	int kind;
 	struct CUmemPoolHandle_st *pool; /* K_POOL: the pool it came from */
 };
-enum { K_PTR, K_HANDLE, K_ARRAY, K_MIPMAP, K_POOL };
+enum { K_PTR, K_HANDLE, K_ARRAY, K_MIPMAP, K_POOL, K_EXT, K_MC };
 static struct alloc *allocs;
 static size_t nallocs, capallocs;
 static pthread_mutex_t amu = PTHREAD_MUTEX_INITIALIZER;
@@ -1128,6 +1128,105 @@ EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray m)
 	return free_common(K_MIPMAP, (uint64_t)(uintptr_t)m);
 }
 
+/* ---- external memory and multicast objects ------------------------------------------------------ */
+
+/* Imported external memory is another API's allocation: taken on the current device while imported. */
+EXPORT CUresult cuImportExternalMemory(CUexternalMemory *ext, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *desc)
+{
+	NEED_INIT();
+	if (!ext || !desc || desc->type < 1 || desc->type > 8 || !desc->size)
+		return CUDA_ERROR_INVALID_VALUE;
+	int d = cur_dev();
+	if (d < 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	CUresult rc = take(d, desc->size);
+	if (rc == CUDA_SUCCESS)
+		*ext = (CUexternalMemory)(uintptr_t)record(K_EXT, 0, desc->size, d);
+	return rc;
+}
+
+EXPORT CUresult cuDestroyExternalMemory(CUexternalMemory ext)
+{
+	return free_common(K_EXT, (uint64_t)(uintptr_t)ext);
+}
+
+/* A view of imported memory: freed with cuMemFree, holding nothing of its own. */
+EXPORT CUresult cuExternalMemoryGetMappedBuffer(CUdeviceptr *p, CUexternalMemory ext,
+						const CUDA_EXTERNAL_MEMORY_BUFFER_DESC *desc)
+{
+	if (!p || !ext || !desc)
+		return CUDA_ERROR_INVALID_VALUE;
+	*p = record(K_PTR, 0, 0, cur_dev() < 0 ? 0 : cur_dev());
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle h)
+{
+	CUresult rc = CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&amu);
+	for (size_t i = 0; prop && i < nallocs; i++)
+		if (allocs[i].key == h && allocs[i].kind == K_HANDLE) {
+			memset(prop, 0, sizeof(*prop));
+			prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+			prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+			prop->location.id = allocs[i].dev;
+			rc = CUDA_SUCCESS;
+		}
+	pthread_mutex_unlock(&amu);
+	return rc;
+}
+
+/* Multicast objects own no memory; binds are checked for shape only. */
+EXPORT CUresult cuMulticastCreate(CUmemGenericAllocationHandle *mc, const CUmulticastObjectProp *prop)
+{
+	NEED_INIT();
+	if (!mc || !prop || !prop->numDevices || !prop->size)
+		return CUDA_ERROR_INVALID_VALUE;
+	*mc = record(K_MC, 0, 0, 0);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMulticastAddDevice(CUmemGenericAllocationHandle mc, CUdevice d)
+{
+	CHECK_DEV(d);
+	return mc ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+EXPORT CUresult cuMulticastBindMem(CUmemGenericAllocationHandle mc, size_t mc_off, CUmemGenericAllocationHandle mem,
+				   size_t mem_off, size_t size, unsigned long long flags)
+{
+	(void)mc_off, (void)mem_off;
+	return mc && mem && size && !flags ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+EXPORT CUresult cuMulticastBindMem_v2(CUmemGenericAllocationHandle mc, CUdevice d, size_t mc_off,
+				      CUmemGenericAllocationHandle mem, size_t mem_off, size_t size, unsigned long long flags)
+{
+	CHECK_DEV(d);
+	return cuMulticastBindMem(mc, mc_off, mem, mem_off, size, flags);
+}
+
+EXPORT CUresult cuMulticastBindAddr(CUmemGenericAllocationHandle mc, size_t mc_off, CUdeviceptr va, size_t size,
+				    unsigned long long flags)
+{
+	(void)mc_off;
+	return mc && va && size && !flags ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+EXPORT CUresult cuMulticastBindAddr_v2(CUmemGenericAllocationHandle mc, CUdevice d, size_t mc_off, CUdeviceptr va,
+				       size_t size, unsigned long long flags)
+{
+	CHECK_DEV(d);
+	return cuMulticastBindAddr(mc, mc_off, va, size, flags);
+}
+
+EXPORT CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mc, CUdevice d, size_t mc_off, size_t size)
+{
+	(void)mc_off;
+	CHECK_DEV(d);
+	return mc && size ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
 /* ---- launches on the simulated SM timeline ---------------------------------------------------- */
 
 /*
@@ -1416,6 +1515,17 @@ static const struct entry table[] = {
 	E(cuMemGetDefaultMemPool, 13000, cuMemGetDefaultMemPool),
 	E(cuMemGetMemPool, 13000, cuMemGetMemPool),
 	E(cuMemSetMemPool, 13000, cuMemSetMemPool),
+	E(cuImportExternalMemory, 10000, cuImportExternalMemory),
+	E(cuDestroyExternalMemory, 10000, cuDestroyExternalMemory),
+	E(cuExternalMemoryGetMappedBuffer, 10000, cuExternalMemoryGetMappedBuffer),
+	E(cuMemGetAllocationPropertiesFromHandle, 10020, cuMemGetAllocationPropertiesFromHandle),
+	E(cuMulticastCreate, 12010, cuMulticastCreate),
+	E(cuMulticastAddDevice, 12010, cuMulticastAddDevice),
+	E(cuMulticastBindMem, 12010, cuMulticastBindMem),
+	E(cuMulticastBindMem, 13010, cuMulticastBindMem_v2),
+	E(cuMulticastBindAddr, 12010, cuMulticastBindAddr),
+	E(cuMulticastBindAddr, 13010, cuMulticastBindAddr_v2),
+	E(cuMulticastUnbind, 12010, cuMulticastUnbind),
 	E(cuMemPoolTrimTo, 11020, cuMemPoolTrimTo),
 	E(cuMemPoolSetAttribute, 11020, cuMemPoolSetAttribute),
 	E(cuMemPoolGetAttribute, 11020, cuMemPoolGetAttribute),
