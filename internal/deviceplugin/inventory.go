@@ -38,6 +38,9 @@ func (p *Plugin) buildInventory(devs []gpu.Device) *inventory {
 	slices.SortStableFunc(devs, func(a, b gpu.Device) int { return cmp.Compare(a.Index, b.Index) })
 	inv := &inventory{byUUID: make(map[string]int, len(devs))}
 	for _, d := range devs {
+		if p.dra.Serves(d.UUID) {
+			continue // the DRA driver's (Contract 8)
+		}
 		if _, dup := inv.byUUID[d.UUID]; dup {
 			p.log.Error("the GPU backend lists a UUID twice; advertising it once", "uuid", d.UUID, "index", d.Index)
 			continue

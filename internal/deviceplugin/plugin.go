@@ -50,6 +50,7 @@ type Plugin struct {
 	pluginapi.UnimplementedDevicePluginServer
 
 	cfg    config.DevicePlugin
+	dra    config.DRA // GPUs it serves are the DRA driver's: never advertised here
 	policy string
 	// coresPolicy is signed into every allocation: "burst", or "" for
 	// hard (limits.Allocation.CoresPolicy).
@@ -94,6 +95,7 @@ func New(opts Options) (*Plugin, error) {
 	}
 	p := &Plugin{
 		cfg:        cfg.DevicePlugin,
+		dra:        cfg.DRA,
 		policy:     cmp.Or(cfg.DevicePlugin.AllocationPolicy, config.PolicyBinpack),
 		backend:    opts.Backend,
 		log:        cmp.Or(opts.Logger, slog.Default()),

@@ -231,6 +231,42 @@ func TestListAndWatch(t *testing.T) {
 	}
 }
 
+// GPUs handed to the DRA driver are not advertised as slices: a GPU is
+// served one way or the other (Contract 8).
+func TestListAndWatchLeavesDRAGPUs(t *testing.T) {
+	tests := []struct {
+		name string
+		dra  config.DRA
+		want []string
+	}{
+		{"off", config.DRA{}, slices.Concat(ids(uuidA, 0, 2), ids(uuidB, 0, 2))},
+		{"one GPU", config.DRA{Enabled: true, GPUs: []string{uuidB}}, ids(uuidA, 0, 2)},
+		{"every GPU", config.DRA{Enabled: true}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testConfig(shortDir(t),
+				simGPU(uuidA, "Tesla T4", 16*gib, 0),
+				simGPU(uuidB, "NVIDIA A100", 40*gib, 1),
+			)
+			cfg.DevicePlugin.SplitCount = 2
+			cfg.DRA = tt.dra
+			h := start(t, cfg)
+			if got := deviceIDs(h.nextList(h.reg)); !slices.Equal(got, tt.want) {
+				t.Errorf("devices = %v, want %v", got, tt.want)
+			}
+			if tt.dra.Serves(uuidB) {
+				_, err := h.plugin.Allocate(context.Background(), &pluginapi.AllocateRequest{
+					ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids(uuidB, 0, 1)}},
+				})
+				if err == nil {
+					t.Errorf("Allocate of a slice of the DRA GPU %s succeeded", uuidB)
+				}
+			}
+		})
+	}
+}
+
 func TestTopologyFromSysfs(t *testing.T) {
 	dir := shortDir(t)
 	sysfs := filepath.Join(dir, "sys")

@@ -24,6 +24,7 @@ type Config struct {
 	Runtime      Runtime      `toml:"runtime"`
 	Metrics      Metrics      `toml:"metrics"`
 	Limits       Limits       `toml:"limits"`
+	DRA          DRA          `toml:"dra"`
 
 	// Source is the file the configuration was read from ("" for defaults).
 	Source string `toml:"-"`
@@ -157,6 +158,39 @@ type Limits struct {
 	LogLevel string `toml:"log_level"` // "warn" (default) | "error" | "info" | "debug"
 }
 
+// DRA decides which GPUs of the node the DRA driver serves (Contract 8).
+// A GPU is served either by the device plugin or by the DRA driver, never
+// both: both read this table, the device plugin leaves the DRA GPUs out and
+// the driver publishes only them.
+type DRA struct {
+	Enabled bool     `toml:"enabled"` // default false: every GPU goes to the device plugin
+	GPUs    []string `toml:"gpus"`    // UUIDs; empty = every GPU of the node
+	// DriverName is the DRA driver's name, the DeviceClass's selector.
+	DriverName string `toml:"driver_name"` // default "gpu.nri-vgpu.io"
+	// CDIDir is where the driver writes a CDI spec per prepared claim;
+	// containerd must read CDI specs from it.
+	CDIDir string `toml:"cdi_dir"` // default "/var/run/cdi"
+}
+
+// Serves reports whether the GPU with this UUID goes to the DRA driver.
+func (d DRA) Serves(uuid string) bool {
+	if !d.Enabled {
+		return false
+	}
+	if len(d.GPUs) == 0 {
+		return true
+	}
+	for _, g := range d.GPUs {
+		if g == uuid {
+			return true
+		}
+	}
+	return false
+}
+
+// DefaultDRADriverName is DRA.DriverName's default.
+const DefaultDRADriverName = "gpu.nri-vgpu.io"
+
 // Default returns the configuration used for every key that a file leaves
 // out. Each call returns a new value that the caller may change.
 func Default() *Config {
@@ -196,6 +230,10 @@ func Default() *Config {
 		Limits: Limits{
 			CoresPolicy: limits.CoresPolicyHard,
 			LogLevel:    limits.LogLevelWarn,
+		},
+		DRA: DRA{
+			DriverName: DefaultDRADriverName,
+			CDIDir:     "/var/run/cdi",
 		},
 	}
 }

@@ -37,6 +37,7 @@ func TestDefault(t *testing.T) {
 		Runtime: Runtime{Next: []string{"nvidia-container-runtime", "runc"}},
 		Metrics: Metrics{Listen: ""},
 		Limits:  Limits{CoresPolicy: "hard", LogLevel: "warn"},
+		DRA:     DRA{DriverName: "gpu.nri-vgpu.io", CDIDir: "/var/run/cdi"},
 	}
 	got := Default()
 	if !reflect.DeepEqual(got, want) {
@@ -82,6 +83,7 @@ func TestExampleFile(t *testing.T) {
 	want := Default()
 	want.Source = exampleFile
 	want.DevicePlugin.Models = []ModelOverride{{Name: "NVIDIA H100 80GB HBM3", SplitCount: 20}}
+	want.DRA.GPUs = []string{}
 	want.GPU = GPU{
 		Backend: "simulated",
 		Simulated: []SimulatedGPU{
@@ -210,6 +212,12 @@ listen = "127.0.0.1:9400"
 [limits]
 cores_policy = "burst"
 log_level = "debug"
+
+[dra]
+enabled = true
+gpus = ["GPU-bbbb"]
+driver_name = "vgpu.example.com"
+cdi_dir = "/etc/cdi"
 `
 	cfg, err := Parse("override.toml", []byte(doc))
 	if err != nil {
@@ -241,6 +249,7 @@ log_level = "debug"
 		Runtime: Runtime{Next: []string{"/usr/local/bin/runc"}},
 		Metrics: Metrics{Listen: "127.0.0.1:9400"},
 		Limits:  Limits{CoresPolicy: "burst", LogLevel: "debug"},
+		DRA:     DRA{Enabled: true, GPUs: []string{"GPU-bbbb"}, DriverName: "vgpu.example.com", CDIDir: "/etc/cdi"},
 		Source:  "override.toml",
 	}
 	if !reflect.DeepEqual(cfg, want) {
@@ -265,6 +274,28 @@ func TestParsePartial(t *testing.T) {
 	want.Driver.CDIDirs = []string{"/x"}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Fatalf("Parse =\n%+v\nwant\n%+v", cfg, want)
+	}
+}
+
+func TestDRAServes(t *testing.T) {
+	tests := []struct {
+		name string
+		dra  DRA
+		uuid string
+		want bool
+	}{
+		{"off", DRA{}, "GPU-a", false},
+		{"off with a list", DRA{GPUs: []string{"GPU-a"}}, "GPU-a", false},
+		{"on, every GPU", DRA{Enabled: true}, "GPU-a", true},
+		{"on, listed", DRA{Enabled: true, GPUs: []string{"GPU-b", "GPU-a"}}, "GPU-a", true},
+		{"on, not listed", DRA{Enabled: true, GPUs: []string{"GPU-b"}}, "GPU-a", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.dra.Serves(tt.uuid); got != tt.want {
+				t.Errorf("%+v.Serves(%q) = %v, want %v", tt.dra, tt.uuid, got, tt.want)
+			}
+		})
 	}
 }
 
@@ -420,6 +451,12 @@ func TestValidationErrors(t *testing.T) {
 		{"model split_count left out", "[[device_plugin.model]]\nname = \"T4\"\n", 1, "device_plugin.model[0].split_count", "not 0"},
 		{"model split_count", "[[device_plugin.model]]\nname = \"T4\"\nsplit_count = 2\n[[device_plugin.model]]\nname = \"L4\"\nsplit_count = 0\n", 6, "device_plugin.model[1].split_count", "not 0"},
 		{"model duplicate", "[[device_plugin.model]]\nname = \"T4\"\nsplit_count = 2\n[[device_plugin.model]]\nname = \"T4\"\nsplit_count = 3\n", 5, "device_plugin.model[1].name", `"T4" is already overridden by device_plugin.model[0]`},
+		{"dra gpu not a UUID", "[dra]\nenabled = true\ngpus = [\"0\"]\n", 3, "dra.gpus[0]", `"0"`},
+		{"dra gpu twice", "[dra]\nenabled = true\ngpus = [\"GPU-a\",\n \"GPU-a\"]\n", 4, "dra.gpus[1]", `"GPU-a" is already listed as dra.gpus[0]`},
+		{"dra gpus while off", "[dra]\ngpus = [\"GPU-a\"]\n", 2, "dra.gpus", "dra.enabled is false"},
+		{"dra driver name upper case", "[dra]\ndriver_name = \"GPU.example.com\"\n", 2, "dra.driver_name", `not "GPU.example.com"`},
+		{"dra driver name too long", "[dra]\ndriver_name = \"" + strings.Repeat("a", 64) + "\"\n", 2, "dra.driver_name", "1 to 63 characters"},
+		{"dra cdi_dir relative", "[dra]\ncdi_dir = \"cdi\"\n", 2, "dra.cdi_dir", `must be an absolute path, not "cdi"`},
 		{"backend", "[gpu]\nbackend = \"cuda\"\n", 2, "gpu.backend", `must be one of "nvml", "simulated", not "cuda"`},
 		{"simulated without GPUs", "[gpu]\nbackend = \"simulated\"\n", 2, "gpu.backend", "no [[gpu.simulated]] GPU is described"},
 		{"uuid prefix", strings.Replace(simulatedDoc, `"GPU-11111111`, `"gpu-11111111`, 1), 11, "gpu.simulated[1].uuid", `not "gpu-11111111-1111-1111-1111-111111111111"`},

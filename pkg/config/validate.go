@@ -44,6 +44,7 @@ func (c *Config) validate(loc *locator) error {
 	c.Runtime.validate(ck)
 	c.Metrics.validate(ck)
 	c.Limits.validate(ck)
+	c.DRA.validate(ck)
 	// Report in file order, as a compiler would.
 	sort.SliceStable(ck.errs, func(i, j int) bool {
 		return ck.errs[i].Line < ck.errs[j].Line
@@ -259,6 +260,46 @@ func (l *Limits) validate(ck *checker) {
 	checkOneOf(ck, "limits.cores_policy", l.CoresPolicy, limits.CoresPolicyHard, limits.CoresPolicyBurst)
 	checkOneOf(ck, "limits.log_level", l.LogLevel, limits.LogLevelError, limits.LogLevelWarn, limits.LogLevelInfo, limits.LogLevelDebug)
 }
+
+func (d *DRA) validate(ck *checker) {
+	for i, u := range d.GPUs {
+		p := indexPath("dra.gpus", i)
+		if !uuidPattern.MatchString(u) {
+			// An index or a typo would hand no GPU to the driver and leave
+			// the intended one with the device plugin.
+			ck.add(p, `must be a GPU UUID such as "GPU-8e1c3f5a-0d2b-4c6e-9f71-2a3b4c5d6e7f", not %q`, u)
+			continue
+		}
+		for j, prev := range d.GPUs[:i] {
+			if prev == u {
+				ck.add(p, "%q is already listed as dra.gpus[%d]", u, j)
+			}
+		}
+	}
+	if len(d.GPUs) > 0 && !d.Enabled {
+		ck.add("dra.gpus", "lists GPUs but dra.enabled is false; set it to true to hand them to the DRA driver")
+	}
+	if err := checkDriverName(d.DriverName); err != nil {
+		ck.add("dra.driver_name", "%w", err)
+	}
+	checkAbs(ck, "dra.cdi_dir", d.CDIDir)
+}
+
+// checkDriverName requires what Kubernetes requires of a DRA driver name: a
+// lower-case DNS subdomain of at most 63 characters.
+func checkDriverName(s string) error {
+	if s == "" || len(s) > 63 {
+		return fmt.Errorf("must be a lower-case DNS subdomain of 1 to 63 characters such as %q, not %q", DefaultDRADriverName, s)
+	}
+	for _, label := range strings.Split(s, ".") {
+		if !dnsLabel.MatchString(label) {
+			return fmt.Errorf("must be a lower-case DNS subdomain such as %q, not %q", DefaultDRADriverName, s)
+		}
+	}
+	return nil
+}
+
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
 func checkOneOf(ck *checker, path, v string, allowed ...string) {
 	for _, a := range allowed {
