@@ -300,6 +300,126 @@ _Static_assert(sizeof(CUlaunchConfig) == 56, "CUlaunchConfig");
 _Static_assert(offsetof(CUlaunchConfig, hStream) == 32, "lc.hStream");
 _Static_assert(offsetof(CUlaunchConfig, numAttrs) == 48, "lc.numAttrs");
 
+/* ---- CUDA graphs (graph.c; the fake driver's fakegraph.c) ------------------ */
+
+/*
+ * From the CUDA driver API reference and public header copies (cuda-python's
+ * generated bindings, ROCm's hipify tables); NOT in the ABI notes, so
+ * unverified here beyond those sources:
+ *   cuGraphCreate(CUgraph *, unsigned) @10000, cuGraphDestroy(CUgraph) @10000,
+ *   cuGraphAddKernelNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+ *     const CUDA_KERNEL_NODE_PARAMS_v1 *) @10000, _v2 (..._v2 *) @12000,
+ *   cuGraphKernelNodeGetParams(CUgraphNode, params *) @10000, _v2 @12000,
+ *   cuGraphGetNodes(CUgraph, CUgraphNode *, size_t *) @10000,
+ *   cuGraphNodeGetType(CUgraphNode, CUgraphNodeType *) @10000,
+ *   cuGraphChildGraphNodeGetGraph(CUgraphNode, CUgraph *) @10000,
+ *   cuGraphAddMemAllocNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+ *     CUDA_MEM_ALLOC_NODE_PARAMS *) @11040 (seen requested by cudart 11.8),
+ *   cuGraphAddMemFreeNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+ *     CUdeviceptr) @11040, cuGraphMemAllocNodeGetParams(CUgraphNode,
+ *     CUDA_MEM_ALLOC_NODE_PARAMS *) @11040,
+ *   cuGraphInstantiate (v1 @10000, _v2 @11000; both CUgraphExec *, CUgraph,
+ *     CUgraphNode *errNode, char *log, size_t logSize: ABI notes),
+ *   cuGraphInstantiateWithFlags(CUgraphExec *, CUgraph, unsigned long long) @11040,
+ *   cuGraphInstantiateWithParams(CUgraphExec *, CUgraph,
+ *     CUDA_GRAPH_INSTANTIATE_PARAMS *) @12000 (+_ptsz),
+ *   cuGraphUpload(CUgraphExec, CUstream) @11010 (+_ptsz: ABI notes),
+ *   cuGraphExecDestroy(CUgraphExec) @10000,
+ *   cuDeviceGraphMemTrim(CUdevice) @11040,
+ *   cuDeviceGetGraphMemAttribute / cuDeviceSetGraphMemAttribute(CUdevice,
+ *     CUgraphMem_attribute, void *value: a cuuint64_t) @11040,
+ *   cuStreamBeginCapture(CUstream) @10000 (+_ptsz),
+ *   cuStreamBeginCapture_v2(CUstream, CUstreamCaptureMode) @10010 (+_ptsz),
+ *   cuStreamEndCapture(CUstream, CUgraph *) @10000 (+_ptsz),
+ *   cuStreamIsCapturing(CUstream, CUstreamCaptureStatus *) @10000 (+_ptsz),
+ *   cuStreamGetCaptureInfo(CUstream, CUstreamCaptureStatus *, cuuint64_t *id)
+ *     @10010 (+_ptsz), _v2 (+ CUgraph *, const CUgraphNode **, size_t *) @11030.
+ */
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphNode_st *CUgraphNode;
+
+/* CUgraphNodeType */
+#define CU_GRAPH_NODE_TYPE_KERNEL 0
+#define CU_GRAPH_NODE_TYPE_GRAPH 4
+#define CU_GRAPH_NODE_TYPE_EMPTY 5
+#define CU_GRAPH_NODE_TYPE_MEM_ALLOC 10
+#define CU_GRAPH_NODE_TYPE_MEM_FREE 11
+
+/* CUgraphMem_attribute (values are cuuint64_t bytes) */
+#define CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT 0
+#define CU_GRAPH_MEM_ATTR_USED_MEM_HIGH 1
+#define CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT 2
+#define CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH 3
+
+/* CUgraphInstantiate_flags */
+#define CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH 1
+#define CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD 2
+
+/* CUstreamCaptureStatus / CUstreamCaptureMode */
+#define CU_STREAM_CAPTURE_STATUS_NONE 0
+#define CU_STREAM_CAPTURE_STATUS_ACTIVE 1
+#define CU_STREAM_CAPTURE_STATUS_INVALIDATED 2
+#define CU_STREAM_CAPTURE_MODE_GLOBAL 0
+
+/* Stream-capture results (CUresult). */
+#define CUDA_ERROR_ILLEGAL_STATE 401
+#define CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED 900
+#define CUDA_ERROR_STREAM_CAPTURE_INVALIDATED 901
+
+typedef struct {
+	CUfunction func;
+	unsigned int gridDimX, gridDimY, gridDimZ;
+	unsigned int blockDimX, blockDimY, blockDimZ;
+	unsigned int sharedMemBytes;
+	void **kernelParams;
+	void **extra;
+} CUDA_KERNEL_NODE_PARAMS_v1;
+
+/* 12.0+: v1 plus a CUkernel and a context; the grid stays where v1 has it. */
+typedef struct {
+	CUfunction func;
+	unsigned int gridDimX, gridDimY, gridDimZ;
+	unsigned int blockDimX, blockDimY, blockDimZ;
+	unsigned int sharedMemBytes;
+	void **kernelParams;
+	void **extra;
+	void *kern; /* CUkernel */
+	CUcontext ctx;
+} CUDA_KERNEL_NODE_PARAMS_v2;
+
+/* ABI notes: location @0, flags @8, 12 bytes. */
+typedef struct {
+	CUmemLocation location;
+	int flags; /* CUmemAccess_flags */
+} CUmemAccessDesc;
+
+typedef struct {
+	CUmemPoolProps poolProps; /* location: where the memory lives */
+	const CUmemAccessDesc *accessDescs;
+	size_t accessDescCount;
+	size_t bytesize;
+	CUdeviceptr dptr; /* out: the allocation's fixed address */
+} CUDA_MEM_ALLOC_NODE_PARAMS;
+
+typedef struct {
+	cuuint64_t flags;
+	CUstream hUploadStream;
+	CUgraphNode hErrNode_out;
+	int result_out; /* CUgraphInstantiateResult */
+} CUDA_GRAPH_INSTANTIATE_PARAMS;
+
+_Static_assert(sizeof(CUDA_KERNEL_NODE_PARAMS_v1) == 56, "CUDA_KERNEL_NODE_PARAMS_v1");
+_Static_assert(offsetof(CUDA_KERNEL_NODE_PARAMS_v1, gridDimX) == 8, "kn.gridDimX");
+_Static_assert(offsetof(CUDA_KERNEL_NODE_PARAMS_v1, kernelParams) == 40, "kn.kernelParams");
+_Static_assert(sizeof(CUDA_KERNEL_NODE_PARAMS_v2) == 72, "CUDA_KERNEL_NODE_PARAMS_v2");
+_Static_assert(offsetof(CUDA_KERNEL_NODE_PARAMS_v2, kern) == 56, "kn2.kern");
+_Static_assert(sizeof(CUmemAccessDesc) == 12, "CUmemAccessDesc");
+_Static_assert(sizeof(CUDA_MEM_ALLOC_NODE_PARAMS) == 120, "CUDA_MEM_ALLOC_NODE_PARAMS");
+_Static_assert(offsetof(CUDA_MEM_ALLOC_NODE_PARAMS, bytesize) == 104, "man.bytesize");
+_Static_assert(offsetof(CUDA_MEM_ALLOC_NODE_PARAMS, dptr) == 112, "man.dptr");
+_Static_assert(sizeof(CUDA_GRAPH_INSTANTIATE_PARAMS) == 32, "CUDA_GRAPH_INSTANTIATE_PARAMS");
+_Static_assert(offsetof(CUDA_GRAPH_INSTANTIATE_PARAMS, result_out) == 24, "gip.result_out");
+
 /* ---- NVML --------------------------------------------------------------- */
 
 typedef int nvmlReturn_t;

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "graph.h"
 #include "shim.h"
 
 struct vgpu_state vgpu;
@@ -70,6 +71,7 @@ static void atfork_child(void)
 	vgpu_ctx_after_fork();
 	vgpu_fp_after_fork();
 	vgpu_limiter_after_fork();
+	vgpu_graph_after_fork();
 }
 
 /* Set once in the process that first initialises and inherited by its fork

@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "graph.h"
 #include "shim.h"
 
 #define PERIOD_NS 20000000ll /* 20 ms between refills */
@@ -350,14 +351,25 @@ VGPU_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f
  * only a unit the feedback loop scales, so the share still converges. */
 VGPU_EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream s)
 {
+	/* A launch may back the graph's memory nodes (graph.c). */
+	struct vgpu_graph_backing b;
+	if (vgpu_graph_back_begin(g, 1, &b) != 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
 	if (THROTTLED())
 		gate(0);
-	return NEXT(cuGraphLaunch)(g, s);
+	CUresult rc = NEXT(cuGraphLaunch)(g, s);
+	vgpu_graph_back_end(&b, rc);
+	return rc;
 }
 
 VGPU_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s)
 {
+	struct vgpu_graph_backing b;
+	if (vgpu_graph_back_begin(g, 1, &b) != 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
 	if (THROTTLED())
 		gate(0);
-	return NEXT(cuGraphLaunch_ptsz)(g, s);
+	CUresult rc = NEXT(cuGraphLaunch_ptsz)(g, s);
+	vgpu_graph_back_end(&b, rc);
+	return rc;
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "graph.h"
 #include "mem.h"
 #include "pool.h"
 #include "shim.h"
@@ -162,9 +163,19 @@ VGPU_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t
 }
 
 /* Stream-ordered allocations: what their pool reserves counts, on the
- * device the pool lives on (pool.c). */
+ * device the pool lives on (pool.c).
+ *
+ * While the stream captures, an allocation or a free is a node of the graph
+ * being captured: no memory moves until the graph is uploaded or launched,
+ * where graph.c counts it (so a graph may be captured that would not fit;
+ * its launch is refused). A captured free of cuMemAlloc memory is left
+ * counted: whatever it frees, it frees when (and if) the graph runs, which
+ * the shim cannot see; an overcount until the context goes, never an escape.
+ * (A pool's memory is counted by what the pool holds, read back.) */
 VGPU_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes, CUstream s)
 {
+	if (vgpu_graph_capturing(s, 0))
+		return NEXT(cuMemAllocAsync)(dptr, bytes, s);
 	struct vgpu_pool_op op;
 	if (vgpu_pool_admit(NULL, s, bytes, &op) == GO_REFUSE)
 		return REFUSED;
@@ -173,6 +184,8 @@ VGPU_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes, CUstream s
 
 VGPU_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUstream s)
 {
+	if (vgpu_graph_capturing(s, 1))
+		return NEXT(cuMemAllocAsync_ptsz)(dptr, bytes, s);
 	struct vgpu_pool_op op;
 	if (vgpu_pool_admit(NULL, s, bytes, &op) == GO_REFUSE)
 		return REFUSED;
@@ -181,6 +194,8 @@ VGPU_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUstr
 
 VGPU_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream s)
 {
+	if (vgpu_graph_capturing(s, 0))
+		return NEXT(cuMemAllocFromPoolAsync)(dptr, bytes, pool, s);
 	struct vgpu_pool_op op;
 	if (vgpu_pool_admit(pool, s, bytes, &op) == GO_REFUSE)
 		return REFUSED;
@@ -190,6 +205,8 @@ VGPU_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes, CU
 VGPU_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
 						  CUstream s)
 {
+	if (vgpu_graph_capturing(s, 1))
+		return NEXT(cuMemAllocFromPoolAsync_ptsz)(dptr, bytes, pool, s);
 	struct vgpu_pool_op op;
 	if (vgpu_pool_admit(pool, s, bytes, &op) == GO_REFUSE)
 		return REFUSED;
@@ -230,12 +247,16 @@ VGPU_EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
 
 VGPU_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s)
 {
+	if (vgpu_graph_capturing(s, 0))
+		return NEXT(cuMemFreeAsync)(p, s);
 	struct free_args a = {p, s, 0};
 	return release_ptr(p, do_free_async, &a);
 }
 
 VGPU_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s)
 {
+	if (vgpu_graph_capturing(s, 1))
+		return NEXT(cuMemFreeAsync_ptsz)(p, s);
 	struct free_args a = {p, s, 1};
 	return release_ptr(p, do_free_async, &a);
 }

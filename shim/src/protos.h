@@ -115,5 +115,22 @@ API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t dev, nvmlProcessUt
 API nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t dev, nvmlProcessesUtilizationInfo_v1_t *u);
 API nvmlReturn_t nvmlSystemGetProcessName(unsigned pid, char *name, unsigned len);
 
+/* CUDA graphs (graph.c) */
+API CUresult cuGraphInstantiate(CUgraphExec *e, CUgraph g, CUgraphNode *err, char *log, size_t logsz);
+API CUresult cuGraphInstantiate_v2(CUgraphExec *e, CUgraph g, CUgraphNode *err, char *log, size_t logsz);
+API CUresult cuGraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned long long flags);
+API CUresult cuGraphInstantiateWithParams(CUgraphExec *e, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS *p);
+API CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *e, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS *p);
+API CUresult cuGraphUpload(CUgraphExec g, CUstream s);
+API CUresult cuGraphUpload_ptsz(CUgraphExec g, CUstream s);
+API CUresult cuGraphExecDestroy(CUgraphExec g);
+API CUresult cuDeviceGraphMemTrim(CUdevice dev);
+API CUresult cuStreamBeginCapture(CUstream s);
+API CUresult cuStreamBeginCapture_ptsz(CUstream s);
+API CUresult cuStreamBeginCapture_v2(CUstream s, int mode);
+API CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, int mode);
+API CUresult cuStreamEndCapture(CUstream s, CUgraph *g);
+API CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g);
+
 #undef API
 #endif

@@ -1144,6 +1144,7 @@ t fuzz_limits_parser test_fuzz_limits_parser
 . "$HERE/t_cudart.sh"
 . "$HERE/t_pools.sh"
 . "$HERE/t_footprint.sh"
+. "$HERE/t_graphs.sh"
 
 echo "shim: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -119,6 +119,44 @@ for cores in 30 50 70; do
 	result $? "SM limit $cores % within 5 points"
 done
 
+# 4b. CUDA graph memory: counted when the driver backs it (upload), refused over
+#    the quota before the driver is called, given back by cuDeviceGraphMemTrim.
+#    Driver API through ctypes (no toolkit needed); the shim sees it via dlsym.
+limits "$limit" 100
+shimmed python3 - "$limit" <<'PY'
+import ctypes as C, sys
+limit = int(sys.argv[1]); cu = C.CDLL("libcuda.so.1")
+def ck(r, what):
+    if r != 0: raise SystemExit(f"  {what} returned {r}")
+ck(cu.cuInit(0), "cuInit"); dev = C.c_int(); ck(cu.cuDeviceGet(C.byref(dev), 0), "cuDeviceGet")
+ctx = C.c_void_p(); ck(cu.cuDevicePrimaryCtxRetain(C.byref(ctx), dev), "retain"); ck(cu.cuCtxSetCurrent(ctx), "set")
+class P(C.Structure):  # CUDA_MEM_ALLOC_NODE_PARAMS (120 bytes)
+    _fields_ = [("allocType", C.c_int), ("handleTypes", C.c_int), ("locType", C.c_int), ("locId", C.c_int),
+                ("win32", C.c_void_p), ("maxSize", C.c_size_t), ("usage", C.c_ushort), ("res", C.c_ubyte * 54),
+                ("access", C.c_void_p), ("naccess", C.c_size_t), ("bytesize", C.c_size_t), ("dptr", C.c_ulonglong)]
+assert C.sizeof(P) == 120
+def free():
+    f, t = C.c_size_t(), C.c_size_t(); ck(cu.cuMemGetInfo_v2(C.byref(f), C.byref(t)), "cuMemGetInfo"); return f.value
+def reserved():
+    v = C.c_ulonglong(); ck(cu.cuDeviceGetGraphMemAttribute(dev, 2, C.byref(v)), "attr"); return v.value
+def graph(n):
+    g, a, f, e = C.c_void_p(), C.c_void_p(), C.c_void_p(), C.c_void_p()
+    ck(cu.cuGraphCreate(C.byref(g), 0), "cuGraphCreate")
+    p = P(allocType=1, locType=1, locId=dev.value, bytesize=n)
+    ck(cu.cuGraphAddMemAllocNode(C.byref(a), g, None, C.c_size_t(0), C.byref(p)), "cuGraphAddMemAllocNode")
+    ck(cu.cuGraphAddMemFreeNode(C.byref(f), g, C.byref(a), C.c_size_t(1), C.c_ulonglong(p.dptr)), "free node")
+    ck(cu.cuGraphInstantiateWithFlags(C.byref(e), g, C.c_ulonglong(0)), "instantiate"); return e
+f0 = free(); e = graph(limit // 2); f1 = free()
+ck(cu.cuGraphUpload(e, None), "cuGraphUpload"); ck(cu.cuCtxSynchronize(), "sync"); f2 = free(); r = reserved()
+big = graph(limit); rc = cu.cuGraphLaunch(big, None); rr = reserved()
+ck(cu.cuGraphExecDestroy(e), "destroy"); ck(cu.cuDeviceGraphMemTrim(dev), "trim"); f3 = free()
+print(f"  free: start {f0}, instantiated {f1}, uploaded {f2} (pool {r}); over-quota launch rc={rc} "
+      f"(pool then {rr}); after trim {f3}")
+ok = f1 == f0 and abs((f0 - f2) - r) <= (2 << 20) and rc == 2 and rr == r and abs(f3 - f0) <= (2 << 20)
+sys.exit(0 if ok else 1)
+PY
+result $? "CUDA graph memory counted at upload, refused over the quota, given back by the trim"
+
 # 5. Overhead with the shim loaded and no limits in force.
 limits 0 100
 got=$(shimmed python3 -c "$bench")

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "cuda_abi.h"
+#include "fakegraph.h"
 #include "fakestate.h"
 #include "fakeexport.h"
 
@@ -269,6 +270,7 @@ static void fork_child(void)
 	pthread_mutex_init(&pmu, NULL);
 	for (int d = 0; d < FK_MAX_DEV; d++)
 		primary_ctx[d].refs = 0;
+	fg_after_fork();
 }
 
 static void register_fork(void)
@@ -899,11 +901,17 @@ static CUresult alloc_async(const char *name, CUdeviceptr *p, size_t n, CUstream
 
 EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s)
 {
+	CUresult rc;
+	if (fg_capture_alloc(s, n, stream_dev(s), p, &rc))
+		return rc; /* an allocation node of the capture's graph */
 	return alloc_async("cuMemAllocAsync", p, n, s);
 }
 
 EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, CUstream s)
 {
+	CUresult rc;
+	if (fg_capture_alloc(s, n, stream_dev(s), p, &rc))
+		return rc; /* an allocation node of the capture's graph */
 	return alloc_async("cuMemAllocAsync_ptsz", p, n, s);
 }
 
@@ -912,6 +920,9 @@ EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, CUmemoryPool p
 {
 	if (!pool || stream_dev(s) < 0)
 		return !pool ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_CONTEXT;
+	CUresult rc;
+	if (fg_capture_alloc(s, n, pool->dev, p, &rc))
+		return rc;
 	return pool_alloc("cuMemAllocFromPoolAsync", p, n, pool);
 }
 
@@ -919,24 +930,36 @@ EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t n, CUmemoryP
 {
 	if (!pool || stream_dev(s) < 0)
 		return !pool ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_CONTEXT;
+	CUresult rc;
+	if (fg_capture_alloc(s, n, pool->dev, p, &rc))
+		return rc;
 	return pool_alloc("cuMemAllocFromPoolAsync_ptsz", p, n, pool);
 }
 
 EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
 {
+	CUresult rc;
+	if (fg_free(p, &rc))
+		return rc; /* a graph allocation: back to its graph memory pool */
+	return free_ptr(p);
+}
+
+static CUresult free_async(CUdeviceptr p, CUstream s)
+{
+	CUresult rc;
+	if (fg_capture_free(s, p, &rc) || fg_free(p, &rc))
+		return rc; /* a free node of the capture's graph, or a graph allocation */
 	return free_ptr(p);
 }
 
 EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s)
 {
-	(void)s;
-	return free_ptr(p);
+	return free_async(p, s);
 }
 
 EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s)
 {
-	(void)s;
-	return free_ptr(p);
+	return free_async(p, s);
 }
 
 EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t n, const CUmemAllocationProp *prop,
@@ -1270,13 +1293,26 @@ static CUresult run_kernel(uint64_t blocks)
 	return CUDA_SUCCESS;
 }
 
+CUresult fk_run_kernel(uint64_t blocks)
+{
+	return run_kernel(blocks);
+}
+
+CUresult fk_free_ptr(CUdeviceptr p)
+{
+	return free_ptr(p);
+}
+
 #define GRID(x, y, z) ((uint64_t)(x) * (y) * (z))
 
 EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
 			       unsigned bz, unsigned shm, CUstream s, void **params, void **extra)
 {
-	(void)bx, (void)by, (void)bz, (void)shm, (void)s, (void)params, (void)extra;
+	(void)bx, (void)by, (void)bz, (void)shm, (void)params, (void)extra;
 	fk_function_launched(f); /* lazy loading and local memory (fakemodule.c) */
+	CUresult rc;
+	if (fg_capture_kernel(s, gx, gy, gz, &rc))
+		return rc; /* a kernel node of the capture's graph */
 	return run_kernel(GRID(gx, gy, gz));
 }
 
@@ -1289,7 +1325,10 @@ EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsi
 EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
 					  unsigned by, unsigned bz, unsigned shm, CUstream s, void **params)
 {
-	(void)f, (void)bx, (void)by, (void)bz, (void)shm, (void)s, (void)params;
+	(void)f, (void)bx, (void)by, (void)bz, (void)shm, (void)params;
+	CUresult rc;
+	if (fg_capture_kernel(s, gx, gy, gz, &rc))
+		return rc;
 	return run_kernel(GRID(gx, gy, gz));
 }
 
@@ -1302,23 +1341,15 @@ EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsign
 EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
 {
 	(void)f, (void)params, (void)extra;
+	CUresult rc;
+	if (fg_capture_kernel(c->hStream, c->gridDimX, c->gridDimY, c->gridDimZ, &rc))
+		return rc;
 	return run_kernel(GRID(c->gridDimX, c->gridDimY, c->gridDimZ));
 }
 
 EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
 {
 	return cuLaunchKernelEx(c, f, params, extra);
-}
-
-EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream s)
-{
-	(void)g, (void)s;
-	return run_kernel(0);
-}
-
-EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s)
-{
-	return cuGraphLaunch(g, s);
 }
 
 EXPORT CUresult cuGetErrorString(CUresult e, const char **s)
@@ -1448,6 +1479,21 @@ EXPORT CUresult cuArray3DCreate(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR_v1 *de
 /* ---- cuGetProcAddress ----------------------------------------------------------------------------- */
 
 EXPORT CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, cuuint64_t flags);
+/* fakegraph.c, for the table (signatures there). */
+#define FG(name) EXPORT CUresult name();
+FG(cuGraphCreate) FG(cuGraphDestroy) FG(cuGraphAddKernelNode) FG(cuGraphAddKernelNode_v2)
+FG(cuGraphKernelNodeGetParams) FG(cuGraphKernelNodeGetParams_v2) FG(cuGraphAddChildGraphNode)
+FG(cuGraphChildGraphNodeGetGraph) FG(cuGraphAddEmptyNode) FG(cuGraphGetNodes) FG(cuGraphNodeGetType)
+FG(cuGraphAddMemAllocNode) FG(cuGraphMemAllocNodeGetParams) FG(cuGraphAddMemFreeNode)
+FG(cuGraphMemFreeNodeGetParams) FG(cuDeviceGraphMemTrim) FG(cuDeviceGetGraphMemAttribute)
+FG(cuDeviceSetGraphMemAttribute) FG(cuGraphInstantiate) FG(cuGraphInstantiate_v2)
+FG(cuGraphInstantiateWithFlags) FG(cuGraphInstantiateWithParams) FG(cuGraphInstantiateWithParams_ptsz)
+FG(cuGraphExecDestroy) FG(cuGraphUpload) FG(cuGraphUpload_ptsz) FG(cuGraphLaunch) FG(cuGraphLaunch_ptsz)
+FG(cuStreamBeginCapture) FG(cuStreamBeginCapture_ptsz) FG(cuStreamBeginCapture_v2)
+FG(cuStreamBeginCapture_v2_ptsz) FG(cuStreamEndCapture) FG(cuStreamEndCapture_ptsz) FG(cuStreamIsCapturing)
+FG(cuStreamIsCapturing_ptsz) FG(cuStreamGetCaptureInfo) FG(cuStreamGetCaptureInfo_ptsz)
+FG(cuStreamGetCaptureInfo_v2) FG(cuStreamGetCaptureInfo_v2_ptsz)
+#undef FG
 EXPORT CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint64_t flags,
 				    CUdriverProcAddressQueryResult *status);
 
@@ -1565,6 +1611,38 @@ static const struct entry table[] = {
 	EP(cuLaunchKernelEx, 11060, cuLaunchKernelEx),
 	EP(cuLaunchCooperativeKernel, 9000, cuLaunchCooperativeKernel),
 	EP(cuGraphLaunch, 10000, cuGraphLaunch),
+	E(cuGraphCreate, 10000, cuGraphCreate),
+	E(cuGraphDestroy, 10000, cuGraphDestroy),
+	E(cuGraphAddKernelNode, 10000, cuGraphAddKernelNode),
+	E(cuGraphAddKernelNode, 12000, cuGraphAddKernelNode_v2),
+	E(cuGraphKernelNodeGetParams, 10000, cuGraphKernelNodeGetParams),
+	E(cuGraphKernelNodeGetParams, 12000, cuGraphKernelNodeGetParams_v2),
+	E(cuGraphAddChildGraphNode, 10000, cuGraphAddChildGraphNode),
+	E(cuGraphChildGraphNodeGetGraph, 10000, cuGraphChildGraphNodeGetGraph),
+	E(cuGraphAddEmptyNode, 10000, cuGraphAddEmptyNode),
+	E(cuGraphGetNodes, 10000, cuGraphGetNodes),
+	E(cuGraphNodeGetType, 10000, cuGraphNodeGetType),
+	E(cuGraphAddMemAllocNode, 11040, cuGraphAddMemAllocNode),
+	E(cuGraphMemAllocNodeGetParams, 11040, cuGraphMemAllocNodeGetParams),
+	E(cuGraphAddMemFreeNode, 11040, cuGraphAddMemFreeNode),
+	E(cuGraphMemFreeNodeGetParams, 11040, cuGraphMemFreeNodeGetParams),
+	E(cuDeviceGraphMemTrim, 11040, cuDeviceGraphMemTrim),
+	E(cuDeviceGetGraphMemAttribute, 11040, cuDeviceGetGraphMemAttribute),
+	E(cuDeviceSetGraphMemAttribute, 11040, cuDeviceSetGraphMemAttribute),
+	E(cuGraphInstantiate, 10000, cuGraphInstantiate),
+	E(cuGraphInstantiate, 11000, cuGraphInstantiate_v2),
+	/* 12.x headers map cuGraphInstantiate to ...WithFlags; what the driver
+	 * returns for the base name at >= 11040 is unverified (ABI notes). */
+	E(cuGraphInstantiateWithFlags, 11040, cuGraphInstantiateWithFlags),
+	EP(cuGraphInstantiateWithParams, 12000, cuGraphInstantiateWithParams),
+	E(cuGraphExecDestroy, 10000, cuGraphExecDestroy),
+	EP(cuGraphUpload, 11010, cuGraphUpload),
+	EP(cuStreamBeginCapture, 10000, cuStreamBeginCapture),
+	EP(cuStreamBeginCapture, 10010, cuStreamBeginCapture_v2),
+	EP(cuStreamEndCapture, 10000, cuStreamEndCapture),
+	EP(cuStreamIsCapturing, 10000, cuStreamIsCapturing),
+	EP(cuStreamGetCaptureInfo, 10010, cuStreamGetCaptureInfo),
+	EP(cuStreamGetCaptureInfo, 11030, cuStreamGetCaptureInfo_v2),
 	E(cuGetErrorString, 6000, cuGetErrorString),
 	E(cuModuleLoad, 2000, cuModuleLoad),
 	E(cuModuleLoadData, 2000, cuModuleLoadData),

@@ -1,0 +1,126 @@
+# CUDA graphs: the work a graph launch runs, and graph memory against the
+# quota (sourced by run.sh; uses its setup/expect/t).
+
+GPROG=$B/graphprog
+GMODES=("-m direct" "-m direct -p" "-m rt12" "-m rt12 -p")
+
+# grun [graphprog args...] — graphprog with the shim preloaded; output in $T/out, $T/err.
+grun() {
+	if ! LD_PRELOAD=$SHIM timeout 60 "$GPROG" "$@" >"$T/out" 2>"$T/err"; then
+		echo "    graphprog $*"
+		tail -n 5 "$T/out" "$T/err" | sed 's/^/    /'
+		return 1
+	fi
+}
+
+test_graph_work() {
+	local m
+	for m in "${GMODES[@]}"; do
+		setup $((64 * MiB)) 100 hard debug
+		# Kernel nodes (the _v2 and the v1 API) and a child graph's:
+		# 7 + 100 + 66*200 + 3*2*1 thread blocks. On the 132-SM fake GPU at
+		# 1 ms a wave the launch runs 1 + 1 + 100 + 1 waves: 103 ms of GPU time.
+		# shellcheck disable=SC2086
+		grun $m init graph kernel:7 child kernel:100 kernel:66:200 kernel1:3:2:1 inst launch sync busy:103000000
+		grep -q 'graph exec 0x[0-9a-f]*: 13313 thread blocks a launch, 0 bytes of graph memory' "$T/err"
+		# Captured launches become kernel nodes: 200 + 25 blocks, none run yet.
+		# shellcheck disable=SC2086
+		grun $m init capture launchk:200 launchk:25 busy:0 endcapture inst
+		grep -q 'graph exec 0x[0-9a-f]*: 225 thread blocks a launch' "$T/err"
+	done
+}
+
+test_graph_memory_backed() {
+	local m
+	for m in "${GMODES[@]}"; do
+		setup $((64 * MiB))
+		# Nothing is charged when the graph is made or instantiated; the
+		# upload backs it (48 MiB into the graph pool), the launch adds
+		# nothing. A second graph needs 70 MiB, 22 more than the pool has
+		# spare: refused before the driver sees it (the pool stays 48 MiB).
+		# Destroying both keeps the pool (and the charge) until the trim.
+		# shellcheck disable=SC2086
+		grun $m init graph galloc:48MiB gfree inst meminfo:64MiB attr:reserved:0 upload attr:reserved:48MiB \
+			meminfo:16MiB launch sync meminfo:16MiB \
+			graph galloc:70MiB gfree inst launch:2 upload:2 attr:reserved:48MiB \
+			graph galloc:60MiB gfree inst launch attr:reserved:60MiB meminfo:4MiB \
+			execdestroy execdestroy execdestroy meminfo:4MiB trim attr:reserved:0 meminfo:64MiB
+		grep -q 'a CUDA graph needs 23068672 more bytes of graph memory' "$T/err"
+	done
+	# Without a limits file nothing is refused.
+	setup $((64 * MiB))
+	rm "$T/limits"
+	grun init graph galloc:70MiB gfree inst launch attr:reserved:70MiB
+}
+
+test_graph_memory_live() {
+	local m
+	for m in "${GMODES[@]}"; do
+		setup $((64 * MiB))
+		# An allocation the graph does not free stays live after the launch
+		# (a second launch is an error), cuMemFree frees it but the pool keeps
+		# the memory: counted until the trim.
+		# shellcheck disable=SC2086
+		grun $m init graph galloc:40MiB inst launch attr:used:40MiB meminfo:24MiB launch:1 \
+			free attr:used:0 meminfo:24MiB trim attr:reserved:0 meminfo:64MiB
+		# With auto-free each launch frees the last one's allocation first.
+		# shellcheck disable=SC2086
+		grun $m init graph galloc:40MiB instflags:1 launch launch launch meminfo:24MiB \
+			execdestroy meminfo:24MiB trim meminfo:24MiB attr:used:40MiB free trim meminfo:64MiB
+	done
+}
+
+test_graph_memory_upload_flag() {
+	setup $((64 * MiB))
+	# Instantiating with the upload flag backs the graph there and then.
+	grun init graph galloc:48MiB gfree instparams:2 meminfo:16MiB graph galloc:70MiB gfree instparams:2:2 \
+		attr:reserved:48MiB instparams:0 meminfo:16MiB
+}
+
+test_graph_memory_capture() {
+	local m
+	for m in "${GMODES[@]}"; do
+		setup $((64 * MiB))
+		# Captured cuMemAllocAsync / cuMemAllocFromPoolAsync / cuMemFreeAsync
+		# calls are nodes: nothing charged or given back at capture time; the
+		# launch backs 56 MiB in the pool, the trim gives it back.
+		# shellcheck disable=SC2086
+		grun $m init capture iscapturing:1 async:48MiB meminfo:64MiB poolasync:8MiB meminfo:64MiB freeasync \
+			freeasync meminfo:64MiB endcapture iscapturing:0 inst meminfo:64MiB launch meminfo:8MiB trim \
+			meminfo:64MiB
+		# So a graph may be captured while its allocations would not fit:
+		# its launch is what the quota refuses, until there is room.
+		# shellcheck disable=SC2086
+		grun $m init alloc:40MiB capture async:32MiB poolasync:32MiB freeasync freeasync endcapture inst \
+			launch:2 meminfo:24MiB free launch meminfo:0
+		# Outside the capture the same calls are counted as usual (the pool
+		# keeps freed memory until a synchronisation, pool.c).
+		# shellcheck disable=SC2086
+		grun $m init async:48MiB meminfo:16MiB freeasync sync meminfo:64MiB
+	done
+}
+
+test_graph_capture_free_kept() {
+	local m
+	for m in "${GMODES[@]}"; do
+		setup $((64 * MiB))
+		# A captured free of memory allocated outside any graph: the driver
+		# refuses it (only graph allocations can be freed by a node) ...
+		# shellcheck disable=SC2086
+		grun $m init async:32MiB capture freeasync:1 meminfo:32MiB endcapture
+		# ... and where a driver accepted it, it would free the memory when
+		# the graph runs, which the shim cannot see: cuMemAlloc memory stays
+		# counted, never given back at capture time. (Pool memory is counted
+		# by what the pool holds, which the shim reads back, pool.c.)
+		# shellcheck disable=SC2086
+		FAKECUDA_CAPTURE_FREE_ANY=1 grun $m init alloc:32MiB capture freeasync meminfo:32MiB endcapture \
+			inst launch sync meminfo:32MiB
+	done
+}
+
+t graph_work test_graph_work
+t graph_memory_backed test_graph_memory_backed
+t graph_memory_live test_graph_memory_live
+t graph_memory_upload_flag test_graph_memory_upload_flag
+t graph_memory_capture test_graph_memory_capture
+t graph_capture_free_kept test_graph_capture_free_kept
