@@ -55,11 +55,14 @@ test-go:
 test-shim:
 	$(MAKE) -C shim test
 
-## test-e2e (alias e2e): real containerd + runc + NRI with the kubelet simulator
-## (root; installs containerd, runc and busybox-static when missing)
+## test-e2e (alias e2e): real containerd + runc + NRI, with the kubelet
+## simulator and with a real single-node Kubernetes cluster (root; installs
+## containerd, runc, busybox-static, the CNI plugins, and builds Kubernetes
+## and etcd into a cache when missing)
 test-e2e e2e: build
 	hack/e2e-deps.sh >/dev/null
-	$(GO) test -tags e2e -count=1 -timeout 20m ./test/e2e/...
+	hack/k8s-deps.sh >/dev/null
+	$(GO) test -tags e2e -count=1 -timeout 30m ./test/e2e/...
 
 ## test-docker: nri-vgpu-runtime under a real dockerd (root; installs docker.io)
 test-docker: build
