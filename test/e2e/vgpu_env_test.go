@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -78,6 +79,8 @@ func shimPath(t *testing.T) string {
 // directories (dev root with fake NVIDIA nodes, run and state dirs) under
 // the containerd's temporary root.
 type vgpu struct {
+	// base holds the node's directories.
+	base       string
 	c          *harness.Containerd
 	kubelet    *kubeletsim.Kubelet
 	configPath string
@@ -87,6 +90,9 @@ type vgpu struct {
 	stateDir   string
 	dpLog      string
 	dp         *harness.Process // the device plugin; nil when stopped
+	// socketDir is the device plugin's socket_dir, where the kubelet
+	// serves kubelet.sock.
+	socketDir string
 }
 
 // vgpuOptions change the node's setup.
@@ -97,13 +103,38 @@ type vgpuOptions struct {
 	// withoutNRI leaves nri-vgpu out: containerd runs no NRI plugin.
 	withoutNRI bool
 	// containerd adds to containerd's options (pod annotation pass-through,
-	// NRI's validator).
+	// NRI's validator, CNI).
 	containerd harness.Options
+	// socketDir is the kubelet's device-plugin directory (default: one in
+	// the node's directory, for the kubelet simulator).
+	socketDir string
 }
 
-// startVGPU sets up a node on containerd version for t and tears it down
-// when t ends.
+// startVGPU sets up a node on containerd version for t, with the device
+// plugin registered with the kubelet simulator, and tears it down when t
+// ends.
 func startVGPU(t *testing.T, containerd string, opts vgpuOptions) *vgpu {
+	t.Helper()
+	v := setUpNode(t, containerd, opts)
+	var err error
+	v.kubelet, err = kubeletsim.New(kubeletsim.Options{SocketDir: v.socketDir, Logger: nil})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = v.kubelet.Close() })
+	v.runDevicePlugin(t)
+	ctx := testContext(t, 30*time.Second)
+	if err := v.kubelet.WaitForDevices(ctx, resourceName, splitCount*len(testGPUs)); err != nil {
+		t.Fatalf("device plugin did not advertise %d slices: %v", splitCount*len(testGPUs), err)
+	}
+	return v
+}
+
+// setUpNode makes a node's host directories and config and starts its
+// containerd with nri-vgpu pre-registered (unless opts.withoutNRI); the
+// device plugin and a kubelet are the caller's. All of it is torn down when
+// t ends.
+func setUpNode(t *testing.T, containerd string, opts vgpuOptions) *vgpu {
 	t.Helper()
 	if binaries.dpErr != nil {
 		t.Fatalf("the device plugin: %v", binaries.dpErr)
@@ -129,11 +160,13 @@ func startVGPU(t *testing.T, containerd string, opts vgpuOptions) *vgpu {
 		}
 	})
 	v := &vgpu{
+		base:       base,
 		configPath: filepath.Join(base, "config.toml"),
 		devRoot:    filepath.Join(base, "devroot"),
 		runDir:     filepath.Join(base, "run"),
 		stateDir:   filepath.Join(base, "state"),
 		dpLog:      filepath.Join(base, "device-plugin.log"),
+		socketDir:  cmp.Or(opts.socketDir, filepath.Join(base, "device-plugins")),
 	}
 	minors := make([]int, len(testGPUs))
 	for i, g := range testGPUs {
@@ -142,10 +175,13 @@ func startVGPU(t *testing.T, containerd string, opts vgpuOptions) *vgpu {
 	if err := harness.MakeFakeNVIDIADevRoot(v.devRoot, minors); err != nil {
 		t.Fatal(err)
 	}
-	kubeletDir := filepath.Join(base, "device-plugins")
-	// nri-vgpu started by hand (TestRestarts) connects to this socket.
-	v.nriSocket = filepath.Join(base, "nri.sock")
-	if err := os.WriteFile(v.configPath, []byte(configTOML(v, kubeletDir, shim, opts.extraConfig)), 0o644); err != nil {
+	// nri-vgpu started by hand (TestRestarts) or from the chart connects
+	// to this socket; the chart's pod mounts its directory.
+	v.nriSocket = filepath.Join(base, "nri", "nri.sock")
+	if err := os.MkdirAll(filepath.Dir(v.nriSocket), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(v.configPath, []byte(configTOML(v, v.socketDir, shim, opts.extraConfig)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 
@@ -160,12 +196,12 @@ func startVGPU(t *testing.T, containerd string, opts vgpuOptions) *vgpu {
 	copts := opts.containerd
 	copts.NRISocket, copts.NRIPlugins = v.nriSocket, plugins
 	v.c = startContainerdWith(t, containerd, copts)
+	return v
+}
 
-	v.kubelet, err = kubeletsim.New(kubeletsim.Options{SocketDir: kubeletDir, Logger: nil})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = v.kubelet.Close() })
+// runDevicePlugin starts the device plugin and stops it when t ends.
+func (v *vgpu) runDevicePlugin(t *testing.T) {
+	t.Helper()
 	v.startDevicePlugin(t)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -173,11 +209,6 @@ func startVGPU(t *testing.T, containerd string, opts vgpuOptions) *vgpu {
 		}
 		v.stopDevicePlugin(t)
 	})
-	ctx := testContext(t, 30*time.Second)
-	if err := v.kubelet.WaitForDevices(ctx, resourceName, splitCount*len(testGPUs)); err != nil {
-		t.Fatalf("device plugin did not advertise %d slices: %v", splitCount*len(testGPUs), err)
-	}
-	return v
 }
 
 // configTOML is the config file both daemons read.

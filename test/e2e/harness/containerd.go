@@ -98,6 +98,53 @@ type Options struct {
 	// Validator turns on NRI's built-in default validator (containerd 2.x
 	// only; Start refuses it for 1.x, whose NRI has none).
 	Validator *Validator
+	// CNI gives pods that are not on the host network a network: a bridge
+	// (CNIBridge) with host-local addresses, from Debian's
+	// containernetworking-plugins in CNIPluginDir. Without it only pods
+	// on the host network start, and a kubelet reports its node's network
+	// as not ready.
+	CNI bool
+}
+
+// CNIPluginDir is where Debian's containernetworking-plugins installs the
+// CNI plugins.
+const CNIPluginDir = "/usr/lib/cni"
+
+// CNIBridge is the bridge Options.CNI makes on the host; Close deletes it.
+const CNIBridge = "nrivgpu-e2e0"
+
+// cniConfig is the network of Options.CNI: pods get addresses on a bridge
+// of their own, with no route off the host (no gateway, no masquerading,
+// so no iptables rules to clean up).
+const cniConfig = `{
+  "cniVersion": "1.0.0",
+  "name": "nri-vgpu-e2e",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "` + CNIBridge + `",
+      "isGateway": false,
+      "ipMasq": false,
+      "ipam": {
+        "type": "host-local",
+        "ranges": [[{"subnet": "10.234.77.0/24"}]],
+        "dataDir": "{{DIR}}/cni/ipam"
+      }
+    }
+  ]
+}
+`
+
+// cniWorks checks the capability Options.CNI uses: the bridge plugin runs
+// and speaks CNI 1.0.0.
+func cniWorks() error {
+	cmd := exec.Command(filepath.Join(CNIPluginDir, "bridge"))
+	cmd.Env = []string{"CNI_COMMAND=VERSION"}
+	out, err := cmd.Output()
+	if err != nil || !strings.Contains(string(out), `"1.0.0"`) {
+		return fmt.Errorf("harness: %s/bridge does not speak CNI 1.0.0 (%v, %q): install containernetworking-plugins (hack/k8s-deps.sh does)", CNIPluginDir, err, out)
+	}
+	return nil
 }
 
 // Validator is the [default_validator] table of containerd's NRI config.
@@ -361,6 +408,7 @@ func (c *Containerd) setup() error {
 		return fmt.Errorf("harness: containerd %s has no NRI validator", c.Version)
 	}
 	vars := map[string]string{
+		"CNIBinDir":    filepath.Join(c.Dir, "cni/bin"),
 		"Dir":          c.Dir,
 		"Address":      c.Address,
 		"Runc":         c.opts.Runc,
@@ -372,6 +420,16 @@ func (c *Containerd) setup() error {
 	}
 	if len(c.opts.PodAnnotations) > 0 {
 		vars["PodAnnotations"] = tomlStrings(c.opts.PodAnnotations)
+	}
+	if c.opts.CNI {
+		if err := cniWorks(); err != nil {
+			return err
+		}
+		vars["CNIBinDir"] = CNIPluginDir
+		conf := strings.ReplaceAll(cniConfig, "{{DIR}}", c.Dir)
+		if err := os.WriteFile(filepath.Join(c.Dir, "cni/conf/10-nri-vgpu-e2e.conflist"), []byte(conf), 0o644); err != nil {
+			return fmt.Errorf("harness: %w", err)
+		}
 	}
 	if v := c.opts.Validator; v != nil {
 		vars["Validator"] = fmt.Sprintf("enable = true\n    required_plugins = %s\n    tolerate_missing_plugins_annotation = %s",
@@ -621,10 +679,24 @@ func (c *Containerd) Close() error {
 	if err := mountinfo.UnmountUnder(c.Dir); err != nil {
 		errs = append(errs, err)
 	}
+	if c.opts.CNI {
+		errs = append(errs, deleteBridge())
+	}
 	if err := os.RemoveAll(c.Dir); err != nil {
 		errs = append(errs, fmt.Errorf("harness: removing %s: %w", c.Dir, err))
 	}
 	return errors.Join(errs...)
+}
+
+// deleteBridge deletes CNIBridge, which the bridge plugin leaves behind.
+func deleteBridge() error {
+	if _, err := os.Stat("/sys/class/net/" + CNIBridge); err != nil {
+		return nil
+	}
+	if out, err := exec.Command("ip", "link", "delete", CNIBridge).CombinedOutput(); err != nil {
+		return fmt.Errorf("harness: ip link delete %s: %w: %s", CNIBridge, err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }
 
 // killLeftovers force-deletes containers runc still has under our root and
@@ -818,7 +890,7 @@ var configTemplate = withShared("config", `version = 3
   enable_cdi = true
   cdi_spec_dirs = ["{{.Dir}}/cdi"]
   [plugins.'io.containerd.cri.v1.runtime'.cni]
-    bin_dirs = ["{{.Dir}}/cni/bin"]
+    bin_dirs = ["{{.CNIBinDir}}"]
     conf_dir = "{{.Dir}}/cni/conf"
   [plugins.'io.containerd.cri.v1.runtime'.containerd]
     default_runtime_name = "runc"
@@ -846,7 +918,7 @@ var configTemplate17 = withShared("config17", `version = 2
   enable_cdi = true
   cdi_spec_dirs = ["{{.Dir}}/cdi"]
   [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{{.Dir}}/cni/bin"
+    bin_dir = "{{.CNIBinDir}}"
     conf_dir = "{{.Dir}}/cni/conf"
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
