@@ -5,8 +5,10 @@
 #
 #   - backend = "simulated" becomes backend = "nvml" (a GPU node's real GPUs);
 #   - the [[gpu.simulated]] entries, and the comment that introduces them, go;
-#   - the example's [[device_plugin.model]] overrides are commented out: a
-#     node's defaults split every model into split_count slices;
+#   - the example's [[device_plugin.model]] overrides and [[nri.exempt]]
+#     entries are commented out: a node's defaults split every model into
+#     split_count slices and exempt no pod from hiding (an exemption trusts
+#     whoever may create the pods it matches: the operator's choice);
 #   - header paragraphs about the simulated example go, and a paragraph
 #     saying what this file is takes their place.
 #
@@ -20,7 +22,7 @@ function is_blank(s)   { return s ~ /^[ \t]*$/ }
 function is_comment(s) { return s ~ /^[ \t]*#/ }
 function is_header(s)  { return s ~ /^[ \t]*\[/ }
 function is_sim(s)     { return s ~ /^[ \t]*\[\[[ \t]*gpu\.simulated[ \t]*\]\]/ }
-function is_model(s)   { return s ~ /^[ \t]*\[\[[ \t]*device_plugin\.model[ \t]*\]\]/ }
+function is_model(s)   { return s ~ /^[ \t]*\[\[[ \t]*(device_plugin\.model|nri\.exempt)[ \t]*\]\]/ }
 function mentions_sim(p,  l) { l = tolower(p); return l ~ /simulated/ || l ~ /gpu node/ }
 # Header paragraphs (comment lines before the first table, separated by
 # "#" lines) are kept unless they are about the simulated example.

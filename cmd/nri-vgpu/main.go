@@ -155,7 +155,7 @@ func runPlugin(ctx context.Context, cfg *config.Config, healthListen string, log
 	setNRILogger(logger)
 	logger.Info("starting", "program", name, "version", version.Version, "config", cmp.Or(cfg.Source, "(defaults)"),
 		"started_by_runtime", nriplugin.StartedByRuntime(), "socket", cfg.NRI.SocketPath, "injection", cfg.Driver.Injection,
-		"hide_unrequested", cfg.NRI.HideUnrequested)
+		"hide_unrequested", cfg.NRI.HideUnrequested, "exempt", cfg.NRI.Exempt)
 	if _, err := os.Stat(cfg.Paths.ShimPath); err != nil {
 		// Not fatal: containers without allocation must still be handled.
 		logger.Error("shim library missing: vGPU containers will be refused until it exists", "shim_path", cfg.Paths.ShimPath, "err", err)

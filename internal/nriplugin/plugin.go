@@ -1,6 +1,7 @@
 // Package nriplugin is the NRI plugin of nri-vgpu: at container creation it
 // verifies the signed allocation (Contract 2) and returns the edits of
-// Contract 3; containers without an allocation are stripped of GPU access.
+// Contract 3; containers without an allocation are stripped of GPU access,
+// unless their pod is exempt (nri.exempt).
 package nriplugin
 
 import (
@@ -8,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -170,6 +172,14 @@ func (p *Plugin) createContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	}
 	value, ok := ctr.GetAnnotations()[limits.AnnotationKey]
 	if !ok {
+		if e, exempt := p.cfg.NRI.ExemptionFor(pod.GetNamespace(), pod.GetRuntimeHandler()); exempt {
+			// The node's own GPU agents: nothing is hidden, denied or
+			// preloaded. Logged, since it is a trust decision.
+			p.log.Info("container exempt from hiding (nri.exempt): left as its runtime made it",
+				"container", ctr.GetId(), "name", ctr.GetName(), "pod", podName(pod),
+				"runtime_handler", pod.GetRuntimeHandler(), "exemption", exemptionString(e))
+			return nil, nil, nil
+		}
 		adj, err := p.hide(pod, ctr)
 		return adj, nil, err
 	}
@@ -250,6 +260,18 @@ func gpuSummary(a *limits.Allocation) []string {
 		out[i] = fmt.Sprintf("%s slices=%d memory=%s cores=%d%%", g.UUID, g.Slices, limits.FormatBytes(g.Memory), g.Cores)
 	}
 	return out
+}
+
+// exemptionString names an nri.exempt entry in logs.
+func exemptionString(e config.Exemption) string {
+	var parts []string
+	if e.Namespace != "" {
+		parts = append(parts, "namespace="+e.Namespace)
+	}
+	if e.RuntimeHandler != "" {
+		parts = append(parts, "runtime_handler="+e.RuntimeHandler)
+	}
+	return strings.Join(parts, " ")
 }
 
 // hide strips GPU access from a container that asked for none. Containers

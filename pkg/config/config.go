@@ -129,6 +129,40 @@ type NRI struct {
 	PluginIndex     string `toml:"plugin_index"` // default "10"; two digits
 	SocketPath      string `toml:"socket_path"`  // default "/var/run/nri/nri.sock"
 	HideUnrequested bool   `toml:"hide_unrequested"`
+	// Exempt lists the pods whose containers without an nri-vgpu
+	// allocation are left exactly as their image and runtime made them:
+	// the node's own GPU agents (the GPU Operator, dcgm-exporter), which
+	// need every GPU without asking the device plugin for one.
+	Exempt []Exemption `toml:"exempt"`
+}
+
+// Exemption matches a pod by what the kubelet and the cluster's
+// administrators decide, never by anything its own spec can claim: its
+// namespace, and the handler of its RuntimeClass. Each key that is set must
+// match; at least one is set.
+type Exemption struct {
+	Namespace      string `toml:"namespace"`
+	RuntimeHandler string `toml:"runtime_handler"`
+}
+
+// Matches reports whether a pod in namespace whose sandbox runs under
+// runtime handler (empty: the runtime's default) is exempt.
+func (e Exemption) Matches(namespace, handler string) bool {
+	if e.Namespace == "" && e.RuntimeHandler == "" {
+		return false // never valid; matching every pod would be the wrong way to fail
+	}
+	return (e.Namespace == "" || e.Namespace == namespace) &&
+		(e.RuntimeHandler == "" || e.RuntimeHandler == handler)
+}
+
+// ExemptionFor returns the first exemption that matches the pod, if any.
+func (n NRI) ExemptionFor(namespace, handler string) (Exemption, bool) {
+	for _, e := range n.Exempt {
+		if e.Matches(namespace, handler) {
+			return e, true
+		}
+	}
+	return Exemption{}, false
 }
 
 // Runtime configures the OCI runtime wrapper.

@@ -84,6 +84,7 @@ func TestExampleFile(t *testing.T) {
 	want.Source = exampleFile
 	want.DevicePlugin.Models = []ModelOverride{{Name: "NVIDIA H100 80GB HBM3", SplitCount: 20}}
 	want.DRA.GPUs = []string{}
+	want.NRI.Exempt = []Exemption{{Namespace: "gpu-operator", RuntimeHandler: "nvidia"}}
 	want.GPU = GPU{
 		Backend: "simulated",
 		Simulated: []SimulatedGPU{
@@ -486,6 +487,12 @@ func TestValidationErrors(t *testing.T) {
 		{"plugin_index letters", "[nri]\nplugin_index = \"ab\"\n", 2, "nri.plugin_index", `not "ab"`},
 		{"plugin_index three digits", "[nri]\nplugin_index = \"100\"\n", 2, "nri.plugin_index", `not "100"`},
 		{"nri socket relative", "[nri]\nsocket_path = \"nri.sock\"\n", 2, "nri.socket_path", "absolute"},
+		{"exempt without keys", "[nri]\n[[nri.exempt]]\n", 2, "nri.exempt[0]", "sets neither namespace nor runtime_handler"},
+		{"exempt empty namespace", "[[nri.exempt]]\nnamespace = \"\"\n", 1, "nri.exempt[0]", "sets neither"},
+		{"exempt namespace upper case", "[[nri.exempt]]\nnamespace = \"ok\"\n[[nri.exempt]]\n\nnamespace = \"GPU-Operator\"\n", 5, "nri.exempt[1].namespace", `"GPU-Operator" is not a Kubernetes namespace name`},
+		{"exempt namespace too long", "[[nri.exempt]]\nnamespace = \"" + strings.Repeat("n", 64) + "\"\n", 2, "nri.exempt[0].namespace", "at most 63"},
+		{"exempt handler", "[[nri.exempt]]\nnamespace = \"gpu-operator\"\nruntime_handler = \"nvidia.cdi\"\n", 3, "nri.exempt[0].runtime_handler", `"nvidia.cdi" is not a RuntimeClass handler name`},
+		{"exempt duplicate", "[[nri.exempt]]\nnamespace = \"gpu-operator\"\n[[nri.exempt]]\nnamespace = \"gpu-operator\"\n", 3, "nri.exempt[1]", "repeats nri.exempt[0]"},
 		{"runtime.next empty", "[runtime]\nnext = []\n", 2, "runtime.next", "is empty"},
 		{"runtime.next empty name", "[runtime]\nnext = [\"runc\", \"\"]\n", 2, "runtime.next[1]", `not ""`},
 		{"runtime.next relative", "[runtime]\nnext = [\"bin/runc\"]\n", 2, "runtime.next[0]", "relative path"},
@@ -793,5 +800,40 @@ func TestSimulatedMemorySplitBoundary(t *testing.T) {
 	_, err := Parse("small.toml", []byte(doc(strconv.Itoa(90<<20-2))))
 	if err == nil || !strings.Contains(err.Error(), "leaves less than 1MiB per slice") {
 		t.Errorf("90MiB-2B in 63 slices at 0.7: %v, want less than 1MiB per slice", err)
+	}
+}
+
+// An exemption matches a pod only when every key it sets matches; one that
+// sets none (refused by Validate) matches nothing.
+func TestExemptionFor(t *testing.T) {
+	nri := NRI{Exempt: []Exemption{
+		{Namespace: "gpu-operator"},
+		{Namespace: "monitoring", RuntimeHandler: "nvidia"},
+		{RuntimeHandler: "nvidia-exporter"},
+		{},
+	}}
+	tests := []struct {
+		namespace, handler string
+		want               int // index into nri.Exempt; -1: not exempt
+	}{
+		{"gpu-operator", "", 0},
+		{"gpu-operator", "nvidia", 0},
+		{"gpu-operator-tenant", "", -1},
+		{"monitoring", "nvidia", 1},
+		{"monitoring", "", -1},
+		{"monitoring", "runc", -1},
+		{"default", "nvidia", -1},
+		{"default", "nvidia-exporter", 2},
+		{"default", "", -1},
+		{"", "", -1},
+	}
+	for _, tt := range tests {
+		got, ok := nri.ExemptionFor(tt.namespace, tt.handler)
+		switch {
+		case tt.want < 0 && ok:
+			t.Errorf("ExemptionFor(%q, %q) = %+v, want none", tt.namespace, tt.handler, got)
+		case tt.want >= 0 && (!ok || got != nri.Exempt[tt.want]):
+			t.Errorf("ExemptionFor(%q, %q) = %+v, %v; want %+v", tt.namespace, tt.handler, got, ok, nri.Exempt[tt.want])
+		}
 	}
 }

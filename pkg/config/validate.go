@@ -217,7 +217,30 @@ func (n *NRI) validate(ck *checker) {
 		ck.add("nri.plugin_index", `must be two digits such as "10" (NRI orders plugins by it), not %q`, n.PluginIndex)
 	}
 	checkAbs(ck, "nri.socket_path", n.SocketPath)
+	seen := make(map[Exemption]int)
+	for i, e := range n.Exempt {
+		p := indexPath("nri.exempt", i)
+		if e.Namespace == "" && e.RuntimeHandler == "" {
+			ck.add(p, "sets neither namespace nor runtime_handler; an exemption must name at least one")
+			continue
+		}
+		if e.Namespace != "" && !isDNSLabel(e.Namespace) {
+			ck.add(p+".namespace", "%q is not a Kubernetes namespace name (lower-case letters, digits and '-', at most 63)", e.Namespace)
+		}
+		if e.RuntimeHandler != "" && !isDNSLabel(e.RuntimeHandler) {
+			ck.add(p+".runtime_handler", "%q is not a RuntimeClass handler name (lower-case letters, digits and '-', at most 63)", e.RuntimeHandler)
+		}
+		if first, dup := seen[e]; dup {
+			ck.add(p, "repeats nri.exempt[%d]", first)
+		} else {
+			seen[e] = i
+		}
+	}
 }
+
+// isDNSLabel reports whether s is an RFC 1123 label, the form Kubernetes
+// requires of namespace names and of RuntimeClass handlers.
+func isDNSLabel(s string) bool { return len(s) <= 63 && dnsLabel.MatchString(s) }
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 

@@ -45,9 +45,18 @@ func TestNodeConfig(t *testing.T) {
 	if len(example.DevicePlugin.Models) > 0 && !regexp.MustCompile(`(?m)^# \[\[device_plugin\.model\]\]$`).Match(out) {
 		t.Errorf("the node config lost the commented-out [[device_plugin.model]] example:\n%s", out)
 	}
+	// Its exemptions too: exempting a namespace trusts whoever may create
+	// pods there, which only the operator can judge.
+	if len(node.NRI.Exempt) != 0 {
+		t.Errorf("the node config exempts pods from hiding: %+v", node.NRI.Exempt)
+	}
+	if len(example.NRI.Exempt) > 0 && !regexp.MustCompile(`(?m)^# \[\[nri\.exempt\]\]$`).Match(out) {
+		t.Errorf("the node config lost the commented-out [[nri.exempt]] example:\n%s", out)
+	}
 	// Everything else is the example's.
 	node.GPU, example.GPU = config.GPU{}, config.GPU{}
 	node.DevicePlugin.Models, example.DevicePlugin.Models = nil, nil
+	node.NRI.Exempt, example.NRI.Exempt = nil, nil
 	node.Source, example.Source = "", ""
 	if !reflect.DeepEqual(node, example) {
 		t.Errorf("the node config differs from the example beyond [gpu]:\nnode:    %+v\nexample: %+v", node, example)
