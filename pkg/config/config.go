@@ -106,7 +106,11 @@ func (g SimulatedGPU) IsHealthy() bool { return g.Healthy == nil || *g.Healthy }
 type Driver struct {
 	Injection string   `toml:"injection"` // "auto" (default) | "cdi" | "nvidia-runtime" | "none"
 	CDIDirs   []string `toml:"cdi_dirs"`  // default ["/etc/cdi", "/var/run/cdi"]
-	DevRoot   string   `toml:"dev_root"`  // default "/"
+	DevRoot   string   `toml:"dev_root"`  // default "/": the host's root as this process sees it
+	// DriverRoot is where the NVIDIA driver is installed on the host, as
+	// nvidia-ctk's --driver-root: "/run/nvidia/driver" under the GPU
+	// Operator's driver container, whose device nodes are beneath it.
+	DriverRoot string `toml:"driver_root"` // default "/"
 }
 
 // Injection modes for Driver.Injection.
@@ -241,9 +245,10 @@ func Default() *Config {
 			Backend: BackendNVML,
 		},
 		Driver: Driver{
-			Injection: InjectionAuto,
-			CDIDirs:   []string{"/etc/cdi", "/var/run/cdi"},
-			DevRoot:   "/",
+			Injection:  InjectionAuto,
+			CDIDirs:    []string{"/etc/cdi", "/var/run/cdi"},
+			DevRoot:    "/",
+			DriverRoot: "/",
 		},
 		Paths: Paths{
 			StateDir: "/var/lib/nri-vgpu",

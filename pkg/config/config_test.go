@@ -27,7 +27,7 @@ func TestDefault(t *testing.T) {
 			SocketDir:        "/var/lib/kubelet/device-plugins",
 		},
 		GPU:    GPU{Backend: "nvml"},
-		Driver: Driver{Injection: "auto", CDIDirs: []string{"/etc/cdi", "/var/run/cdi"}, DevRoot: "/"},
+		Driver: Driver{Injection: "auto", CDIDirs: []string{"/etc/cdi", "/var/run/cdi"}, DevRoot: "/", DriverRoot: "/"},
 		Paths: Paths{
 			StateDir: "/var/lib/nri-vgpu",
 			RunDir:   "/run/nri-vgpu",
@@ -193,6 +193,7 @@ simulated = [
 injection = "cdi"
 cdi_dirs = ["/opt/cdi"]
 dev_root = "/tmp/dev-root"
+driver_root = "/run/nvidia/driver"
 
 [paths]
 state_dir = "/tmp/state"
@@ -244,7 +245,7 @@ cdi_dir = "/etc/cdi"
 				{UUID: "GPU-bbbb", Name: "NVIDIA A100-SXM4-40GB", Memory: 40 << 30, Minor: 4, PCIBusID: "0000:3b:00.0"},
 			},
 		},
-		Driver:  Driver{Injection: "cdi", CDIDirs: []string{"/opt/cdi"}, DevRoot: "/tmp/dev-root"},
+		Driver:  Driver{Injection: "cdi", CDIDirs: []string{"/opt/cdi"}, DevRoot: "/tmp/dev-root", DriverRoot: "/run/nvidia/driver"},
 		Paths:   Paths{StateDir: "/tmp/state", RunDir: "/tmp/run", ShimPath: "/opt/nri-vgpu/libvgpu-shim.so"},
 		NRI:     NRI{PluginIndex: "05", SocketPath: "/tmp/nri.sock", HideUnrequested: false},
 		Runtime: Runtime{Next: []string{"/usr/local/bin/runc"}},
@@ -480,6 +481,7 @@ func TestValidationErrors(t *testing.T) {
 		{"cdi without dirs", "[driver]\ninjection = \"cdi\"\ncdi_dirs = []\n", 3, "driver.cdi_dirs", "is empty"},
 		{"cdi dir relative", "[driver]\ncdi_dirs = [\n  \"/etc/cdi\",\n  \"cdi\",\n]\n", 4, "driver.cdi_dirs[1]", `must be an absolute path, not "cdi"`},
 		{"dev_root relative", "[driver]\ndev_root = \"\"\n", 2, "driver.dev_root", `must be an absolute path, not ""`},
+		{"driver_root relative", "[driver]\ndriver_root = \"run/nvidia/driver\"\n", 2, "driver.driver_root", `must be an absolute path, not "run/nvidia/driver"`},
 		{"state_dir relative", "[paths]\nstate_dir = \"var/lib/nri-vgpu\"\n", 2, "paths.state_dir", "absolute"},
 		{"run_dir relative", "[paths]\nrun_dir = \"./run\"\n", 2, "paths.run_dir", "absolute"},
 		{"shim_path relative", "[paths]\nshim_path = \"libvgpu-shim.so\"\n", 2, "paths.shim_path", "absolute"},

@@ -204,6 +204,7 @@ func (d *Driver) validate(ck *checker) {
 		checkAbs(ck, indexPath("driver.cdi_dirs", i), dir)
 	}
 	checkAbs(ck, "driver.dev_root", d.DevRoot)
+	checkAbs(ck, "driver.driver_root", d.DriverRoot)
 }
 
 func (p *Paths) validate(ck *checker) {

@@ -96,7 +96,7 @@ func Compute(alloc *limits.Allocation, cfg *config.Config, host Host, files Host
 		nodes = append(nodes, node{"/dev/nvidia" + strconv.Itoa(g.Minor), true})
 	}
 	for _, n := range nodes {
-		d, err := host.DeviceNode(n.path)
+		d, err := host.DriverDeviceNode(n.path)
 		if err != nil {
 			if !n.required && errors.Is(err, fs.ErrNotExist) {
 				continue

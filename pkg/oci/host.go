@@ -3,6 +3,7 @@ package oci
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -39,8 +40,14 @@ type Host interface {
 	// device has Path = hostPath. A missing node is an error wrapping
 	// fs.ErrNotExist.
 	DeviceNode(hostPath string) (specs.LinuxDevice, error)
-	// NVIDIADeviceNodes lists the host's NVIDIA device nodes (/dev/nvidia*
-	// and /dev/nvidia-caps/*), sorted by path.
+	// DriverDeviceNode describes the driver's device node that containers
+	// see at path (such as "/dev/nvidiactl"); on the host it lies beneath
+	// the driver root (driver.driver_root). The returned device has
+	// Path = path. A missing node is an error wrapping fs.ErrNotExist.
+	DriverDeviceNode(path string) (specs.LinuxDevice, error)
+	// NVIDIADeviceNodes lists the driver's NVIDIA device nodes
+	// (/dev/nvidia* and /dev/nvidia-caps/* beneath the driver root), sorted
+	// by path; each Path is where containers see it ("/dev/nvidia0").
 	NVIDIADeviceNodes() ([]specs.LinuxDevice, error)
 	// NVIDIAMajors lists the character-device majors of the NVIDIA driver:
 	// 195 and the dynamic ones (nvidia-uvm, nvidia-caps, ...), sorted.
@@ -57,6 +64,10 @@ type HostFS struct {
 	// DevRoot is the host's root as this process sees it ("/" unless the
 	// process runs in a container with the host's root mounted elsewhere).
 	DevRoot string
+	// DriverRoot is the host path of the NVIDIA driver's root, whose dev/
+	// holds the driver's device nodes: "/" for a driver installed on the
+	// host, "/run/nvidia/driver" for the GPU Operator's driver container.
+	DriverRoot string
 	// ProcDevices is the kernel's device-major table, /proc/devices.
 	ProcDevices string
 
@@ -75,7 +86,7 @@ func NewHost(cfg *config.Config, watchCDI bool) *HostFS {
 		cdi.WithSpecDirs(cfg.Driver.CDIDirs...),
 		cdi.WithAutoRefresh(watchCDI),
 	)
-	return &HostFS{DevRoot: root, ProcDevices: "/proc/devices", cache: cache}
+	return &HostFS{DevRoot: root, DriverRoot: cmp.Or(cfg.Driver.DriverRoot, "/"), ProcDevices: "/proc/devices", cache: cache}
 }
 
 // Close stops watching the CDI spec directories.
@@ -85,6 +96,19 @@ func (h *HostFS) Close() error {
 
 func (h *HostFS) hostPath(p string) string {
 	return filepath.Join(h.DevRoot, filepath.Clean("/"+p))
+}
+
+// driverPath is where this process sees the driver's file that containers
+// see at p.
+func (h *HostFS) driverPath(p string) string {
+	return h.hostPath(filepath.Join(cmp.Or(h.DriverRoot, "/"), filepath.Clean("/"+p)))
+}
+
+// DriverDeviceNode implements Host.
+func (h *HostFS) DriverDeviceNode(path string) (specs.LinuxDevice, error) {
+	d, err := h.DeviceNode(filepath.Join(cmp.Or(h.DriverRoot, "/"), filepath.Clean("/"+path)))
+	d.Path = path
+	return d, err
 }
 
 // DeviceNode implements Host.
@@ -125,19 +149,20 @@ func (h *HostFS) DeviceNode(hostPath string) (specs.LinuxDevice, error) {
 func (h *HostFS) NVIDIADeviceNodes() ([]specs.LinuxDevice, error) {
 	var paths []string
 	for _, pattern := range []string{"/dev/nvidia*", "/dev/nvidia-caps/*"} {
-		m, err := filepath.Glob(h.hostPath(pattern))
+		m, err := filepath.Glob(h.driverPath(pattern))
 		if err != nil {
 			return nil, fmt.Errorf("list NVIDIA device nodes: %w", err)
 		}
 		paths = append(paths, m...)
 	}
 	var devs []specs.LinuxDevice
+	root := h.driverPath("/")
 	for _, full := range paths {
-		rel, err := filepath.Rel(h.DevRoot, full)
+		rel, err := filepath.Rel(root, full)
 		if err != nil {
 			return nil, fmt.Errorf("list NVIDIA device nodes: %w", err)
 		}
-		d, err := h.DeviceNode("/" + rel)
+		d, err := h.DriverDeviceNode("/" + rel)
 		if err != nil {
 			continue // directories (nvidia-caps) and nodes that vanished
 		}
