@@ -57,6 +57,15 @@ check)
 		echo "helm: $n privileged containers, want 2 (device plugin and NRI plugin)" >&2
 		exit 1
 	fi
+	# Next to the GPU Operator the driver's nodes are beneath its driver
+	# root: the NRI plugin sees it beneath /host, as dev_root says, and
+	# mounts the driver container's later mount there too.
+	n=$("$HELM" "${RENDER_ARGS[@]}" --set hostPaths.driverRoot=/run/nvidia/driver |
+		grep -A2 '^ *mountPath: /host/run/nvidia/driver$' | grep -c '^ *mountPropagation: HostToContainer$' || true)
+	if [ "$n" != 1 ]; then
+		echo "helm: hostPaths.driverRoot=/run/nvidia/driver mounts it at /host/run/nvidia/driver (HostToContainer) in $n containers, want 1" >&2
+		exit 1
+	fi
 	if ! diff -u "$MANIFESTS" <(render); then
 		echo "helm: $MANIFESTS is out of date with the chart: run hack/helm.sh render" >&2
 		exit 1
