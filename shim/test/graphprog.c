@@ -13,7 +13,7 @@
  *   graph                    a new empty graph (the current one)
  *   kernel:GX[:GY[:GZ]]      kernel node (_v2 params); kernel1:... the v1 API
  *   child                    the current graph becomes a child node of a new one
- *   galloc:SIZE[:RC]         memory allocation node on GPU 0
+ *   galloc:SIZE[:RC[:GPU]]   memory allocation node on GPU 0 (or GPU)
  *   gfree[:RC]               memory free node of the last address
  *   capture[:RC] endcapture[:RC] iscapturing:0|1
  *   alloc:SIZE[:RC]          cuMemAlloc_v2
@@ -28,6 +28,7 @@
  *   execdestroy[:RC]         destroys (and forgets) the last executable graph
  *   graphdestroy trim[:RC] sync
  *   attr:used|usedhigh|reserved|reservedhigh:SIZE   graph memory of GPU 0
+ *   resethigh:used|reserved[:RC[:VALUE]]  cuDeviceSetGraphMemAttribute of a high-water mark
  *   meminfo:FREE             cuMemGetInfo_v2's free (the container's slice)
  *   busy:NS                  GPU time this process's kernels ran on GPU 0
  */
@@ -78,6 +79,7 @@ CUresult cuGraphLaunch_ptsz(CUgraphExec, CUstream);
 CUresult cuGraphExecDestroy(CUgraphExec);
 CUresult cuDeviceGraphMemTrim(CUdevice);
 CUresult cuDeviceGetGraphMemAttribute(CUdevice, int, void *);
+CUresult cuDeviceSetGraphMemAttribute(CUdevice, int, void *);
 CUresult cuStreamBeginCapture_v2(CUstream, int);
 CUresult cuStreamBeginCapture_v2_ptsz(CUstream, int);
 CUresult cuStreamEndCapture(CUstream, CUgraph *);
@@ -220,7 +222,7 @@ static void op(char *spec)
 		memset(&p, 0, sizeof(p));
 		p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
 		p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-		p.poolProps.location.id = 0;
+		p.poolProps.location.id = a[3] ? atoi(a[3]) : 0;
 		p.bytesize = size_arg(a[1]);
 		CUresult rc = api.AddMemAllocNode(&node, graph, NULL, 0, &p);
 		check("cuGraphAddMemAllocNode", rc, a[2]);
@@ -303,6 +305,10 @@ static void op(char *spec)
 		check("cuDeviceGetGraphMemAttribute", api.GetGraphMemAttribute(0, k, &v), NULL);
 		if (v != size_arg(a[2]))
 			die(a[1], (long long)v, (long long)size_arg(a[2]));
+	} else if (!strcmp(o, "resethigh")) {
+		unsigned long long v = a[3] ? size_arg(a[3]) : 0;
+		int k = !strcmp(a[1], "used") ? CU_GRAPH_MEM_ATTR_USED_MEM_HIGH : CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH;
+		check("cuDeviceSetGraphMemAttribute", api.SetGraphMemAttribute(0, k, &v), a[2]);
 	} else if (!strcmp(o, "meminfo")) {
 		size_t f = 0, t = 0;
 		check("cuMemGetInfo", api.MemGetInfo(&f, &t), NULL);

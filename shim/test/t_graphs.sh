@@ -47,6 +47,14 @@ test_graph_memory_backed() {
 			execdestroy execdestroy execdestroy meminfo:4MiB trim attr:reserved:0 meminfo:64MiB
 		grep -q 'a CUDA graph needs 23068672 more bytes of graph memory' "$T/err"
 	done
+	# Graph memory on a GPU the limits file does not list is refused at launch.
+	setup $((64 * MiB))
+	grun init graph galloc:1MiB:0:1 inst launch:2 attr:reserved:0
+	grep -q 'graph memory refused: device 1 is not among the container' "$T/err"
+	# The fake's high-water marks: reset to 0 only (the driver API reference).
+	grun init graph galloc:16MiB inst launch graph galloc:8MiB inst launch attr:usedhigh:24MiB \
+		attr:reservedhigh:24MiB free trim attr:reserved:16MiB attr:reservedhigh:24MiB resethigh:reserved \
+		attr:reservedhigh:0 resethigh:used:1:1MiB attr:usedhigh:24MiB resethigh:used attr:usedhigh:0
 	# Without a limits file nothing is refused.
 	setup $((64 * MiB))
 	rm "$T/limits"
