@@ -241,6 +241,20 @@ typedef struct {
 
 #define CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD 1
 
+/* IPC handles, passed by value (64 opaque bytes each; not in the ABI notes; test use only):
+ *   cuIpcGetMemHandle(CUipcMemHandle *, CUdeviceptr) @4010,
+ *   cuIpcOpenMemHandle(CUdeviceptr *, CUipcMemHandle, unsigned) @4010 and _v2 @11000,
+ *   cuIpcCloseMemHandle(CUdeviceptr) @4010,
+ *   cuMemPoolExportPointer(CUmemPoolPtrExportData *, CUdeviceptr) @11020,
+ *   cuMemPoolImportPointer(CUdeviceptr *, CUmemoryPool, CUmemPoolPtrExportData *) @11020. */
+typedef struct {
+	char reserved[64];
+} CUipcMemHandle;
+
+typedef struct {
+	unsigned char reserved[64];
+} CUmemPoolPtrExportData;
+
 typedef struct {
 	unsigned int numDevices;
 	size_t size;

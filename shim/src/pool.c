@@ -16,7 +16,9 @@
  *  - after every allocation, free, trim, attribute change or read, and
  *    synchronisation, the pool's reserved memory is read back and the charge
  *    set to it (growth past the estimate, from fragmentation, is counted
- *    then, past the quota if need be: the driver already handed it out);
+ *    then, past the quota if need be: the driver already handed it out); a
+ *    driver that cannot say (the attribute is from 11.3) is charged what is
+ *    allocated from the pool, as any allocation;
  *  - an allocation refused for the quota first makes every pool on that GPU
  *    give back what it holds unused (cuMemPoolTrimTo down to what is in use),
  *    as an allocator under memory pressure would, and is retried once.
@@ -166,8 +168,9 @@ static void refresh(int i, const uint64_t *value, uint64_t done)
 	p->inflight -= done < p->inflight ? done : p->inflight;
 	if (value)
 		p->observed = *value;
-	else if (p->handle && !p->destroyed && read_reserved(p->handle, &r) == CUDA_SUCCESS)
-		p->observed = r;
+	else if (p->handle && !p->destroyed)
+		/* A driver without the attribute (before 11.3): what is allocated. */
+		p->observed = read_reserved(p->handle, &r) == CUDA_SUCCESS ? r : p->used;
 	uint64_t after = p->observed + p->inflight;
 	int idx = p->idx;
 	if (before == 0 && after > 0)

@@ -107,6 +107,12 @@ CUresult cuLibraryUnload(CUlibrary);
 CUresult cuLibraryGetKernel(CUkernel *, CUlibrary, const char *);
 CUresult cuKernelGetFunction(CUfunction *, CUkernel);
 CUresult cuCtxSetLimit(CUlimit, size_t);
+/* IPC (the ipc ops). */
+CUresult cuIpcGetMemHandle(CUipcMemHandle *, CUdeviceptr);
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *, CUipcMemHandle, unsigned);
+CUresult cuIpcCloseMemHandle(CUdeviceptr);
+CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *, CUdeviceptr);
+CUresult cuMemPoolImportPointer(CUdeviceptr *, CUmemoryPool, CUmemPoolPtrExportData *);
 /* External memory and multicast objects (the ext and mc ops). */
 CUresult cuImportExternalMemory(CUexternalMemory *, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *);
 CUresult cuDestroyExternalMemory(CUexternalMemory);
@@ -780,6 +786,56 @@ static void run(int argc, char **argv)
 			}
 			if (rc == CUDA_SUCCESS)
 				hold(A_ARRAY, (uintptr_t)arr);
+		} else if (!strncmp(op, "ipc", 3) || !strcmp(op, "poolexport") || !strcmp(op, "poolimport")) {
+			/* ipcexport:FILE / poolexport:FILE — the last held pointer's cuIpcGetMemHandle /
+			 * cuMemPoolExportPointer written to FILE; ipcopen:FILE — cuIpcOpenMemHandle of it
+			 * (ipcclose closes the last opened); poolimport:FILE — cuMemPoolImportPointer of it
+			 * from the current device's default pool, held as an async pointer (free: cuMemFreeAsync). */
+			static CUdeviceptr opened[16];
+			static int nopened;
+			unsigned char buf[64];
+			if (!strcmp(op, "ipcexport") || !strcmp(op, "poolexport")) {
+				if (!nheld)
+					die("%s: nothing held%s", op, "");
+				if (!strcmp(op, "ipcexport")) {
+					CUresult (*f)(CUipcMemHandle *, CUdeviceptr) =
+						ENTRY(cuIpcGetMemHandle, "cuIpcGetMemHandle", 4010, 0);
+					check_rc("cuIpcGetMemHandle", f((CUipcMemHandle *)buf, held[nheld - 1].key), NULL);
+				} else {
+					CUresult (*f)(CUmemPoolPtrExportData *, CUdeviceptr) =
+						ENTRY(cuMemPoolExportPointer, "cuMemPoolExportPointer", 11020, 0);
+					check_rc("cuMemPoolExportPointer", f((CUmemPoolPtrExportData *)buf, held[nheld - 1].key),
+						 NULL);
+				}
+				FILE *fp = fopen(a[1], "w");
+				if (!fp || fwrite(buf, 1, 64, fp) != 64 || fclose(fp) != 0)
+					die("cannot write %s%s", a[1], "");
+			} else if (!strcmp(op, "ipcclose")) {
+				CUresult (*f)(CUdeviceptr) = ENTRY(cuIpcCloseMemHandle, "cuIpcCloseMemHandle", 4010, 0);
+				check_rc("cuIpcCloseMemHandle", f(opened[--nopened]), NULL);
+			} else {
+				FILE *fp = fopen(a[1], "r");
+				if (!fp || fread(buf, 1, 64, fp) != 64)
+					die("cannot read %s%s", a[1], "");
+				fclose(fp);
+				if (!strcmp(op, "ipcopen")) {
+					CUresult (*f)(CUdeviceptr *, CUipcMemHandle, unsigned) =
+						ENTRY(cuIpcOpenMemHandle_v2, "cuIpcOpenMemHandle", 11000, 0);
+					CUipcMemHandle h;
+					memcpy(&h, buf, 64);
+					check_rc("cuIpcOpenMemHandle", f(&opened[nopened], h, 1), NULL);
+					nopened++;
+				} else {
+					CUresult (*f)(CUdeviceptr *, CUmemoryPool, CUmemPoolPtrExportData *) =
+						ENTRY(cuMemPoolImportPointer, "cuMemPoolImportPointer", 11020, 0);
+					CUmemoryPool pool;
+					CUdevice d;
+					check_rc("cuCtxGetDevice", api.CtxGetDevice(&d), NULL);
+					check_rc("cuDeviceGetDefaultMemPool", api.DeviceGetDefaultMemPool(&pool, d), NULL);
+					check_rc("cuMemPoolImportPointer", f(&p, pool, (CUmemPoolPtrExportData *)buf), NULL);
+					hold(A_ASYNC, p);
+				}
+			}
 		} else if (!strcmp(op, "extimport") || !strcmp(op, "extmap") || !strcmp(op, "extdestroy")) {
 			/* extimport:SIZE[:RC] — imports SIZE bytes of another API's memory (opaque fd);
 			 * extmap:SIZE — a buffer mapped from the last import, held as a pointer (free:

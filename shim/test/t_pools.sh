@@ -141,6 +141,23 @@ test_legacy_entry_points() {
 	done
 }
 
+test_pool_without_attributes() {
+	local m
+	for m in "-m direct" "-m rt12 -p"; do
+		setup $((64 * MiB))
+		export FAKECUDA_POOL_NOATTR=1
+		# A driver that cannot say what a pool reserves (before 11.3): what is allocated from
+		# the pool is charged, as any allocation, and a free gives it back.
+		# shellcheck disable=SC2086
+		run $m init async:64MiB async:1:2 alloc:1:2 free async:64MiB
+		# shellcheck disable=SC2086
+		held noattr $m init async:24MiB pool:16MiB
+		expect "$m used" "$(used)" $((40 * MiB))
+		release noattr
+		unset FAKECUDA_POOL_NOATTR
+	done
+}
+
 test_external_memory() {
 	local m
 	for m in "-m direct" "-m rt12" "-m rt11"; do
@@ -184,10 +201,29 @@ test_multicast_binds() {
 	done
 }
 
+test_ipc_imports() {
+	local m
+	for m in "-m direct" "-m rt12" "-m rt11"; do
+		setup $((64 * MiB))
+		# The exporter holds 48 MiB and a pool block of 8 MiB, and is charged for them; a second
+		# process of the container that imports both is not charged again (the exporter's
+		# memory), and closing or freeing the imports gives back nothing of the exporter's.
+		# shellcheck disable=SC2086
+		held exporter $m init alloc:48MiB ipcexport:"$T/h" async:8MiB poolexport:"$T/ph"
+		# shellcheck disable=SC2086
+		run $m init ipcopen:"$T/h" poolimport:"$T/ph" alloc:8MiB alloc:1:2 free ipcclose free alloc:8MiB \
+			alloc:1:2
+		expect "$m used while the exporter holds its memory" "$(used)" $((56 * MiB))
+		release exporter
+	done
+}
+
 t pool_release_threshold test_pool_release_threshold
 t pool_sync_points test_pool_sync_points
 t pool_attributes test_pool_attributes
 t location_pools test_location_pools
 t legacy_entry_points test_legacy_entry_points
+t pool_without_attributes test_pool_without_attributes
+t ipc_imports test_ipc_imports
 t external_memory test_external_memory
 t multicast_binds test_multicast_binds

@@ -79,7 +79,7 @@ struct alloc {
 	int kind;
 	struct CUmemPoolHandle_st *pool; /* K_POOL: the pool it came from */
 };
-enum { K_PTR, K_HANDLE, K_ARRAY, K_MIPMAP, K_POOL, K_EXT, K_MC };
+enum { K_PTR, K_HANDLE, K_ARRAY, K_MIPMAP, K_POOL, K_EXT, K_MC, K_IPC };
 static struct alloc *allocs;
 static size_t nallocs, capallocs;
 static pthread_mutex_t amu = PTHREAD_MUTEX_INITIALIZER;
@@ -670,6 +670,8 @@ static CUresult free_ptr(CUdeviceptr ptr)
 		give(a.dev, a.size);
 		return CUDA_SUCCESS;
 	}
+	if (forget(K_IPC, ptr, &a) == 0)
+		return CUDA_SUCCESS; /* an imported pool pointer: the exporter's memory */
 	if (forget(K_POOL, ptr, &a) != 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&pmu);
@@ -804,8 +806,9 @@ EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, int attr, void *value)
 {
 	if (!pool || !value)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (fk_fault("cuMemPoolGetAttribute"))
-		return CUDA_ERROR_UNKNOWN;
+	/* FAKECUDA_POOL_NOATTR: a driver before 11.3, without the reserved/used attributes. */
+	if (attr != CU_MEMPOOL_ATTR_RELEASE_THRESHOLD && getenv("FAKECUDA_POOL_NOATTR"))
+		return CUDA_ERROR_INVALID_VALUE;
 	CUresult rc = CUDA_SUCCESS;
 	pthread_mutex_lock(&pmu);
 	cuuint64_t *v = value;
@@ -1250,6 +1253,79 @@ EXPORT CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mc, CUdevice d, s
 	return mc && size ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+/*
+ * IPC: a handle names the exporter's allocation; opening it maps that memory
+ * into the importer (a new address, nothing taken: the exporter holds it).
+ */
+struct ipc_handle {
+	uint64_t magic, ptr, size;
+	int32_t pid, dev;
+};
+#define IPC_MAGIC 0x6670635f69706331ull
+
+static CUresult ipc_export(void *out, CUdeviceptr p)
+{
+	struct ipc_handle h = {IPC_MAGIC, p, 0, getpid(), 0};
+	int found = 0;
+	pthread_mutex_lock(&amu);
+	for (size_t i = 0; i < nallocs; i++)
+		if (allocs[i].key == p && (allocs[i].kind == K_PTR || allocs[i].kind == K_POOL)) {
+			h.size = allocs[i].size;
+			h.dev = allocs[i].dev;
+			found = 1;
+		}
+	pthread_mutex_unlock(&amu);
+	if (!out || !found)
+		return CUDA_ERROR_INVALID_VALUE;
+	memset(out, 0, 64);
+	memcpy(out, &h, sizeof(h));
+	return CUDA_SUCCESS;
+}
+
+static CUresult ipc_import(CUdeviceptr *p, const void *in)
+{
+	struct ipc_handle h;
+	memcpy(&h, in, sizeof(h));
+	if (!p || h.magic != IPC_MAGIC || h.pid == getpid())
+		return CUDA_ERROR_INVALID_VALUE; /* as the real driver: not in the exporting process */
+	*p = record(K_IPC, 0, h.size, h.dev);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p)
+{
+	return ipc_export(h, p);
+}
+
+EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, CUipcMemHandle h, unsigned flags)
+{
+	(void)flags;
+	NEED_INIT();
+	return ipc_import(p, &h);
+}
+
+EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *p, CUipcMemHandle h, unsigned flags)
+{
+	return cuIpcOpenMemHandle_v2(p, h, flags);
+}
+
+EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p)
+{
+	struct alloc a;
+	return forget(K_IPC, p, &a) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+EXPORT CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *d, CUdeviceptr p)
+{
+	return ipc_export(d, p);
+}
+
+EXPORT CUresult cuMemPoolImportPointer(CUdeviceptr *p, CUmemoryPool pool, CUmemPoolPtrExportData *d)
+{
+	NEED_INIT();
+	return pool && d ? ipc_import(p, d) : CUDA_ERROR_INVALID_VALUE;
+}
+
 /* ---- launches on the simulated SM timeline ---------------------------------------------------- */
 
 /*
@@ -1561,6 +1637,12 @@ static const struct entry table[] = {
 	E(cuMemGetDefaultMemPool, 13000, cuMemGetDefaultMemPool),
 	E(cuMemGetMemPool, 13000, cuMemGetMemPool),
 	E(cuMemSetMemPool, 13000, cuMemSetMemPool),
+	E(cuIpcGetMemHandle, 4010, cuIpcGetMemHandle),
+	E(cuIpcOpenMemHandle, 4010, cuIpcOpenMemHandle),
+	E(cuIpcOpenMemHandle, 11000, cuIpcOpenMemHandle_v2),
+	E(cuIpcCloseMemHandle, 4010, cuIpcCloseMemHandle),
+	E(cuMemPoolExportPointer, 11020, cuMemPoolExportPointer),
+	E(cuMemPoolImportPointer, 11020, cuMemPoolImportPointer),
 	E(cuImportExternalMemory, 10000, cuImportExternalMemory),
 	E(cuDestroyExternalMemory, 10000, cuDestroyExternalMemory),
 	E(cuExternalMemoryGetMappedBuffer, 10000, cuExternalMemoryGetMappedBuffer),
