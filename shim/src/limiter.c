@@ -1,16 +1,42 @@
 /*
- * SM-time quota (issue item 4) for GPUs with cores < 100.
+ * SM-time quota for GPUs with cores < 100.
  *
- * Each launch entry point takes tokens, one per thread block of the grid,
- * from a per-device bucket; with the bucket empty the launching thread waits.
- * A watcher thread refills the bucket every period with `rate` tokens per
- * period of time actually elapsed (a watcher that ran late, on a loaded
- * host, still grants what the elapsed time is owed) and steers the rate from
- * NVML's per-process utilisation of the container's
- * processes (their host pids, from the ledger): the rate is scaled by the gap
- * between target and measured share, damped, so the step is proportional
- * to the gap and independent of the SM count. `hard` holds the container to
- * its share; `burst` lets it use what the rest of the GPU leaves idle.
+ * A launch is charged what it will occupy the GPU with, in waves: its grid
+ * over the device's SM count, rounded up (a 1-block kernel holds the GPU as
+ * long as a full wave of the same kernel; charging blocks would let many
+ * small kernels through for the price of one). A graph is charged the blocks
+ * of its kernel nodes, a launch recorded by stream capture nothing (it runs,
+ * and is charged, when its graph is launched). Tokens come from a per-device
+ * bucket; with the bucket empty the launching thread waits.
+ *
+ * A watcher thread refills the bucket every tick (20 ms) with `rate` tokens
+ * per control period (50 ms) of time actually elapsed (a watcher delayed on a
+ * loaded host still grants what it owes; a waiting launch counts the time
+ * since the last refill too, so it goes as soon as its debt is paid) and
+ * steers the rate from NVML's per-process utilisation of the container's
+ * processes (their host pids, from the ledger): scaled by the gap between
+ * target and measured share, damped.
+ *
+ * What keeps it from stalling or overshooting:
+ *  - bounded debt: a launch may take the bucket at most one period's
+ *    allowance below zero, so the next launch waits one period at most,
+ *    however large the kernel. What the kernel cost beyond that is owed and
+ *    paid back from a quarter of the refills (up to OWED_PERIODS periods'
+ *    worth), so a big kernel among small ones still counts in full. Kernels
+ *    longer than a period's allowance on their own run at about one a period:
+ *    more than the share, which no rate can prevent without longer waits, so
+ *    the rate is not cut for it (it would starve the small kernels after);
+ *  - the bucket refills whatever NVML does: an error leaves the rate where it
+ *    is (one warning), never stops the tokens;
+ *  - a fresh window that shows the container idle although it waited for
+ *    tokens ("zero samples") doubles the rate;
+ *  - NVML silent for STALE_NS ("no samples") while the container waits for
+ *    tokens means what it ran stayed below NVML's 1 %: the rate doubles too,
+ *    once per STALE_NS, up to nominal * SILENT_MAX (silence alone is not
+ *    trusted further: an NVML that never samples would otherwise lift the
+ *    limit).
+ * `hard` holds the container to its share; `burst` lets it use what the rest
+ * of the GPU leaves idle.
  *
  * With every GPU at cores = 100 no thread is started and the launch hooks
  * only test one flag before forwarding.
@@ -27,29 +53,56 @@
 #include "graph.h"
 #include "shim.h"
 
-#define PERIOD_NS 20000000ll /* 20 ms between refills */
+/* The control period: a launch may leave the container one period's allowance
+ * in debt, so no launch waits much longer than this. Long enough that a kernel
+ * of 15 ms at a 30 % share is charged in full. */
+#define PERIOD_NS 50000000ll
+#define TICK_NS 20000000ll /* the watcher's cadence: NVML, the rate, the refill */
 /* A refill later than this was not delayed but stopped (SIGSTOP, a frozen
  * cgroup): the time beyond it is not owed, or a resumed process would launch
  * seconds of banked work at once. */
 #define MAX_LATE_NS 250000000ll
-#define WAIT_NS 200000ll     /* a throttled launch re-checks every 0.2 ms */
+#define WAIT_NS 200000ll     /* a throttled launch re-checks every 0.2 ms at least, */
+#define WAIT_MAX_NS 5000000ll /* and at most every 5 ms (the rate may have moved) */
+/* NVML takes a per-process sample about every 1/6 s on hardware: silence for
+ * three of those is news, not just a query between two samples. */
+#define STALE_NS 500000000ll
 #define MAX_SAMPLES 1024
-#define FLUSH_PERIODS 5      /* launch counts reach the region every 100 ms */
+#define FLUSH_PERIODS 5 /* launch counts reach the region every 100 ms */
+/* Tokens per wave (fixed point): a rate under one wave a period must exist for
+ * long kernels at small shares. */
+#define TOKEN 1024ll
+/* The first guess, and the yardstick of the bounds below: a wave takes 1 ms. */
+#define NOMINAL_WAVE_NS 1000000ll
+/* What one launch may leave owed beyond the bucket's bounded debt. */
+#define OWED_PERIODS 8
+/* The rate stays within [nominal / 64, nominal * 4096]: waves of 64 ms down to
+ * about 0.25 us. Silence alone (no NVML samples) never raises it past
+ * nominal * SILENT_MAX, waves of about 4 us. */
+#define RATE_MIN_DIV 64
+#define RATE_MAX_MUL 4096
+#define SILENT_MAX 256
 
 struct bucket {
-	int64_t tokens;  /* may go negative: a huge grid still launches, then pays */
+	int64_t tokens;  /* goes below zero by half a period's rate at most (bounded debt) */
 	int64_t rate;    /* tokens added per PERIOD_NS of elapsed time */
+	int64_t owed;    /* cost beyond the bounded debt, paid back from refills */
 	int64_t waiting; /* launches blocked right now */
+	int starved;     /* a launch found the bucket empty since the rate last moved */
+	int clipped;     /* a launch hit the bounded debt since the rate last moved */
+	int launched;    /* a launch was charged since the rate last moved */
+	int sms;         /* the device's SM count: blocks per wave */
 	int active;      /* the watcher steers this bucket */
+	int nvml_failed; /* said once that NVML gives no utilisation */
 	nvmlDevice_t nvml;
 	unsigned long long last_seen;
-	int64_t refilled_ns; /* CLOCK_MONOTONIC of the last refill */
+	int64_t refilled_ns; /* CLOCK_MONOTONIC of the last refill (written before the tokens) */
+	int64_t heard_ns;    /* of the last fresh samples (or of the last step taken on silence) */
 };
 
 static struct bucket buckets[VGPU_MAX_DEVICES];
 static int watcher_started;
 static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
-
 
 static int64_t now_ns(void)
 {
@@ -63,6 +116,20 @@ static void sleep_ns(int64_t ns)
 	struct timespec ts = {(time_t)(ns / 1000000000ll), (long)(ns % 1000000000ll)};
 	while (nanosleep(&ts, &ts) != 0)
 		;
+}
+
+/* The rate that gives the share if a wave takes NOMINAL_WAVE_NS. */
+static int64_t nominal_rate(int idx)
+{
+	return TOKEN * (PERIOD_NS / NOMINAL_WAVE_NS) * vgpu.limits.gpu[idx].cores / 100;
+}
+
+static int64_t clamp_rate(int idx, int64_t rate)
+{
+	int64_t lo = nominal_rate(idx) / RATE_MIN_DIV, hi = nominal_rate(idx) * RATE_MAX_MUL;
+	if (lo < 1)
+		lo = 1;
+	return rate < lo ? lo : rate > hi ? hi : rate;
 }
 
 /*
@@ -125,7 +192,8 @@ static int measure(struct bucket *b, unsigned *mine, unsigned *all)
 }
 
 /* The next refill rate, from fresh measurements of the container's share. */
-static int64_t adjust(int idx, struct bucket *b, int64_t rate, unsigned mine, unsigned all)
+static int64_t adjust(int idx, int64_t rate, int starved, int clipped, int launched, unsigned mine,
+		      unsigned all)
 {
 	int target = vgpu.limits.gpu[idx].cores;
 	if (vgpu.limits.policy == VGPU_POLICY_BURST) {
@@ -135,11 +203,11 @@ static int64_t adjust(int idx, struct bucket *b, int64_t rate, unsigned mine, un
 		if (idle_share > target)
 			target = idle_share;
 	}
-	int starved = __atomic_load_n(&b->waiting, __ATOMIC_RELAXED) > 0 ||
-		      __atomic_load_n(&b->tokens, __ATOMIC_RELAXED) <= 0;
 	if (mine == 0) {
+		/* Zero samples: NVML saw nothing of the container (or less than
+		 * 1 %) while it waited for tokens: its rate is far too low. */
 		if (starved)
-			rate *= 2; /* wanted to run and could not: open up */
+			rate *= 2;
 	} else {
 		/* Multiplicative step, half the gap per period: converges geometrically
 		 * whatever the SM count or kernel size. */
@@ -150,41 +218,87 @@ static int64_t adjust(int idx, struct bucket *b, int64_t rate, unsigned mine, un
 			ratio = 0.5;
 		if (!starved && ratio > 1.0)
 			ratio = 1.0; /* below target only because it is idle: do not grow */
+		/* Over target because kernels longer than a period's allowance hit
+		 * the bounded debt: a lower rate would not hold them back, only
+		 * starve the small kernels that follow. */
+		if (clipped && ratio < 1.0)
+			ratio = 1.0;
+		/* Over target with nothing launched since the last step: what
+		 * NVML saw was queued earlier (a GPU queues about a thousand
+		 * launches); the rate did not cause it and cutting it would
+		 * starve what comes next. */
+		if (!launched && ratio < 1.0)
+			ratio = 1.0;
 		rate = (int64_t)((double)rate * (1.0 + 0.5 * (ratio - 1.0)));
 	}
-	if (rate < 1)
-		rate = 1;
-	if (rate > ((int64_t)1 << 40))
-		rate = (int64_t)1 << 40;
-	return rate;
+	return clamp_rate(idx, rate);
 }
 
-/* One control step for bucket idx: steer the rate on fresh samples, then refill. */
-static void steer(int idx, struct bucket *b)
+/* Adds what the elapsed time is owed: first towards what big launches owe
+ * (a quarter of it at most, so launches keep flowing), then to the bucket,
+ * which keeps at most one period's worth from before (idle time is not banked). */
+static void refill(struct bucket *b, int64_t rate)
 {
-	unsigned mine, all;
-	int m = measure(b, &mine, &all);
-	if (m < 0)
-		return;
-	int64_t rate = __atomic_load_n(&b->rate, __ATOMIC_RELAXED);
-	if (m == 0) { /* fresh samples; without them, keep the rate */
-		rate = adjust(idx, b, rate, mine, all);
-		__atomic_store_n(&b->rate, rate, __ATOMIC_RELAXED);
-	}
-	/* Tokens for the time that really elapsed since the last refill, not
-	 * for one period: the watcher's sleeps overrun on a busy host, and a
-	 * per-tick refill would then hand out less than the rate. */
-	int64_t now = now_ns(), elapsed = now - b->refilled_ns;
-	b->refilled_ns = now;
+	int64_t now = now_ns(), elapsed = now - __atomic_load_n(&b->refilled_ns, __ATOMIC_RELAXED);
+	/* Before the tokens: a waiter that reads the new time with the old tokens
+	 * sees too few for a moment, never too many (see available()). */
+	__atomic_store_n(&b->refilled_ns, now, __ATOMIC_SEQ_CST);
 	if (elapsed < 0)
 		elapsed = 0;
 	if (elapsed > MAX_LATE_NS)
 		elapsed = MAX_LATE_NS;
+	/* Tokens for the time that really elapsed since the last refill, not
+	 * for one period: the watcher's sleeps overrun on a busy host, and a
+	 * per-tick refill would then hand out less than the rate. */
 	int64_t add = (int64_t)((double)rate * (double)elapsed / (double)PERIOD_NS);
-	/* Keep at most one period's worth from before, so idle time is not banked. */
-	int64_t t = __atomic_add_fetch(&b->tokens, add, __ATOMIC_RELAXED);
-	if (t > add + rate)
-		__atomic_store_n(&b->tokens, add + rate, __ATOMIC_RELAXED);
+	int64_t owed = __atomic_load_n(&b->owed, __ATOMIC_RELAXED);
+	if (owed > 0) {
+		int64_t pay = add / 4 < owed ? add / 4 : owed;
+		__atomic_sub_fetch(&b->owed, pay, __ATOMIC_RELAXED);
+		add -= pay;
+	}
+	int64_t t = __atomic_load_n(&b->tokens, __ATOMIC_RELAXED), nt;
+	do {
+		nt = t + add;
+		if (nt > add + rate)
+			nt = t > add + rate ? t : add + rate;
+	} while (!__atomic_compare_exchange_n(&b->tokens, &t, nt, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+}
+
+/* One control step for bucket idx: steer the rate, then refill, whatever NVML said. */
+static void steer(int idx, struct bucket *b)
+{
+	unsigned mine, all;
+	int m = measure(b, &mine, &all);
+	int64_t rate = __atomic_load_n(&b->rate, __ATOMIC_RELAXED), now = now_ns();
+	if (m == 0) {
+		int starved = __atomic_exchange_n(&b->starved, 0, __ATOMIC_RELAXED) ||
+			      __atomic_load_n(&b->waiting, __ATOMIC_RELAXED) > 0;
+		int clipped = __atomic_exchange_n(&b->clipped, 0, __ATOMIC_RELAXED);
+		int launched = __atomic_exchange_n(&b->launched, 0, __ATOMIC_RELAXED);
+		rate = adjust(idx, rate, starved, clipped, launched, mine, all);
+		b->heard_ns = now;
+	} else if (m > 0 && now - b->heard_ns >= STALE_NS) {
+		/* No samples for a while: nothing the container ran reached 1 % of
+		 * NVML's window. If it waited for tokens all the same, its rate is too
+		 * low for its kernels (a first guess far off, or a rate cut by an
+		 * earlier burst): double it, one step per STALE_NS. Silence alone
+		 * never raises it past nominal * SILENT_MAX. */
+		int starved = __atomic_exchange_n(&b->starved, 0, __ATOMIC_RELAXED) ||
+			      __atomic_load_n(&b->waiting, __ATOMIC_RELAXED) > 0;
+		int64_t cap = nominal_rate(idx) * SILENT_MAX;
+		if (starved && rate < cap)
+			rate = clamp_rate(idx, rate * 2 < cap ? rate * 2 : cap);
+		b->heard_ns = now;
+	} else if (m < 0 && !b->nvml_failed) {
+		/* The rate stays where it is: the share holds as long as the kernels
+		 * keep the length they had when NVML last answered. */
+		b->nvml_failed = 1;
+		LOGW("SM limit on %s: NVML gives no per-process utilisation; the rate is no longer steered",
+		     vgpu.limits.gpu[idx].uuid);
+	}
+	__atomic_store_n(&b->rate, rate, __ATOMIC_RELAXED);
+	refill(b, rate);
 }
 
 static void *watcher(void *arg)
@@ -198,7 +312,7 @@ static void *watcher(void *arg)
 		if (n % FLUSH_PERIODS == 0)
 			vgpu_region_flush();
 		vgpu_fp_watch(n); /* footprint growth at launch (lazily loaded kernels, local memory) */
-		sleep_ns(PERIOD_NS);
+		sleep_ns(TICK_NS);
 	}
 	return NULL;
 }
@@ -221,14 +335,9 @@ static void start_watcher(void)
 				LOGW("SM limit on %s not enforced: NVML does not know the GPU", vgpu.limits.gpu[i].uuid);
 				continue;
 			}
-			CUdevice dev;
-			int sms = 0;
-			if (vgpu_cu_ctx_get_device(&dev) == CUDA_SUCCESS)
-				vgpu_cu_device_attr(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
-			/* A first guess of one wave per millisecond; the loop corrects it. */
-			b->rate = (int64_t)(sms > 0 ? sms : 100) * (PERIOD_NS / 1000000) * vgpu.limits.gpu[i].cores / 100;
+			b->rate = clamp_rate(i, nominal_rate(i));
 			b->tokens = b->rate;
-			b->refilled_ns = now_ns();
+			b->refilled_ns = b->heard_ns = now_ns();
 			b->active = 1;
 			any = 1;
 		}
@@ -264,7 +373,38 @@ void vgpu_limiter_after_fork(void)
 	memset(buckets, 0, sizeof(buckets));
 }
 
-void vgpu_limiter_charge(int idx, uint64_t blocks)
+/* Blocks per wave on dev, asked once per bucket; 1 when the driver cannot say
+ * (every block a wave: an overcharge the rate steering absorbs). */
+static int sm_count(struct bucket *b, CUdevice dev)
+{
+	int sms = __atomic_load_n(&b->sms, __ATOMIC_RELAXED);
+	if (unlikely(sms <= 0)) {
+		if (vgpu_cu_device_attr(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) != CUDA_SUCCESS ||
+		    sms <= 0)
+			sms = 1;
+		__atomic_store_n(&b->sms, sms, __ATOMIC_RELAXED);
+	}
+	return sms;
+}
+
+/* Tokens the bucket holds now: those of the last refill plus what the time
+ * since has earned (the watcher adds it at its next tick), so a waiting
+ * launch goes as soon as the debt is paid, not at the next tick. */
+static int64_t available(struct bucket *b, int64_t now)
+{
+	int64_t since = now - __atomic_load_n(&b->refilled_ns, __ATOMIC_SEQ_CST);
+	int64_t t = __atomic_load_n(&b->tokens, __ATOMIC_RELAXED);
+	int64_t rate = __atomic_load_n(&b->rate, __ATOMIC_RELAXED);
+	if (__atomic_load_n(&b->owed, __ATOMIC_RELAXED) > 0)
+		rate -= rate / 4; /* a quarter of the refill pays what is owed */
+	if (since < 0)
+		since = 0;
+	if (since > MAX_LATE_NS)
+		since = MAX_LATE_NS;
+	return t + (int64_t)((double)rate * (double)since / (double)PERIOD_NS);
+}
+
+void vgpu_limiter_charge(int idx, CUdevice dev, uint64_t blocks)
 {
 	if (idx < 0 || vgpu.limits.gpu[idx].cores >= 100)
 		return;
@@ -273,25 +413,81 @@ void vgpu_limiter_charge(int idx, uint64_t blocks)
 	struct bucket *b = &buckets[idx];
 	if (!b->active)
 		return;
-	if (__atomic_load_n(&b->tokens, __ATOMIC_RELAXED) <= 0) {
+	uint64_t sms = (uint64_t)sm_count(b, dev), waves = blocks ? (blocks - 1) / sms + 1 : 1;
+	int64_t cost = waves > (uint64_t)INT32_MAX ? (int64_t)INT32_MAX * TOKEN : (int64_t)waves * TOKEN;
+	if (!__atomic_load_n(&b->launched, __ATOMIC_RELAXED))
+		__atomic_store_n(&b->launched, 1, __ATOMIC_RELAXED);
+	int64_t avail = available(b, now_ns());
+	if (avail <= 0) {
+		__atomic_store_n(&b->starved, 1, __ATOMIC_RELAXED);
 		__atomic_add_fetch(&b->waiting, 1, __ATOMIC_RELAXED);
-		while (__atomic_load_n(&b->tokens, __ATOMIC_RELAXED) <= 0)
-			sleep_ns(WAIT_NS);
+		do {
+			/* Sleep about until the debt is paid at the current rate. */
+			int64_t rate = __atomic_load_n(&b->rate, __ATOMIC_RELAXED);
+			int64_t ns = rate > 0 ? (int64_t)((double)(1 - avail) * (double)PERIOD_NS / (double)rate) : 0;
+			sleep_ns(ns < WAIT_NS ? WAIT_NS : ns > WAIT_MAX_NS ? WAIT_MAX_NS : ns);
+		} while ((avail = available(b, now_ns())) <= 0);
 		__atomic_sub_fetch(&b->waiting, 1, __ATOMIC_RELAXED);
 	}
-	__atomic_sub_fetch(&b->tokens, (int64_t)blocks, __ATOMIC_RELAXED);
+	/* Bounded debt: at most about one period's allowance below zero (counting
+	 * what the time since the last refill has earned), so the next launch
+	 * waits a period at most; the rest is owed, up to OWED_PERIODS periods'
+	 * worth. */
+	int64_t rate = __atomic_load_n(&b->rate, __ATOMIC_RELAXED);
+	__atomic_sub_fetch(&b->tokens, cost, __ATOMIC_RELAXED);
+	int64_t floor = rate - rate / 4; /* three quarters: paid within a period even while owing */
+	int64_t excess = cost - avail - floor; /* how far below -floor the launch takes it */
+	if (excess > 0) {
+		if (excess > cost)
+			excess = cost;
+		__atomic_add_fetch(&b->tokens, excess, __ATOMIC_RELAXED);
+		__atomic_store_n(&b->clipped, 1, __ATOMIC_RELAXED);
+		int64_t owed = __atomic_add_fetch(&b->owed, excess, __ATOMIC_RELAXED);
+		if (owed > rate * OWED_PERIODS)
+			__atomic_store_n(&b->owed, rate * OWED_PERIODS, __ATOMIC_RELAXED);
+	}
 }
 
 /* ---- launch entry points ------------------------------------------------------------ */
 
-/* The throttled path: account the launch, wait for tokens. */
-static __attribute__((noinline)) void gate(uint64_t blocks)
+/* Whether a launch into s is recorded by stream capture instead of run: it
+ * runs, and is charged, each time its graph is launched. ptsz: the call was
+ * a per-thread-default-stream twin, where NULL names that stream. */
+static int capturing(CUstream s, int ptsz)
 {
-	int idx = vgpu_current_index(NULL);
-	if (idx < 0)
+	static void *fn;
+	static int absent;
+	if (s == CU_STREAM_LEGACY || (!s && !ptsz))
+		return 0; /* the legacy stream is never captured */
+	if (!s)
+		s = CU_STREAM_PER_THREAD;
+	CUresult (*f)(CUstream, int *) = (CUresult(*)(CUstream, int *))__atomic_load_n(&fn, __ATOMIC_ACQUIRE);
+	if (unlikely(!f)) {
+		if (__atomic_load_n(&absent, __ATOMIC_RELAXED))
+			return 0;
+		void *h = vgpu_lib_handle(LIB_CUDA);
+		f = (CUresult(*)(CUstream, int *))(h ? vgpu_real_dlsym(h, "cuStreamIsCapturing") : NULL);
+		if (!f) {
+			__atomic_store_n(&absent, 1, __ATOMIC_RELAXED); /* a driver before 10.0 */
+			return 0;
+		}
+		__atomic_store_n(&fn, (void *)f, __ATOMIC_RELEASE);
+	}
+	int status = CU_STREAM_CAPTURE_STATUS_NONE;
+	return f(s, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+/* The throttled path: account the launch, wait for tokens. */
+static __attribute__((noinline)) void gate(uint64_t blocks, CUstream s, int ptsz)
+{
+	CUdevice dev;
+	int idx = vgpu_current_index(&dev);
+	if (idx < 0 || vgpu.limits.gpu[idx].cores >= 100)
+		return;
+	if (capturing(s, ptsz))
 		return;
 	vgpu_count_launch(idx);
-	vgpu_limiter_charge(idx, blocks ? blocks : 1);
+	vgpu_limiter_charge(idx, dev, blocks);
 }
 
 #define GRID(x, y, z) ((uint64_t)(x) * (uint64_t)(y) * (uint64_t)(z))
@@ -302,7 +498,7 @@ VGPU_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsi
 				    void **extra)
 {
 	if (THROTTLED())
-		gate(GRID(gx, gy, gz));
+		gate(GRID(gx, gy, gz), s, 0);
 	return NEXT(cuLaunchKernel)(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
 }
 
@@ -311,16 +507,17 @@ VGPU_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy,
 					 void **extra)
 {
 	if (THROTTLED())
-		gate(GRID(gx, gy, gz));
+		gate(GRID(gx, gy, gz), s, 1);
 	return NEXT(cuLaunchKernel_ptsz)(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
 }
 
+/* A cooperative grid is resident all at once: charged its grid like any other. */
 VGPU_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
 					       unsigned bx, unsigned by, unsigned bz, unsigned shm, CUstream s,
 					       void **params)
 {
 	if (THROTTLED())
-		gate(GRID(gx, gy, gz));
+		gate(GRID(gx, gy, gz), s, 0);
 	return NEXT(cuLaunchCooperativeKernel)(f, gx, gy, gz, bx, by, bz, shm, s, params);
 }
 
@@ -329,26 +526,26 @@ VGPU_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, u
 						    CUstream s, void **params)
 {
 	if (THROTTLED())
-		gate(GRID(gx, gy, gz));
+		gate(GRID(gx, gy, gz), s, 1);
 	return NEXT(cuLaunchCooperativeKernel_ptsz)(f, gx, gy, gz, bx, by, bz, shm, s, params);
 }
 
 VGPU_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
 {
 	if (THROTTLED())
-		gate(c ? GRID(c->gridDimX, c->gridDimY, c->gridDimZ) : 1);
+		gate(c ? GRID(c->gridDimX, c->gridDimY, c->gridDimZ) : 1, c ? c->hStream : NULL, 0);
 	return NEXT(cuLaunchKernelEx)(c, f, params, extra);
 }
 
 VGPU_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
 {
 	if (THROTTLED())
-		gate(c ? GRID(c->gridDimX, c->gridDimY, c->gridDimZ) : 1);
+		gate(c ? GRID(c->gridDimX, c->gridDimY, c->gridDimZ) : 1, c ? c->hStream : NULL, 1);
 	return NEXT(cuLaunchKernelEx_ptsz)(c, f, params, extra);
 }
 
-/* A graph's kernels are not visible here: one token per launch. Tokens are
- * only a unit the feedback loop scales, so the share still converges. */
+/* A graph is charged the blocks of its kernel nodes (graph.c; one wave when
+ * unknown: not instantiated through the shim). */
 VGPU_EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream s)
 {
 	/* A launch may back the graph's memory nodes (graph.c). */
@@ -356,7 +553,7 @@ VGPU_EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream s)
 	if (vgpu_graph_back_begin(g, 1, &b) != 0)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	if (THROTTLED())
-		gate(0);
+		gate(vgpu_graph_exec_work(g), s, 0);
 	CUresult rc = NEXT(cuGraphLaunch)(g, s);
 	vgpu_graph_back_end(&b, rc);
 	return rc;
@@ -368,7 +565,7 @@ VGPU_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s)
 	if (vgpu_graph_back_begin(g, 1, &b) != 0)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	if (THROTTLED())
-		gate(0);
+		gate(vgpu_graph_exec_work(g), s, 1);
 	CUresult rc = NEXT(cuGraphLaunch_ptsz)(g, s);
 	vgpu_graph_back_end(&b, rc);
 	return rc;

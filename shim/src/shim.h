@@ -233,7 +233,7 @@ void vgpu_fp_after_fork(void);
 
 void vgpu_limiter_start(void);
 void vgpu_limiter_after_fork(void);
-/* Blocks until the launch may go; cost in thread blocks. */
-void vgpu_limiter_charge(int idx, uint64_t blocks);
+/* Blocks until a launch of this many thread blocks on dev (limits index idx) may go. */
+void vgpu_limiter_charge(int idx, CUdevice dev, uint64_t blocks);
 
 #endif

@@ -1044,6 +1044,15 @@ static void run(int argc, char **argv)
 			/* No executable graph: the driver's CUDA_ERROR_INVALID_VALUE, passed through. */
 			check_rc("cuGraphLaunch", api.GraphLaunch(NULL, NULL), "1");
 			check_rc("cuCtxSynchronize", api.CtxSynchronize(), NULL);
+		} else if (!strcmp(op, "launchtimed")) {
+			/* launchtimed:GRID — one launch, no synchronisation; prints how long the call took
+			 * (the SM limiter's wait: the fake driver itself returns at once unless its queue
+			 * is full). */
+			double t0 = now_s();
+			check_rc("cuLaunchKernel",
+				 api.LaunchKernel(NULL, (unsigned)atoi(a[1]), 1, 1, 128, 1, 1, 0, NULL, NULL, NULL), NULL);
+			printf("launch_ms %.1f\n", (now_s() - t0) * 1000.0);
+			fflush(stdout);
 		} else if (!strcmp(op, "launchfor")) {
 			/* launchfor:SECONDS:WARMUP:GRID — prints this process's share of GPU time after warm-up:
 			 * the GPU time its kernels ran in the window over the window, both taken by the fake
@@ -1051,6 +1060,11 @@ static void run(int argc, char **argv)
 			 * skew the window against the GPU time in it. */
 			double total = atof(a[1]), warm = atof(a[2]);
 			unsigned grid = (unsigned)atoi(a[3]);
+			/* launchfor:...:GRID:KIND — KIND coop or ex launches through
+			 * cuLaunchCooperativeKernel or cuLaunchKernelEx instead. */
+			const char *kind = a[4] ? a[4] : "kernel";
+			CUlaunchConfig cfg = {.gridDimX = grid, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 128,
+					      .blockDimY = 1, .blockDimZ = 1};
 			if (!busy_fn)
 				busy_fn = (long long (*)(int, int, long long *))dlsym(RTLD_DEFAULT, "fakecudaBusyNs");
 			if (!busy_fn)
@@ -1062,8 +1076,15 @@ static void run(int argc, char **argv)
 					b0 = busy_fn(getpid(), 0, &w0);
 				/* No synchronisation: the (fake) launch queue blocks when full, so
 				 * an unthrottled process keeps the device busy, as on a real GPU. */
-				check_rc("cuLaunchKernel",
-					 api.LaunchKernel(NULL, grid, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL), NULL);
+				if (!strcmp(kind, "coop"))
+					check_rc("cuLaunchCooperativeKernel",
+						 api.LaunchCooperativeKernel(NULL, grid, 1, 1, 128, 1, 1, 0, NULL, NULL),
+						 NULL);
+				else if (!strcmp(kind, "ex"))
+					check_rc("cuLaunchKernelEx", api.LaunchKernelEx(&cfg, NULL, NULL, NULL), NULL);
+				else
+					check_rc("cuLaunchKernel",
+						 api.LaunchKernel(NULL, grid, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL), NULL);
 			}
 			long long w1 = 0, b1 = busy_fn(getpid(), 0, &w1);
 			check_rc("cuCtxSynchronize", api.CtxSynchronize(), NULL);

@@ -1145,6 +1145,7 @@ t fuzz_limits_parser test_fuzz_limits_parser
 . "$HERE/t_pools.sh"
 . "$HERE/t_footprint.sh"
 . "$HERE/t_graphs.sh"
+. "$HERE/t_limiter.sh"
 
 echo "shim: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -323,6 +323,16 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, nvmlProcessU
 	static int64_t last_call[FK_MAX_DEV];
 	const char *e = getenv("FAKECUDA_SAMPLE_MS");
 	int64_t period = e ? atoll(e) * 1000000ll : 0;
+	/* FAKECUDA_UTIL_IDLE: how a process that ran under 1 % of the window shows.
+	 * Unset: listed (smUtil 0) if it ran at all. "absent": left out, NOT_FOUND when
+	 * nobody is left (NVML with no samples). "zero": every process with a context
+	 * listed, idle ones with smUtil 0 (NVML with zero samples).
+	 * FAKECUDA_UTIL_UNSUPPORTED=1: NVML_ERROR_NOT_SUPPORTED, as where per-process
+	 * utilisation is not available. */
+	const char *idle = getenv("FAKECUDA_UTIL_IDLE");
+	int absent = idle && !strcmp(idle, "absent"), zero = idle && !strcmp(idle, "zero");
+	if (getenv("FAKECUDA_UTIL_UNSUPPORTED"))
+		return NVML_ERROR_NOT_SUPPORTED;
 	pthread_mutex_lock(&last_mu);
 	if (period && last_call[d] && now - last_call[d] < period) {
 		pthread_mutex_unlock(&last_mu);
@@ -343,14 +353,14 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, nvmlProcessU
 			continue;
 		}
 		int64_t busy = ran - last[d][i].busy, win = now - last[d][i].ts;
-		if (win <= 0 || busy <= 0) {
+		unsigned util = win > 0 && busy > 0 ? (unsigned)(busy * 100 / win) : 0;
+		if (win <= 0 || (busy <= 0 && !(zero && p->ctxs[d])) || (absent && !util)) {
 			if (win > 0) {
 				last[d][i].busy = ran;
 				last[d][i].ts = now;
 			}
 			continue;
 		}
-		unsigned util = (unsigned)(busy * 100 / win);
 		if (util > 100)
 			util = 100;
 		if (s && n < *count)

@@ -1,0 +1,81 @@
+# SM limiter tests (sourced by run.sh): debt, missing samples, what a launch is charged.
+# Shares come from the fake driver's device-time accounting (cudaprog launchfor), not
+# from the launcher's wall time.
+
+# share_in FILE LO HI [WHAT] — every "share" line of FILE lies in [LO, HI].
+share_in() {
+	local s
+	s=$(sed -n 's/^share //p' "$1" | tr '\n' ' ')
+	echo "    info: ${4:-share} $s (want $2..$3)"
+	[ -n "$s" ] && awk -v lo="$2" -v hi="$3" -v s="$s" \
+		'BEGIN { n = split(s, v, " "); for (i = 1; i <= n; i++) if (v[i] < lo || v[i] > hi) exit 1 }'
+}
+
+test_sm_huge_kernel_no_stall() {
+	# vLLM's mix in miniature: seconds of 1-block kernels, then one 13,200-block kernel (100 waves of
+	# 1 ms on 132 SMs, 100 ms of GPU time), then one of 132,000 blocks (1 s). The small kernels must be
+	# held to the share, and a huge one may put the container about one control period (20 ms) in
+	# debt, no more: the launches after it return within a second (a bound only a stalled limiter
+	# misses; the 13,200-block kernel used to hold the next launch over a minute).
+	setup $GiB 30 hard
+	export FAKECUDA_SAMPLE_MS=166
+	run init launchfor:3:1:1 launchtimed:13200 launchtimed:1 launchtimed:132000 launchtimed:1 launchtimed:1 \
+		launchfor:2:0.5:13200 launchfor:2:0.5:1 || return 1
+	# Kernels longer than a period's allowance (the 100 ms ones) run at about one a period, over the
+	# share: they are not held to it, but must not cut the rate for the small kernels after them.
+	sed -n 's/^share //p' "$T/out" | sed -n 2p | sed 's/^/    info: share of 100 ms kernels /'
+	sed -n 's/^share //p' "$T/out" | sed 2d | sed 's/^/share /' >"$T/small"
+	share_in "$T/small" 25 35 "share of 1-block kernels before and after" || return 1
+	local w
+	w=$(sed -n 's/^launch_ms //p' "$T/out" | sort -n | tail -1)
+	echo "    info: longest launch after a huge kernel $w ms"
+	awk -v w="$w" 'BEGIN { exit !(w < 1000) }'
+}
+
+test_sm_charged_by_waves() {
+	# A launch costs its grid in waves (grid / SMs, rounded up), the time it holds the GPU: 1 block
+	# and 132 blocks are one wave (1 ms on the fake), 1320 blocks ten. Each mix is held to the share
+	# from its first second on.
+	setup $GiB 30 hard
+	export FAKECUDA_SAMPLE_MS=166
+	run init launchfor:2:0.5:132 launchfor:2:0.5:1320 launchfor:2:0.5:1 || return 1
+	share_in "$T/out" 25 35 "shares of 1-, 10- and 1-wave kernels"
+}
+
+test_sm_launch_kinds() {
+	# Cooperative and cuLaunchKernelEx launches are charged by their grid as well (10 waves each).
+	setup $GiB 30 hard
+	export FAKECUDA_SAMPLE_MS=166
+	run init launchfor:2:0.5:1320:coop launchfor:2:0.5:1320:ex || return 1
+	share_in "$T/out" 25 35 "shares of cooperative and Ex launches"
+}
+
+# sm_small_waves IDLE — kernels of 50 us a wave at a 10 % limit: the first guess (1 ms a wave) lets
+# the container run 0.5 % of the GPU, less than NVML's 1 % resolution. NVML shows it as IDLE says
+# (absent: no samples at all; zero: listed with 0 %); either way the rate must climb to the share.
+sm_small_waves() {
+	setup $GiB 10 hard
+	export FAKECUDA_SAMPLE_MS=166 FAKECUDA_KERNEL_US=50 FAKECUDA_UTIL_IDLE=$1
+	run init launchfor:6:4:1 || return 1
+	share_in "$T/out" 5 15 "share with NVML idle=$1 (limit 10)"
+}
+test_sm_no_samples() { sm_small_waves absent; }
+test_sm_zero_samples() { sm_small_waves zero; }
+
+test_sm_nvml_unsupported() {
+	# NVML gives no per-process utilisation at all: the bucket still refills at the rate it has
+	# (here the first guess, right for 1 ms waves), with one warning; launches never stall.
+	setup $GiB 30 hard
+	export FAKECUDA_UTIL_UNSUPPORTED=1
+	run init launchfor:3:1:132 launchtimed:1 || return 1
+	share_in "$T/out" 25 35 "share without NVML utilisation" || return 1
+	grep -q "NVML gives no per-process utilisation" "$T/err" || { echo "    no warning"; return 1; }
+	expect "warnings" "$(grep -c "NVML gives no per-process utilisation" "$T/err")" 1
+}
+
+t sm_huge_kernel_no_stall test_sm_huge_kernel_no_stall
+t sm_charged_by_waves test_sm_charged_by_waves
+t sm_launch_kinds test_sm_launch_kinds
+t sm_no_samples test_sm_no_samples
+t sm_zero_samples test_sm_zero_samples
+t sm_nvml_unsupported test_sm_nvml_unsupported
