@@ -68,7 +68,7 @@
  * three of those is news, not just a query between two samples. */
 #define STALE_NS 500000000ll
 #define MAX_SAMPLES 1024
-#define FLUSH_PERIODS 5 /* launch counts reach the region every 100 ms */
+#define FLUSH_TICKS 5 /* launch counts reach the region every 100 ms */
 /* Tokens per wave (fixed point): a rate under one wave a period must exist for
  * long kernels at small shares. */
 #define TOKEN 1024ll
@@ -236,7 +236,9 @@ static int64_t adjust(int idx, int64_t rate, int starved, int clipped, int launc
 
 /* Adds what the elapsed time is owed: first towards what big launches owe
  * (a quarter of it at most, so launches keep flowing), then to the bucket,
- * which keeps at most one period's worth from before (idle time is not banked). */
+ * which holds one period's allowance at most: idle time is not banked, and a
+ * container that was idle starts with no more than a period of work queued
+ * ahead of the others'. */
 static void refill(struct bucket *b, int64_t rate)
 {
 	int64_t now = now_ns(), elapsed = now - __atomic_load_n(&b->refilled_ns, __ATOMIC_RELAXED);
@@ -260,8 +262,8 @@ static void refill(struct bucket *b, int64_t rate)
 	int64_t t = __atomic_load_n(&b->tokens, __ATOMIC_RELAXED), nt;
 	do {
 		nt = t + add;
-		if (nt > add + rate)
-			nt = t > add + rate ? t : add + rate;
+		if (nt > rate)
+			nt = t > rate ? t : rate;
 	} while (!__atomic_compare_exchange_n(&b->tokens, &t, nt, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
 }
 
@@ -309,7 +311,7 @@ static void *watcher(void *arg)
 			if (buckets[i].active)
 				steer(i, &buckets[i]);
 		/* Launch counts to the region for the host (never waits for its lock). */
-		if (n % FLUSH_PERIODS == 0)
+		if (n % FLUSH_TICKS == 0)
 			vgpu_region_flush();
 		vgpu_fp_watch(n); /* footprint growth at launch (lazily loaded kernels, local memory) */
 		sleep_ns(TICK_NS);

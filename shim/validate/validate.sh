@@ -157,6 +157,34 @@ sys.exit(0 if ok else 1)
 PY
 result $? "CUDA graph memory counted at upload, refused over the quota, given back by the trim"
 
+# 4c. The SM limiter neither stalls nor lets small kernels run over the share: at 30 %,
+#     three seconds of 1-element kernels, then three large matmuls (tens of ms each, longer
+#     than a control period's allowance), then 50 small launches. Passes when the small-kernel
+#     phase ran about 30 % of its unlimited rate and no launch after the matmuls waited more
+#     than twice the control period (2 x 50 ms).
+stall='
+import time, torch
+x = torch.ones(1, device="cuda"); a = torch.randn(8192, 8192, device="cuda")
+def small(sec):
+    torch.cuda.synchronize(); t = time.time(); n = 0
+    while time.time() - t < sec:
+        x.add_(1); n += 1
+    torch.cuda.synchronize(); return n / (time.time() - t)
+rate = small(3)
+a @ a; a @ a; a @ a
+waits = []
+for _ in range(50):
+    s = time.time(); x.add_(1); waits.append(time.time() - s)
+torch.cuda.synchronize()
+print(rate, round(max(waits) * 1000, 1))'
+read -r small_base _ < <(CUDA_VISIBLE_DEVICES=$gpu python3 -c "$stall")
+limits 0 30
+read -r small_got wait_ms < <(shimmed python3 -c "$stall")
+share=$(python3 -c "print(round(100 * $small_got / $small_base, 1))")
+echo "  cores=30: small kernels at $share % of their unlimited rate; longest launch after the matmuls $wait_ms ms"
+python3 -c "import sys; sys.exit(0 if $share <= 35 and $wait_ms <= 100 else 1)"
+result $? "SM limiter: small kernels held to 30 %, no launch waits over 2 control periods after long kernels"
+
 # 5. Overhead with the shim loaded and no limits in force.
 limits 0 100
 got=$(shimmed python3 -c "$bench")

@@ -147,8 +147,16 @@ static void ctx_callback(CUcontext c)
 	current = prev;
 }
 
+/* Set by fakecudaSetKernelUs (a test hook): this process's kernels take that
+ * long a wave, whatever FAKECUDA_KERNEL_US says, so one program can run a mix
+ * of short and long kernels. */
+static int64_t kernel_ns_set;
+
 static int64_t kernel_ns(void)
 {
+	int64_t set = __atomic_load_n(&kernel_ns_set, __ATOMIC_RELAXED);
+	if (set > 0)
+		return set;
 	const char *e = getenv("FAKECUDA_KERNEL_US");
 	return (e ? atoll(e) : 1000) * 1000;
 }
@@ -1450,6 +1458,13 @@ EXPORT long long fakecudaBusyNs(int pid, int dev, long long *at_ns)
 	if (at_ns)
 		*at_ns = now;
 	return v;
+}
+
+/* Test hook: the kernels this process launches from now on take us
+ * microseconds a wave (0: FAKECUDA_KERNEL_US again). */
+EXPORT void fakecudaSetKernelUs(long long us)
+{
+	__atomic_store_n(&kernel_ns_set, us > 0 ? us * 1000 : 0, __ATOMIC_RELAXED);
 }
 
 EXPORT unsigned long long fakecudaDeviceUsed(int dev)
