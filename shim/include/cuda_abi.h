@@ -131,13 +131,6 @@ typedef struct {
  * calling thread's current context, as NULL (the default stream) does. */
 #define CU_STREAM_LEGACY ((CUstream)0x1)
 #define CU_STREAM_PER_THREAD ((CUstream)0x2)
-/* CUstreamCaptureStatus, from cuStreamIsCapturing (CUDA 10.0): an int-sized
- * enum. Values per the driver API reference; not in the ABI notes (unverified). */
-enum {
-	CU_STREAM_CAPTURE_STATUS_NONE = 0,
-	CU_STREAM_CAPTURE_STATUS_ACTIVE = 1,
-	CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2,
-};
 
 /*
  * Driver functions the shim calls or hooks to find the device of
