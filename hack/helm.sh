@@ -3,16 +3,22 @@
 # from it (packaging/manifests/nri-vgpu.yaml).
 #
 #   hack/helm.sh render   rewrite the manifests from the chart
-#   hack/helm.sh check    helm lint --strict, and fail when the manifests
-#                         differ from a fresh render (run by make test)
+#   hack/helm.sh docs     rewrite the chart's README.md (its values table)
+#                         from README.md.gotmpl and values.yaml
+#   hack/helm.sh check    helm lint --strict, the chart's tests in
+#                         test/packaging with several sets of values, and
+#                         fail when the manifests or the README differ from
+#                         a fresh render (run by make test)
 #
-# Helm is pinned below and built into .tools/ with go install on first use
-# (about two minutes; Debian has no helm package).
+# Helm and helm-docs are pinned below and built into .tools/ with go install
+# on first use (about two minutes; Debian has no helm package).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 HELM_VERSION=v3.19.2
 HELM=${HELM:-$PWD/.tools/helm-$HELM_VERSION/helm}
+HELM_DOCS_VERSION=v1.14.2
+HELM_DOCS=${HELM_DOCS:-$PWD/.tools/helm-docs-$HELM_DOCS_VERSION/helm-docs}
 CHART=packaging/helm/nri-vgpu
 MANIFESTS=packaging/manifests/nri-vgpu.yaml
 # Node agents belong in kube-system, where the system-node-critical priority
@@ -24,6 +30,18 @@ if [ ! -x "$HELM" ]; then
 	echo "helm: installing helm $HELM_VERSION into $(dirname "$HELM") (go install, takes a while)"
 	GOBIN=$(dirname "$HELM") GOFLAGS=-trimpath go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 fi
+
+if [ ! -x "$HELM_DOCS" ]; then
+	echo "helm: installing helm-docs $HELM_DOCS_VERSION into $(dirname "$HELM_DOCS") (go install)"
+	GOBIN=$(dirname "$HELM_DOCS") GOFLAGS=-trimpath go install "github.com/norwoodj/helm-docs/cmd/helm-docs@$HELM_DOCS_VERSION"
+fi
+
+# docs writes the chart's README into the directory $1 (a copy of the chart
+# for check, the chart itself for docs). Values without a "# --" comment are
+# left out of the table.
+docs() {
+	"$HELM_DOCS" --chart-search-root "$1" --skip-version-footer --ignore-non-descriptions --log-level warning
+}
 
 render() {
 	echo "# nri-vgpu for kubectl apply -f: packaging/helm/nri-vgpu rendered with its"
@@ -37,6 +55,10 @@ render)
 	render >"$MANIFESTS.tmp"
 	mv "$MANIFESTS.tmp" "$MANIFESTS"
 	echo "helm: wrote $MANIFESTS"
+	;;
+docs)
+	docs "$CHART"
+	echo "helm: wrote $CHART/README.md"
 	;;
 check)
 	"$HELM" lint --strict "$CHART"
@@ -66,14 +88,27 @@ check)
 		echo "helm: hostPaths.driverRoot=/run/nvidia/driver mounts it at /host/run/nvidia/driver (HostToContainer) in $n containers, want 1" >&2
 		exit 1
 	fi
+	# Metrics and the ServiceMonitor on, namespaceOverride, per-component
+	# values: rendered and decoded strictly into the API types.
+	"$HELM" lint --strict "$CHART" --namespace kube-system \
+		--set metrics.enabled=true --set metrics.serviceMonitor.enabled=true --set namespaceOverride=gpu-system
+	HELM=$HELM go test -count=1 ./test/packaging/ -run '^(TestChart|TestManifests)'
 	if ! diff -u "$MANIFESTS" <(render); then
 		echo "helm: $MANIFESTS is out of date with the chart: run hack/helm.sh render" >&2
 		exit 1
 	fi
-	echo "helm: chart lints and $MANIFESTS is up to date"
+	tmp=$(mktemp -d)
+	trap 'rm -rf "$tmp"' EXIT
+	cp -r "$CHART" "$tmp/"
+	docs "$tmp"
+	if ! diff -u "$CHART/README.md" "$tmp/$(basename "$CHART")/README.md"; then
+		echo "helm: $CHART/README.md is out of date with values.yaml or README.md.gotmpl: run hack/helm.sh docs" >&2
+		exit 1
+	fi
+	echo "helm: chart lints, its tests pass, $MANIFESTS and $CHART/README.md are up to date"
 	;;
 *)
-	echo "usage: hack/helm.sh render|check" >&2
+	echo "usage: hack/helm.sh render|docs|check" >&2
 	exit 2
 	;;
 esac

@@ -19,6 +19,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
@@ -27,19 +29,30 @@ import (
 const manifestsPath = "../../packaging/manifests/nri-vgpu.yaml"
 
 type manifests struct {
-	configMaps []corev1.ConfigMap
-	daemonSets map[string]*appsv1.DaemonSet // by app.kubernetes.io/component
+	configMaps      []corev1.ConfigMap
+	serviceAccounts []corev1.ServiceAccount
+	services        []corev1.Service
+	serviceMonitors []monitoringv1.ServiceMonitor
+	daemonSets      map[string]*appsv1.DaemonSet // by app.kubernetes.io/component
 }
 
-// loadManifests decodes every document of the rendered manifests into the
-// Kubernetes API type of its kind, strictly: an unknown or misspelt field,
-// a duplicate key or a wrong type fails, as the API server would refuse it.
+// loadManifests decodes the rendered manifests (decodeManifests).
 func loadManifests(t *testing.T) manifests {
 	t.Helper()
 	data, err := os.ReadFile(manifestsPath)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return decodeManifests(t, data)
+}
+
+// decodeManifests decodes every document of a multi-document YAML stream
+// into the Kubernetes API type of its kind, strictly: an unknown or misspelt
+// field, a duplicate key or a wrong type fails, as the API server would
+// refuse it. The ServiceMonitor is decoded into the Prometheus Operator's
+// own Go type, from which its CRD's schema is generated.
+func decodeManifests(t *testing.T, data []byte) manifests {
+	t.Helper()
 	m := manifests{daemonSets: map[string]*appsv1.DaemonSet{}}
 	for i, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(data), -1) {
 		if len(bytes.TrimSpace(stripComments([]byte(doc)))) == 0 {
@@ -56,6 +69,24 @@ func loadManifests(t *testing.T) manifests {
 				t.Fatalf("document %d (%s): %v", i, gvk, err)
 			}
 			m.configMaps = append(m.configMaps, cm)
+		case "v1/ServiceAccount":
+			var sa corev1.ServiceAccount
+			if err := yaml.UnmarshalStrict([]byte(doc), &sa); err != nil {
+				t.Fatalf("document %d (%s): %v", i, gvk, err)
+			}
+			m.serviceAccounts = append(m.serviceAccounts, sa)
+		case "v1/Service":
+			var svc corev1.Service
+			if err := yaml.UnmarshalStrict([]byte(doc), &svc); err != nil {
+				t.Fatalf("document %d (%s): %v", i, gvk, err)
+			}
+			m.services = append(m.services, svc)
+		case "monitoring.coreos.com/v1/ServiceMonitor":
+			var sm monitoringv1.ServiceMonitor
+			if err := yaml.UnmarshalStrict([]byte(doc), &sm); err != nil {
+				t.Fatalf("document %d (%s): %v", i, gvk, err)
+			}
+			m.serviceMonitors = append(m.serviceMonitors, sm)
 		case "apps/v1/DaemonSet":
 			var ds appsv1.DaemonSet
 			if err := yaml.UnmarshalStrict([]byte(doc), &ds); err != nil {
@@ -79,6 +110,16 @@ func TestManifestsObjects(t *testing.T) {
 	m := loadManifests(t)
 	if len(m.configMaps) != 1 {
 		t.Fatalf("%d ConfigMaps, want 1", len(m.configMaps))
+	}
+	if len(m.serviceAccounts) != 1 {
+		t.Fatalf("%d ServiceAccounts, want 1", len(m.serviceAccounts))
+	}
+	if sa := m.serviceAccounts[0]; sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken {
+		t.Errorf("ServiceAccount automountServiceAccountToken %v, want false", sa.AutomountServiceAccountToken)
+	}
+	// Metrics are off by default: no port, no Service.
+	if len(m.services) != 0 || len(m.serviceMonitors) != 0 {
+		t.Errorf("%d Services and %d ServiceMonitors with the default values, want none", len(m.services), len(m.serviceMonitors))
 	}
 	for _, component := range []string{"device-plugin", "nri-plugin"} {
 		ds := m.daemonSets[component]
@@ -106,8 +147,13 @@ func TestManifestsObjects(t *testing.T) {
 			if len(pod.NodeSelector) == 0 || len(pod.Tolerations) == 0 || pod.PriorityClassName != "system-node-critical" {
 				t.Errorf("pod placement: nodeSelector %v, tolerations %v, priority class %q", pod.NodeSelector, pod.Tolerations, pod.PriorityClassName)
 			}
-			if pod.ServiceAccountName != "" || (pod.AutomountServiceAccountToken != nil && *pod.AutomountServiceAccountToken) {
-				t.Errorf("the pods need no API access, found service account %q", pod.ServiceAccountName)
+			// Neither daemon talks to the API server: a ServiceAccount of
+			// their own, no token.
+			if len(m.serviceAccounts) != 1 || pod.ServiceAccountName != m.serviceAccounts[0].Name {
+				t.Errorf("pod service account %q, want the chart's own (%d rendered)", pod.ServiceAccountName, len(m.serviceAccounts))
+			}
+			if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
+				t.Errorf("pod automountServiceAccountToken %v, want false", pod.AutomountServiceAccountToken)
 			}
 			volumes := map[string]corev1.Volume{}
 			for _, v := range pod.Volumes {

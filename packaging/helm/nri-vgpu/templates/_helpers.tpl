@@ -36,25 +36,68 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
-{{/* Pod settings both DaemonSets share. */}}
+{{/* Namespace of every object: namespaceOverride, else the release's. */}}
+{{- define "nri-vgpu.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The ServiceAccount the pods run as. */}}
+{{- define "nri-vgpu.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "nri-vgpu.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Pod labels of one component: its selector labels, then podLabels.
+Called with (dict "root" $ "component" "device-plugin").
+*/}}
+{{- define "nri-vgpu.podLabels" -}}
+{{ include "nri-vgpu.selectorLabels" . }}
+{{- with .root.Values.podLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The DaemonSet's updateStrategy: the component's, else the global one.
+Called with (dict "root" $ "values" .Values.devicePlugin).
+*/}}
+{{- define "nri-vgpu.updateStrategy" -}}
+{{- toYaml (.values.updateStrategy | default .root.Values.updateStrategy) -}}
+{{- end -}}
+
+{{/*
+Pod settings both DaemonSets share; placement is the component's when set,
+else the global value. Called with (dict "root" $ "values" .Values.devicePlugin).
+*/}}
 {{- define "nri-vgpu.podCommon" -}}
-{{- with .Values.imagePullSecrets }}
+{{- $root := .root -}}
+serviceAccountName: {{ include "nri-vgpu.serviceAccountName" $root }}
+automountServiceAccountToken: {{ $root.Values.serviceAccount.automountServiceAccountToken }}
+{{- with $root.Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.priorityClassName }}
+{{- with $root.Values.priorityClassName }}
 priorityClassName: {{ . }}
 {{- end }}
-{{- with .Values.nodeSelector }}
+{{- with .values.nodeSelector | default $root.Values.nodeSelector }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.affinity }}
+{{- with .values.affinity | default $root.Values.affinity }}
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.tolerations }}
+{{- with .values.tolerations | default $root.Values.tolerations }}
 tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.podSecurityContext }}
+securityContext:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}

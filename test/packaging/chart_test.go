@@ -1,0 +1,290 @@
+package packaging
+
+import (
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+const chartPath = "../../packaging/helm/nri-vgpu"
+
+// render renders the chart with helm ($HELM, which hack/helm.sh check sets
+// to its pinned build) into kube-system with the given --set/--set-json
+// arguments, and decodes the result strictly.
+func render(t *testing.T, args ...string) manifests {
+	t.Helper()
+	helm := os.Getenv("HELM")
+	if helm == "" {
+		t.Skip("HELM is not set: hack/helm.sh check runs these tests with its pinned helm")
+	}
+	cmd := exec.Command(helm, append([]string{"template", "nri-vgpu", chartPath,
+		"--namespace", "kube-system", "--kube-version", "1.30.0"}, args...)...)
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr string
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("helm template %q: %v\n%s", args, err, stderr)
+	}
+	return decodeManifests(t, out)
+}
+
+func mainContainer(t *testing.T, ds *appsv1.DaemonSet) corev1.Container {
+	t.Helper()
+	if ds == nil {
+		t.Fatal("DaemonSet not rendered")
+	}
+	return containerNamed(t, ds.Spec.Template.Spec.Containers, ds.Labels["app.kubernetes.io/component"])
+}
+
+// listenPort returns the port of the flag (--health-listen=:N) in the
+// container's arguments, or 0.
+func listenPort(t *testing.T, c corev1.Container, flag string) int32 {
+	t.Helper()
+	for _, a := range c.Args {
+		if v, ok := strings.CutPrefix(a, flag+"="); ok {
+			_, port, ok := strings.Cut(v, ":")
+			n, err := strconv.ParseInt(port, 10, 32)
+			if !ok || err != nil {
+				t.Fatalf("container %s: %s: want host:port", c.Name, a)
+			}
+			return int32(n)
+		}
+	}
+	return 0
+}
+
+// containerPort resolves a probe's or Service's port (a name or a number)
+// against the container's ports; 0 when nothing matches.
+func containerPort(c corev1.Container, p intstr.IntOrString) int32 {
+	for _, cp := range c.Ports {
+		if (p.Type == intstr.String && cp.Name == p.StrVal) || (p.Type == intstr.Int && cp.ContainerPort == p.IntVal) {
+			return cp.ContainerPort
+		}
+	}
+	return 0
+}
+
+// checkProbes holds a daemon's probes to its health listener: liveness on
+// /healthz, readiness on /readyz, both on the port --health-listen opens.
+func checkProbes(t *testing.T, c corev1.Container) {
+	t.Helper()
+	health := listenPort(t, c, "--health-listen")
+	if health == 0 {
+		t.Fatalf("container %s: no --health-listen in %q", c.Name, c.Args)
+	}
+	for _, p := range []struct {
+		name  string
+		probe *corev1.Probe
+		path  string
+	}{{"liveness", c.LivenessProbe, "/healthz"}, {"readiness", c.ReadinessProbe, "/readyz"}} {
+		if p.probe == nil || p.probe.HTTPGet == nil {
+			t.Errorf("container %s: no HTTP %s probe", c.Name, p.name)
+			continue
+		}
+		if got := containerPort(c, p.probe.HTTPGet.Port); p.probe.HTTPGet.Path != p.path || got != health {
+			t.Errorf("container %s: %s probe GET %s on port %d, want %s on %d (--health-listen)",
+				c.Name, p.name, p.probe.HTTPGet.Path, got, p.path, health)
+		}
+	}
+}
+
+func TestManifestsProbes(t *testing.T) {
+	m := loadManifests(t)
+	for _, component := range []string{"device-plugin", "nri-plugin"} {
+		t.Run(component, func(t *testing.T) { checkProbes(t, mainContainer(t, m.daemonSets[component])) })
+	}
+}
+
+// metrics.enabled opens the NRI plugin's metrics port behind a headless
+// Service; the ServiceMonitor, behind its own value, scrapes that Service.
+func TestChartMetrics(t *testing.T) {
+	t.Run("metrics on", func(t *testing.T) {
+		m := render(t, "--set", "metrics.enabled=true", "--set", "metrics.port=9999")
+		ds := m.daemonSets["nri-plugin"]
+		c := mainContainer(t, ds)
+		if got := listenPort(t, c, "--metrics-listen"); got != 9999 {
+			t.Errorf("--metrics-listen port %d, want metrics.port 9999; args %q", got, c.Args)
+		}
+		checkProbes(t, c)
+		if len(m.services) != 1 {
+			t.Fatalf("%d Services, want the metrics Service", len(m.services))
+		}
+		svc := m.services[0]
+		if svc.Spec.ClusterIP != corev1.ClusterIPNone {
+			t.Errorf("Service clusterIP %q, want None: each node's plugin is its own target", svc.Spec.ClusterIP)
+		}
+		if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(ds.Spec.Template.Labels)) {
+			t.Errorf("Service selector %v does not match the NRI plugin pods %v", svc.Spec.Selector, ds.Spec.Template.Labels)
+		}
+		if dp := m.daemonSets["device-plugin"]; labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(dp.Spec.Template.Labels)) {
+			t.Errorf("Service selector %v also matches the device plugin pods, which serve no metrics", svc.Spec.Selector)
+		}
+		if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Name != "metrics" || containerPort(c, svc.Spec.Ports[0].TargetPort) != 9999 {
+			t.Errorf("Service ports %+v, want metrics targeting the container's port 9999", svc.Spec.Ports)
+		}
+		if len(m.serviceMonitors) != 0 {
+			t.Errorf("%d ServiceMonitors without metrics.serviceMonitor.enabled", len(m.serviceMonitors))
+		}
+	})
+	t.Run("service monitor", func(t *testing.T) {
+		m := render(t, "--set", "metrics.enabled=true", "--set", "metrics.serviceMonitor.enabled=true",
+			"--set", "metrics.serviceMonitor.additionalLabels.release=prom", "--set", "metrics.serviceMonitor.interval=15s")
+		if len(m.serviceMonitors) != 1 || len(m.services) != 1 {
+			t.Fatalf("%d ServiceMonitors and %d Services, want 1 and 1", len(m.serviceMonitors), len(m.services))
+		}
+		sm, svc := m.serviceMonitors[0], m.services[0]
+		sel, err := metav1.LabelSelectorAsSelector(&sm.Spec.Selector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sel.Matches(labels.Set(svc.Labels)) {
+			t.Errorf("ServiceMonitor selector %v does not match the Service's labels %v", sel, svc.Labels)
+		}
+		if !slices.Equal(sm.Spec.NamespaceSelector.MatchNames, []string{svc.Namespace}) && !sm.Spec.NamespaceSelector.Any {
+			t.Errorf("ServiceMonitor namespaceSelector %+v misses the Service's namespace %s", sm.Spec.NamespaceSelector, svc.Namespace)
+		}
+		if sm.Labels["release"] != "prom" {
+			t.Errorf("ServiceMonitor labels %v lack additionalLabels release=prom", sm.Labels)
+		}
+		if len(sm.Spec.Endpoints) != 1 {
+			t.Fatalf("ServiceMonitor endpoints %+v, want 1", sm.Spec.Endpoints)
+		}
+		ep := sm.Spec.Endpoints[0]
+		if ep.Port != svc.Spec.Ports[0].Name || ep.Path != "/metrics" || ep.Interval != "15s" {
+			t.Errorf("ServiceMonitor endpoint %+v, want port %s, /metrics, interval 15s", ep, svc.Spec.Ports[0].Name)
+		}
+		// The series' namespace, pod and container are the GPU
+		// containers': they must win over the target's.
+		if !ep.HonorLabels {
+			t.Error("ServiceMonitor endpoint honorLabels false: the series' namespace/pod/container would be renamed exported_*")
+		}
+	})
+	t.Run("service monitor without metrics", func(t *testing.T) {
+		m := render(t, "--set", "metrics.serviceMonitor.enabled=true")
+		if len(m.serviceMonitors) != 0 || len(m.services) != 0 {
+			t.Errorf("%d ServiceMonitors, %d Services with metrics off, want none", len(m.serviceMonitors), len(m.services))
+		}
+		if c := mainContainer(t, m.daemonSets["nri-plugin"]); listenPort(t, c, "--metrics-listen") != 0 || containerPort(c, intstr.FromString("metrics")) != 0 {
+			t.Errorf("metrics off, yet the NRI plugin opens a metrics port: args %q, ports %+v", c.Args, c.Ports)
+		}
+	})
+}
+
+// The conventions of NVIDIA's and HAMi's charts: namespaceOverride, a
+// settable updateStrategy, per-component placement and security contexts,
+// extraArgs/extraEnv, the ServiceAccount.
+func TestChartValues(t *testing.T) {
+	t.Run("namespaceOverride", func(t *testing.T) {
+		m := render(t, "--set", "namespaceOverride=gpu-system", "--set", "metrics.enabled=true", "--set", "metrics.serviceMonitor.enabled=true")
+		var got []string
+		for _, o := range m.configMaps {
+			got = append(got, o.Namespace)
+		}
+		for _, o := range m.serviceAccounts {
+			got = append(got, o.Namespace)
+		}
+		for _, o := range m.services {
+			got = append(got, o.Namespace)
+		}
+		for _, o := range m.serviceMonitors {
+			got = append(got, o.Namespace)
+			got = append(got, o.Spec.NamespaceSelector.MatchNames...)
+		}
+		for _, o := range m.daemonSets {
+			got = append(got, o.Namespace)
+		}
+		if len(got) != 7 {
+			t.Errorf("%d namespaced objects, want 6 and the ServiceMonitor's namespaceSelector", len(got))
+		}
+		for _, ns := range got {
+			if ns != "gpu-system" {
+				t.Errorf("namespaces %q, want gpu-system everywhere", got)
+				break
+			}
+		}
+	})
+	t.Run("per-component placement and strategy", func(t *testing.T) {
+		m := render(t,
+			"--set-json", `devicePlugin.nodeSelector={"pool":"gpu-a"}`,
+			"--set-json", `nriPlugin.tolerations=[{"operator":"Exists"}]`,
+			"--set-json", `nriPlugin.affinity={"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"k","operator":"Exists"}]}]}}}`,
+			"--set-json", `nriPlugin.updateStrategy={"type":"OnDelete"}`,
+			"--set", "updateStrategy.rollingUpdate.maxUnavailable=3")
+		dp, nri := m.daemonSets["device-plugin"].Spec, m.daemonSets["nri-plugin"].Spec
+		if got := dp.Template.Spec.NodeSelector; len(got) != 1 || got["pool"] != "gpu-a" {
+			t.Errorf("device plugin nodeSelector %v, want its own pool=gpu-a", got)
+		}
+		if got := nri.Template.Spec.NodeSelector; got["nvidia.com/gpu.present"] != "true" {
+			t.Errorf("NRI plugin nodeSelector %v, want the global one", got)
+		}
+		if got := nri.Template.Spec.Tolerations; len(got) != 1 || got[0].Operator != corev1.TolerationOpExists || got[0].Key != "" {
+			t.Errorf("NRI plugin tolerations %+v, want its own", got)
+		}
+		if got := dp.Template.Spec.Tolerations; len(got) != 1 || got[0].Key != "nvidia.com/gpu" {
+			t.Errorf("device plugin tolerations %+v, want the global ones", got)
+		}
+		if nri.Template.Spec.Affinity == nil || dp.Template.Spec.Affinity != nil {
+			t.Errorf("affinity: NRI plugin %v, device plugin %v; want only the NRI plugin's", nri.Template.Spec.Affinity, dp.Template.Spec.Affinity)
+		}
+		if nri.UpdateStrategy.Type != appsv1.OnDeleteDaemonSetStrategyType {
+			t.Errorf("NRI plugin updateStrategy %+v, want its own OnDelete", nri.UpdateStrategy)
+		}
+		if ru := dp.UpdateStrategy.RollingUpdate; dp.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType || ru == nil || ru.MaxUnavailable == nil || ru.MaxUnavailable.IntValue() != 3 {
+			t.Errorf("device plugin updateStrategy %+v, want the global RollingUpdate with maxUnavailable 3", dp.UpdateStrategy)
+		}
+	})
+	t.Run("extraArgs, extraEnv, security contexts", func(t *testing.T) {
+		m := render(t,
+			"--set-json", `devicePlugin.extraArgs=["--log-level=debug"]`,
+			"--set-json", `nriPlugin.extraEnv=[{"name":"GODEBUG","value":"madvdontneed=1"}]`,
+			"--set-json", `devicePlugin.securityContext={"privileged":false,"allowPrivilegeEscalation":false,"capabilities":{"drop":["ALL"]}}`,
+			"--set-json", `devicePlugin.podSecurityContext={"runAsUser":0}`,
+			"--set-json", `nriPlugin.podSecurityContext={"seccompProfile":{"type":"RuntimeDefault"}}`)
+		dpDS, nriDS := m.daemonSets["device-plugin"], m.daemonSets["nri-plugin"]
+		dp, nri := mainContainer(t, dpDS), mainContainer(t, nriDS)
+		if !slices.Contains(dp.Args, "--log-level=debug") || listenPort(t, dp, "--health-listen") == 0 {
+			t.Errorf("device plugin args %q, want --health-listen and the extra --log-level=debug", dp.Args)
+		}
+		env := map[string]string{}
+		for _, e := range nri.Env {
+			env[e.Name] = e.Value
+		}
+		if env["GODEBUG"] != "madvdontneed=1" || env["NRI_VGPU_CONFIG"] == "" {
+			t.Errorf("NRI plugin env %v, want the chart's and the extra GODEBUG", env)
+		}
+		if sc := dp.SecurityContext; sc == nil || sc.Privileged == nil || *sc.Privileged || sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+			t.Errorf("device plugin securityContext %+v, want the override", sc)
+		}
+		if psc := dpDS.Spec.Template.Spec.SecurityContext; psc == nil || psc.RunAsUser == nil || *psc.RunAsUser != 0 {
+			t.Errorf("device plugin podSecurityContext %+v, want runAsUser 0", psc)
+		}
+		if psc := nriDS.Spec.Template.Spec.SecurityContext; psc == nil || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			t.Errorf("NRI plugin podSecurityContext %+v, want its own seccomp profile", psc)
+		}
+		if sc := nri.SecurityContext; sc == nil || sc.Privileged == nil || !*sc.Privileged {
+			t.Errorf("NRI plugin securityContext %+v, want the default (privileged)", sc)
+		}
+	})
+	t.Run("existing service account", func(t *testing.T) {
+		m := render(t, "--set", "serviceAccount.create=false", "--set", "serviceAccount.name=gpu-agents")
+		if len(m.serviceAccounts) != 0 {
+			t.Errorf("%d ServiceAccounts with serviceAccount.create=false", len(m.serviceAccounts))
+		}
+		for component, ds := range m.daemonSets {
+			if pod := ds.Spec.Template.Spec; pod.ServiceAccountName != "gpu-agents" || pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
+				t.Errorf("%s: service account %q, automount %v; want gpu-agents, false", component, pod.ServiceAccountName, pod.AutomountServiceAccountToken)
+			}
+		}
+	})
+}
