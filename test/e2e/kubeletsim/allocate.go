@@ -41,6 +41,10 @@ type Container struct {
 	// Limits of extended resources, e.g. {"nvidia.com/gpu": 2}. Kubelet's
 	// device manager only looks at limits.
 	Limits map[string]int
+	// Devices are host device nodes passed to the runtime as a device
+	// plugin's DeviceSpecs are: tests give a container the GPUs that the
+	// NVIDIA runtime would give it on its own (NVIDIA_VISIBLE_DEVICES=all).
+	Devices []DeviceMapping
 	// ExtraAnnotations are CRI container annotations with no kubelet
 	// counterpart: the way tests present annotations that a pod spec cannot
 	// set, e.g. a forged allocation. They are applied first, so the device
@@ -51,6 +55,12 @@ type Container struct {
 
 // EnvVar is one environment variable of a container spec.
 type EnvVar struct{ Name, Value string }
+
+// DeviceMapping is a host device node given to a container.
+type DeviceMapping struct {
+	HostPath, ContainerPath string
+	Permissions             string // "rw", "rwm", ...
+}
 
 // Mount is a host directory or file mounted into a container.
 type Mount struct {

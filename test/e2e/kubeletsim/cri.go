@@ -101,7 +101,7 @@ func (k *Kubelet) SandboxConfig(pod *Pod, attempt uint32) *runtimeapi.PodSandbox
 // conflict. c.ExtraAnnotations (tests only) go in before both. Environment:
 // the plugins' Envs, then the container's own (the later one wins in the
 // runtime). Mounts: the plugins', then the container's volumes. Devices and
-// CDI devices from the plugins are passed on.
+// CDI devices from the plugins are passed on, then the container's Devices.
 func (k *Kubelet) ContainerConfig(pod *Pod, c *Container, a *Allocation, restartCount int) (*runtimeapi.ContainerConfig, error) {
 	annotations := map[string]string{}
 	for key, v := range c.ExtraAnnotations {
@@ -152,6 +152,9 @@ func (k *Kubelet) ContainerConfig(pod *Pod, c *Container, a *Allocation, restart
 	}
 	for _, m := range c.Mounts {
 		cfg.Mounts = append(cfg.Mounts, &runtimeapi.Mount{ContainerPath: m.ContainerPath, HostPath: m.HostPath, Readonly: m.ReadOnly})
+	}
+	for _, d := range c.Devices {
+		cfg.Devices = append(cfg.Devices, &runtimeapi.Device{ContainerPath: d.ContainerPath, HostPath: d.HostPath, Permissions: d.Permissions})
 	}
 	annotations[AnnotationContainerHash] = containerHash(c)
 	annotations[AnnotationContainerRestartCount] = strconv.Itoa(restartCount)

@@ -487,6 +487,7 @@ func TestContainerConfig(t *testing.T) {
 		Name: "c", Image: "img:1", Command: []string{"sh"}, Args: []string{"-c", "true"},
 		Env:              []EnvVar{{Name: "FAKE_DEVICES", Value: "from-spec"}},
 		Mounts:           []Mount{{HostPath: "/v", ContainerPath: "/data"}},
+		Devices:          []DeviceMapping{{HostPath: "/dev/zero", ContainerPath: "/dev/y", Permissions: "r"}},
 		ExtraAnnotations: map[string]string{"example.com/devices": "forged", "extra": "kept"},
 	}
 	a := &Allocation{
@@ -533,7 +534,8 @@ func TestContainerConfig(t *testing.T) {
 	if len(cfg.Mounts) != 2 || cfg.Mounts[0].HostPath != "/h" || !cfg.Mounts[0].Readonly || cfg.Mounts[1].ContainerPath != "/data" {
 		t.Errorf("mounts = %v", cfg.Mounts)
 	}
-	if len(cfg.Devices) != 1 || cfg.Devices[0].ContainerPath != "/dev/x" || len(cfg.CDIDevices) != 1 {
+	if len(cfg.Devices) != 2 || cfg.Devices[0].ContainerPath != "/dev/x" || len(cfg.CDIDevices) != 1 ||
+		cfg.Devices[1].HostPath != "/dev/zero" || cfg.Devices[1].ContainerPath != "/dev/y" || cfg.Devices[1].Permissions != "r" {
 		t.Errorf("devices = %v, CDI = %v", cfg.Devices, cfg.CDIDevices)
 	}
 	if cfg.Metadata.Attempt != 2 || cfg.LogPath != "c/2.log" || cfg.Labels[LabelPodUID] != "uid-1" || cfg.Labels[LabelContainerName] != "c" {
