@@ -62,6 +62,7 @@ struct pool {
 };
 
 static struct pool pools[POOL_SLOTS];
+static int top; /* slots at and above this were never used: scans stop there */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 /* Slots with a charge: lets a synchronisation skip the table when nothing is charged. */
 static int charged_slots;
@@ -71,7 +72,7 @@ static int charged_slots;
 /* Slot of a live pool; -1 when unknown. Caller holds mu. */
 static int find_locked(CUmemoryPool h)
 {
-	for (int i = 0; h && i < POOL_SLOTS; i++)
+	for (int i = 0; h && i < top; i++)
 		if (pools[i].handle == h)
 			return i;
 	return -1;
@@ -90,6 +91,8 @@ static int slot_locked(CUmemoryPool h)
 {
 	int i = find_locked(h);
 	if (i < 0 && (i = free_slot_locked()) >= 0) {
+		if (i >= top)
+			__atomic_store_n(&top, i + 1, __ATOMIC_RELAXED);
 		memset(&pools[i], 0, sizeof(pools[i]));
 		pools[i].handle = h;
 		pools[i].idx = -1;
@@ -213,7 +216,7 @@ int vgpu_pool_reclaim(int idx)
 	int gave = 0;
 	if (!__atomic_load_n(&charged_slots, __ATOMIC_RELAXED))
 		return 0;
-	for (int i = 0; i < POOL_SLOTS; i++) {
+	for (int i = 0; i < __atomic_load_n(&top, __ATOMIC_RELAXED); i++) {
 		pthread_mutex_lock(&mu);
 		struct pool *p = &pools[i];
 		int mine = p->handle && !p->destroyed && p->idx == idx && p->observed > p->used;
@@ -236,7 +239,7 @@ void vgpu_pool_sync(void)
 {
 	if (!__atomic_load_n(&charged_slots, __ATOMIC_RELAXED))
 		return;
-	for (int i = 0; i < POOL_SLOTS; i++) {
+	for (int i = 0; i < __atomic_load_n(&top, __ATOMIC_RELAXED); i++) {
 		pthread_mutex_lock(&mu);
 		int charged = pools[i].handle && !pools[i].destroyed && pools[i].observed + pools[i].inflight > 0;
 		pthread_mutex_unlock(&mu);
@@ -588,5 +591,6 @@ void vgpu_pool_after_fork(void)
 	memset(ptrs, 0, sizeof(ptrs));
 	charged_slots = 0;
 	nptrs = 0;
+	top = 0;
 	vgpu_import_after_fork();
 }

@@ -141,6 +141,15 @@ test_legacy_entry_points() {
 	done
 }
 
+test_pool_table_full() {
+	setup $((64 * MiB))
+	# More pools than the shim keeps (256): the ones past that are counted per allocation on
+	# the stream's device, never let through uncounted.
+	local ops=() i
+	for i in $(seq 300); do ops+=(poolcreate:0); done
+	run init "${ops[@]}" pool:64MiB pool:1:2 alloc:1:2 free alloc:64MiB
+}
+
 test_pool_without_attributes() {
 	local m
 	for m in "-m direct" "-m rt12 -p"; do
@@ -224,6 +233,7 @@ t pool_attributes test_pool_attributes
 t location_pools test_location_pools
 t legacy_entry_points test_legacy_entry_points
 t pool_without_attributes test_pool_without_attributes
+t pool_table_full test_pool_table_full
 t ipc_imports test_ipc_imports
 t external_memory test_external_memory
 t multicast_binds test_multicast_binds
