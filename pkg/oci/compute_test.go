@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -265,7 +266,12 @@ func writeCDISpec(t *testing.T, dir string, spec *cdispec.Spec) {
 
 func readFixture(t *testing.T) *cdispec.Spec {
 	t.Helper()
-	data, err := os.ReadFile("testdata/nvidia.yaml")
+	return readFixtureFile(t, "testdata/nvidia.yaml")
+}
+
+func readFixtureFile(t *testing.T, name string) *cdispec.Spec {
+	t.Helper()
+	data, err := os.ReadFile(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,14 +304,28 @@ func TestComputeCDIIndexNames(t *testing.T) {
 	}
 }
 
-// The CDI translation must do what the CDI library does to a spec.
+// The CDI translation must do what the CDI library does to a spec, for
+// specs of a driver on the host and of one under the GPU Operator's driver
+// root (device nodes with a hostPath beneath it).
 func TestCDITranslationMatchesLibrary(t *testing.T) {
-	e := newEnv(t, config.InjectionCDI, false, ocitest.StandardNodes)
-	raw := readFixture(t)
+	for _, tt := range []struct {
+		fixture string
+		nodes   []ocitest.Node
+	}{
+		{"testdata/nvidia.yaml", ocitest.StandardNodes},
+		{"testdata/nvidia-driver-root.yaml", underDriverRoot()},
+	} {
+		t.Run(filepath.Base(tt.fixture), func(t *testing.T) { testCDITranslationMatchesLibrary(t, tt.fixture, tt.nodes) })
+	}
+}
+
+func testCDITranslationMatchesLibrary(t *testing.T, fixture string, nodes []ocitest.Node) {
+	e := newEnv(t, config.InjectionCDI, false, nodes)
+	raw := readFixtureFile(t, fixture)
 	// The library stats host paths directly: point them at the fake nodes.
 	fix := func(ce *cdispec.ContainerEdits) {
 		for _, n := range ce.DeviceNodes {
-			n.HostPath = filepath.Join(e.root, n.Path)
+			n.HostPath = filepath.Join(e.root, cmp.Or(n.HostPath, n.Path))
 		}
 	}
 	fix(&raw.ContainerEdits)
