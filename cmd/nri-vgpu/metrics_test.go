@@ -68,7 +68,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		}
 	}
 	for _, want := range []string{
-		`nri_vgpu_gpu_memory_total_bytes{index="0",name="NVIDIA A100-SXM4-40GB",uuid="` + uuid0 + `"} 4.294967296e+10`,
+		`nri_vgpu_gpu_memory_total_bytes{UUID="` + uuid0 + `",gpu="0",name="NVIDIA A100-SXM4-40GB"} 4.294967296e+10`,
 		`nri_vgpu_build_info{version="`,
 	} {
 		if !strings.Contains(body, want) {

@@ -48,10 +48,14 @@ const (
 
 var errorSources = []string{SourceInventory, SourceRunDir, SourceLimits, SourceContainerInfo, SourceRegion}
 
+// Label names are dcgm-exporter's (UUID; gpu for the index; namespace, pod,
+// container), so that queries and dashboards join the two exporters' series
+// on them. The model stays "name": dcgm-exporter's modelName is camelCase,
+// which `promtool check metrics` refuses for a label.
 var (
-	gpuLabels       = []string{"uuid", "index", "name"}
+	gpuLabels       = []string{"UUID", "gpu", "name"}
 	containerLabels = []string{"container_id", "namespace", "pod", "container"}
-	perGPULabels    = append(append([]string(nil), containerLabels...), "uuid")
+	perGPULabels    = append(append([]string(nil), containerLabels...), "UUID")
 
 	gpuMemoryTotal = prometheus.NewDesc("nri_vgpu_gpu_memory_total_bytes",
 		"Total memory of the GPU, from the GPU inventory.", gpuLabels, nil)

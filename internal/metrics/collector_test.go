@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -136,34 +137,34 @@ func TestCollect(t *testing.T) {
 	var logs bytes.Buffer
 	c := NewCollector(cfg, twoA100s, slog.New(slog.NewTextHandler(&logs, nil)))
 	gpuLines := `
-nri_vgpu_gpu_memory_total_bytes{index="0",name="NVIDIA A100-SXM4-40GB",uuid="` + uuidA + `"} 42949672960
-nri_vgpu_gpu_memory_total_bytes{index="1",name="NVIDIA A100-SXM4-40GB",uuid="` + uuidB + `"} 42949672960
-nri_vgpu_gpu_memory_allocated_bytes{index="0",name="NVIDIA A100-SXM4-40GB",uuid="` + uuidA + `"} 30064771072
-nri_vgpu_gpu_memory_allocated_bytes{index="1",name="NVIDIA A100-SXM4-40GB",uuid="` + uuidB + `"} 0
-nri_vgpu_gpu_memory_allocated_bytes{index="",name="",uuid="` + uuidGone + `"} 4294967296
-nri_vgpu_gpu_memory_used_bytes{index="0",name="NVIDIA A100-SXM4-40GB",uuid="` + uuidA + `"} %d
-nri_vgpu_gpu_memory_used_bytes{index="1",name="NVIDIA A100-SXM4-40GB",uuid="` + uuidB + `"} 0
-nri_vgpu_gpu_memory_used_bytes{index="",name="",uuid="` + uuidGone + `"} 0
-nri_vgpu_gpu_cores_allocated_percent{index="0",name="NVIDIA A100-SXM4-40GB",uuid="` + uuidA + `"} 70
-nri_vgpu_gpu_cores_allocated_percent{index="1",name="NVIDIA A100-SXM4-40GB",uuid="` + uuidB + `"} 0
-nri_vgpu_gpu_cores_allocated_percent{index="",name="",uuid="` + uuidGone + `"} 10
+nri_vgpu_gpu_memory_total_bytes{UUID="` + uuidA + `",gpu="0",name="NVIDIA A100-SXM4-40GB"} 42949672960
+nri_vgpu_gpu_memory_total_bytes{UUID="` + uuidB + `",gpu="1",name="NVIDIA A100-SXM4-40GB"} 42949672960
+nri_vgpu_gpu_memory_allocated_bytes{UUID="` + uuidA + `",gpu="0",name="NVIDIA A100-SXM4-40GB"} 30064771072
+nri_vgpu_gpu_memory_allocated_bytes{UUID="` + uuidB + `",gpu="1",name="NVIDIA A100-SXM4-40GB"} 0
+nri_vgpu_gpu_memory_allocated_bytes{UUID="` + uuidGone + `",gpu="",name=""} 4294967296
+nri_vgpu_gpu_memory_used_bytes{UUID="` + uuidA + `",gpu="0",name="NVIDIA A100-SXM4-40GB"} %d
+nri_vgpu_gpu_memory_used_bytes{UUID="` + uuidB + `",gpu="1",name="NVIDIA A100-SXM4-40GB"} 0
+nri_vgpu_gpu_memory_used_bytes{UUID="` + uuidGone + `",gpu="",name=""} 0
+nri_vgpu_gpu_cores_allocated_percent{UUID="` + uuidA + `",gpu="0",name="NVIDIA A100-SXM4-40GB"} 70
+nri_vgpu_gpu_cores_allocated_percent{UUID="` + uuidB + `",gpu="1",name="NVIDIA A100-SXM4-40GB"} 0
+nri_vgpu_gpu_cores_allocated_percent{UUID="` + uuidGone + `",gpu="",name=""} 10
 `
 	ctrLines := `
-nri_vgpu_container_memory_limit_bytes{container="train",container_id="c1",namespace="ml",pod="a",uuid="` + uuidA + `"} 8589934592
-nri_vgpu_container_memory_limit_bytes{container="serve",container_id="c2",namespace="ml",pod="b",uuid="` + uuidA + `"} 21474836480
-nri_vgpu_container_memory_limit_bytes{container="serve",container_id="c2",namespace="ml",pod="b",uuid="` + uuidGone + `"} 4294967296
-nri_vgpu_container_memory_used_bytes{container="train",container_id="c1",namespace="ml",pod="a",uuid="` + uuidA + `"} %d
-nri_vgpu_container_memory_used_bytes{container="serve",container_id="c2",namespace="ml",pod="b",uuid="` + uuidA + `"} 0
-nri_vgpu_container_memory_used_bytes{container="serve",container_id="c2",namespace="ml",pod="b",uuid="` + uuidGone + `"} 0
-nri_vgpu_container_cores_limit_percent{container="train",container_id="c1",namespace="ml",pod="a",uuid="` + uuidA + `"} 20
-nri_vgpu_container_cores_limit_percent{container="serve",container_id="c2",namespace="ml",pod="b",uuid="` + uuidA + `"} 50
-nri_vgpu_container_cores_limit_percent{container="serve",container_id="c2",namespace="ml",pod="b",uuid="` + uuidGone + `"} 10
-nri_vgpu_container_kernel_launches_total{container="train",container_id="c1",namespace="ml",pod="a",uuid="` + uuidA + `"} %d
-nri_vgpu_container_kernel_launches_total{container="serve",container_id="c2",namespace="ml",pod="b",uuid="` + uuidA + `"} 0
-nri_vgpu_container_kernel_launches_total{container="serve",container_id="c2",namespace="ml",pod="b",uuid="` + uuidGone + `"} 0
-nri_vgpu_container_region_suspect{container="train",container_id="c1",namespace="ml",pod="a",uuid="` + uuidA + `"} 0
-nri_vgpu_container_region_suspect{container="serve",container_id="c2",namespace="ml",pod="b",uuid="` + uuidA + `"} 0
-nri_vgpu_container_region_suspect{container="serve",container_id="c2",namespace="ml",pod="b",uuid="` + uuidGone + `"} 0
+nri_vgpu_container_memory_limit_bytes{UUID="` + uuidA + `",container="train",container_id="c1",namespace="ml",pod="a"} 8589934592
+nri_vgpu_container_memory_limit_bytes{UUID="` + uuidA + `",container="serve",container_id="c2",namespace="ml",pod="b"} 21474836480
+nri_vgpu_container_memory_limit_bytes{UUID="` + uuidGone + `",container="serve",container_id="c2",namespace="ml",pod="b"} 4294967296
+nri_vgpu_container_memory_used_bytes{UUID="` + uuidA + `",container="train",container_id="c1",namespace="ml",pod="a"} %d
+nri_vgpu_container_memory_used_bytes{UUID="` + uuidA + `",container="serve",container_id="c2",namespace="ml",pod="b"} 0
+nri_vgpu_container_memory_used_bytes{UUID="` + uuidGone + `",container="serve",container_id="c2",namespace="ml",pod="b"} 0
+nri_vgpu_container_cores_limit_percent{UUID="` + uuidA + `",container="train",container_id="c1",namespace="ml",pod="a"} 20
+nri_vgpu_container_cores_limit_percent{UUID="` + uuidA + `",container="serve",container_id="c2",namespace="ml",pod="b"} 50
+nri_vgpu_container_cores_limit_percent{UUID="` + uuidGone + `",container="serve",container_id="c2",namespace="ml",pod="b"} 10
+nri_vgpu_container_kernel_launches_total{UUID="` + uuidA + `",container="train",container_id="c1",namespace="ml",pod="a"} %d
+nri_vgpu_container_kernel_launches_total{UUID="` + uuidA + `",container="serve",container_id="c2",namespace="ml",pod="b"} 0
+nri_vgpu_container_kernel_launches_total{UUID="` + uuidGone + `",container="serve",container_id="c2",namespace="ml",pod="b"} 0
+nri_vgpu_container_region_suspect{UUID="` + uuidA + `",container="train",container_id="c1",namespace="ml",pod="a"} 0
+nri_vgpu_container_region_suspect{UUID="` + uuidA + `",container="serve",container_id="c2",namespace="ml",pod="b"} 0
+nri_vgpu_container_region_suspect{UUID="` + uuidGone + `",container="serve",container_id="c2",namespace="ml",pod="b"} 0
 nri_vgpu_container_processes{container="train",container_id="c1",namespace="ml",pod="a"} %d
 nri_vgpu_container_processes{container="serve",container_id="c2",namespace="ml",pod="b"} 0
 nri_vgpu_build_info{version="` + version.Version + `"} 1
@@ -373,5 +374,29 @@ func write(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Every series the endpoint serves, ours and the Go and process collectors',
+// passes the checks of `promtool check metrics` (promlint): names, units,
+// counters' _total, HELP, and snake_case label names, which is why the GPU
+// model is "name" and not dcgm-exporter's camelCase modelName.
+func TestPromlint(t *testing.T) {
+	cfg := testConfig(t)
+	prepare(t, cfg, "c1", "ml/a", "train", limits.AllocatedGPU{UUID: uuidA, Slices: 2, Memory: 8 << 30, Cores: 20})
+	regiontest.Write(t, regionPath(cfg, "c1"), []region.DeviceUsage{{UUID: uuidA, Limit: 8 << 30, Used: 1 << 30, Cores: 20}},
+		[]region.ProcessUsage{{PID: 100, StartTime: 5, Used: []uint64{1 << 30}, Launches: []uint64{5}}})
+	reg := NewRegistry(NewCollector(cfg, twoA100s, slog.New(slog.NewTextHandler(io.Discard, nil))))
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("%s: %s", p.Metric, p.Text)
+	}
+	// The lint saw the container and GPU series, not an empty registry.
+	n, err := testutil.GatherAndCount(reg, "nri_vgpu_container_memory_used_bytes", "nri_vgpu_gpu_memory_total_bytes")
+	if err != nil || n != 3 {
+		t.Errorf("gathered %d container/GPU series (%v), want 3", n, err)
 	}
 }

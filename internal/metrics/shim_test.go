@@ -77,11 +77,11 @@ func TestScrapesTheShimsRegion(t *testing.T) {
 	names := []string{"nri_vgpu_container_memory_used_bytes", "nri_vgpu_container_kernel_launches_total",
 		"nri_vgpu_container_processes", "nri_vgpu_gpu_memory_used_bytes"}
 	want := func(used, launches, procs int) string {
-		lbl := `{container="train",container_id="c1",namespace="ml",pod="a",uuid="` + uuid + `"}`
+		lbl := `{UUID="` + uuid + `",container="train",container_id="c1",namespace="ml",pod="a"}`
 		return fmt.Sprintf(`
 # HELP nri_vgpu_gpu_memory_used_bytes Sum of the memory the vGPU containers' processes hold on the GPU, from their usage regions.
 # TYPE nri_vgpu_gpu_memory_used_bytes gauge
-nri_vgpu_gpu_memory_used_bytes{index="",name="",uuid="%s"} %d
+nri_vgpu_gpu_memory_used_bytes{UUID="%s",gpu="",name=""} %d
 # HELP nri_vgpu_container_memory_used_bytes Memory the container's processes hold on the GPU, from its usage region.
 # TYPE nri_vgpu_container_memory_used_bytes gauge
 nri_vgpu_container_memory_used_bytes%s %d

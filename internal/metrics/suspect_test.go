@@ -65,7 +65,7 @@ const (
 )
 
 func series(name, id, value string) string {
-	return name + `{container="train",container_id="` + id + `",namespace="ml",pod="` + id + `",uuid="` + uuidA + `"} ` + value + "\n"
+	return name + `{UUID="` + uuidA + `",container="train",container_id="` + id + `",namespace="ml",pod="` + id + `"} ` + value + "\n"
 }
 
 // A tenant holding its region's lock does not stall the scrape, which
@@ -110,8 +110,8 @@ func TestScrapeFlagsSuspectCounters(t *testing.T) {
 		series("nri_vgpu_container_region_suspect", "c-zero", "1") +
 		usedHeader + series("nri_vgpu_container_memory_used_bytes", "c-ok", "3.221225472e+09") +
 		launchesHeader + series("nri_vgpu_container_kernel_launches_total", "c-ok", "4") +
-		gpuUsedHeader + `nri_vgpu_gpu_memory_used_bytes{index="0",name="NVIDIA A100-SXM4-40GB",uuid="` + uuidA + `"} 3.221225472e+09
-nri_vgpu_gpu_memory_used_bytes{index="1",name="NVIDIA A100-SXM4-40GB",uuid="` + uuidB + `"} 0
+		gpuUsedHeader + `nri_vgpu_gpu_memory_used_bytes{UUID="` + uuidA + `",gpu="0",name="NVIDIA A100-SXM4-40GB"} 3.221225472e+09
+nri_vgpu_gpu_memory_used_bytes{UUID="` + uuidB + `",gpu="1",name="NVIDIA A100-SXM4-40GB"} 0
 ` + header[strings.Index(header, "# HELP nri_vgpu_scrape_errors_total"):] + scrapeErrors(nil)
 	names := []string{"nri_vgpu_container_region_suspect", "nri_vgpu_container_memory_used_bytes",
 		"nri_vgpu_container_kernel_launches_total", "nri_vgpu_gpu_memory_used_bytes", "nri_vgpu_scrape_errors_total"}
