@@ -147,7 +147,8 @@ typedef struct {
  *   cuDeviceGetMemPool(CUmemoryPool *, CUdevice) @11020,
  *   cuMemPoolSetAttribute / cuMemPoolGetAttribute(CUmemoryPool, CUmemPool_attribute, void *) @11020,
  *   cuMemPoolTrimTo(CUmemoryPool, size_t) @11020 (the last two also in the ABI notes),
- *   cuCtxSynchronize(void) @2000, cuStreamSynchronize(CUstream) @2000 (_ptsz @7000),
+ *   cuCtxSynchronize(void) @2000, cuCtxSynchronize_v2(CUcontext) @13000 (ABI notes),
+ *   cuStreamSynchronize(CUstream) @2000 (_ptsz @7000),
  *   cuEventSynchronize(CUevent) @2000 (these three in the ABI notes),
  *   CUDA 13.0 (cuda-python's 13.0 loader asks for them at 13000):
  *   cuMemGetDefaultMemPool(CUmemoryPool *, CUmemLocation *, CUmemAllocationType),

@@ -560,6 +560,14 @@ VGPU_EXPORT CUresult cuCtxSynchronize(void)
 	return rc;
 }
 
+/* CUDA 13: a context named, current or not. */
+VGPU_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
+{
+	CUresult rc = NEXT(cuCtxSynchronize_v2)(ctx);
+	vgpu_pool_sync();
+	return rc;
+}
+
 VGPU_EXPORT CUresult cuStreamSynchronize(CUstream s)
 {
 	CUresult rc = NEXT(cuStreamSynchronize)(s);

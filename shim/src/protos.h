@@ -33,6 +33,7 @@ API CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep);
 API CUresult cuMemPoolSetAttribute(CUmemoryPool pool, int attr, void *value);
 API CUresult cuMemPoolGetAttribute(CUmemoryPool pool, int attr, void *value);
 API CUresult cuCtxSynchronize(void);
+API CUresult cuCtxSynchronize_v2(CUcontext ctx);
 API CUresult cuStreamSynchronize(CUstream s);
 API CUresult cuStreamSynchronize_ptsz(CUstream s);
 API CUresult cuEventSynchronize(CUevent e);

@@ -87,6 +87,8 @@ CUresult cuMemGetDefaultMemPool(CUmemoryPool *, CUmemLocation *, int);
 CUresult cuMemGetMemPool(CUmemoryPool *, CUmemLocation *, int);
 CUresult cuMemSetMemPool(CUmemLocation *, int, CUmemoryPool);
 CUresult cuStreamSynchronize(CUstream);
+CUresult cuCtxSynchronize_v2(CUcontext);
+CUresult cuCtxGetCurrent(CUcontext *);
 CUresult cuStreamSynchronize_ptsz(CUstream);
 CUresult cuMemAlloc(CUdeviceptr_v1 *, unsigned);
 CUresult cuMemAllocPitch(CUdeviceptr_v1 *, unsigned *, unsigned, unsigned, unsigned);
@@ -738,6 +740,12 @@ static void run(int argc, char **argv)
 				printf("poolattr %s %llu\n", a[1], (unsigned long long)v);
 				check_val(a[1], v, a[2]);
 			}
+		} else if (!strcmp(op, "ctxsync2")) {
+			/* ctxsync2 — CUDA 13's cuCtxSynchronize_v2 on the current context. */
+			CUresult (*f)(CUcontext) = ENTRY(cuCtxSynchronize_v2, "cuCtxSynchronize", 13000, 0);
+			CUcontext c = NULL;
+			check_rc("cuCtxGetCurrent", cuCtxGetCurrent(&c), NULL);
+			check_rc("cuCtxSynchronize_v2", f(c), NULL);
 		} else if (!strcmp(op, "streamsync")) {
 			/* streamsync — cuStreamSynchronize on the selected stream (_ptsz with -p). */
 			CUresult (*f)(CUstream) = ENTRY(ptsz ? cuStreamSynchronize_ptsz : cuStreamSynchronize,

@@ -68,7 +68,7 @@ test_pool_release_threshold() {
 test_pool_sync_points() {
 	local m k
 	for m in "-m direct" "-m rt12" "-m rt12 -p" "-m rt11"; do
-		for k in sync streamsync "stream streamsync"; do
+		for k in sync ctxsync2 streamsync "stream streamsync"; do
 			setup $((64 * MiB))
 			# shellcheck disable=SC2086
 			held sync $m init $k async:16MiB pool:16MiB free free $k

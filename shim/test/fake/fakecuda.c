@@ -842,6 +842,16 @@ EXPORT CUresult cuCtxSynchronize(void)
 	return CUDA_SUCCESS;
 }
 
+/* CUDA 13: synchronises the named context (all of this process's work here). */
+EXPORT CUresult cuCtxSynchronize_v2(CUcontext c)
+{
+	if (!c)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	fk_sleep_ns(__atomic_load_n(&last_end_ns, __ATOMIC_RELAXED) - fk_now());
+	pools_sync();
+	return CUDA_SUCCESS;
+}
+
 EXPORT CUresult cuEventSynchronize(void *e)
 {
 	(void)e;
@@ -1673,6 +1683,7 @@ static const struct entry table[] = {
 	E(cuMemPoolSetAttribute, 11020, cuMemPoolSetAttribute),
 	E(cuMemPoolGetAttribute, 11020, cuMemPoolGetAttribute),
 	E(cuEventSynchronize, 2000, cuEventSynchronize),
+	E(cuCtxSynchronize, 13000, cuCtxSynchronize_v2),
 	E(cuCtxSynchronize, 2000, cuCtxSynchronize),
 	EP(cuStreamSynchronize, 2000, cuStreamSynchronize),
 	E(cuMemGetInfo, 2000, cuMemGetInfo),
