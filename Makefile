@@ -19,7 +19,7 @@ FUZZTIME      ?= 5s
 STATICCHECK_VERSION := v0.8.2
 DEADCODE_VERSION    := v0.52.0
 
-COMMANDS := nri-vgpu nri-vgpu-device-plugin nri-vgpu-runtime
+COMMANDS := nri-vgpu nri-vgpu-device-plugin nri-vgpu-runtime nri-vgpu-dra-driver
 
 .PHONY: all build shim deps test test-go test-shim test-e2e test-docker test-packages test-deps fuzz lint bench demo e2e packages clean
 
@@ -34,6 +34,8 @@ $(BIN)/nri-vgpu-device-plugin: FORCE
 	$(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/device-plugin
 $(BIN)/nri-vgpu-runtime: FORCE
 	$(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/nri-vgpu-runtime
+$(BIN)/nri-vgpu-dra-driver: FORCE
+	$(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/dra-driver
 FORCE:
 
 shim:

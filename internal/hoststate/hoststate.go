@@ -132,7 +132,29 @@ type Info struct {
 	// for the NRI plugin), so that each sweeps only its own.
 	Source  string    `json:"source"`
 	Created time.Time `json:"created"`
+	// Claim is set on the directory of a ResourceClaim (Contract 8),
+	// whose ID is ClaimID(Claim.UID): the containers of the claim's pods
+	// share its limits file and usage region.
+	Claim *ClaimInfo `json:"claim,omitempty"`
 }
+
+// ClaimInfo is what the DRA driver read from the API server about a claim
+// it prepared.
+type ClaimInfo struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	UID       string `json:"uid"`
+	// PodUIDs are the pods in the claim's status.reservedFor when it was
+	// last prepared: only their containers may use it.
+	PodUIDs []string `json:"podUIDs"`
+}
+
+// ClaimIDPrefix starts the directory name of a claim. Container IDs are
+// hex, so a claim's directory never takes a container's name.
+const ClaimIDPrefix = "claim-"
+
+// ClaimID is the directory name (the Info.ID) of the claim with this UID.
+func ClaimID(uid string) string { return ClaimIDPrefix + uid }
 
 // Provision creates on the host what the edits of a vGPU container point at
 // and returns those files for oci.Compute: the preload file (if missing or
@@ -265,6 +287,76 @@ func ensurePreloadFile(run *safepath.Dir) error {
 		return fmt.Errorf("preload file: %w", err)
 	}
 	return nil
+}
+
+// UpdateInfo replaces container.json of a directory that Provision made,
+// leaving its limits file and usage region as they are: both are bind
+// mounted into running containers, and a new limits file would give the
+// containers created after it a ledger of their own (Contract 5). A
+// directory that does not exist is an error wrapping ErrNotFound.
+func UpdateInfo(cfg *config.Config, info *Info) error {
+	if err := ValidID(info.ID); err != nil {
+		return fmt.Errorf("container info: %w", err)
+	}
+	containers, err := openContainersDir(cfg)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("container info: %w", &notFoundError{err})
+	}
+	if err != nil {
+		return fmt.Errorf("container info: %w", err)
+	}
+	defer containers.Close()
+	dir, err := containers.OpenDir(info.ID)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("container info: %w", &notFoundError{err})
+	}
+	if err != nil {
+		return fmt.Errorf("container info: %w", err)
+	}
+	defer dir.Close()
+	data, err := json.MarshalIndent(info, "", "  ")
+	if err != nil {
+		return fmt.Errorf("container info: %w", err)
+	}
+	if err := atomicfile.WriteIn(dir, InfoFileName, append(data, '\n'), 0o644); err != nil {
+		return fmt.Errorf("container info: %w", err)
+	}
+	return nil
+}
+
+// Files returns the host files of a directory that Provision made, for
+// oci.Compute: a container that uses another's files (the containers of a
+// claim use the claim's) mounts these. The limits file must be a regular
+// file and the region a directory, neither reached through a link; a
+// missing directory gives an error wrapping ErrNotFound.
+func Files(cfg *config.Config, id string) (oci.HostFiles, error) {
+	if err := ValidID(id); err != nil {
+		return oci.HostFiles{}, err
+	}
+	c, err := Open(cfg)
+	if errors.Is(err, fs.ErrNotExist) {
+		return oci.HostFiles{}, &notFoundError{err}
+	}
+	if err != nil {
+		return oci.HostFiles{}, err
+	}
+	defer c.Close()
+	f, err := c.d.OpenRegular(filepath.Join(id, LimitsFileName))
+	if err != nil {
+		return oci.HostFiles{}, fmt.Errorf("limits file: %w", c.notFound(id, err))
+	}
+	f.Close()
+	region, err := c.d.OpenDir(filepath.Join(id, RegionDirName))
+	if err != nil {
+		return oci.HostFiles{}, fmt.Errorf("usage region directory: %w", c.notFound(id, err))
+	}
+	region.Close()
+	dir := ContainerDir(cfg, id)
+	return oci.HostFiles{
+		Preload: PreloadPath(cfg),
+		Limits:  filepath.Join(dir, LimitsFileName),
+		Region:  filepath.Join(dir, RegionDirName),
+	}, nil
 }
 
 // Release deletes the host directory of a container; a missing directory

@@ -377,3 +377,77 @@ func TestUsage(t *testing.T) {
 		}
 	}
 }
+
+// A claim's directory (Contract 8) is provisioned once; later preparations
+// only bring its pods up to date, and the containers of the claim mount the
+// files Files names.
+func TestClaimDirectory(t *testing.T) {
+	cfg := newConfig(t)
+	id := ClaimID("6f1c2a3b-0000-4000-8000-000000000001")
+	lf := &limits.LimitsFile{GPUs: []limits.GPULimit{{UUID: uuid0, Memory: 8 << 30, Cores: 50}}}
+	info := &Info{ID: id, Source: "dra", GPUs: []limits.AllocatedGPU{gpu0},
+		Claim: &ClaimInfo{Namespace: "ml", Name: "job-gpu", UID: "6f1c2a3b-0000-4000-8000-000000000001", PodUIDs: []string{"pod-1"}}}
+
+	if _, err := Files(cfg, id); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Files before Provision: %v, want ErrNotFound", err)
+	}
+	if err := UpdateInfo(cfg, info); !errors.Is(err, ErrNotFound) {
+		t.Errorf("UpdateInfo before Provision: %v, want ErrNotFound", err)
+	}
+	provisioned, err := Provision(cfg, info, lf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before unix.Stat_t
+	if err := unix.Stat(provisioned.Limits, &before); err != nil {
+		t.Fatal(err)
+	}
+
+	update := *info
+	update.Claim = &ClaimInfo{Namespace: "ml", Name: "job-gpu", UID: info.Claim.UID, PodUIDs: []string{"pod-1", "pod-2"}}
+	if err := UpdateInfo(cfg, &update); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadInfo(cfg, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Claim == nil || strings.Join(got.Claim.PodUIDs, ",") != "pod-1,pod-2" || got.Claim.Name != "job-gpu" {
+		t.Errorf("claim info after UpdateInfo = %+v, want pods pod-1,pod-2", got.Claim)
+	}
+	var after unix.Stat_t
+	if err := unix.Stat(provisioned.Limits, &after); err != nil {
+		t.Fatal(err)
+	}
+	if after.Ino != before.Ino {
+		t.Error("UpdateInfo replaced the limits file: containers created later would get a ledger of their own")
+	}
+
+	files, err := Files(cfg, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(cfg.Paths.RunDir, "containers", id)
+	want := oci.HostFiles{
+		Preload: filepath.Join(cfg.Paths.RunDir, "ld.so.preload"),
+		Limits:  filepath.Join(dir, "limits"),
+		Region:  filepath.Join(dir, "region"),
+	}
+	if files != want {
+		t.Errorf("Files = %+v, want %+v", files, want)
+	}
+
+	// A link in place of the limits file is never followed.
+	if err := os.Rename(want.Limits, want.Limits+".real"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(want.Limits+".real", want.Limits); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Files(cfg, id); !errors.Is(err, ErrSymlink) {
+		t.Errorf("Files with a link as the limits file: %v, want ErrSymlink", err)
+	}
+	if err := Release(cfg, id); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -133,6 +133,21 @@ func CheckedQuota(totalMemory uint64, splitCount, slices int, memoryScaling, cor
 	return Slice{Memory: mem, Cores: cores}, nil
 }
 
+// ScaledCores is floor(100 × coresScaling): the SM time, in percent, that
+// the claims on one GPU share when the DRA driver serves it (Contract 8),
+// with coresScaling read as the decimal it prints as. It panics unless
+// coresScaling is finite and above 0 (CheckSplit).
+func ScaledCores(coresScaling float64) int {
+	if err := CheckSplit(1, 1, coresScaling); err != nil {
+		panic("limits.ScaledCores: " + err.Error())
+	}
+	fl := floorRat(new(big.Rat).Mul(decimalRat(coresScaling), big.NewRat(100, 1)))
+	if !fl.IsInt64() || fl.Int64() > math.MaxInt32 {
+		return math.MaxInt32
+	}
+	return int(fl.Int64())
+}
+
 // scaledMemory is floor(scaling × total) bytes, saturating at the largest
 // uint64.
 func scaledMemory(total uint64, scaling float64) uint64 {

@@ -272,3 +272,21 @@ func TestValidateUUID(t *testing.T) {
 		}
 	}
 }
+
+func TestScaledCores(t *testing.T) {
+	tests := []struct {
+		scaling float64
+		want    int
+	}{
+		{1, 100},
+		{0.29, 29}, // 0.29 × 100 in binary floating point is 28.999…
+		{0.005, 0}, // less than a percent
+		{1.5, 150},
+		{10, 1000},
+	}
+	for _, tt := range tests {
+		if got := ScaledCores(tt.scaling); got != tt.want {
+			t.Errorf("ScaledCores(%v) = %d, want %d", tt.scaling, got, tt.want)
+		}
+	}
+}

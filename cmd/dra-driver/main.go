@@ -1,0 +1,128 @@
+// Command nri-vgpu-dra-driver is the Dynamic Resource Allocation driver of
+// nri-vgpu (a kubelet DRA plugin): it publishes the node's DRA GPUs
+// (config [dra]) as devices with memory and cores capacities that claims
+// share, and prepares each claim the scheduler places on them as host
+// state that the NRI plugin turns into device nodes and quotas.
+//
+// Signals: SIGTERM and SIGINT stop it cleanly (exit 0). Prepared claims
+// stay prepared across restarts.
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/nri-vgpu/nri-vgpu/internal/dra"
+	"github.com/nri-vgpu/nri-vgpu/internal/logging"
+	"github.com/nri-vgpu/nri-vgpu/internal/version"
+	"github.com/nri-vgpu/nri-vgpu/pkg/config"
+	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
+)
+
+const name = "nri-vgpu-dra-driver"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	code := run(ctx, os.Args[1:], os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run is the whole program; it returns the exit status: 0 after a clean
+// stop, 1 when it cannot serve, 2 for bad usage.
+func run(ctx context.Context, args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "configuration file (default: $"+config.EnvPath+", else "+config.DefaultPath+")")
+	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name (default: $NODE_NAME)")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file; empty: the pod's service account")
+	pluginDir := fs.String("plugin-dir", "", "the driver's directory for its kubelet socket (default: /var/lib/kubelet/plugins/<driver name>)")
+	registryDir := fs.String("registry-dir", "", "the kubelet's plugin registration directory (default: /var/lib/kubelet/plugins_registry)")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "%s: unexpected arguments %q\n", name, fs.Args())
+		return 2
+	}
+	if *showVersion {
+		fmt.Fprintf(stderr, "%s %s\n", name, version.Version)
+		return 0
+	}
+	if *nodeName == "" {
+		fmt.Fprintf(stderr, "%s: the node name is required: --node-name or $NODE_NAME\n", name)
+		return 2
+	}
+	logger, err := logging.New(stderr, *logLevel, *logFormat)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 2
+	}
+	slog.SetDefault(logger)
+
+	cfg, err := config.LoadResolved(*configPath)
+	if err != nil {
+		logger.Error("cannot load the configuration", "error", err)
+		return 1
+	}
+	logger.Info("starting", "program", name, "version", version.Version, "config", cmp.Or(cfg.Source, "(defaults)"),
+		"driver", cfg.DRA.DriverName, "node", *nodeName, "backend", cfg.GPU.Backend)
+	if !cfg.DRA.Enabled {
+		logger.Warn("dra.enabled is false: no GPU of this node is published (the device plugin serves them)")
+	}
+
+	var restCfg *rest.Config
+	if *kubeconfig != "" {
+		restCfg, err = clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	} else {
+		restCfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		logger.Error("cannot configure the API server client", "error", err)
+		return 1
+	}
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		logger.Error("cannot create the API server client", "error", err)
+		return 1
+	}
+
+	backend, err := gpu.New(cfg)
+	if err != nil {
+		logger.Error("cannot set up the GPU backend", "error", err)
+		return 1
+	}
+	defer backend.Close()
+
+	driver, err := dra.New(dra.Options{Config: cfg, Inventory: backend, NodeName: *nodeName, Logger: logger})
+	if err != nil {
+		logger.Error("cannot start the DRA driver", "error", err)
+		return 1
+	}
+	opts := dra.RunOptions{Client: client, Backend: backend, PluginDir: *pluginDir, RegistryDir: *registryDir}
+	if err := driver.Run(ctx, opts); err != nil {
+		logger.Error("DRA driver stopped", "error", err)
+		return 1
+	}
+	logger.Info("stopped")
+	return 0
+}

@@ -1,0 +1,160 @@
+// Package dra is nri-vgpu's Dynamic Resource Allocation driver (Contract 8):
+// it publishes the node's DRA GPUs as shareable devices with memory and
+// cores capacities, and prepares the claims the scheduler placed on them
+// as host state (a limits file, a usage region) and a CDI spec whose only
+// edit is the claim's marker, which the NRI plugin turns into the edits of
+// Contract 3.
+package dra
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+
+	"github.com/nri-vgpu/nri-vgpu/pkg/config"
+	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
+	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+)
+
+// The capacities and attributes of a published GPU.
+const (
+	CapacityMemory = "memory" // bytes
+	CapacityCores  = "cores"  // percent of SM time
+
+	AttributeUUID  = "uuid"
+	AttributeModel = "model"
+	AttributeIndex = "index"
+	AttributeMinor = "minor"
+)
+
+// dnsLabel is what Kubernetes accepts as a device name.
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// DeviceName is the name a GPU is published under: "gpu-" and its UUID
+// lower-cased without "GPU-", other characters than [a-z0-9-] as "-". It
+// stays the same across reboots, where NVML indices may not.
+func DeviceName(uuid string) (string, error) {
+	s := strings.ToLower(strings.TrimPrefix(uuid, "GPU-"))
+	s = strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' {
+			return r
+		}
+		return '-'
+	}, s)
+	name := "gpu-" + strings.Trim(s, "-")
+	if !dnsLabel.MatchString(name) {
+		return "", fmt.Errorf("GPU %s: %q is not a valid device name (a DNS label of at most 63 characters)", uuid, name)
+	}
+	return name, nil
+}
+
+// served is a GPU the driver publishes, with what it is worth.
+type served struct {
+	gpu.Device
+	Name string // DeviceName
+	// Memory is the memory capacity: floor(memory_scaling × total), the
+	// cap of Contract 1.
+	Memory uint64
+	// Cores is the cores capacity, floor(100 × cores_scaling); one claim
+	// gets at most MaxCores of it.
+	Cores int
+	// MinMemory and MinCores are one slice of the GPU's model (Contract
+	// 1): the least a claim consumes, so that at most split_count claims
+	// share the GPU.
+	MinMemory uint64
+	MinCores  int
+}
+
+// MaxCores is the most SM time one claim receives on a GPU.
+func (s served) MaxCores() int { return min(s.Cores, 100) }
+
+// servedGPUs returns the GPUs of devs that the driver serves (config.DRA) and
+// that are healthy, in devs' order.
+func servedGPUs(cfg *config.Config, devs []gpu.Device) ([]served, error) {
+	dp := cfg.DevicePlugin
+	var out []served
+	names := map[string]string{}
+	for _, d := range devs {
+		if !cfg.DRA.Serves(d.UUID) || !d.Healthy {
+			continue
+		}
+		name, err := DeviceName(d.UUID)
+		if err != nil {
+			return nil, err
+		}
+		if other, dup := names[name]; dup {
+			return nil, fmt.Errorf("GPUs %s and %s would both be published as %s", other, d.UUID, name)
+		}
+		names[name] = d.UUID
+		split := dp.SplitCountFor(d.Name)
+		whole, err := limits.CheckedQuota(d.Memory, split, split, dp.MemoryScaling, dp.CoresScaling)
+		if err != nil {
+			return nil, fmt.Errorf("GPU %s: %w", d.UUID, err)
+		}
+		one := limits.SliceSize(d.Memory, split, dp.MemoryScaling, dp.CoresScaling)
+		cores := limits.ScaledCores(dp.CoresScaling)
+		if cores < 1 {
+			return nil, fmt.Errorf("device_plugin.cores_scaling %v leaves less than 1 %% of SM time to share", dp.CoresScaling)
+		}
+		out = append(out, served{
+			Device: d, Name: name,
+			Memory: whole.Memory, Cores: cores,
+			MinMemory: one.Memory, MinCores: min(one.Cores, cores),
+		})
+	}
+	return out, nil
+}
+
+// Devices is what the driver publishes in its ResourceSlice for devs: one
+// device per served GPU, which allows multiple allocations, each consuming
+// memory and cores (Contract 8). A request that names neither capacity
+// takes the GPU whole; one that names only memory takes all of its SM time.
+func Devices(cfg *config.Config, devs []gpu.Device) ([]resourceapi.Device, error) {
+	gpus, err := servedGPUs(cfg, devs)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]resourceapi.Device, 0, len(gpus))
+	for _, g := range gpus {
+		maxCores := int64(g.MaxCores())
+		out = append(out, resourceapi.Device{
+			Name: g.Name,
+			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+				AttributeUUID:  {StringValue: ptr.To(g.UUID)},
+				AttributeModel: {StringValue: ptr.To(g.Device.Name)},
+				AttributeIndex: {IntValue: ptr.To(int64(g.Index))},
+				AttributeMinor: {IntValue: ptr.To(int64(g.Minor))},
+			},
+			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+				CapacityMemory: {
+					Value: *bytesQuantity(g.Memory),
+					RequestPolicy: &resourceapi.CapacityRequestPolicy{
+						Default:    bytesQuantity(g.Memory),
+						ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: bytesQuantity(g.MinMemory)},
+					},
+				},
+				CapacityCores: {
+					Value: *resource.NewQuantity(int64(g.Cores), resource.DecimalSI),
+					RequestPolicy: &resourceapi.CapacityRequestPolicy{
+						Default: resource.NewQuantity(maxCores, resource.DecimalSI),
+						ValidRange: &resourceapi.CapacityRequestPolicyRange{
+							Min:  resource.NewQuantity(int64(g.MinCores), resource.DecimalSI),
+							Max:  resource.NewQuantity(maxCores, resource.DecimalSI),
+							Step: resource.NewQuantity(1, resource.DecimalSI),
+						},
+					},
+				},
+			},
+			AllowMultipleAllocations: ptr.To(true),
+		})
+	}
+	return out, nil
+}
+
+func bytesQuantity(b uint64) *resource.Quantity {
+	return resource.NewQuantity(int64(min(b, 1<<63-1)), resource.BinarySI)
+}

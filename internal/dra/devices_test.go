@@ -1,0 +1,218 @@
+package dra
+
+import (
+	"strings"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/nri-vgpu/nri-vgpu/pkg/config"
+	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
+)
+
+const (
+	uuidA = "GPU-8e1c3f5a-0d2b-4c6e-9f71-2a3b4c5d6e7f"
+	uuidB = "GPU-4a7b3c1e-9d2f-4e8a-b6c5-1f0e2d3c4b5a"
+	gib   = uint64(1) << 30
+	mib   = uint64(1) << 20
+)
+
+var (
+	gpuA = gpu.Device{Index: 0, UUID: uuidA, Name: "NVIDIA A100-SXM4-40GB", Memory: 40 * gib, Minor: 0, Healthy: true}
+	gpuB = gpu.Device{Index: 1, UUID: uuidB, Name: "Tesla T4", Memory: 16 * gib, Minor: 1, Healthy: true}
+)
+
+func draConfig() *config.Config {
+	cfg := config.Default()
+	cfg.DRA.Enabled = true
+	return cfg
+}
+
+func TestDeviceName(t *testing.T) {
+	tests := []struct {
+		uuid, want, err string
+	}{
+		{uuidA, "gpu-8e1c3f5a-0d2b-4c6e-9f71-2a3b4c5d6e7f", ""},
+		{"GPU-ABCD_ef.01", "gpu-abcd-ef-01", ""},
+		{"MIG-GPU-1/2/3", "gpu-mig-gpu-1-2-3", ""},
+		{"GPU-" + strings.Repeat("a", 60), "", "not a valid device name"},
+	}
+	for _, tt := range tests {
+		got, err := DeviceName(tt.uuid)
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("DeviceName(%q) = %q, %v; want an error with %q", tt.uuid, got, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("DeviceName(%q) = %q, %v; want %q", tt.uuid, got, err, tt.want)
+		}
+	}
+}
+
+// capacity is what a test expects of one published capacity.
+type capacity struct {
+	value, def, min, max string // quantities; "" = unset
+}
+
+func TestDevices(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(*config.Config)
+		devs   []gpu.Device
+		want   map[string]map[string]capacity // device name -> capacity name -> capacity
+	}{
+		{
+			name: "defaults: split_count 10",
+			devs: []gpu.Device{gpuA, gpuB},
+			want: map[string]map[string]capacity{
+				"gpu-8e1c3f5a-0d2b-4c6e-9f71-2a3b4c5d6e7f": {
+					// 40 GiB / 10 = 4 GiB; 100 % / 10 = 10 %.
+					"memory": {value: "40Gi", def: "40Gi", min: "4Gi"},
+					"cores":  {value: "100", def: "100", min: "10", max: "100"},
+				},
+				"gpu-4a7b3c1e-9d2f-4e8a-b6c5-1f0e2d3c4b5a": {
+					"memory": {value: "16Gi", def: "16Gi", min: "1638Mi"}, // 16384 MiB / 10, rounded down to a MiB
+					"cores":  {value: "100", def: "100", min: "10", max: "100"},
+				},
+			},
+		},
+		{
+			name: "scalings and a per-model split",
+			change: func(c *config.Config) {
+				c.DevicePlugin.MemoryScaling = 1.5
+				c.DevicePlugin.CoresScaling = 2
+				c.DevicePlugin.Models = []config.ModelOverride{{Name: "Tesla T4", SplitCount: 4}}
+			},
+			devs: []gpu.Device{gpuB},
+			want: map[string]map[string]capacity{
+				"gpu-4a7b3c1e-9d2f-4e8a-b6c5-1f0e2d3c4b5a": {
+					// 1.5 × 16 GiB = 24 GiB, a quarter of it 6 GiB;
+					// 200 % shared, at most 100 % per claim, 50 % per slice.
+					"memory": {value: "24Gi", def: "24Gi", min: "6Gi"},
+					"cores":  {value: "200", def: "100", min: "50", max: "100"},
+				},
+			},
+		},
+		{
+			name:   "only the listed GPU",
+			change: func(c *config.Config) { c.DRA.GPUs = []string{uuidB} },
+			devs:   []gpu.Device{gpuA, gpuB},
+			want: map[string]map[string]capacity{
+				"gpu-4a7b3c1e-9d2f-4e8a-b6c5-1f0e2d3c4b5a": {
+					"memory": {value: "16Gi", def: "16Gi", min: "1638Mi"},
+					"cores":  {value: "100", def: "100", min: "10", max: "100"},
+				},
+			},
+		},
+		{
+			name:   "DRA off",
+			change: func(c *config.Config) { c.DRA.Enabled = false },
+			devs:   []gpu.Device{gpuA, gpuB},
+			want:   map[string]map[string]capacity{},
+		},
+		{
+			name: "an unhealthy GPU is left out",
+			devs: []gpu.Device{gpuA, {Index: 1, UUID: uuidB, Name: "Tesla T4", Memory: 16 * gib, Minor: 1, Healthy: false}},
+			want: map[string]map[string]capacity{
+				"gpu-8e1c3f5a-0d2b-4c6e-9f71-2a3b4c5d6e7f": {
+					"memory": {value: "40Gi", def: "40Gi", min: "4Gi"},
+					"cores":  {value: "100", def: "100", min: "10", max: "100"},
+				},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := draConfig()
+			if tt.change != nil {
+				tt.change(cfg)
+			}
+			if err := cfg.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			got, err := Devices(cfg, tt.devs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(tt.want) {
+				t.Fatalf("%d devices published, want %d: %+v", len(got), len(tt.want), got)
+			}
+			for _, d := range got {
+				want, ok := tt.want[d.Name]
+				if !ok {
+					t.Errorf("device %s published, want none of that name", d.Name)
+					continue
+				}
+				if d.AllowMultipleAllocations == nil || !*d.AllowMultipleAllocations {
+					t.Errorf("%s: allowMultipleAllocations not set: claims could not share it", d.Name)
+				}
+				if len(d.Capacity) != len(want) {
+					t.Errorf("%s: capacities %v, want %v", d.Name, d.Capacity, want)
+				}
+				for cname, wc := range want {
+					checkCapacity(t, d.Name+" "+cname, d.Capacity[resourceapi.QualifiedName(cname)], wc)
+				}
+			}
+		})
+	}
+}
+
+func checkCapacity(t *testing.T, what string, got resourceapi.DeviceCapacity, want capacity) {
+	t.Helper()
+	eq := func(field string, q *resource.Quantity, w string) {
+		t.Helper()
+		switch {
+		case w == "" && q != nil:
+			t.Errorf("%s: %s = %s, want unset", what, field, q.String())
+		case w != "" && q == nil:
+			t.Errorf("%s: %s unset, want %s", what, field, w)
+		case w != "" && q.Cmp(resource.MustParse(w)) != 0:
+			t.Errorf("%s: %s = %s, want %s", what, field, q.String(), w)
+		}
+	}
+	eq("value", &got.Value, want.value)
+	p := got.RequestPolicy
+	if p == nil || p.ValidRange == nil {
+		t.Errorf("%s: request policy %+v, want a default and a valid range", what, p)
+		return
+	}
+	eq("default", p.Default, want.def)
+	eq("min", p.ValidRange.Min, want.min)
+	eq("max", p.ValidRange.Max, want.max)
+}
+
+func TestDevicesAttributes(t *testing.T) {
+	got, err := Devices(draConfig(), []gpu.Device{gpuB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := got[0].Attributes
+	if s := a["uuid"].StringValue; s == nil || *s != uuidB {
+		t.Errorf("uuid attribute = %v, want %s", s, uuidB)
+	}
+	if s := a["model"].StringValue; s == nil || *s != "Tesla T4" {
+		t.Errorf("model attribute = %v, want Tesla T4", s)
+	}
+	if i := a["minor"].IntValue; i == nil || *i != 1 {
+		t.Errorf("minor attribute = %v, want 1", i)
+	}
+	if i := a["index"].IntValue; i == nil || *i != 1 {
+		t.Errorf("index attribute = %v, want 1", i)
+	}
+}
+
+func TestDevicesErrors(t *testing.T) {
+	cfg := draConfig()
+	cfg.DevicePlugin.CoresScaling = 0.005
+	if _, err := Devices(cfg, []gpu.Device{gpuA}); err == nil || !strings.Contains(err.Error(), "less than 1 % of SM time") {
+		t.Errorf("cores_scaling 0.005: %v, want an error about SM time", err)
+	}
+	clash := gpuB
+	clash.UUID = "GPU-8E1C3F5A-0D2B-4C6E-9F71-2A3B4C5D6E7F" // gpuA's in upper case
+	if _, err := Devices(draConfig(), []gpu.Device{gpuA, clash}); err == nil || !strings.Contains(err.Error(), "would both be published as") {
+		t.Errorf("two GPUs with one device name: %v, want an error naming both", err)
+	}
+}

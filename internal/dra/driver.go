@@ -1,0 +1,380 @@
+package dra
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
+	"github.com/nri-vgpu/nri-vgpu/pkg/config"
+	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
+	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+)
+
+// Source is the hoststate.Info.Source of the claims the driver prepares;
+// the NRI plugin accepts claim markers only for directories of this source.
+const Source = "dra"
+
+// CDIKind is the CDI vendor and class of the devices the driver returns.
+const CDIKind = "nri-vgpu.io/claim"
+
+// MarkerPrefix starts the container path of a claim marker:
+// MarkerPrefix + "<claim UID>/<device>". It lies in /proc below the
+// device plugin's gate, so a container carrying a marker that nri-vgpu did
+// not remove is refused by runc (failing closed) with the gate's name in
+// its error.
+const MarkerPrefix = limits.GateContainerPath + "/claim-"
+
+// MarkerPath is the container path of the marker of one device of a claim.
+func MarkerPath(claimUID, device string) string {
+	return MarkerPrefix + claimUID + "/" + device
+}
+
+// ParseMarker returns the claim UID and device a marker path names; ok is
+// false for any other path. A path that starts like a marker but does not
+// name exactly a claim and a device is an error.
+func ParseMarker(path string) (claimUID, device string, ok bool, err error) {
+	rest, found := strings.CutPrefix(path, MarkerPrefix)
+	if !found {
+		return "", "", false, nil
+	}
+	claimUID, device, found = strings.Cut(rest, "/")
+	if !found || claimUID == "" || device == "" || strings.Contains(device, "/") ||
+		hoststate.ValidID(hoststate.ClaimID(claimUID)) != nil {
+		return "", "", true, fmt.Errorf("%w: malformed claim marker %q", ErrRejected, path)
+	}
+	return claimUID, device, true, nil
+}
+
+// Inventory lists the node's GPUs; gpu.Backend satisfies it.
+type Inventory interface {
+	Devices() ([]gpu.Device, error)
+}
+
+// Options configure a Driver.
+type Options struct {
+	Config    *config.Config
+	Inventory Inventory
+	// NodeName is the node's name, which is also the name of the pool the
+	// driver publishes.
+	NodeName string
+	Logger   *slog.Logger // nil: slog.Default()
+}
+
+// Driver implements kubeletplugin.DRAPlugin. Its methods are safe for
+// concurrent use; preparations are serialized.
+type Driver struct {
+	cfg  *config.Config
+	inv  Inventory
+	pool string
+	log  *slog.Logger
+	cdi  *cdiapi.Cache
+
+	mu sync.Mutex // serializes Prepare and Unprepare: the capacity check reads what others wrote
+}
+
+var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
+
+// New returns a driver. It does not talk to the kubelet or the API server;
+// see Run.
+func New(opts Options) (*Driver, error) {
+	if opts.Config == nil || opts.Inventory == nil {
+		return nil, errors.New("dra driver: Config and Inventory are required")
+	}
+	if opts.NodeName == "" {
+		return nil, errors.New("dra driver: the node name is required")
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	// Only this driver's directory, read when a spec is written or
+	// removed: the container runtime, not the driver, reads the specs.
+	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(opts.Config.DRA.CDIDir), cdiapi.WithAutoRefresh(false))
+	if err != nil {
+		return nil, fmt.Errorf("dra driver: CDI directory %s: %w", opts.Config.DRA.CDIDir, err)
+	}
+	return &Driver{cfg: opts.Config, inv: opts.Inventory, pool: opts.NodeName, log: log, cdi: cache}, nil
+}
+
+// gpus lists the GPUs the driver serves now.
+func (d *Driver) gpus() ([]served, error) {
+	devs, err := d.inv.Devices()
+	if err != nil {
+		return nil, fmt.Errorf("list the node's GPUs: %w", err)
+	}
+	return servedGPUs(d.cfg, devs)
+}
+
+// Resources is what the driver publishes: one pool named after the node,
+// holding one slice with a device per served GPU.
+func (d *Driver) Resources() (resourceslice.DriverResources, error) {
+	devs, err := d.inv.Devices()
+	if err != nil {
+		return resourceslice.DriverResources{}, fmt.Errorf("dra driver: list the node's GPUs: %w", err)
+	}
+	published, err := Devices(d.cfg, devs)
+	if err != nil {
+		return resourceslice.DriverResources{}, fmt.Errorf("dra driver: %w", err)
+	}
+	return resourceslice.DriverResources{
+		Pools: map[string]resourceslice.Pool{
+			d.pool: {Slices: []resourceslice.Slice{{Devices: published}}},
+		},
+	}, nil
+}
+
+// PrepareResourceClaims prepares each claim (see prepare); a claim that
+// cannot be prepared gets its error, the others are prepared all the same.
+func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	gpus, err := d.gpus()
+	if err != nil {
+		return nil, fmt.Errorf("dra driver: %w", err)
+	}
+	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	for _, claim := range claims {
+		devices, err := d.prepare(claim, gpus)
+		if err != nil {
+			d.log.Warn("cannot prepare claim", "claim", claim.Namespace+"/"+claim.Name, "uid", claim.UID, "err", err)
+			out[claim.UID] = kubeletplugin.PrepareResult{Err: fmt.Errorf("nri-vgpu: %w", err)}
+			continue
+		}
+		out[claim.UID] = kubeletplugin.PrepareResult{Devices: devices}
+	}
+	return out, nil
+}
+
+// prepare makes the claim's host state and CDI spec (Contract 8) and
+// returns its devices. Preparing a claim again (the kubelet restarted, or
+// another pod shares the claim) only brings its pods up to date: its limits
+// file and region are mounted in running containers.
+func (d *Driver) prepare(claim *resourceapi.ResourceClaim, gpus []served) ([]kubeletplugin.Device, error) {
+	uid := string(claim.UID)
+	id := hoststate.ClaimID(uid)
+	if err := hoststate.ValidID(id); err != nil || strings.Contains(uid, "/") {
+		return nil, rejected("claim UID %q cannot name a directory", uid)
+	}
+	shares, err := claimShares(claim, d.cfg.DRA.DriverName, d.pool, gpus)
+	if err != nil {
+		return nil, err
+	}
+	info := &hoststate.Info{
+		ID:           id,
+		Name:         "claim " + claim.Name,
+		Pod:          claim.Namespace + "/" + strings.Join(podNames(claim), ","),
+		AllocationID: uid,
+		Source:       Source,
+		Created:      time.Now().UTC(),
+		Claim: &hoststate.ClaimInfo{
+			Namespace: claim.Namespace, Name: claim.Name, UID: uid, PodUIDs: podUIDs(claim),
+		},
+	}
+	for _, s := range shares {
+		info.GPUs = append(info.GPUs, s.AllocatedGPU)
+	}
+
+	prev, err := hoststate.ReadInfo(d.cfg, id)
+	switch {
+	case err == nil:
+		if prev.Source != Source || prev.Claim == nil || prev.Claim.UID != uid {
+			return nil, fmt.Errorf("claim %s/%s: %s holds something else than this claim", claim.Namespace, claim.Name, hoststate.ContainerDir(d.cfg, id))
+		}
+		if !slices.Equal(prev.GPUs, info.GPUs) {
+			return nil, rejected("claim %s/%s was prepared with %v and is now allocated %v", claim.Namespace, claim.Name, prev.GPUs, info.GPUs)
+		}
+		info.Created = prev.Created
+		if err := hoststate.UpdateInfo(d.cfg, info); err != nil {
+			return nil, fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)
+		}
+	case errors.Is(err, fs.ErrNotExist):
+		if err := d.checkCapacity(info, gpus); err != nil {
+			return nil, err
+		}
+		lf := &limits.LimitsFile{CoresPolicy: d.cfg.Limits.CoresPolicy, LogLevel: d.cfg.Limits.LogLevel}
+		for _, s := range shares {
+			lf.GPUs = append(lf.GPUs, limits.GPULimit{UUID: s.UUID, Memory: s.Memory, Cores: s.Cores})
+		}
+		if _, err := hoststate.Provision(d.cfg, info, lf); err != nil {
+			return nil, fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)
+		}
+	default:
+		return nil, fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)
+	}
+
+	if err := d.writeSpec(uid, shares); err != nil {
+		return nil, fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)
+	}
+	var devices []kubeletplugin.Device
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		if r.Driver != d.cfg.DRA.DriverName {
+			continue
+		}
+		devices = append(devices, kubeletplugin.Device{
+			Requests:     []string{r.Request},
+			PoolName:     r.Pool,
+			DeviceName:   r.Device,
+			CDIDeviceIDs: []string{CDIKind + "=" + cdiDeviceName(uid, r.Device)},
+			ShareID:      r.ShareID,
+		})
+	}
+	d.log.Info("claim prepared", "claim", claim.Namespace+"/"+claim.Name, "uid", uid, "gpus", summary(info.GPUs), "pods", info.Claim.PodUIDs)
+	return devices, nil
+}
+
+// checkCapacity refuses a claim that would take a GPU past its capacity
+// together with the claims already prepared on the node: the scheduler
+// should never allow it, and the driver is the last line of defence.
+func (d *Driver) checkCapacity(info *hoststate.Info, gpus []served) error {
+	ids, err := hoststate.List(d.cfg)
+	if err != nil {
+		return err
+	}
+	type used struct {
+		memory uint64
+		cores  int
+	}
+	inUse := map[string]used{}
+	for _, other := range ids {
+		if !strings.HasPrefix(other, hoststate.ClaimIDPrefix) || other == info.ID {
+			continue
+		}
+		oi, err := hoststate.ReadInfo(d.cfg, other)
+		if err != nil || oi.Source != Source {
+			continue // being provisioned or released right now, or not a claim
+		}
+		for _, g := range oi.GPUs {
+			u := inUse[g.UUID]
+			inUse[g.UUID] = used{u.memory + g.Memory, u.cores + g.Cores}
+		}
+	}
+	for _, g := range info.GPUs {
+		i := slices.IndexFunc(gpus, func(s served) bool { return s.UUID == g.UUID })
+		if i < 0 {
+			return rejected("GPU %s is not served through DRA on this node", g.UUID)
+		}
+		total := gpus[i]
+		u := inUse[g.UUID]
+		if u.memory+g.Memory > total.Memory || u.cores+g.Cores > total.Cores {
+			return rejected("GPU %s has %s and %d%% left, the claim needs %s and %d%%",
+				g.UUID, limits.FormatBytes(total.Memory-min(u.memory, total.Memory)), max(total.Cores-u.cores, 0),
+				limits.FormatBytes(g.Memory), g.Cores)
+		}
+	}
+	return nil
+}
+
+// cdiDeviceName is the CDI device of one device of a claim.
+func cdiDeviceName(claimUID, device string) string { return claimUID + "-" + device }
+
+// specName is the file name of a claim's CDI spec.
+func specName(claimUID string) string { return "nri-vgpu.io-claim_" + claimUID + ".json" }
+
+// writeSpec writes the claim's CDI spec: per device, one read-only mount of
+// /dev/null at the device's marker and nothing else.
+func (d *Driver) writeSpec(claimUID string, shares []share) error {
+	spec := &cdispec.Spec{Version: cdispec.CurrentVersion, Kind: CDIKind}
+	for _, s := range shares {
+		spec.Devices = append(spec.Devices, cdispec.Device{
+			Name: cdiDeviceName(claimUID, s.Device),
+			ContainerEdits: cdispec.ContainerEdits{
+				Mounts: []*cdispec.Mount{{
+					HostPath:      "/dev/null",
+					ContainerPath: MarkerPath(claimUID, s.Device),
+					Options:       []string{"ro", "nosuid", "nodev", "noexec", "bind"},
+				}},
+			},
+		})
+	}
+	// The oldest version with everything used here, so that older CDI
+	// readers in container runtimes accept the file.
+	if v, err := cdispec.MinimumRequiredVersion(spec); err == nil {
+		spec.Version = v
+	}
+	if err := d.cdi.WriteSpec(spec, specName(claimUID)); err != nil {
+		return fmt.Errorf("CDI spec in %s: %w", d.cfg.DRA.CDIDir, err)
+	}
+	return nil
+}
+
+// UnprepareResourceClaims removes each claim's CDI spec and host state;
+// claims that were never prepared (or already unprepared) are no error.
+func (d *Driver) UnprepareResourceClaims(_ context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[types.UID]error, len(claims))
+	for _, c := range claims {
+		out[c.UID] = d.unprepare(string(c.UID))
+		if out[c.UID] != nil {
+			d.log.Error("cannot unprepare claim", "claim", c.Namespace+"/"+c.Name, "uid", c.UID, "err", out[c.UID])
+		} else {
+			d.log.Info("claim unprepared", "claim", c.Namespace+"/"+c.Name, "uid", c.UID)
+		}
+	}
+	return out, nil
+}
+
+func (d *Driver) unprepare(uid string) error {
+	id := hoststate.ClaimID(uid)
+	if hoststate.ValidID(id) != nil || strings.Contains(uid, "/") {
+		return nil // never prepared: prepare refuses such a UID
+	}
+	if err := d.cdi.RemoveSpec(specName(uid)); err != nil {
+		return fmt.Errorf("nri-vgpu: remove CDI spec: %w", err)
+	}
+	if info, err := hoststate.ReadInfo(d.cfg, id); err == nil && info.Source != Source {
+		return fmt.Errorf("nri-vgpu: %s is not a claim's directory; left alone", hoststate.ContainerDir(d.cfg, id))
+	}
+	if err := hoststate.Release(d.cfg, id); err != nil {
+		return fmt.Errorf("nri-vgpu: %w", err)
+	}
+	return nil
+}
+
+// HandleError logs errors met in the background (publishing the
+// ResourceSlice); the helper retries recoverable ones.
+func (d *Driver) HandleError(_ context.Context, err error, msg string) {
+	if errors.Is(err, kubeletplugin.ErrRecoverable) {
+		d.log.Warn(msg, "err", err)
+		return
+	}
+	d.log.Error(msg, "err", err)
+}
+
+// WatchHealthStatus: health reaches the scheduler through the
+// ResourceSlice (an unhealthy GPU leaves it), not through the kubelet.
+func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
+	return kubeletplugin.ErrHealthNotSupported
+}
+
+func podNames(claim *resourceapi.ResourceClaim) []string {
+	var out []string
+	for _, c := range claim.Status.ReservedFor {
+		if c.APIGroup == "" && c.Resource == "pods" {
+			out = append(out, c.Name)
+		}
+	}
+	return out
+}
+
+func summary(gpus []limits.AllocatedGPU) []string {
+	out := make([]string, len(gpus))
+	for i, g := range gpus {
+		out[i] = fmt.Sprintf("%s memory=%s cores=%d%%", g.UUID, limits.FormatBytes(g.Memory), g.Cores)
+	}
+	return out
+}

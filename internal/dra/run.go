@@ -1,0 +1,109 @@
+package dra
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
+)
+
+// RunOptions are what Run needs besides the driver.
+type RunOptions struct {
+	Client  kubernetes.Interface
+	Backend gpu.Backend // its health events republish the slice
+	// PluginDir and RegistryDir override the kubelet's directories
+	// (kubeletplugin.KubeletPluginsDir/<driver name> and
+	// kubeletplugin.KubeletRegistryDir); empty: the defaults.
+	PluginDir   string
+	RegistryDir string
+	// NodeUID is the UID of the Node, which owns the slice (so that it goes
+	// away with the node); empty: the slice controller looks it up.
+	NodeUID types.UID
+	// Republish is how often the slice is rebuilt from the inventory even
+	// without a health event (the NVML backend reports some changes only
+	// as a new device list); 0: every minute.
+	Republish time.Duration
+}
+
+// Run registers the driver with the kubelet, publishes its ResourceSlice and
+// keeps it up to date until ctx is done.
+func (d *Driver) Run(ctx context.Context, opts RunOptions) error {
+	pluginOpts := []kubeletplugin.Option{
+		kubeletplugin.DriverName(d.cfg.DRA.DriverName),
+		kubeletplugin.KubeClient(opts.Client),
+		kubeletplugin.NodeName(d.pool),
+		// The helper serializes the gRPC calls; d.mu also covers
+		// in-process callers.
+		kubeletplugin.Serialize(true),
+		kubeletplugin.HealthService(false),
+	}
+	if opts.NodeUID != "" {
+		pluginOpts = append(pluginOpts, kubeletplugin.NodeUID(opts.NodeUID))
+	}
+	if opts.PluginDir != "" {
+		pluginOpts = append(pluginOpts, kubeletplugin.PluginDataDirectoryPath(opts.PluginDir))
+	}
+	if opts.RegistryDir != "" {
+		pluginOpts = append(pluginOpts, kubeletplugin.RegistrarDirectoryPath(opts.RegistryDir))
+	}
+	helper, err := kubeletplugin.Start(ctx, d, pluginOpts...)
+	if err != nil {
+		return fmt.Errorf("dra driver: start the kubelet plugin: %w", err)
+	}
+	defer helper.Stop()
+
+	last := -1
+	publish := func() {
+		res, err := d.Resources()
+		if err != nil {
+			d.log.Error("cannot build the ResourceSlice; the published one stays", "err", err)
+			return
+		}
+		if err := helper.PublishResources(ctx, res); err != nil {
+			d.log.Error("cannot publish the ResourceSlice", "err", err)
+			return
+		}
+		n := 0
+		for _, p := range res.Pools {
+			for _, s := range p.Slices {
+				n += len(s.Devices)
+			}
+		}
+		if n != last {
+			d.log.Info("ResourceSlice published", "pool", d.pool, "gpus", n)
+			last = n
+		}
+	}
+	publish()
+
+	events := make(chan gpu.HealthEvent, 16)
+	if opts.Backend != nil {
+		go func() {
+			if err := opts.Backend.WatchHealth(ctx, events); err != nil {
+				d.log.Warn("GPU health is not watched; unhealthy GPUs stay published", "err", err)
+			}
+		}()
+	}
+	every := opts.Republish
+	if every <= 0 {
+		every = time.Minute
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev := <-events:
+			d.log.Warn("GPU health changed; publishing the slice again", "uuid", ev.UUID, "healthy", ev.Healthy, "reason", ev.Reason)
+			publish()
+		case <-tick.C:
+			publish()
+		}
+	}
+}
