@@ -59,11 +59,12 @@ test-shim:
 
 ## test-e2e (alias e2e): real containerd + runc + NRI, with the kubelet
 ## simulator and with a real single-node Kubernetes cluster (root; installs
-## containerd, runc, busybox-static, the CNI plugins, and builds Kubernetes
-## and etcd into a cache when missing)
+## containerd, runc, busybox-static, the CNI plugins, and builds Kubernetes,
+## etcd and the pinned helm into caches when missing)
 test-e2e e2e: build
 	hack/e2e-deps.sh >/dev/null
 	hack/k8s-deps.sh >/dev/null
+	hack/helm.sh bin >/dev/null
 	$(GO) test -tags e2e -count=1 -timeout 30m ./test/e2e/...
 
 ## test-docker: nri-vgpu-runtime under a real dockerd (root; installs docker.io)

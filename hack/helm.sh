@@ -9,6 +9,8 @@
 #                         test/packaging with several sets of values, and
 #                         fail when the manifests or the README differ from
 #                         a fresh render (run by make test)
+#   hack/helm.sh bin      print the path of the pinned helm (the cluster
+#                         end-to-end tests install the chart with it)
 #
 # Helm and helm-docs are pinned below and built into .tools/ with go install
 # on first use (about two minutes; Debian has no helm package).
@@ -26,13 +28,20 @@ MANIFESTS=packaging/manifests/nri-vgpu.yaml
 # told otherwise; the chart needs 1.26 or later.
 RENDER_ARGS=(template nri-vgpu "$CHART" --namespace kube-system --kube-version 1.30.0)
 
-if [ ! -x "$HELM" ]; then
-	echo "helm: installing helm $HELM_VERSION into $(dirname "$HELM") (go install, takes a while)"
+# Checked by running it and by the module version it was built from (a helm
+# built by go install reports only its minor, "v3.19"): anything else is
+# built again.
+helm_works() {
+	"$HELM" version --short >/dev/null 2>&1 &&
+		go version -m "$HELM" 2>/dev/null | awk '$1 == "mod" && $2 == "helm.sh/helm/v3" {print $3}' | grep -qx "$HELM_VERSION"
+}
+if ! helm_works; then
+	echo "helm: installing helm $HELM_VERSION into $(dirname "$HELM") (go install, takes a while)" >&2
 	GOBIN=$(dirname "$HELM") GOFLAGS=-trimpath go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 fi
 
 if [ ! -x "$HELM_DOCS" ]; then
-	echo "helm: installing helm-docs $HELM_DOCS_VERSION into $(dirname "$HELM_DOCS") (go install)"
+	echo "helm: installing helm-docs $HELM_DOCS_VERSION into $(dirname "$HELM_DOCS") (go install)" >&2
 	GOBIN=$(dirname "$HELM_DOCS") GOFLAGS=-trimpath go install "github.com/norwoodj/helm-docs/cmd/helm-docs@$HELM_DOCS_VERSION"
 fi
 
@@ -51,6 +60,9 @@ render() {
 }
 
 case "${1:-}" in
+bin)
+	echo "$HELM"
+	;;
 render)
 	render >"$MANIFESTS.tmp"
 	mv "$MANIFESTS.tmp" "$MANIFESTS"
@@ -108,7 +120,7 @@ check)
 	echo "helm: chart lints, its tests pass, $MANIFESTS and $CHART/README.md are up to date"
 	;;
 *)
-	echo "usage: hack/helm.sh render|docs|check" >&2
+	echo "usage: hack/helm.sh render|docs|check|bin" >&2
 	exit 2
 	;;
 esac

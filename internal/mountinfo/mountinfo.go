@@ -14,13 +14,12 @@ import (
 	"syscall"
 )
 
-// UnmountUnder detaches every mount point at or below dir, deepest first
-// (a mount stacked on another is detached once for each), so that dir can
-// be removed after a daemon that mounted things under it has gone.
-func UnmountUnder(dir string) error {
+// Under lists the mount points at or below dir, in the mount table's
+// order (a point mounted twice is listed twice).
+func Under(dir string) ([]string, error) {
 	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var points []string
 	for _, line := range strings.Split(string(data), "\n") {
@@ -32,6 +31,17 @@ func UnmountUnder(dir string) error {
 		if mp == dir || strings.HasPrefix(mp, dir+"/") {
 			points = append(points, mp)
 		}
+	}
+	return points, nil
+}
+
+// UnmountUnder detaches every mount point at or below dir, deepest first
+// (a mount stacked on another is detached once for each), so that dir can
+// be removed after a daemon that mounted things under it has gone.
+func UnmountUnder(dir string) error {
+	points, err := Under(dir)
+	if err != nil {
+		return err
 	}
 	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
 	var errs []error

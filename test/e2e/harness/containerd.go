@@ -114,8 +114,9 @@ const CNIPluginDir = "/usr/lib/cni"
 const CNIBridge = "nrivgpu-e2e0"
 
 // cniConfig is the network of Options.CNI: pods get addresses on a bridge
-// of their own, with no route off the host (no gateway, no masquerading,
-// so no iptables rules to clean up).
+// of their own, which holds the gateway address, so that the kubelet on the
+// host reaches them (HTTP probes). No masquerading: no iptables rules to
+// clean up, and no pod needs to reach beyond the host.
 const cniConfig = `{
   "cniVersion": "1.0.0",
   "name": "nri-vgpu-e2e",
@@ -123,7 +124,7 @@ const cniConfig = `{
     {
       "type": "bridge",
       "bridge": "` + CNIBridge + `",
-      "isGateway": false,
+      "isGateway": true,
       "ipMasq": false,
       "ipam": {
         "type": "host-local",
