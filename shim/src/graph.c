@@ -76,6 +76,8 @@ struct gexec {
 	struct gexec *next;
 	CUgraphExec exec;
 	uint64_t work;          /* thread blocks of one launch */
+	uint64_t waves;         /* ... in waves: each kernel's blocks over the SM count, rounded up */
+	int sms;                /* SMs of the device it was instantiated on (1: unknown) */
 	int mem;                /* has memory nodes (even of a size it could not learn) */
 	int launched;           /* launched before: its unfreed allocations may be live */
 	uint64_t need[GDEV];    /* bytes its allocations take from each device's pool */
@@ -123,8 +125,13 @@ static void inspect_kernel(CUgraphNode n, struct gexec *x)
 	if (rc != CUDA_SUCCESS)
 		rc = DRV("cuGraphKernelNodeGetParams", CUresult(*)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS_v1 *), n,
 			 (CUDA_KERNEL_NODE_PARAMS_v1 *)&k);
-	if (rc == CUDA_SUCCESS)
-		x->work = add_sat(x->work, (uint64_t)k.gridDimX * k.gridDimY * k.gridDimZ);
+	if (rc == CUDA_SUCCESS) {
+		uint64_t blocks = (uint64_t)k.gridDimX * k.gridDimY * k.gridDimZ;
+		x->work = add_sat(x->work, blocks);
+		/* A kernel holds the GPU for its waves, however few blocks the last
+		 * one has: twelve 1-block kernels are twelve waves, not one. */
+		x->waves = add_sat(x->waves, blocks ? (blocks - 1) / (uint64_t)x->sms + 1 : 1);
+	}
 }
 
 static void inspect_alloc(CUgraphNode n, struct scan *sc)
@@ -198,6 +205,13 @@ static struct gexec *inspect_graph(CUgraph g)
 	struct scan sc = {.x = calloc(1, sizeof(struct gexec))};
 	if (!sc.x)
 		return NULL;
+	/* The graph runs on the current context's device. */
+	CUdevice dev;
+	int sms = 0;
+	if (vgpu_cu_ctx_get_device(&dev) != CUDA_SUCCESS ||
+	    vgpu_cu_device_attr(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) != CUDA_SUCCESS || sms <= 0)
+		sms = 1; /* every block a wave: an overcharge the limiter's steering absorbs */
+	sc.x->sms = sms;
 	inspect(g, &sc, 0);
 	for (size_t i = 0; i < sc.nal; i++) {
 		size_t j = 0;
@@ -251,6 +265,19 @@ static int table_get(CUgraphExec e, struct gexec *out)
 	return found;
 }
 
+uint64_t vgpu_graph_exec_waves(CUgraphExec g)
+{
+	uint64_t w = 0;
+	pthread_mutex_lock(&table_mu);
+	for (struct gexec *x = table[bucket(g)]; x; x = x->next)
+		if (x->exec == g) {
+			w = x->waves;
+			break;
+		}
+	pthread_mutex_unlock(&table_mu);
+	return w;
+}
+
 uint64_t vgpu_graph_exec_work(CUgraphExec g)
 {
 	uint64_t w = 0;
@@ -275,8 +302,9 @@ static CUresult keep(CUresult rc, CUgraphExec *e, struct gexec *x)
 	uint64_t bytes = 0;
 	for (int d = 0; d < GDEV; d++)
 		bytes = add_sat(bytes, x->need[d]);
-	LOGD("graph exec %p: %llu thread blocks a launch, %llu bytes of graph memory", (void *)x->exec,
-	     (unsigned long long)x->work, (unsigned long long)bytes);
+	LOGD("graph exec %p: %llu thread blocks a launch, %llu bytes of graph memory, %llu waves on %d SMs",
+	     (void *)x->exec, (unsigned long long)x->work, (unsigned long long)bytes, (unsigned long long)x->waves,
+	     x->sms);
 	table_put(x);
 	return rc;
 }

@@ -13,6 +13,10 @@
  * under a process-local mutex: for the SM limiter's cuGraphLaunch.
  */
 uint64_t vgpu_graph_exec_work(CUgraphExec g);
+/* The same work in waves, what it holds the GPU for (the SM limiter's
+ * charge): the sum over kernel nodes of ceil(blocks / SMs of the device g
+ * was instantiated on); 0 when unknown. */
+uint64_t vgpu_graph_exec_waves(CUgraphExec g);
 
 /*
  * Graph memory of a launch or upload of g: vgpu_graph_back_begin before the

@@ -4,10 +4,10 @@
  * A launch is charged what it will occupy the GPU with, in waves: its grid
  * over the device's SM count, rounded up (a 1-block kernel holds the GPU as
  * long as a full wave of the same kernel; charging blocks would let many
- * small kernels through for the price of one). A graph is charged the blocks
- * of its kernel nodes, a launch recorded by stream capture nothing (it runs,
- * and is charged, when its graph is launched). Tokens come from a per-device
- * bucket; with the bucket empty the launching thread waits.
+ * small kernels through for the price of one). A graph is charged the sum of
+ * its kernel nodes' waves, a launch recorded by stream capture nothing (it
+ * runs, and is charged, when its graph is launched). Tokens come from a
+ * per-device bucket; with the bucket empty the launching thread waits.
  *
  * A watcher thread refills the bucket every tick (20 ms) with `rate` tokens
  * per control period (50 ms) of time actually elapsed (a watcher delayed on a
@@ -406,16 +406,21 @@ static int64_t available(struct bucket *b, int64_t now)
 	return t + (int64_t)((double)rate * (double)since / (double)PERIOD_NS);
 }
 
-void vgpu_limiter_charge(int idx, CUdevice dev, uint64_t blocks)
+/* The bucket of limits index idx when its launches are throttled, else NULL. */
+static struct bucket *throttled_bucket(int idx)
 {
 	if (idx < 0 || vgpu.limits.gpu[idx].cores >= 100)
-		return;
+		return NULL;
 	if (unlikely(!__atomic_load_n(&watcher_started, __ATOMIC_ACQUIRE)))
 		start_watcher();
-	struct bucket *b = &buckets[idx];
-	if (!b->active)
-		return;
-	uint64_t sms = (uint64_t)sm_count(b, dev), waves = blocks ? (blocks - 1) / sms + 1 : 1;
+	return buckets[idx].active ? &buckets[idx] : NULL;
+}
+
+/* Blocks until a launch that holds the GPU for `waves` waves may go, then charges it. */
+static void charge_waves(struct bucket *b, uint64_t waves)
+{
+	if (!waves)
+		waves = 1; /* unknown work: one wave, as the smallest kernel */
 	int64_t cost = waves > (uint64_t)INT32_MAX ? (int64_t)INT32_MAX * TOKEN : (int64_t)waves * TOKEN;
 	if (!__atomic_load_n(&b->launched, __ATOMIC_RELAXED))
 		__atomic_store_n(&b->launched, 1, __ATOMIC_RELAXED);
@@ -450,6 +455,15 @@ void vgpu_limiter_charge(int idx, CUdevice dev, uint64_t blocks)
 	}
 }
 
+void vgpu_limiter_charge(int idx, CUdevice dev, uint64_t blocks)
+{
+	struct bucket *b = throttled_bucket(idx);
+	if (!b)
+		return;
+	uint64_t sms = (uint64_t)sm_count(b, dev);
+	charge_waves(b, blocks ? (blocks - 1) / sms + 1 : 1);
+}
+
 /* ---- launch entry points ------------------------------------------------------------ */
 
 /* Whether a launch into s is recorded by stream capture instead of run: it
@@ -479,8 +493,10 @@ static int capturing(CUstream s, int ptsz)
 	return f(s, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
-/* The throttled path: account the launch, wait for tokens. */
-static __attribute__((noinline)) void gate(uint64_t blocks, CUstream s, int ptsz)
+/* The throttled path: account the launch, wait for tokens. g: a graph
+ * launch, charged the waves of its kernel nodes (graph.c counted them at
+ * instantiation; one wave when unknown: not instantiated through the shim). */
+static __attribute__((noinline)) void gate(uint64_t blocks, CUgraphExec g, CUstream s, int ptsz)
 {
 	CUdevice dev;
 	int idx = vgpu_current_index(&dev);
@@ -489,7 +505,13 @@ static __attribute__((noinline)) void gate(uint64_t blocks, CUstream s, int ptsz
 	if (capturing(s, ptsz))
 		return;
 	vgpu_count_launch(idx);
-	vgpu_limiter_charge(idx, dev, blocks);
+	if (!g) {
+		vgpu_limiter_charge(idx, dev, blocks);
+		return;
+	}
+	struct bucket *b = throttled_bucket(idx);
+	if (b)
+		charge_waves(b, vgpu_graph_exec_waves(g));
 }
 
 #define GRID(x, y, z) ((uint64_t)(x) * (uint64_t)(y) * (uint64_t)(z))
@@ -500,7 +522,7 @@ VGPU_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsi
 				    void **extra)
 {
 	if (THROTTLED())
-		gate(GRID(gx, gy, gz), s, 0);
+		gate(GRID(gx, gy, gz), NULL, s, 0);
 	return NEXT(cuLaunchKernel)(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
 }
 
@@ -509,7 +531,7 @@ VGPU_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy,
 					 void **extra)
 {
 	if (THROTTLED())
-		gate(GRID(gx, gy, gz), s, 1);
+		gate(GRID(gx, gy, gz), NULL, s, 1);
 	return NEXT(cuLaunchKernel_ptsz)(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
 }
 
@@ -519,7 +541,7 @@ VGPU_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsign
 					       void **params)
 {
 	if (THROTTLED())
-		gate(GRID(gx, gy, gz), s, 0);
+		gate(GRID(gx, gy, gz), NULL, s, 0);
 	return NEXT(cuLaunchCooperativeKernel)(f, gx, gy, gz, bx, by, bz, shm, s, params);
 }
 
@@ -528,26 +550,25 @@ VGPU_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, u
 						    CUstream s, void **params)
 {
 	if (THROTTLED())
-		gate(GRID(gx, gy, gz), s, 1);
+		gate(GRID(gx, gy, gz), NULL, s, 1);
 	return NEXT(cuLaunchCooperativeKernel_ptsz)(f, gx, gy, gz, bx, by, bz, shm, s, params);
 }
 
 VGPU_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
 {
 	if (THROTTLED())
-		gate(c ? GRID(c->gridDimX, c->gridDimY, c->gridDimZ) : 1, c ? c->hStream : NULL, 0);
+		gate(c ? GRID(c->gridDimX, c->gridDimY, c->gridDimZ) : 1, NULL, c ? c->hStream : NULL, 0);
 	return NEXT(cuLaunchKernelEx)(c, f, params, extra);
 }
 
 VGPU_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
 {
 	if (THROTTLED())
-		gate(c ? GRID(c->gridDimX, c->gridDimY, c->gridDimZ) : 1, c ? c->hStream : NULL, 1);
+		gate(c ? GRID(c->gridDimX, c->gridDimY, c->gridDimZ) : 1, NULL, c ? c->hStream : NULL, 1);
 	return NEXT(cuLaunchKernelEx_ptsz)(c, f, params, extra);
 }
 
-/* A graph is charged the blocks of its kernel nodes (graph.c; one wave when
- * unknown: not instantiated through the shim). */
+/* A graph is charged the waves of its kernel nodes (see gate). */
 VGPU_EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream s)
 {
 	/* A launch may back the graph's memory nodes (graph.c). */
@@ -555,7 +576,7 @@ VGPU_EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream s)
 	if (vgpu_graph_back_begin(g, 1, &b) != 0)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	if (THROTTLED())
-		gate(vgpu_graph_exec_work(g), s, 0);
+		gate(0, g, s, 0);
 	CUresult rc = NEXT(cuGraphLaunch)(g, s);
 	vgpu_graph_back_end(&b, rc);
 	return rc;
@@ -567,7 +588,7 @@ VGPU_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s)
 	if (vgpu_graph_back_begin(g, 1, &b) != 0)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	if (THROTTLED())
-		gate(vgpu_graph_exec_work(g), s, 1);
+		gate(0, g, s, 1);
 	CUresult rc = NEXT(cuGraphLaunch_ptsz)(g, s);
 	vgpu_graph_back_end(&b, rc);
 	return rc;

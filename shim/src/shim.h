@@ -231,7 +231,6 @@ void vgpu_fp_after_fork(void);
 
 /* ---- limiter.c ---------------------------------------------------------------- */
 
-void vgpu_limiter_start(void);
 void vgpu_limiter_after_fork(void);
 /* Blocks until a launch of this many thread blocks on dev (limits index idx) may go. */
 void vgpu_limiter_charge(int idx, CUdevice dev, uint64_t blocks);

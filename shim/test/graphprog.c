@@ -31,12 +31,20 @@
  *   resethigh:used|reserved[:RC[:VALUE]]  cuDeviceSetGraphMemAttribute of a high-water mark
  *   meminfo:FREE             cuMemGetInfo_v2's free (the container's slice)
  *   busy:NS                  GPU time this process's kernels ran on GPU 0
+ *   kernels:N:GX             N kernel nodes of GX blocks each
+ *   launchks:N:GX            N cuLaunchKernel of GX blocks on the stream; prints
+ *                            "launchks_ms MS", how long the N calls took
+ *   launchfor:SECONDS:WARMUP[:GX]  launches the last executable graph (or, with GX,
+ *                            a kernel of GX blocks) on the stream for SECONDS without
+ *                            synchronising; prints "share PCT", this process's
+ *                            share of GPU 0's time after WARMUP seconds
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cuda_abi.h"
@@ -191,6 +199,38 @@ static void kernel_node(int v1, unsigned gx, unsigned gy, unsigned gz)
 	}
 }
 
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* launchfor: the share of GPU time comes from the fake driver's accounting,
+ * the window's end points taken by it too, so a descheduled launcher cannot
+ * skew the window against the GPU time in it. */
+static void launch_for(double total, double warm, const char *grid)
+{
+	long long (*busy)(int, int, long long *) = dlsym(RTLD_DEFAULT, "fakecudaBusyNs");
+	if (!busy)
+		die("fakecudaBusyNs", 0, 1);
+	CUgraphExec e = grid ? NULL : top();
+	unsigned gx = grid ? (unsigned)atoi(grid) : 0;
+	long long b0 = -1, w0 = 0, w1 = 0;
+	double t0 = now_s();
+	while (now_s() - t0 < total) {
+		if (b0 < 0 && now_s() - t0 >= warm)
+			b0 = busy(getpid(), 0, &w0);
+		if (e)
+			check("cuGraphLaunch", api.Launch(e, stream), NULL);
+		else
+			check("cuLaunchKernel", api.LaunchKernel(NULL, gx, 1, 1, 128, 1, 1, 0, stream, NULL, NULL), NULL);
+	}
+	long long b1 = busy(getpid(), 0, &w1);
+	check("cuCtxSynchronize", api.CtxSynchronize(), NULL);
+	printf("share %.1f\n", (double)(b1 - b0) / (double)(w1 - w0) * 100.0);
+}
+
 static void op(char *spec)
 {
 	char *a[5] = {0};
@@ -314,6 +354,17 @@ static void op(char *spec)
 		check("cuMemGetInfo", api.MemGetInfo(&f, &t), NULL);
 		if (f != size_arg(a[1]))
 			die("free memory", (long long)f, (long long)size_arg(a[1]));
+	} else if (!strcmp(o, "kernels")) {
+		for (int k = atoi(a[1]); k > 0; k--)
+			kernel_node(0, (unsigned)atoi(a[2]), 1, 1);
+	} else if (!strcmp(o, "launchks")) {
+		double t0 = now_s();
+		for (int k = atoi(a[1]); k > 0; k--)
+			check("cuLaunchKernel",
+			      api.LaunchKernel(NULL, (unsigned)atoi(a[2]), 1, 1, 128, 1, 1, 0, stream, NULL, NULL), NULL);
+		printf("launchks_ms %.1f\n", (now_s() - t0) * 1000.0);
+	} else if (!strcmp(o, "launchfor")) {
+		launch_for(atof(a[1]), atof(a[2]), a[3]);
 	} else if (!strcmp(o, "busy")) {
 		long long (*busy)(int, int, long long *) = dlsym(RTLD_DEFAULT, "fakecudaBusyNs");
 		long long b = busy ? busy(getpid(), 0, NULL) : -1;
