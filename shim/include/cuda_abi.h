@@ -346,12 +346,17 @@ _Static_assert(offsetof(CUlaunchConfig, numAttrs) == 48, "lc.numAttrs");
  *   cuStreamBeginCapture(CUstream) @10000 (+_ptsz),
  *   cuStreamBeginCapture_v2(CUstream, CUstreamCaptureMode) @10010 (+_ptsz),
  *   cuStreamEndCapture(CUstream, CUgraph *) @10000 (+_ptsz),
+ *   cuGraphExecUpdate(CUgraphExec, CUgraph, CUgraphNode *errNode,
+ *     CUgraphExecUpdateResult *) @10020, _v2(CUgraphExec, CUgraph,
+ *     CUgraphExecUpdateResultInfo *) @12000,
  *   cuStreamIsCapturing(CUstream, CUstreamCaptureStatus *) @10000 (+_ptsz),
  *   cuStreamGetCaptureInfo(CUstream, CUstreamCaptureStatus *, cuuint64_t *id)
  *     @10010 (+_ptsz), _v2 (+ CUgraph *, const CUgraphNode **, size_t *) @11030.
  */
 typedef struct CUgraph_st *CUgraph;
 typedef struct CUgraphNode_st *CUgraphNode;
+/* Only passed through by the shim: its layout does not matter here. */
+typedef struct CUgraphExecUpdateResultInfo_st CUgraphExecUpdateResultInfo;
 
 /* CUgraphNodeType */
 #define CU_GRAPH_NODE_TYPE_KERNEL 0
@@ -380,6 +385,7 @@ typedef struct CUgraphNode_st *CUgraphNode;
 #define CUDA_ERROR_ILLEGAL_STATE 401
 #define CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED 900
 #define CUDA_ERROR_STREAM_CAPTURE_INVALIDATED 901
+#define CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE 910
 
 typedef struct {
 	CUfunction func;

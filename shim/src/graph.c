@@ -30,7 +30,10 @@
  * unused memory enough, and the growth is then counted after the fact,
  * past the quota if need be (nothing is held across the launch, which may
  * block); cuStreamBeginCaptureToGraph (12.3) is not hooked, so captures it
- * starts are charged as plain stream-ordered allocations until the free.
+ * starts are charged as plain stream-ordered allocations until the free;
+ * the work of an executable graph follows cuGraphExecUpdate[_v2] but not
+ * per-node changes (cuGraphExecKernelNodeSetParams, cuGraphNodeSetEnabled),
+ * nor the bodies of conditional nodes (12.3+), which are not counted.
  */
 #include "glibc_compat.h"
 
@@ -510,6 +513,37 @@ VGPU_EXPORT CUresult cuGraphExecDestroy(CUgraphExec g)
 				follow_pool(d);
 	free(x);
 	return rc;
+}
+
+/* An update gives the executable graph the parameters of g (same topology):
+ * what a launch runs is then g's. The pool is left to the next launch. */
+static CUresult updated(CUresult rc, CUgraphExec e, struct gexec *fresh)
+{
+	if (rc == CUDA_SUCCESS && fresh) {
+		pthread_mutex_lock(&table_mu);
+		for (struct gexec *x = table[bucket(e)]; x; x = x->next)
+			if (x->exec == e) {
+				x->work = fresh->work;
+				x->waves = fresh->waves;
+				LOGD("graph exec %p updated: %llu thread blocks a launch, %llu waves", (void *)e,
+				     (unsigned long long)x->work, (unsigned long long)x->waves);
+			}
+		pthread_mutex_unlock(&table_mu);
+	}
+	free(fresh);
+	return rc;
+}
+
+VGPU_EXPORT CUresult cuGraphExecUpdate(CUgraphExec e, CUgraph g, CUgraphNode *err, int *result)
+{
+	struct gexec *x = inspect_graph(g);
+	return updated(NEXT(cuGraphExecUpdate)(e, g, err, result), e, x);
+}
+
+VGPU_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec e, CUgraph g, CUgraphExecUpdateResultInfo *info)
+{
+	struct gexec *x = inspect_graph(g);
+	return updated(NEXT(cuGraphExecUpdate_v2)(e, g, info), e, x);
 }
 
 VGPU_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice dev)

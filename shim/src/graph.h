@@ -8,7 +8,8 @@
 
 /*
  * The work one launch of g runs: the thread blocks of every kernel node (child
- * graphs included), summed when g was instantiated; 0 when unknown (not
+ * graphs included), summed when g was instantiated or updated
+ * (cuGraphExecUpdate); 0 when unknown (not
  * instantiated through the shim, or the driver would not tell). A hash lookup
  * under a process-local mutex: for the SM limiter's cuGraphLaunch.
  */

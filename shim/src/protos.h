@@ -125,6 +125,8 @@ API CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *e, CUgraph g, CUDA_G
 API CUresult cuGraphUpload(CUgraphExec g, CUstream s);
 API CUresult cuGraphUpload_ptsz(CUgraphExec g, CUstream s);
 API CUresult cuGraphExecDestroy(CUgraphExec g);
+API CUresult cuGraphExecUpdate(CUgraphExec e, CUgraph g, CUgraphNode *err, int *result);
+API CUresult cuGraphExecUpdate_v2(CUgraphExec e, CUgraph g, CUgraphExecUpdateResultInfo *info);
 API CUresult cuDeviceGraphMemTrim(CUdevice dev);
 API CUresult cuStreamBeginCapture(CUstream s);
 API CUresult cuStreamBeginCapture_ptsz(CUstream s);

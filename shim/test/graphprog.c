@@ -26,6 +26,7 @@
  *   instparams:FLAGS[:RC]    cuGraphInstantiateWithParams, uploading on the stream
  *   upload[:RC] launch[:RC]  of the last executable graph
  *   execdestroy[:RC]         destroys (and forgets) the last executable graph
+ *   update[:RC] update1[:RC] cuGraphExecUpdate_v2 / cuGraphExecUpdate of it from the current graph
  *   graphdestroy trim[:RC] sync
  *   attr:used|usedhigh|reserved|reservedhigh:SIZE   graph memory of GPU 0
  *   resethigh:used|reserved[:RC[:VALUE]]  cuDeviceSetGraphMemAttribute of a high-water mark
@@ -85,6 +86,8 @@ CUresult cuGraphUpload_ptsz(CUgraphExec, CUstream);
 CUresult cuGraphLaunch(CUgraphExec, CUstream);
 CUresult cuGraphLaunch_ptsz(CUgraphExec, CUstream);
 CUresult cuGraphExecDestroy(CUgraphExec);
+CUresult cuGraphExecUpdate(CUgraphExec, CUgraph, CUgraphNode *, int *);
+CUresult cuGraphExecUpdate_v2(CUgraphExec, CUgraph, void *);
 CUresult cuDeviceGraphMemTrim(CUdevice);
 CUresult cuDeviceGetGraphMemAttribute(CUdevice, int, void *);
 CUresult cuDeviceSetGraphMemAttribute(CUdevice, int, void *);
@@ -329,6 +332,12 @@ static void op(char *spec)
 	} else if (!strcmp(o, "execdestroy")) {
 		check("cuGraphExecDestroy", api.ExecDestroy(top()), a[1]);
 		nexecs--;
+	} else if (!strcmp(o, "update")) {
+		char info[64]; /* CUgraphExecUpdateResultInfo, opaque here */
+		check("cuGraphExecUpdate_v2", api.ExecUpdate(top(), graph, info), a[1]);
+	} else if (!strcmp(o, "update1")) {
+		int result = -1;
+		check("cuGraphExecUpdate", api.ExecUpdate1(top(), graph, &node, &result), a[1]);
 	} else if (!strcmp(o, "graphdestroy")) {
 		check("cuGraphDestroy", api.GraphDestroy(graph), NULL);
 		graph = NULL;

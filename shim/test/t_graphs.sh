@@ -27,6 +27,15 @@ test_graph_work() {
 		# shellcheck disable=SC2086
 		grun $m init capture launchk:200 launchk:25 busy:0 endcapture inst
 		grep -q 'graph exec 0x[0-9a-f]*: 225 thread blocks a launch' "$T/err"
+		# An update takes the new graph's grids: 264 + 132*2 blocks (4 waves
+		# of 1 ms), then with the v1 API 132*5 (5 more); an update that adds
+		# a memory node fails.
+		# shellcheck disable=SC2086
+		grun $m init graph kernel:100 inst graph kernel:264 kernel:132:2 update launch sync busy:4000000 \
+			graph kernel:660 update1 launch sync busy:9000000 graph galloc:1MiB update:910
+		grep -q 'graph exec 0x[0-9a-f]*: 100 thread blocks a launch' "$T/err"
+		grep -q 'graph exec 0x[0-9a-f]* updated: 528 thread blocks a launch, 4 waves$' "$T/err"
+		grep -q 'graph exec 0x[0-9a-f]* updated: 660 thread blocks a launch, 5 waves$' "$T/err"
 	done
 }
 

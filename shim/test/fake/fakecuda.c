@@ -1589,7 +1589,7 @@ FG(cuGraphAddMemAllocNode) FG(cuGraphMemAllocNodeGetParams) FG(cuGraphAddMemFree
 FG(cuGraphMemFreeNodeGetParams) FG(cuDeviceGraphMemTrim) FG(cuDeviceGetGraphMemAttribute)
 FG(cuDeviceSetGraphMemAttribute) FG(cuGraphInstantiate) FG(cuGraphInstantiate_v2)
 FG(cuGraphInstantiateWithFlags) FG(cuGraphInstantiateWithParams) FG(cuGraphInstantiateWithParams_ptsz)
-FG(cuGraphExecDestroy) FG(cuGraphUpload) FG(cuGraphUpload_ptsz) FG(cuGraphLaunch) FG(cuGraphLaunch_ptsz)
+FG(cuGraphExecDestroy) FG(cuGraphExecUpdate) FG(cuGraphExecUpdate_v2) FG(cuGraphUpload) FG(cuGraphUpload_ptsz) FG(cuGraphLaunch) FG(cuGraphLaunch_ptsz)
 FG(cuStreamBeginCapture) FG(cuStreamBeginCapture_ptsz) FG(cuStreamBeginCapture_v2)
 FG(cuStreamBeginCapture_v2_ptsz) FG(cuStreamEndCapture) FG(cuStreamEndCapture_ptsz) FG(cuStreamIsCapturing)
 FG(cuStreamIsCapturing_ptsz) FG(cuStreamGetCaptureInfo) FG(cuStreamGetCaptureInfo_ptsz)
@@ -1744,6 +1744,8 @@ static const struct entry table[] = {
 	E(cuGraphInstantiateWithFlags, 11040, cuGraphInstantiateWithFlags),
 	EP(cuGraphInstantiateWithParams, 12000, cuGraphInstantiateWithParams),
 	E(cuGraphExecDestroy, 10000, cuGraphExecDestroy),
+	E(cuGraphExecUpdate, 10020, cuGraphExecUpdate),
+	E(cuGraphExecUpdate, 12000, cuGraphExecUpdate_v2),
 	EP(cuGraphUpload, 11010, cuGraphUpload),
 	EP(cuStreamBeginCapture, 10000, cuStreamBeginCapture),
 	EP(cuStreamBeginCapture, 10010, cuStreamBeginCapture_v2),

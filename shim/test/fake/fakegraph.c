@@ -663,6 +663,52 @@ static CUresult upload(CUgraphExec e, CUstream s)
 	return rc;
 }
 
+/* Takes g's kernel parameters; g must have e's allocation and free nodes. */
+static CUresult update(CUgraphExec e, CUgraph g)
+{
+	if (!e || !g)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct CUgraphExec_st *n = calloc(1, sizeof(*n));
+	if (!n || flatten(n, g)) {
+		if (n)
+			exec_free(n);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	int same = n->na == e->na && n->nf == e->nf;
+	for (size_t i = 0; same && i < n->na; i++)
+		same = n->allocs[i] == e->allocs[i];
+	for (size_t i = 0; same && i < n->nf; i++)
+		same = n->frees[i] == e->frees[i];
+	if (!same) {
+		exec_free(n);
+		return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+	}
+	pthread_mutex_lock(&gmu);
+	uint64_t *k = e->kernels;
+	e->kernels = n->kernels;
+	e->nk = n->nk;
+	n->kernels = k;
+	pthread_mutex_unlock(&gmu);
+	exec_free(n);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuGraphExecUpdate(CUgraphExec e, CUgraph g, CUgraphNode *err, int *result)
+{
+	CUresult rc = update(e, g);
+	if (err)
+		*err = NULL;
+	if (result)
+		*result = rc == CUDA_SUCCESS ? 0 : 1; /* CU_GRAPH_EXEC_UPDATE_SUCCESS / _ERROR */
+	return rc;
+}
+
+EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec e, CUgraph g, void *info)
+{
+	(void)info; /* the result record is not modelled */
+	return update(e, g);
+}
+
 EXPORT CUresult cuGraphUpload(CUgraphExec e, CUstream s)
 {
 	return upload(e, s);
