@@ -318,19 +318,26 @@ static CUresult keep(CUresult rc, CUgraphExec *e, struct gexec *x)
 static uint64_t charged[GDEV];
 
 /* Counts the pool of dev at the size the driver reports now. Lock-free: the
- * count always equals charged[dev]; a racing older reading can leave it stale
- * until the next call, never drifting. */
+ * count always equals charged[dev]. A thread that read the pool before
+ * another may store its older reading after the other's newer one: so each
+ * checks, after storing, that the pool still has the size it stored, and
+ * reads again if not; whichever stores last leaves the count right. */
 static void follow_pool(int dev)
 {
-	uint64_t r;
+	uint64_t r, now;
 	int idx = vgpu_device_index(dev);
 	if (idx < 0 || mem_attr(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &r) != CUDA_SUCCESS)
 		return;
-	uint64_t old = __atomic_exchange_n(&charged[dev], r, __ATOMIC_ACQ_REL);
-	if (r > old)
-		vgpu_reserve_force(idx, r - old); /* the driver has it already */
-	else if (r < old)
-		vgpu_unreserve(idx, old - r);
+	for (int tries = 0; tries < 16; tries++) {
+		uint64_t old = __atomic_exchange_n(&charged[dev], r, __ATOMIC_ACQ_REL);
+		if (r > old)
+			vgpu_reserve_force(idx, r - old); /* the driver has it already */
+		else if (r < old)
+			vgpu_unreserve(idx, old - r);
+		if (mem_attr(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &now) != CUDA_SUCCESS || now == r)
+			return;
+		r = now;
+	}
 }
 
 static void give_back_est(struct vgpu_graph_backing *b)

@@ -32,6 +32,9 @@
  *   resethigh:used|reserved[:RC[:VALUE]]  cuDeviceSetGraphMemAttribute of a high-water mark
  *   meminfo:FREE             cuMemGetInfo_v2's free (the container's slice)
  *   busy:NS                  GPU time this process's kernels ran on GPU 0
+ *   bglaunch                 launches the last executable graph from another thread
+ *   join                     waits for that thread (its launch must have succeeded)
+ *   sleepms:MS
  *   kernels:N:GX             N kernel nodes of GX blocks each
  *   launchks:N:GX            N cuLaunchKernel of GX blocks on the stream; prints
  *                            "launchks_ms MS", how long the N calls took
@@ -42,6 +45,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,6 +190,15 @@ static CUdeviceptr pop(void)
 	if (!nptrs)
 		die("no address to free", 0, 1);
 	return ptrs[--nptrs];
+}
+
+static pthread_t bg;
+static CUresult bg_rc;
+
+static void *bg_launch(void *e)
+{
+	bg_rc = api.Launch((CUgraphExec)e, stream);
+	return NULL;
 }
 
 static void kernel_node(int v1, unsigned gx, unsigned gy, unsigned gz)
@@ -374,6 +387,14 @@ static void op(char *spec)
 		printf("launchks_ms %.1f\n", (now_s() - t0) * 1000.0);
 	} else if (!strcmp(o, "launchfor")) {
 		launch_for(atof(a[1]), atof(a[2]), a[3]);
+	} else if (!strcmp(o, "bglaunch")) {
+		if (pthread_create(&bg, NULL, bg_launch, top()) != 0)
+			die("pthread_create", 1, 0);
+	} else if (!strcmp(o, "join")) {
+		pthread_join(bg, NULL);
+		check("background cuGraphLaunch", bg_rc, a[1]);
+	} else if (!strcmp(o, "sleepms")) {
+		usleep((useconds_t)atoi(a[1]) * 1000);
 	} else if (!strcmp(o, "busy")) {
 		long long (*busy)(int, int, long long *) = dlsym(RTLD_DEFAULT, "fakecudaBusyNs");
 		long long b = busy ? busy(getpid(), 0, NULL) : -1;

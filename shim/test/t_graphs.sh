@@ -135,9 +135,22 @@ test_graph_capture_free_kept() {
 	done
 }
 
+test_graph_memory_racing_follow() {
+	setup $((64 * MiB))
+	# Two threads launch a 16 MiB graph each. The first reads the pool
+	# (16 MiB) and is held up 2 s before it stores that (the fake answers
+	# the 3rd attribute query late); the second grows the pool to 32 MiB
+	# and stores that meanwhile. The first's older reading must not stay:
+	# 32 MiB counted in the end. (Under a load that delays the second thread
+	# past the first, there is no race and the check holds all the same.)
+	FAKECUDA_FAIL=cuDeviceGetGraphMemAttribute:3:2000 grun init graph galloc:16MiB inst bglaunch sleepms:300 \
+		graph galloc:16MiB inst launch join attr:reserved:32MiB meminfo:32MiB
+}
+
 t graph_work test_graph_work
 t graph_memory_backed test_graph_memory_backed
 t graph_memory_live test_graph_memory_live
 t graph_memory_upload_flag test_graph_memory_upload_flag
+t graph_memory_racing_follow test_graph_memory_racing_follow
 t graph_memory_capture test_graph_memory_capture
 t graph_capture_free_kept test_graph_capture_free_kept

@@ -460,6 +460,10 @@ EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice dev, int attr, void *value
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	pthread_mutex_unlock(&gmu);
+	/* FAKECUDA_FAIL=cuDeviceGetGraphMemAttribute:N:MS: the Nth answer is
+	 * MS late, as from a thread descheduled after the driver read it. */
+	if (fk_fault("cuDeviceGetGraphMemAttribute"))
+		return CUDA_ERROR_UNKNOWN;
 	memcpy(value, &v, sizeof(v));
 	return CUDA_SUCCESS;
 }
