@@ -8,8 +8,6 @@ package dra
 
 import (
 	"fmt"
-	"regexp"
-	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -31,26 +29,8 @@ const (
 	AttributeMinor = "minor"
 )
 
-// dnsLabel is what Kubernetes accepts as a device name.
-var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
-
-// DeviceName is the name a GPU is published under: "gpu-" and its UUID
-// lower-cased without "GPU-", other characters than [a-z0-9-] as "-". It
-// stays the same across reboots, where NVML indices may not.
-func DeviceName(uuid string) (string, error) {
-	s := strings.ToLower(strings.TrimPrefix(uuid, "GPU-"))
-	s = strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' {
-			return r
-		}
-		return '-'
-	}, s)
-	name := "gpu-" + strings.Trim(s, "-")
-	if !dnsLabel.MatchString(name) {
-		return "", fmt.Errorf("GPU %s: %q is not a valid device name (a DNS label of at most 63 characters)", uuid, name)
-	}
-	return name, nil
-}
+// DeviceName is the name a GPU is published under (limits.ClaimDeviceName).
+func DeviceName(uuid string) (string, error) { return limits.ClaimDeviceName(uuid) }
 
 // served is a GPU the driver publishes, with what it is worth.
 type served struct {

@@ -29,29 +29,6 @@ func draConfig() *config.Config {
 	return cfg
 }
 
-func TestDeviceName(t *testing.T) {
-	tests := []struct {
-		uuid, want, err string
-	}{
-		{uuidA, "gpu-8e1c3f5a-0d2b-4c6e-9f71-2a3b4c5d6e7f", ""},
-		{"GPU-ABCD_ef.01", "gpu-abcd-ef-01", ""},
-		{"MIG-GPU-1/2/3", "gpu-mig-gpu-1-2-3", ""},
-		{"GPU-" + strings.Repeat("a", 60), "", "not a valid device name"},
-	}
-	for _, tt := range tests {
-		got, err := DeviceName(tt.uuid)
-		if tt.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tt.err) {
-				t.Errorf("DeviceName(%q) = %q, %v; want an error with %q", tt.uuid, got, err, tt.err)
-			}
-			continue
-		}
-		if err != nil || got != tt.want {
-			t.Errorf("DeviceName(%q) = %q, %v; want %q", tt.uuid, got, err, tt.want)
-		}
-	}
-}
-
 // capacity is what a test expects of one published capacity.
 type capacity struct {
 	value, def, min, max string // quantities; "" = unset

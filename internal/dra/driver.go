@@ -26,38 +26,10 @@ import (
 
 // Source is the hoststate.Info.Source of the claims the driver prepares;
 // the NRI plugin accepts claim markers only for directories of this source.
-const Source = "dra"
+const Source = hoststate.ClaimSource
 
 // CDIKind is the CDI vendor and class of the devices the driver returns.
 const CDIKind = "nri-vgpu.io/claim"
-
-// MarkerPrefix starts the container path of a claim marker:
-// MarkerPrefix + "<claim UID>/<device>". It lies in /proc below the
-// device plugin's gate, so a container carrying a marker that nri-vgpu did
-// not remove is refused by runc (failing closed) with the gate's name in
-// its error.
-const MarkerPrefix = limits.GateContainerPath + "/claim-"
-
-// MarkerPath is the container path of the marker of one device of a claim.
-func MarkerPath(claimUID, device string) string {
-	return MarkerPrefix + claimUID + "/" + device
-}
-
-// ParseMarker returns the claim UID and device a marker path names; ok is
-// false for any other path. A path that starts like a marker but does not
-// name exactly a claim and a device is an error.
-func ParseMarker(path string) (claimUID, device string, ok bool, err error) {
-	rest, found := strings.CutPrefix(path, MarkerPrefix)
-	if !found {
-		return "", "", false, nil
-	}
-	claimUID, device, found = strings.Cut(rest, "/")
-	if !found || claimUID == "" || device == "" || strings.Contains(device, "/") ||
-		hoststate.ValidID(hoststate.ClaimID(claimUID)) != nil {
-		return "", "", true, fmt.Errorf("%w: malformed claim marker %q", ErrRejected, path)
-	}
-	return claimUID, device, true, nil
-}
 
 // Inventory lists the node's GPUs; gpu.Backend satisfies it.
 type Inventory interface {
@@ -166,8 +138,8 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 func (d *Driver) prepare(claim *resourceapi.ResourceClaim, gpus []served) ([]kubeletplugin.Device, error) {
 	uid := string(claim.UID)
 	id := hoststate.ClaimID(uid)
-	if err := hoststate.ValidID(id); err != nil || strings.Contains(uid, "/") {
-		return nil, rejected("claim UID %q cannot name a directory", uid)
+	if !limits.ValidClaimUID(uid) {
+		return nil, rejected("claim UID %q is not a UUID", uid)
 	}
 	shares, err := claimShares(claim, d.cfg.DRA.DriverName, d.pool, gpus)
 	if err != nil {
@@ -294,7 +266,7 @@ func (d *Driver) writeSpec(claimUID string, shares []share) error {
 			ContainerEdits: cdispec.ContainerEdits{
 				Mounts: []*cdispec.Mount{{
 					HostPath:      "/dev/null",
-					ContainerPath: MarkerPath(claimUID, s.Device),
+					ContainerPath: limits.ClaimMarkerPath(claimUID, s.Device),
 					Options:       []string{"ro", "nosuid", "nodev", "noexec", "bind"},
 				}},
 			},
@@ -330,7 +302,7 @@ func (d *Driver) UnprepareResourceClaims(_ context.Context, claims []kubeletplug
 
 func (d *Driver) unprepare(uid string) error {
 	id := hoststate.ClaimID(uid)
-	if hoststate.ValidID(id) != nil || strings.Contains(uid, "/") {
+	if !limits.ValidClaimUID(uid) {
 		return nil // never prepared: prepare refuses such a UID
 	}
 	if err := d.cdi.RemoveSpec(specName(uid)); err != nil {

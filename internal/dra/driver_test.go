@@ -258,7 +258,7 @@ func TestPrepareErrors(t *testing.T) {
 		{"a GPU the node does not serve", claim(uid1, []string{"p"}, result("gpu", "gpu-0000", "1Gi", "1")), `serves no GPU "gpu-0000"`},
 		{"not allocated", unallocated, "not allocated"},
 		{"no device of ours", claim(uid1, []string{"p"}, resourceapi.DeviceRequestAllocationResult{Request: "nic", Driver: "net.example.com", Pool: node, Device: "eth1"}), "holds no device"},
-		{"a UID that cannot name a directory", claim("../../etc-0000", []string{"p"}, result("gpu", devA, "1Gi", "1")), "cannot name a directory"},
+		{"a UID that is not a UUID", claim("../../etc-0000", []string{"p"}, result("gpu", devA, "1Gi", "1")), "is not a UUID"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -397,28 +397,3 @@ func TestUnprepare(t *testing.T) {
 	}
 }
 
-func TestParseMarker(t *testing.T) {
-	const prefix = "/proc/nri-vgpu/container-not-prepared-by-the-nri-vgpu-plugin/claim-"
-	tests := []struct {
-		path          string
-		uid, device   string
-		marker, isErr bool
-	}{
-		{prefix + uid1 + "/" + devA, uid1, devA, true, false},
-		{"/proc/nri-vgpu/container-not-prepared-by-the-nri-vgpu-plugin", "", "", false, false},
-		{"/dev/shm", "", "", false, false},
-		{prefix + uid1, "", "", true, true},
-		{prefix + uid1 + "/", "", "", true, true},
-		{prefix + "/" + devA, "", "", true, true},
-		{prefix + uid1 + "/" + devA + "/x", "", "", true, true},
-	}
-	for _, tt := range tests {
-		uid, dev, marker, err := ParseMarker(tt.path)
-		if uid != tt.uid || dev != tt.device || marker != tt.marker || (err != nil) != tt.isErr {
-			t.Errorf("ParseMarker(%q) = %q, %q, %v, %v; want %q, %q, %v, error %v", tt.path, uid, dev, marker, err, tt.uid, tt.device, tt.marker, tt.isErr)
-		}
-	}
-	if got := MarkerPath(uid1, devA); got != prefix+uid1+"/"+devA {
-		t.Errorf("MarkerPath = %q", got)
-	}
-}

@@ -1,7 +1,6 @@
 package dra
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 
@@ -12,7 +11,7 @@ import (
 
 // ErrRejected is wrapped by the errors about a claim that must not be
 // prepared on this node; their messages name the reason.
-var ErrRejected = errors.New("claim rejected")
+var ErrRejected = limits.ErrClaimRejected
 
 func rejected(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrRejected, fmt.Sprintf(format, args...))

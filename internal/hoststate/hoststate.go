@@ -149,6 +149,11 @@ type ClaimInfo struct {
 	PodUIDs []string `json:"podUIDs"`
 }
 
+// ClaimSource is the Info.Source of a claim's directory: the DRA driver
+// provisions it, and the NRI plugin honours claim markers only for such
+// directories.
+const ClaimSource = "dra"
+
 // ClaimIDPrefix starts the directory name of a claim. Container IDs are
 // hex, so a claim's directory never takes a container's name.
 const ClaimIDPrefix = "claim-"

@@ -150,12 +150,13 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 		return nil, nil, err
 	}
 	for _, m := range ctr.GetMounts() {
-		if m.GetDestination() == limits.GateContainerPath {
+		dest := m.GetDestination()
+		_, _, marker, _ := limits.ParseClaimMarker(dest) // a malformed one failed createContainer
+		if dest == limits.GateContainerPath || marker {
 			if adj == nil {
 				adj = &api.ContainerAdjustment{}
 			}
-			adj.RemoveMount(limits.GateContainerPath)
-			break
+			adj.RemoveMount(dest)
 		}
 	}
 	return adj, updates, nil
@@ -171,6 +172,20 @@ func (p *Plugin) createContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		return nil, nil, fmt.Errorf("nri-vgpu: %w", ErrPodAnnotation)
 	}
 	value, ok := ctr.GetAnnotations()[limits.AnnotationKey]
+	// A claim (Contract 8) comes first: its container must get its limits
+	// whatever exemption its pod has.
+	if claim, devices, err := claimMarkers(ctr); err != nil || claim != "" {
+		log := p.log.With("container", ctr.GetId(), "name", ctr.GetName(), "pod", podName(pod))
+		if err == nil && ok {
+			err = fmt.Errorf("%w: the container holds GPUs of claim %s and of the device plugin; a container may use one or the other", limits.ErrClaimRejected, claim)
+		}
+		if err != nil {
+			log.Warn("claim rejected", "err", err)
+			return nil, nil, fmt.Errorf("nri-vgpu: %w", err)
+		}
+		adj, err := p.claimContainer(pod, ctr, claim, devices, log)
+		return adj, nil, err
+	}
 	if !ok {
 		if e, exempt := p.cfg.NRI.ExemptionFor(pod.GetNamespace(), pod.GetRuntimeHandler()); exempt {
 			// The node's own GPU agents: nothing is hidden, denied or
@@ -232,6 +247,13 @@ func (p *Plugin) verify(value, podUID string) (*limits.Allocation, error) {
 	}
 	if err := limits.CheckGPUs(a, p.knownGPU); err != nil {
 		return nil, err
+	}
+	for _, g := range a.GPUs {
+		if p.cfg.DRA.Serves(g.UUID) {
+			// The device plugin does not hand it out: an allocation of
+			// one is older than the config, or not the device plugin's.
+			return nil, fmt.Errorf("%w: GPU %s is served through DRA on this node (dra.enabled), not by the device plugin", limits.ErrRejected, g.UUID)
+		}
 	}
 	if err := p.bindings.Bind(a.ID, podUID, a.Issued); err != nil {
 		return nil, err
