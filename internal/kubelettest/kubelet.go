@@ -1,8 +1,16 @@
-// Package kubelettest is a fake kubelet for device plugin tests. It speaks
-// the real device plugin API (v1beta1) over unix sockets: it serves
-// Registration on <dir>/kubelet.sock and, like kubelet, dials back to each
-// plugin that registers, asks for its options before Register returns, and
-// then consumes its ListAndWatch stream.
+// Package kubelettest is the project's one fake kubelet: the device plugin
+// side of it, for the device plugin's tests and for the kubelet simulator of
+// the end-to-end tests (test/e2e/kubeletsim), which runs pods on top of it.
+// Where a real kubelet can run, the end-to-end tests use one
+// (test/e2e/harness.StartCluster); this fake stays for what a real kubelet
+// cannot be made to do on cue (registration edge cases, restarts mid-call).
+//
+// It speaks the real device plugin API (v1beta1) over unix sockets: it
+// serves Registration on <dir>/kubelet.sock, checks each request as kubelet
+// does (API version, extended resource name, endpoint a socket name in
+// dir) and, like kubelet, dials back to each plugin that registers, asks for
+// its options before Register returns, and then consumes its ListAndWatch
+// stream.
 package kubelettest
 
 import (
@@ -13,12 +21,20 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
+
+// DialTimeout bounds how long Register waits for the plugin's own socket to
+// answer GetDevicePluginOptions, like kubelet's 10 s connection timeout. A
+// variable for tests.
+var DialTimeout = 10 * time.Second
 
 // SocketName is the registration socket's name inside the plugin directory.
 const SocketName = "kubelet.sock"
@@ -27,9 +43,10 @@ const SocketName = "kubelet.sock"
 type Kubelet struct {
 	pluginapi.UnimplementedRegistrationServer
 
-	dir  string
-	srv  *grpc.Server
-	regs chan *Registration
+	dir        string
+	srv        *grpc.Server
+	regs       chan *Registration
+	onRegister func(*Registration)
 
 	mu     sync.Mutex
 	all    []*Registration
@@ -38,7 +55,12 @@ type Kubelet struct {
 
 // Start serves Registration on <dir>/kubelet.sock, replacing a stale
 // socket there. dir must be short enough for a unix socket path.
-func Start(dir string) (*Kubelet, error) {
+func Start(dir string) (*Kubelet, error) { return StartWith(dir, nil) }
+
+// StartWith is Start with a hook: onRegister (when not nil) is called with
+// each registration before Register answers the plugin, as kubelet updates
+// its device manager before it does.
+func StartWith(dir string, onRegister func(*Registration)) (*Kubelet, error) {
 	path := filepath.Join(dir, SocketName)
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("remove stale %s: %w", path, err)
@@ -48,9 +70,10 @@ func Start(dir string) (*Kubelet, error) {
 		return nil, fmt.Errorf("fake kubelet: listen on %s: %w", path, err)
 	}
 	k := &Kubelet{
-		dir:  dir,
-		srv:  grpc.NewServer(),
-		regs: make(chan *Registration, 16),
+		dir:        dir,
+		srv:        grpc.NewServer(),
+		regs:       make(chan *Registration, 16),
+		onRegister: onRegister,
 	}
 	pluginapi.RegisterRegistrationServer(k.srv, k)
 	go func() { _ = k.srv.Serve(lis) }()
@@ -58,26 +81,31 @@ func Start(dir string) (*Kubelet, error) {
 }
 
 // Register implements the Registration service the way kubelet does: it
-// checks the version, dials the plugin's endpoint in the same directory and
-// calls GetDevicePluginOptions before answering, then watches ListAndWatch
-// in the background.
+// checks the request, dials the plugin's endpoint in the same directory and
+// calls GetDevicePluginOptions (waiting up to DialTimeout for the plugin to
+// answer) before answering, then watches ListAndWatch in the background.
 func (k *Kubelet) Register(ctx context.Context, req *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
-	if req.Version != pluginapi.Version {
-		return nil, fmt.Errorf("fake kubelet: unsupported version %q", req.Version)
+	if !slices.Contains(pluginapi.SupportedVersions[:], req.Version) {
+		return nil, fmt.Errorf("fake kubelet: unsupported device plugin API version %q (supported: %v)", req.Version, pluginapi.SupportedVersions)
+	}
+	if !IsExtendedResourceName(req.ResourceName) {
+		return nil, fmt.Errorf("fake kubelet: %q is not an extended resource name (domain/name, domain not kubernetes.io)", req.ResourceName)
 	}
 	if req.Endpoint == "" || filepath.Base(req.Endpoint) != req.Endpoint {
-		return nil, fmt.Errorf("fake kubelet: endpoint %q is not a socket name in %s", req.Endpoint, k.dir)
+		return nil, fmt.Errorf("fake kubelet: endpoint %q must be a socket file name in %s", req.Endpoint, k.dir)
 	}
-	conn, err := grpc.NewClient("unix://"+filepath.Join(k.dir, req.Endpoint),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	sock := filepath.Join(k.dir, req.Endpoint)
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return nil, fmt.Errorf("fake kubelet: dial %s: %w", req.Endpoint, err)
+		return nil, fmt.Errorf("fake kubelet: dial %s: %w", sock, err)
 	}
 	client := pluginapi.NewDevicePluginClient(conn)
-	opts, err := client.GetDevicePluginOptions(ctx, &pluginapi.Empty{})
+	optCtx, cancelOpt := context.WithTimeout(ctx, DialTimeout)
+	defer cancelOpt()
+	opts, err := client.GetDevicePluginOptions(optCtx, &pluginapi.Empty{}, grpc.WaitForReady(true))
 	if err != nil {
 		_ = conn.Close()
-		return nil, fmt.Errorf("fake kubelet: GetDevicePluginOptions from %s: %w", req.Endpoint, err)
+		return nil, fmt.Errorf("fake kubelet: GetDevicePluginOptions of %s at %s: %w", req.ResourceName, sock, err)
 	}
 	streamCtx, cancel := context.WithCancel(context.Background())
 	stream, err := client.ListAndWatch(streamCtx, &pluginapi.Empty{})
@@ -104,6 +132,9 @@ func (k *Kubelet) Register(ctx context.Context, req *pluginapi.RegisterRequest) 
 		return nil, errors.New("fake kubelet: stopped")
 	}
 	k.all = append(k.all, r)
+	if k.onRegister != nil {
+		k.onRegister(r)
+	}
 	select {
 	case k.regs <- r:
 	default:
@@ -216,4 +247,18 @@ func (r *Registration) Close() {
 		r.cancel()
 		_ = r.conn.Close()
 	})
+}
+
+// IsExtendedResourceName mirrors kubelet's check of a device plugin's
+// resource name: domain/name, with a domain other than kubernetes.io's, and
+// not a requests. quota name.
+func IsExtendedResourceName(n string) bool {
+	domain, name, ok := strings.Cut(n, "/")
+	if !ok || domain == "" || name == "" || strings.Contains(name, "/") {
+		return false
+	}
+	if domain == "kubernetes.io" || strings.HasSuffix(domain, ".kubernetes.io") {
+		return false
+	}
+	return !strings.HasPrefix(n, "requests.")
 }

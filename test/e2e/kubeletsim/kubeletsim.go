@@ -1,7 +1,9 @@
-// Package kubeletsim is a kubelet for end-to-end tests: the part of it that a
-// device plugin and a CRI runtime see, and no more. It serves the device
-// plugin Registration socket, dials each registered plugin back, keeps the
-// device list and health that ListAndWatch streams, allocates devices to a
+// Package kubeletsim is a kubelet for end-to-end tests and `make demo`: the
+// part of it that a device plugin and a CRI runtime see, and no more. The
+// device plugin side is the project's one fake kubelet,
+// internal/kubelettest (Registration socket, checks, dial-back, the
+// ListAndWatch stream); on top of it this package keeps the device list and
+// health that ListAndWatch streams, allocates devices to a
 // pod's containers the way kubelet's device manager does
 // (GetPreferredAllocation, then Allocate, one container at a time), and runs
 // the pod through CRI with the Allocate response placed where kubelet places
@@ -13,26 +15,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"sync"
-	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/nri-vgpu/nri-vgpu/internal/kubelettest"
 )
 
 // SocketName is the Registration socket's file name in the socket directory,
 // as kubelet names it.
-const SocketName = "kubelet.sock"
-
-// dialTimeout bounds how long Register waits for the plugin's own socket,
-// like kubelet's 10 s connection timeout. A variable for tests.
-var dialTimeout = 10 * time.Second
+const SocketName = kubelettest.SocketName
 
 // Kubelet is the simulated kubelet. Create it with New; it is safe for
 // concurrent use.
@@ -42,8 +36,7 @@ type Kubelet struct {
 	log    *slog.Logger
 
 	mu        sync.Mutex
-	server    *grpc.Server
-	listener  net.Listener
+	fake      *kubelettest.Kubelet // serves Registration; nil when closed
 	resources map[string]*resource
 	// changed is closed and replaced whenever a resource's registration,
 	// devices or health change, to wake up WaitFor.
@@ -55,10 +48,10 @@ type Kubelet struct {
 type resource struct {
 	name     string
 	endpoint string // socket file name in dir
-	conn     *grpc.ClientConn
-	client   pluginapi.DevicePluginClient
-	options  *pluginapi.DevicePluginOptions
-	cancel   context.CancelFunc
+	// reg is the plugin's current registration with the fake kubelet.
+	reg     *kubelettest.Registration
+	client  pluginapi.DevicePluginClient
+	options *pluginapi.DevicePluginOptions
 	// connected is false once ListAndWatch ended: kubelet then treats every
 	// device of the resource as unhealthy until the plugin registers again.
 	connected bool
@@ -124,24 +117,13 @@ func (k *Kubelet) SocketDir() string { return k.dir }
 func (k *Kubelet) SocketPath() string { return filepath.Join(k.dir, SocketName) }
 
 func (k *Kubelet) serve() error {
-	sock := k.SocketPath()
-	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("kubeletsim: removing stale %s: %w", sock, err)
-	}
-	lis, err := net.Listen("unix", sock)
+	fake, err := kubelettest.StartWith(k.dir, k.registered)
 	if err != nil {
-		return fmt.Errorf("kubeletsim: listening on %s: %w", sock, err)
+		return fmt.Errorf("kubeletsim: %w", err)
 	}
-	srv := grpc.NewServer()
-	pluginapi.RegisterRegistrationServer(srv, &registration{k: k})
 	k.mu.Lock()
-	k.server, k.listener = srv, lis
+	k.fake = fake
 	k.mu.Unlock()
-	go func() {
-		if err := srv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			k.log.Error("registration server stopped", "error", err)
-		}
-	}()
 	return nil
 }
 
@@ -151,10 +133,10 @@ func (k *Kubelet) serve() error {
 // kept (kubelet checkpoints them).
 func (k *Kubelet) Restart() error {
 	k.mu.Lock()
-	srv := k.server
+	fake := k.fake
 	k.disconnectAllLocked()
 	k.mu.Unlock()
-	srv.Stop()
+	fake.Stop()
 	return k.serve()
 }
 
@@ -166,22 +148,16 @@ func (k *Kubelet) Close() error {
 		return nil
 	}
 	k.closed = true
-	srv := k.server
+	fake := k.fake
 	k.disconnectAllLocked()
 	k.mu.Unlock()
-	srv.Stop()
-	if err := os.Remove(k.SocketPath()); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("kubeletsim: removing %s: %w", k.SocketPath(), err)
-	}
+	fake.Stop()
 	return nil
 }
 
 func (r *resource) disconnect() {
-	if r.cancel != nil {
-		r.cancel()
-	}
-	if r.conn != nil {
-		_ = r.conn.Close()
+	if r.reg != nil {
+		r.reg.Close()
 	}
 	r.connected = false
 }
@@ -201,52 +177,15 @@ func (k *Kubelet) notifyLocked() {
 	k.changed = make(chan struct{})
 }
 
-type registration struct {
-	pluginapi.UnimplementedRegistrationServer
-	k *Kubelet
-}
-
-// Register validates the request as kubelet does, connects to the plugin's
-// endpoint and asks for its options before answering (a plugin must serve
-// before it registers), then consumes ListAndWatch in the background.
-func (s *registration) Register(ctx context.Context, req *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
-	k := s.k
-	if !slices.Contains(pluginapi.SupportedVersions[:], req.Version) {
-		return nil, fmt.Errorf("kubeletsim: unsupported device plugin API version %q (supported: %v)", req.Version, pluginapi.SupportedVersions)
-	}
-	if !isExtendedResourceName(req.ResourceName) {
-		return nil, fmt.Errorf("kubeletsim: %q is not an extended resource name (domain/name, domain not kubernetes.io)", req.ResourceName)
-	}
-	if req.Endpoint == "" || strings.Contains(req.Endpoint, "/") {
-		return nil, fmt.Errorf("kubeletsim: endpoint %q must be a socket file name in %s", req.Endpoint, k.dir)
-	}
-	sock := filepath.Join(k.dir, req.Endpoint)
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, fmt.Errorf("kubeletsim: dialing plugin %s at %s: %w", req.ResourceName, sock, err)
-	}
-	client := pluginapi.NewDevicePluginClient(conn)
-	optCtx, cancelOpt := context.WithTimeout(ctx, dialTimeout)
-	defer cancelOpt()
-	opts, err := client.GetDevicePluginOptions(optCtx, &pluginapi.Empty{}, grpc.WaitForReady(true))
-	if err != nil {
-		_ = conn.Close()
-		return nil, fmt.Errorf("kubeletsim: GetDevicePluginOptions of %s at %s: %w", req.ResourceName, sock, err)
-	}
-	streamCtx, cancel := context.WithCancel(context.Background())
-	stream, err := client.ListAndWatch(streamCtx, &pluginapi.Empty{})
-	if err != nil {
-		cancel()
-		_ = conn.Close()
-		return nil, fmt.Errorf("kubeletsim: ListAndWatch of %s: %w", req.ResourceName, err)
-	}
-
+// registered takes in a registration the fake kubelet accepted (it checked
+// the request and has the plugin's options), before the plugin hears back.
+func (k *Kubelet) registered(reg *kubelettest.Registration) {
+	req, opts := reg.Request, reg.Options
 	k.mu.Lock()
 	if k.closed {
 		k.mu.Unlock()
-		cancel()
-		_ = conn.Close()
-		return nil, errors.New("kubeletsim: closed")
+		reg.Close()
+		return
 	}
 	r := k.resources[req.ResourceName]
 	if r == nil {
@@ -257,7 +196,7 @@ func (s *registration) Register(ctx context.Context, req *pluginapi.RegisterRequ
 		// endpoint; allocations survive, the device list is re-streamed.
 		r.disconnect()
 	}
-	r.endpoint, r.conn, r.client, r.options, r.cancel = req.Endpoint, conn, client, opts, cancel
+	r.endpoint, r.reg, r.client, r.options = req.Endpoint, reg, reg.Client, opts
 	r.connected = true
 	r.registrations++
 	r.devices, r.order = map[string]*pluginapi.Device{}, nil
@@ -266,16 +205,15 @@ func (s *registration) Register(ctx context.Context, req *pluginapi.RegisterRequ
 	k.log.Info("device plugin registered", "resource", req.ResourceName, "endpoint", req.Endpoint,
 		"preferredAllocation", opts.GetGetPreferredAllocationAvailable(), "preStartRequired", opts.GetPreStartRequired())
 
-	go k.watch(r, conn, stream)
-	return &pluginapi.Empty{}, nil
+	go k.watch(r, reg)
 }
 
-// watch consumes one ListAndWatch stream until it ends.
-func (k *Kubelet) watch(r *resource, conn *grpc.ClientConn, stream grpc.ServerStreamingClient[pluginapi.ListAndWatchResponse]) {
+// watch follows one registration's ListAndWatch stream until it ends.
+func (k *Kubelet) watch(r *resource, reg *kubelettest.Registration) {
 	for {
-		resp, err := stream.Recv()
+		devices, err := reg.NextList(context.Background())
 		k.mu.Lock()
-		if r.conn != conn {
+		if r.reg != reg {
 			// A newer registration replaced this stream.
 			k.mu.Unlock()
 			return
@@ -289,7 +227,7 @@ func (k *Kubelet) watch(r *resource, conn *grpc.ClientConn, stream grpc.ServerSt
 			return
 		}
 		r.devices, r.order = map[string]*pluginapi.Device{}, nil
-		for _, d := range resp.Devices {
+		for _, d := range devices {
 			r.devices[d.ID] = d
 			r.order = append(r.order, d.ID)
 		}
@@ -297,7 +235,7 @@ func (k *Kubelet) watch(r *resource, conn *grpc.ClientConn, stream grpc.ServerSt
 		healthy := r.healthyLocked()
 		k.notifyLocked()
 		k.mu.Unlock()
-		k.log.Debug("ListAndWatch update", "resource", r.name, "devices", len(resp.Devices), "healthy", len(healthy))
+		k.log.Debug("ListAndWatch update", "resource", r.name, "devices", len(devices), "healthy", len(healthy))
 	}
 }
 
@@ -313,19 +251,6 @@ func (r *resource) healthyLocked() []string {
 		}
 	}
 	return ids
-}
-
-// isExtendedResourceName mirrors kubelet's check: a qualified name with a
-// domain prefix that is not kubernetes.io's, and not a requests. quota name.
-func isExtendedResourceName(n string) bool {
-	domain, name, ok := strings.Cut(n, "/")
-	if !ok || domain == "" || name == "" || strings.Contains(name, "/") {
-		return false
-	}
-	if domain == "kubernetes.io" || strings.HasSuffix(domain, ".kubernetes.io") {
-		return false
-	}
-	return !strings.HasPrefix(n, "requests.")
 }
 
 // Device is one device as the plugin last reported it.

@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/nri-vgpu/nri-vgpu/internal/kubelettest"
 )
 
 const testResource = "example.com/dev"
@@ -224,8 +226,8 @@ func TestRegisterValidation(t *testing.T) {
 }
 
 func TestRegisterNeedsAServingPlugin(t *testing.T) {
-	defer func(d time.Duration) { dialTimeout = d }(dialTimeout)
-	dialTimeout = 200 * time.Millisecond
+	defer func(d time.Duration) { kubelettest.DialTimeout = d }(kubelettest.DialTimeout)
+	kubelettest.DialTimeout = 200 * time.Millisecond
 	k := newKubelet(t)
 	ctx := testCtx(t)
 	conn, err := grpc.NewClient("unix://"+k.SocketPath(), grpc.WithTransportCredentials(insecure.NewCredentials()))
