@@ -525,6 +525,29 @@ VGPU_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 	return rc;
 }
 
+/*
+ * The pre-11.0 ABIs under the bare names: the same argument and the same
+ * effect on what the context holds (the CUDA 9.1 reference documents both;
+ * how their other behaviour differs from the _v2s is unverified, see the
+ * ABI notes). NVIDIA's cudart 11.8 and 12.4 ask for these at 7000, and
+ * release (cudaDeviceReset, exit) through them.
+ */
+VGPU_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+	CUresult rc = NEXT(cuDevicePrimaryCtxRelease)(dev);
+	if (rc == CUDA_SUCCESS && vgpu.mode == VGPU_ENFORCE && dev >= 0 && dev < VGPU_MAX_DEVICES * 4)
+		primary_gone(dev, 0);
+	return rc;
+}
+
+VGPU_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev)
+{
+	CUresult rc = NEXT(cuDevicePrimaryCtxReset)(dev);
+	if (rc == CUDA_SUCCESS && vgpu.mode == VGPU_ENFORCE && dev >= 0 && dev < VGPU_MAX_DEVICES * 4)
+		primary_gone(dev, 1);
+	return rc;
+}
+
 VGPU_EXPORT CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned flags, CUdevice dev)
 {
 	vgpu_init();

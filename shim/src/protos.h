@@ -66,6 +66,8 @@ API CUresult cuMipmappedArrayDestroy(CUmipmappedArray m);
 API CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev);
 API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
 API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev);
+API CUresult cuDevicePrimaryCtxRelease(CUdevice dev);
+API CUresult cuDevicePrimaryCtxReset(CUdevice dev);
 API CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned flags, CUdevice dev);
 API CUresult cuCtxCreate_v3(CUcontext *ctx, void *affinity, int n, unsigned flags, CUdevice dev);
 API CUresult cuCtxCreate_v4(CUcontext *ctx, void *params, unsigned flags, CUdevice dev);

@@ -32,6 +32,9 @@ CUresult cuInit(unsigned);
 CUresult cuDeviceGet(CUdevice *, int);
 CUresult cuDevicePrimaryCtxRetain(CUcontext *, CUdevice);
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice);
+CUresult cuDevicePrimaryCtxRelease(CUdevice);
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice);
+CUresult cuDevicePrimaryCtxReset(CUdevice);
 CUresult cuCtxSetCurrent(CUcontext);
 CUresult cuCtxCreate_v2(CUcontext *, unsigned, CUdevice);
 CUresult cuCtxDestroy_v2(CUcontext);
@@ -628,6 +631,14 @@ static void run(int argc, char **argv)
 			check_rc("cuCtxDestroy", api.CtxDestroy(created[--ncreated]), a[1]);
 		} else if (!strcmp(op, "release")) {
 			check_rc("cuDevicePrimaryCtxRelease", api.PrimaryCtxRelease(atoi(a[1])), a[2]);
+		} else if (!strcmp(op, "relv1") || !strcmp(op, "reset") || !strcmp(op, "resetv1")) {
+			/* relv1:DEV[:RC] — cuDevicePrimaryCtxRelease's pre-11.0 ABI (cuGetProcAddress at 7000, as
+			 * cudart asks); reset / resetv1:DEV[:RC] — cuDevicePrimaryCtxReset_v2 / its pre-11.0 ABI. */
+			CUresult (*f)(CUdevice) =
+				!strcmp(op, "relv1") ? ENTRY(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease", 7000, 0)
+				: !strcmp(op, "reset") ? ENTRY(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset", 11000, 0)
+						       : ENTRY(cuDevicePrimaryCtxReset, "cuDevicePrimaryCtxReset", 7000, 0);
+			check_rc(op, f(atoi(a[1])), a[2]);
 		} else if (!strcmp(op, "alloc")) {
 			rc = api.MemAlloc(&p, size_arg(a[1]));
 			check_rc("cuMemAlloc", rc, a[2]);

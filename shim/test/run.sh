@@ -1147,6 +1147,7 @@ t fuzz_limits_parser test_fuzz_limits_parser
 . "$HERE/t_graphs.sh"
 . "$HERE/t_limiter.sh"
 . "$HERE/t_limiter2.sh"
+. "$HERE/t_gaps.sh"
 
 echo "shim: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

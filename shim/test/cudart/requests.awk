@@ -9,10 +9,12 @@
 #    that export;
 #  - a request for an allocation or launch entry (a base name hooks.def
 #    lists, other than the context and lookup ones) must reach a hooked
-#    export at all;
+#    export at all; so must one for an entry that ends what a context holds
+#    or starts its footprint (primary context retain, release and reset,
+#    context create and destroy);
 #  - every other answer must pass through unchanged.
-# Requests for a context entry that lands on an export the shim does not
-# wrap are written to the file info. Fewer than 20 allocation/launch
+# Requests for any other context entry that lands on an export the shim does
+# not wrap are written to the file info. Fewer than 20 allocation/launch
 # requests checked is an error too (a replay that found nothing).
 FILENAME == ARGV[1] { export[$1] = 1; base[$2] = 1; next }
 FILENAME == ARGV[2] { d[FNR] = $6 " " $7; next }
@@ -20,7 +22,8 @@ FILENAME == ARGV[2] { d[FNR] = $6 " " $7; next }
 	req = $2 "@" $3 " flags=" $4
 	s = $6 " " $7
 	split(d[FNR], dd, " ")
-	alloc = ($2 in base) && $2 !~ /^(cuCtx|cuDevicePrimaryCtx|cuGetProcAddress$)/
+	life = $2 ~ /^(cuDevicePrimaryCtx(Retain|Release|Reset)|cuCtxCreate|cuCtxDestroy)$/
+	alloc = ($2 in base) && ($2 !~ /^(cuCtx|cuDevicePrimaryCtx|cuGetProcAddress$)/ || life)
 	if (dd[2] in export) {
 		if (s != "libvgpu-shim.so " dd[2])
 			print req ": the driver answers " dd[2] ", hooked, but through the shim it is " s

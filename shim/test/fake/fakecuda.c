@@ -78,6 +78,7 @@ struct alloc {
 	int dev;
 	int kind;
 	struct CUmemPoolHandle_st *pool; /* K_POOL: the pool it came from */
+	CUcontext ctx;                   /* current when it was made: destroyed with it */
 };
 enum { K_PTR, K_HANDLE, K_ARRAY, K_MIPMAP, K_POOL, K_EXT, K_MC, K_IPC };
 static struct alloc *allocs;
@@ -210,7 +211,7 @@ static uint64_t record(int kind, uint64_t key, uint64_t size, int dev)
 		capallocs = capallocs ? capallocs * 2 : 256;
 		allocs = realloc(allocs, capallocs * sizeof(*allocs));
 	}
-	allocs[nallocs++] = (struct alloc){key, size, dev, kind, NULL};
+	allocs[nallocs++] = (struct alloc){key, size, dev, kind, NULL, current};
 	pthread_mutex_unlock(&amu);
 	return key;
 }
@@ -376,6 +377,8 @@ EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d)
 
 /* ---- contexts ------------------------------------------------------------------- */
 
+static void ctx_free_all(CUcontext c);
+
 EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
 {
 	CHECK_DEV(d);
@@ -403,6 +406,7 @@ EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d)
 		if (ctx_bytes())
 			give(d, ctx_bytes());
 		ctx_died(d);
+		ctx_free_all(&primary_ctx[d]);
 	}
 	return CUDA_SUCCESS;
 }
@@ -414,10 +418,19 @@ EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice d)
 	return cuDevicePrimaryCtxRelease_v2(d);
 }
 
+/* Every allocation of the primary context goes; the context itself stays
+ * retained here (its footprint with it). */
 EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice d)
 {
 	CHECK_DEV(d);
+	ctx_free_all(&primary_ctx[d]);
 	return CUDA_SUCCESS;
+}
+
+/* The pre-11.0 ABI, same argument: asked for at 7000 by cudart 11.8 and 12.4. */
+EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice d)
+{
+	return cuDevicePrimaryCtxReset_v2(d);
 }
 
 static CUresult ctx_create(CUcontext *c, CUdevice d)
@@ -460,6 +473,7 @@ EXPORT CUresult cuCtxDestroy_v2(CUcontext c)
 	if (ctx_bytes())
 		give(c->dev, ctx_bytes());
 	ctx_died(c->dev);
+	ctx_free_all(c);
 	if (current == c)
 		current = NULL;
 	free(c);
@@ -688,6 +702,36 @@ static CUresult free_ptr(CUdeviceptr ptr)
 		pool_release_locked(a.pool, a.pool->reserved);
 	pthread_mutex_unlock(&pmu);
 	return CUDA_SUCCESS;
+}
+
+/*
+ * A context is destroyed (or a primary one released for the last time, or
+ * reset): everything allocated while it was current goes with it. Blocks of
+ * stream-ordered pools go back to their pools, and every pool gives back
+ * what it holds unused, as at a trim (what the real driver does with a pool
+ * whose context goes is not documented; this is the model the shim is tested
+ * against).
+ */
+static void ctx_free_all(CUcontext c)
+{
+	pthread_mutex_lock(&pmu);
+	pthread_mutex_lock(&amu);
+	for (size_t i = 0; i < nallocs;) {
+		struct alloc a = allocs[i];
+		if (a.ctx != c) {
+			i++;
+			continue;
+		}
+		allocs[i] = allocs[--nallocs];
+		if (a.kind == K_POOL)
+			a.pool->used -= a.size < a.pool->used ? a.size : a.pool->used;
+		else if (a.kind != K_IPC && a.kind != K_MC && a.size)
+			give(a.dev, a.size);
+	}
+	pthread_mutex_unlock(&amu);
+	for (struct CUmemPoolHandle_st *p = all_pools; p; p = p->next)
+		pool_release_locked(p, p->reserved - p->used);
+	pthread_mutex_unlock(&pmu);
 }
 
 EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
@@ -1639,6 +1683,7 @@ static const struct entry table[] = {
 	E(cuDevicePrimaryCtxRetain, 7000, cuDevicePrimaryCtxRetain),
 	E(cuDevicePrimaryCtxRelease, 7000, cuDevicePrimaryCtxRelease),
 	E(cuDevicePrimaryCtxRelease, 11000, cuDevicePrimaryCtxRelease_v2),
+	E(cuDevicePrimaryCtxReset, 7000, cuDevicePrimaryCtxReset),
 	E(cuDevicePrimaryCtxReset, 11000, cuDevicePrimaryCtxReset_v2),
 	E(cuCtxCreate, 2000, cuCtxCreate),
 	E(cuCtxCreate, 3020, cuCtxCreate_v2),
