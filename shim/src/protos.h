@@ -74,6 +74,8 @@ API CUresult cuCtxCreate_v4(CUcontext *ctx, void *params, unsigned flags, CUdevi
 API CUresult cuCtxDestroy_v2(CUcontext ctx);
 API CUresult cuMemGetInfo_v2(size_t *free_out, size_t *total_out);
 API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev);
+API CUresult cuMemGetInfo(unsigned int *free_out, unsigned int *total_out);
+API CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev);
 API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t *m);
 API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev, nvmlMemory_v2_t *m);
 API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,

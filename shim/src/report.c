@@ -5,9 +5,12 @@
  * min(total - used, real free), saturating. cuMemGetInfo_v2,
  * cuDeviceTotalMem_v2 and both nvmlDeviceGetMemoryInfo ABIs agree, so
  * nvidia-smi, PyTorch's mem_get_info and TensorFlow plan within the slice.
- * NULL out-pointers are accepted (OptiX passes NULL for free).
+ * NULL out-pointers are accepted (OptiX passes NULL for free). The pre-3.2
+ * cuMemGetInfo and cuDeviceTotalMem report the same, in 32 bits.
  */
 #include "glibc_compat.h"
+
+#include <limits.h>
 
 #include "shim.h"
 
@@ -63,6 +66,44 @@ VGPU_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 	uint64_t limit = idx >= 0 ? vgpu.limits.gpu[idx].memory : 0;
 	if (limit && limit < *bytes)
 		*bytes = limit;
+	return rc;
+}
+
+/*
+ * The pre-3.2 ABIs under the bare names, 32-bit sizes (a dlsym of the bare
+ * name, or cuGetProcAddress below 3020): the same slice as the _v2s,
+ * saturated at 4 GiB - 1. What the real pre-3.2 entries answer past 4 GiB is
+ * unverified (not in the ABI notes); saturating never reports more than the
+ * slice.
+ */
+static unsigned int sat32(uint64_t v)
+{
+	return v > UINT_MAX ? UINT_MAX : (unsigned int)v;
+}
+
+VGPU_EXPORT CUresult cuMemGetInfo(unsigned int *free_out, unsigned int *total_out)
+{
+	vgpu_init();
+	if (vgpu.mode == VGPU_PASSTHROUGH)
+		return NEXT(cuMemGetInfo)(free_out, total_out);
+	size_t f = 0, t = 0;
+	CUresult rc = cuMemGetInfo_v2(&f, &t);
+	if (rc == CUDA_SUCCESS && free_out)
+		*free_out = sat32(f);
+	if (rc == CUDA_SUCCESS && total_out)
+		*total_out = sat32(t);
+	return rc;
+}
+
+VGPU_EXPORT CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
+{
+	vgpu_init();
+	if (vgpu.mode == VGPU_PASSTHROUGH || !bytes)
+		return NEXT(cuDeviceTotalMem)(bytes, dev); /* the driver's own answer to NULL */
+	size_t b = 0;
+	CUresult rc = cuDeviceTotalMem_v2(&b, dev);
+	if (rc == CUDA_SUCCESS)
+		*bytes = sat32(b);
 	return rc;
 }
 

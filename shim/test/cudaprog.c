@@ -35,6 +35,8 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice);
 CUresult cuDevicePrimaryCtxRelease(CUdevice);
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice);
 CUresult cuDevicePrimaryCtxReset(CUdevice);
+CUresult cuMemGetInfo(unsigned *, unsigned *);
+CUresult cuDeviceTotalMem(unsigned *, CUdevice);
 CUresult cuCtxSetCurrent(CUcontext);
 CUresult cuCtxCreate_v2(CUcontext *, unsigned, CUdevice);
 CUresult cuCtxDestroy_v2(CUcontext);
@@ -1015,6 +1017,21 @@ static void run(int argc, char **argv)
 			printf("infonull free=%zu total=%zu\n", f, t);
 			check_val("free", f, a[1]);
 			check_val("total", t, a[2]);
+		} else if (!strcmp(op, "info32")) {
+			/* info32:FREE:TOTAL — the pre-3.2 cuMemGetInfo (32-bit sizes; at 2000 as cudart would). */
+			CUresult (*f)(unsigned *, unsigned *) = ENTRY(cuMemGetInfo, "cuMemGetInfo", 2000, 0);
+			unsigned fr = 0, t = 0;
+			check_rc("cuMemGetInfo (pre-3.2)", f(&fr, &t), NULL);
+			printf("info32 free=%u total=%u\n", fr, t);
+			check_val("cuMemGetInfo (pre-3.2) free", fr, a[1]);
+			check_val("cuMemGetInfo (pre-3.2) total", t, a[2]);
+		} else if (!strcmp(op, "total32")) {
+			/* total32:DEV:BYTES — the pre-3.2 cuDeviceTotalMem. */
+			CUresult (*f)(unsigned *, CUdevice) = ENTRY(cuDeviceTotalMem, "cuDeviceTotalMem", 2000, 0);
+			unsigned t = 0;
+			check_rc("cuDeviceTotalMem (pre-3.2)", f(&t, atoi(a[1])), NULL);
+			printf("total32 %u\n", t);
+			check_val("cuDeviceTotalMem (pre-3.2)", t, a[2]);
 		} else if (!strcmp(op, "total")) {
 			size_t t = 0;
 			check_rc("cuDeviceTotalMem", api.DeviceTotalMem(&t, atoi(a[1])), NULL);
@@ -1251,7 +1268,7 @@ static void run(int argc, char **argv)
 			printf("wheredef %s %s %s\n", a[1], owner(q), symname(q));
 		} else if (!strcmp(op, "calllegacy")) {
 			/* calllegacy:NAME — what a caller that asked for NAME's pre-3.2 ABI gets
-			 * (cuMemGetInfo: one the shim leaves alone; the fake aborts). */
+			 * (cuCtxCreate: one the shim leaves alone; the fake aborts). */
 			void *q = NULL;
 			CUdriverProcAddressQueryResult st;
 			if (gpa5)

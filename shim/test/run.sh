@@ -473,11 +473,11 @@ test_names_exact() {
 	grep -q '^gpa cuMemAlloc 3020 rc=0 status=-1 libvgpu-shim.so cuMemAlloc_v2$' "$T/out"
 	# A legacy ABI the shim does not count is passed through unwrapped, and the fake makes
 	# the mix-up loud.
-	if LD_PRELOAD=$SHIM timeout 20 "$PROG" -m rt12 init calllegacy:cuMemGetInfo >"$T/out" 2>"$T/err"; then
-		echo "    calling the legacy cuMemGetInfo did not abort"
+	if LD_PRELOAD=$SHIM timeout 20 "$PROG" -m rt12 init calllegacy:cuCtxCreate >"$T/out" 2>"$T/err"; then
+		echo "    calling the legacy cuCtxCreate did not abort"
 		return 1
 	fi
-	grep -q "legacy ABI cuMemGetInfo called" "$T/err"
+	grep -q "legacy ABI cuCtxCreate called" "$T/err"
 	# Every launch entry point through each access path.
 	run init launchall
 	run -p init launchall

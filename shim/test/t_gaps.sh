@@ -19,4 +19,22 @@ test_primary_ctx_v1() {
 	done
 }
 
+
+test_report_32bit() {
+	# The pre-3.2 cuMemGetInfo and cuDeviceTotalMem report the container's slice like the
+	# _v2s, however they are reached; past 4 GiB they saturate at 4 GiB - 1 (4294967295).
+	setup $((64 * MiB))
+	local m
+	for m in direct rt11 rt12; do
+		run -m $m init alloc:16MiB info32:48MiB:64MiB total32:0:64MiB || { echo "    $m"; return 1; }
+	done
+	# A GPU the limits file does not list is reported as the driver reports it (8 GiB: saturated).
+	run init total32:1:4294967295
+	setup $((6 * GiB))
+	run init alloc:1GiB info32:4294967295:4294967295 total32:0:4294967295 alloc:5GiB info32:0:4294967295
+	# Without the shim the fake answers its own 16 GiB, saturated: the numbers above are the shim's.
+	timeout 60 "$PROG" init info32:-:4294967295 >"$T/out" 2>"$T/err"
+}
+
 t primary_ctx_v1 test_primary_ctx_v1
+t report_32bit test_report_32bit

@@ -1535,8 +1535,6 @@ EXPORT unsigned long long fakecudaDeviceUsed(int dev)
 		fprintf(stderr, "fakecuda: legacy ABI " #name " called (ABI mix-up)\n"); \
 		abort();                                                                  \
 	}
-LEGACY(cuMemGetInfo)
-LEGACY(cuDeviceTotalMem)
 LEGACY(cuCtxCreate)
 LEGACY(cuCtxDestroy)
 
@@ -1575,6 +1573,37 @@ static CUresult alloc32(const char *name, CUdeviceptr_v1 *dptr, uint64_t size, i
 	if (key)
 		*key = a;
 	return CUDA_SUCCESS;
+}
+
+/* The pre-3.2 reports: 32-bit sizes, saturated (what the real driver does past
+ * 4 GiB is not known; the shim is tested against this). */
+static unsigned int sat32(uint64_t v)
+{
+	return v > 0xffffffffu ? 0xffffffffu : (unsigned int)v;
+}
+
+EXPORT CUresult cuMemGetInfo(unsigned int *free_out, unsigned int *total)
+{
+	size_t f, t;
+	if (!free_out || !total)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = cuMemGetInfo_v2(&f, &t);
+	if (rc == CUDA_SUCCESS) {
+		*free_out = sat32(f);
+		*total = sat32(t);
+	}
+	return rc;
+}
+
+EXPORT CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice d)
+{
+	size_t b;
+	if (!bytes)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = cuDeviceTotalMem_v2(&b, d);
+	if (rc == CUDA_SUCCESS)
+		*bytes = sat32(b);
+	return rc;
 }
 
 EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *p, unsigned int n)
