@@ -21,7 +21,7 @@ DEADCODE_VERSION    := v0.52.0
 
 COMMANDS := nri-vgpu nri-vgpu-device-plugin nri-vgpu-runtime nri-vgpu-dra-driver
 
-.PHONY: all build shim deps test test-go test-shim test-e2e test-docker test-packages test-deps fuzz lint bench demo e2e packages clean
+.PHONY: all build shim deps test test-go test-shim test-e2e test-docker test-packages test-deps fuzz lint bench demo demo-cluster e2e packages clean
 
 all: build
 
@@ -118,6 +118,12 @@ bench:
 ## demo: the whole chain on simulated GPUs (root; docs/demo.md)
 demo: build
 	@bin=$$(hack/e2e-deps.sh v2.4.2) && $(GO) run ./test/e2e/cmd/demo --containerd-bin "$$bin"
+
+## demo-cluster: the demo's story as kubectl steps against a real single-node
+## Kubernetes (root; builds Kubernetes into the cache the first time)
+demo-cluster: build
+	@bin=$$(hack/e2e-deps.sh v2.4.2) && kbin=$$(hack/k8s-deps.sh) && \
+	  $(GO) run ./test/e2e/cmd/demo-cluster --containerd-bin "$$bin" --kubernetes-bin "$$kbin"
 
 clean:
 	rm -rf $(BIN) $(TOOLS) dist

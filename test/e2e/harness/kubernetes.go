@@ -104,7 +104,9 @@ type ClusterOptions struct {
 	// have been started with Options.CNI, or the node's pods are limited
 	// to the host network.
 	Containerd *Containerd
-	// NodeName is the node's name (default "nri-vgpu-e2e").
+	// NodeName is the node's name (default "nri-vgpu-e2e"). The API server
+	// reaches the kubelet (kubectl exec and logs) only when it is
+	// "localhost": the kubelet listens on loopback alone.
 	NodeName string
 	// NodeLabels are set on the node at registration.
 	NodeLabels map[string]string
@@ -289,6 +291,9 @@ current-context: e2e
 		"--service-cluster-ip-range", "10.96.0.0/24",
 		// The chart's DaemonSets run privileged.
 		"--allow-privileged=true",
+		// The kubelet serves on loopback only (anonymous, AlwaysAllow);
+		// a node named localhost is reached there (kubectl exec, logs).
+		"--kubelet-preferred-address-types", "Hostname,InternalIP",
 		// No pod here talks to the API server: without service-account
 		// token volumes, no controller has to publish the root CA first.
 		"--disable-admission-plugins", "ServiceAccount"); err != nil {
@@ -324,7 +329,6 @@ current-context: e2e
 		"--root-dir", filepath.Join(c.Dir, "kubelet"),
 		"--cert-dir", filepath.Join(c.Dir, "kubelet-pki"),
 		"--hostname-override", c.NodeName,
-		"--node-ip", "127.0.0.1",
 		"--v", "2",
 	}
 	if len(labels) > 0 {
