@@ -597,4 +597,19 @@ _Static_assert(offsetof(nvmlProcessesUtilizationInfo_v1_t, lastSeenTimeStamp) ==
 _Static_assert(offsetof(nvmlProcessesUtilizationInfo_v1_t, procUtilArray) == 16, "psu.array");
 _Static_assert(nvmlProcessesUtilizationInfo_v1 == 0x01000018u, "nvmlProcessesUtilizationInfo_v1 version");
 
+/* Accounting (nvmlDeviceGetAccountingPids / ...Stats). Not in the ABI notes:
+ * laid out as the NVML reference documents it, unverified. The shim only
+ * passes it through; the fake NVML fills it. */
+typedef struct {
+	unsigned int gpuUtilization;
+	unsigned int memoryUtilization;
+	unsigned long long maxMemoryUsage;
+	unsigned long long time;
+	unsigned long long startTime;
+	unsigned int isRunning;
+	unsigned int reserved[5];
+} nvmlAccountingStats_t;
+_Static_assert(sizeof(nvmlAccountingStats_t) == 56, "nvmlAccountingStats_t");
+_Static_assert(offsetof(nvmlAccountingStats_t, maxMemoryUsage) == 8, "as.maxMemoryUsage");
+
 #endif

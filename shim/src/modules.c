@@ -76,6 +76,15 @@ VGPU_EXPORT CUresult cuLibraryUnload(CUlibrary l)
 	return changed(NEXT(cuLibraryUnload)(l));
 }
 
+/* The library's module in the current context: with context-independent
+ * loading (lazy, the default since CUDA 12.2) this is where the library's
+ * code is loaded into the context. */
+VGPU_EXPORT CUresult cuLibraryGetModule(CUmodule *m, CUlibrary l)
+{
+	vgpu_init();
+	return changed(NEXT(cuLibraryGetModule)(m, l));
+}
+
 VGPU_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
 {
 	vgpu_init();

@@ -25,7 +25,13 @@
  * the column still sums to "used"; where no process holds anything, they
  * are not shown.
  *
- * Utilisation samples are filtered and renamed the same way. Process names
+ * Utilisation samples and accounting (nvmlDeviceGetAccountingPids, with
+ * nvmlDeviceGetAccountingStats asked by the container's pid) are filtered
+ * and renamed the same way; accounting also keeps processes that have
+ * exited, whose claims are gone with them, so only live ones of the
+ * container are shown. nvmlDeviceGetVgpuProcessUtilization is left alone: it
+ * samples processes inside vGPU guests of a hypervisor host (guest pids,
+ * not the host's), never another container's. Process names
  * (nvmlSystemGetProcessName) of the container's pids are read from the
  * container's own /proc, since NVML would take them for host pids.
  *
@@ -486,6 +492,65 @@ VGPU_EXPORT nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t dev,
 	}
 	free(q.procUtilArray);
 	return rc;
+}
+
+/* ---- accounting ------------------------------------------------------------------------- */
+
+VGPU_EXPORT nvmlReturn_t nvmlDeviceGetAccountingPids(nvmlDevice_t dev, unsigned *count, unsigned *pids)
+{
+	if (!NEXT(nvmlDeviceGetAccountingPids))
+		return NVML_ERROR_FUNCTION_NOT_FOUND;
+	int idx = ours(dev);
+	if (idx < 0)
+		return NEXT(nvmlDeviceGetAccountingPids)(dev, count, pids);
+	if (!count)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	unsigned cap = 64, n = 0, *buf = NULL;
+	nvmlReturn_t rc = NVML_ERROR_MEMORY;
+	for (int tries = 0; tries < 8; tries++) {
+		unsigned *b = realloc(buf, cap * sizeof(*b));
+		if (!b)
+			break;
+		buf = b;
+		n = cap;
+		rc = NEXT(nvmlDeviceGetAccountingPids)(dev, &n, buf);
+		if (rc != NVML_ERROR_INSUFFICIENT_SIZE)
+			break;
+		cap = n + 16;
+	}
+	if (rc == NVML_SUCCESS) {
+		n = keep_samples(buf, sizeof(*buf), 0, n < cap ? n : cap);
+		if (n && (!pids || *count < n)) {
+			rc = NVML_ERROR_INSUFFICIENT_SIZE;
+		} else if (n) {
+			memcpy(pids, buf, n * sizeof(*buf));
+		}
+		*count = n;
+	}
+	free(buf);
+	return rc;
+}
+
+/* pid is the container's (as the list above names it): asked under its host
+ * pid; any other pid is not found, whoever NVML would take it for. */
+VGPU_EXPORT nvmlReturn_t nvmlDeviceGetAccountingStats(nvmlDevice_t dev, unsigned pid, nvmlAccountingStats_t *stats)
+{
+	if (!NEXT(nvmlDeviceGetAccountingStats))
+		return NVML_ERROR_FUNCTION_NOT_FOUND;
+	int idx = ours(dev);
+	if (idx < 0)
+		return NEXT(nvmlDeviceGetAccountingStats)(dev, pid, stats);
+	struct members ms;
+	int32_t hp = 0;
+	if (gather(-1, &ms) == 0) {
+		for (int i = 0; i < ms.n && !hp; i++)
+			if ((unsigned)ms.m[i].pid == pid)
+				hp = ms.m[i].hp;
+		free(ms.m);
+	}
+	if (hp <= 0)
+		return NVML_ERROR_NOT_FOUND;
+	return NEXT(nvmlDeviceGetAccountingStats)(dev, (unsigned)hp, stats);
 }
 
 /* ---- process names ---------------------------------------------------------------------- */

@@ -101,6 +101,7 @@ API CUresult cuLibraryLoadData(CUlibrary *l, const void *code, CUjit_option *jo,
 API CUresult cuLibraryLoadFromFile(CUlibrary *l, const char *file, CUjit_option *jo, void **jv, unsigned nj,
 				   CUlibraryOption *lo, void **lv, unsigned nl);
 API CUresult cuLibraryUnload(CUlibrary l);
+API CUresult cuLibraryGetModule(CUmodule *m, CUlibrary l);
 API CUresult cuKernelGetFunction(CUfunction *f, CUkernel k);
 API CUresult cuCtxSetLimit(CUlimit limit, size_t value);
 
@@ -119,6 +120,8 @@ API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t dev, nvmlProcessUt
 						 unsigned long long since);
 API nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t dev, nvmlProcessesUtilizationInfo_v1_t *u);
 API nvmlReturn_t nvmlSystemGetProcessName(unsigned pid, char *name, unsigned len);
+API nvmlReturn_t nvmlDeviceGetAccountingPids(nvmlDevice_t dev, unsigned *count, unsigned *pids);
+API nvmlReturn_t nvmlDeviceGetAccountingStats(nvmlDevice_t dev, unsigned pid, nvmlAccountingStats_t *stats);
 
 /* CUDA graphs (graph.c) */
 API CUresult cuGraphInstantiate(CUgraphExec *e, CUgraph g, CUgraphNode *err, char *log, size_t logsz);

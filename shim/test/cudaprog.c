@@ -112,6 +112,7 @@ CUresult cuLibraryLoadFromFile(CUlibrary *, const char *, CUjit_option *, void *
 			       void **, unsigned);
 CUresult cuLibraryUnload(CUlibrary);
 CUresult cuLibraryGetKernel(CUkernel *, CUlibrary, const char *);
+CUresult cuLibraryGetModule(CUmodule *, CUlibrary);
 CUresult cuKernelGetFunction(CUfunction *, CUkernel);
 CUresult cuCtxSetLimit(CUlimit, size_t);
 /* IPC (the ipc ops). */
@@ -1221,6 +1222,12 @@ static void run(int argc, char **argv)
 				else
 					check_rc("cuKernelGetFunction", cuKernelGetFunction(&cur_fn, k), a[2]);
 			}
+		} else if (!strcmp(op, "getmodule")) {
+			/* getmodule[:RC] — cuLibraryGetModule of the last library loaded. */
+			CUmodule m = NULL;
+			if (!nmods || !mods[nmods - 1].lib)
+				die("getmodule: no library loaded%s%s", "", "");
+			check_rc("cuLibraryGetModule", cuLibraryGetModule(&m, (CUlibrary)mods[nmods - 1].h), a[1]);
 		} else if (!strcmp(op, "launchf")) {
 			/* launchf:N — N one-block launches of the function from getfunc/getkernel. */
 			for (int k = 0; k < atoi(a[1]); k++)

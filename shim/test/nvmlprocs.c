@@ -13,6 +13,10 @@
  *         list NAME PID:BYTES,... sum=BYTES  sorted by pid ("-" when empty)
  *         util NAME PID,...                  pids over several samples
  *         name PID NAME                      nvmlSystemGetProcessName
+ *         acct PID:MAXMEM ...                with SMI_ACCT: nvmlDeviceGetAccountingPids,
+ *                                            each asked for nvmlDeviceGetAccountingStats
+ *                                            (PID:rc=N when that fails; "-" when none)
+ *         acctprobe RC                       with SMI_ACCT_PROBE=PID: the stats call for PID
  *       A broken size protocol prints "FAIL: ..." and exits 1.
  */
 #define _GNU_SOURCE
@@ -243,6 +247,36 @@ static void util(const char *name, void *h, nvmlDevice_t dev, int info)
 	printf("%s\n", nseen ? "" : "-");
 }
 
+static void acct_list(void *h, nvmlDevice_t dev)
+{
+	nvmlReturn_t (*pids)(nvmlDevice_t, unsigned *, unsigned *) = sym(h, "nvmlDeviceGetAccountingPids");
+	nvmlReturn_t (*stats)(nvmlDevice_t, unsigned, nvmlAccountingStats_t *) = sym(h, "nvmlDeviceGetAccountingStats");
+	unsigned n = 0, v[256];
+	nvmlReturn_t rc = pids(dev, &n, NULL);
+	if ((rc != NVML_SUCCESS && rc != NVML_ERROR_INSUFFICIENT_SIZE) || (rc == NVML_SUCCESS && n))
+		die("accounting pids: the count");
+	if (n > 256)
+		die("accounting pids: too many");
+	if (n && pids(dev, &n, v))
+		die("accounting pids");
+	qsort(v, n, sizeof(v[0]), cmp_unsigned);
+	printf("acct");
+	for (unsigned i = 0; i < n; i++) {
+		nvmlAccountingStats_t st;
+		rc = stats(dev, v[i], &st);
+		if (rc)
+			printf(" %u:rc=%d", v[i], rc);
+		else
+			printf(" %u:%llu", v[i], st.maxMemoryUsage);
+	}
+	printf("%s\n", n ? "" : " -");
+	const char *probe = getenv("SMI_ACCT_PROBE");
+	if (probe) {
+		nvmlAccountingStats_t st;
+		printf("acctprobe %d\n", stats(dev, (unsigned)atol(probe), &st));
+	}
+}
+
 static int smi(unsigned index)
 {
 	alarm(60);
@@ -290,6 +324,8 @@ static int smi(unsigned index)
 		else
 			printf("name %u %s\n", p[i].pid, name);
 	}
+	if (getenv("SMI_ACCT"))
+		acct_list(h, dev);
 	if (getenv("SMI_UTIL")) {
 		util("ProcessUtilization", h, dev, 0);
 		util("ProcessesUtilizationInfo", h, dev, 1);

@@ -36,5 +36,42 @@ test_report_32bit() {
 	timeout 60 "$PROG" init info32:-:4294967295 >"$T/out" 2>"$T/err"
 }
 
+test_library_get_module() {
+	# With lazy loading a library's code goes into the context when its module is asked
+	# for (cuLibraryGetModule, 32 MiB here): counted at once, as any library call.
+	setup $((256 * MiB))
+	export CUDA_MODULE_LOADING=LAZY FAKECUDA_CTX_BYTES=$((64 * MiB)) FAKECUDA_MODULE_BYTES=$((32 * MiB))
+	run init modload:lib info:192MiB:256MiB getmodule info:160MiB:256MiB alloc:160MiB alloc:1:2
+}
+
+test_nvml_accounting() { # [PIDNS_OFFSET]
+	# NVML's accounting, inside the container: only its own processes, under their own pids,
+	# each with its stats; another container's or the host's pid is not found (6).
+	setup $GiB
+	pidns "${1:-0}"
+	export FAKECUDA_CTX_BYTES=$((16 * MiB))
+	np_worker ours a1 0 $((64 * MiB))
+	np_worker other b 0 $((32 * MiB))
+	np_worker bare x 0 $((48 * MiB))
+	np_worker ours a2 0 $((96 * MiB))
+	local a1 a2 b x off=${1:-0}
+	a1=$(np_pid a1) a2=$(np_pid a2) b=$(($(np_pid b) + off)) x=$(($(np_pid x) + off))
+	# Without the shim NVML accounts for all four, in its numbering.
+	SMI_ACCT=1 SMI_ACCT_PROBE=$b np_smi 0 ""
+	expect "accounted without the shim" "$(grep '^acct ' "$T/smi.out" | wc -w)" 5
+	expect "another container's stats without the shim" "$(grep '^acctprobe' "$T/smi.out")" "acctprobe 0"
+	local want
+	want=$(printf '%s\n' "$a1:$((80 * MiB))" "$a2:$((112 * MiB))" | sort -t: -k1,1n | paste -sd' ' -)
+	SMI_ACCT=1 SMI_ACCT_PROBE=$b np_smi 0
+	expect "accounting" "$(grep '^acct ' "$T/smi.out")" "acct $want"
+	expect "another container's stats" "$(grep '^acctprobe' "$T/smi.out")" "acctprobe 6"
+	SMI_ACCT=1 SMI_ACCT_PROBE=$x np_smi 0
+	expect "the host's stats" "$(grep '^acctprobe' "$T/smi.out")" "acctprobe 6"
+	np_end
+}
+
 t primary_ctx_v1 test_primary_ctx_v1
 t report_32bit test_report_32bit
+t library_get_module test_library_get_module
+t nvml_accounting test_nvml_accounting
+t nvml_accounting_pidns test_nvml_accounting $PIDNS

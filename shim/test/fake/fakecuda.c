@@ -1691,6 +1691,7 @@ CUresult cuLibraryLoadFromFile(CUlibrary *, const char *, CUjit_option *, void *
 			       void **, unsigned);
 CUresult cuLibraryUnload(CUlibrary);
 CUresult cuLibraryGetKernel(CUkernel *, CUlibrary, const char *);
+CUresult cuLibraryGetModule(CUmodule *, CUlibrary);
 CUresult cuKernelGetFunction(CUfunction *, CUkernel);
 CUresult cuCtxSetLimit(CUlimit, size_t);
 
@@ -1838,6 +1839,7 @@ static const struct entry table[] = {
 	E(cuLibraryLoadFromFile, 12000, cuLibraryLoadFromFile),
 	E(cuLibraryUnload, 12000, cuLibraryUnload),
 	E(cuLibraryGetKernel, 12000, cuLibraryGetKernel),
+	E(cuLibraryGetModule, 12000, cuLibraryGetModule),
 	E(cuKernelGetFunction, 12000, cuKernelGetFunction),
 	E(cuCtxSetLimit, 3010, cuCtxSetLimit),
 };

@@ -10,6 +10,8 @@
  *    nothing and each function costs FAKECUDA_FUNCTION_BYTES (default 1 MiB)
  *    on first use: cuModuleGetFunction, cuKernelGetFunction, or the first
  *    launch of a library kernel (a CUkernel passed as a CUfunction).
+ *    cuLibraryGetModule loads a lazily loaded library's whole code into the
+ *    context: FAKECUDA_MODULE_BYTES once.
  *  - A launch of any function reserves FAKECUDA_LAUNCH_LMEM bytes of local
  *    memory on the device if less is reserved: the reservation grows to what
  *    the most demanding kernel needs and stays.
@@ -46,6 +48,7 @@ struct CUmod_st {
 	unsigned magic;
 	int dev;
 	int lazy;
+	int whole; /* a library's module was asked for: all its code is loaded */
 	uint64_t held; /* bytes this module holds on dev */
 	int nfuncs;
 	struct CUfunc_st funcs[MAX_FUNCS];
@@ -197,6 +200,22 @@ EXPORT CUresult cuLibraryGetKernel(CUkernel *k, CUlibrary l, const char *name)
 	if (!fn)
 		return CUDA_ERROR_NOT_FOUND;
 	*k = (CUkernel)fn;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuLibraryGetModule(CUmodule *out, CUlibrary l)
+{
+	struct CUmod_st *mod = (struct CUmod_st *)l;
+	if (!out || !mod || mod->magic != MOD_MAGIC)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (mod->lazy && !mod->whole) {
+		uint64_t b = knob_bytes("FAKECUDA_MODULE_BYTES", 4u << 20);
+		if (b && fk_mem_take(mod->dev, b) != CUDA_SUCCESS)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		mod->held += b;
+		mod->whole = 1;
+	}
+	*out = (CUmodule)mod;
 	return CUDA_SUCCESS;
 }
 

@@ -223,6 +223,59 @@ static nvmlReturn_t list_procs(nvmlDevice_t h, int which, int rec, unsigned *cou
 	return rc;
 }
 
+/* Accounting: every process listed as compute (FAKECUDA_NVML_EXTRA_PROCS too), in NVML's numbering. */
+EXPORT nvmlReturn_t nvmlDeviceGetAccountingPids(nvmlDevice_t h, unsigned *count, unsigned *pids)
+{
+	CHECK(h);
+	if (!count)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	unsigned n = 0;
+	nvmlReturn_t rc = NVML_SUCCESS;
+	const char *extra = getenv("FAKECUDA_NVML_EXTRA_PROCS");
+	unsigned nextra = extra ? (unsigned)atoi(extra) : 0;
+	fk_lock();
+	fk_reap();
+	for (int i = -(int)nextra; i < FK_MAX_PROC; i++) {
+		struct fk_proc *p = i >= 0 ? &fk->proc[i] : NULL;
+		if (p && !listed(p, h->index, L_COMPUTE))
+			continue;
+		if (n < *count && pids)
+			pids[n] = p ? fk_nvml_pid(p->pid) : FK_EXTRA_PID + (unsigned)(i + (int)nextra);
+		else
+			rc = NVML_ERROR_INSUFFICIENT_SIZE;
+		n++;
+	}
+	fk_unlock();
+	*count = n;
+	return rc;
+}
+
+/* A listed process's stats (pid in NVML's numbering): its memory as maxMemoryUsage. */
+EXPORT nvmlReturn_t nvmlDeviceGetAccountingStats(nvmlDevice_t h, unsigned pid, nvmlAccountingStats_t *st)
+{
+	CHECK(h);
+	if (!st)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	nvmlReturn_t rc = NVML_ERROR_NOT_FOUND;
+	const char *extra = getenv("FAKECUDA_NVML_EXTRA_PROCS");
+	unsigned nextra = extra ? (unsigned)atoi(extra) : 0;
+	if (pid >= FK_EXTRA_PID && pid < FK_EXTRA_PID + nextra) {
+		*st = (nvmlAccountingStats_t){.maxMemoryUsage = 1u << 20, .isRunning = 1};
+		return NVML_SUCCESS;
+	}
+	fk_lock();
+	for (int i = 0; i < FK_MAX_PROC; i++) {
+		struct fk_proc *p = &fk->proc[i];
+		if (listed(p, h->index, L_COMPUTE) && fk_nvml_pid(p->pid) == pid) {
+			*st = (nvmlAccountingStats_t){.maxMemoryUsage = p->used[h->index], .isRunning = 1};
+			rc = NVML_SUCCESS;
+			break;
+		}
+	}
+	fk_unlock();
+	return rc;
+}
+
 EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t h, unsigned *count, nvmlProcessInfo_v1_t *out)
 {
 	/* FAKECUDA_FAIL=nvmlDeviceGetComputeRunningProcesses:N: the list a process's Nth call asks for is unavailable. */
