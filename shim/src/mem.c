@@ -495,6 +495,7 @@ static void primary_gone(CUdevice dev, int reset)
 	pthread_mutex_unlock(&primary_mu);
 	if (c) {
 		vgpu_track_drop_ctx(c);
+		vgpu_pool_ctx_gone(c);
 		vgpu_fp_ctx_gone(c);
 	}
 }
@@ -580,6 +581,7 @@ VGPU_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 	CUresult rc = NEXT(cuCtxDestroy_v2)(ctx);
 	if (rc == CUDA_SUCCESS && vgpu.mode == VGPU_ENFORCE) {
 		vgpu_track_drop_ctx(ctx);
+		vgpu_pool_ctx_gone(ctx);
 		vgpu_fp_ctx_gone(ctx);
 	}
 	return rc;

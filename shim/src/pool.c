@@ -258,6 +258,7 @@ struct ptr {
 	uint64_t bytes;
 	int slot;
 	int idx;
+	CUcontext ctx; /* current at the allocation: the allocation goes with it */
 };
 static struct ptr *ptrs[NBUCKETS];
 static pthread_mutex_t ptr_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -273,7 +274,9 @@ static int ptr_add(CUdeviceptr p, int slot, int idx, uint64_t bytes)
 	struct ptr *e = malloc(sizeof(*e));
 	if (!e)
 		return -1;
-	*e = (struct ptr){NULL, p, bytes, slot, idx};
+	CUcontext ctx = NULL;
+	vgpu_cu_ctx_get_current(&ctx);
+	*e = (struct ptr){NULL, p, bytes, slot, idx, ctx};
 	unsigned b = hash(p);
 	pthread_mutex_lock(&ptr_mu);
 	e->next = ptrs[b];
@@ -436,6 +439,60 @@ CUresult vgpu_pool_free_end(CUresult rc, const struct vgpu_pool_free *f)
 	refresh(f->slot, NULL, 0);
 	retire_if_done(f->slot);
 	return rc;
+}
+
+/*
+ * A context is gone, and with it what was allocated from pools while it was
+ * current (cuDevicePrimaryCtxReset: "destroy all allocations"). Those
+ * allocations are forgotten, and every pool is read back: what the driver
+ * says a pool still reserves is charged, a pool it no longer knows is
+ * charged what is still allocated from it by our count. What the real driver
+ * does with a pool's unused memory when a context goes is not documented:
+ * reading back charges whatever it kept.
+ */
+void vgpu_pool_ctx_gone(CUcontext ctx)
+{
+	if (!ctx)
+		return;
+	struct ptr *gone = NULL;
+	pthread_mutex_lock(&ptr_mu);
+	for (unsigned b = 0; b < NBUCKETS && nptrs; b++)
+		for (struct ptr **pp = &ptrs[b]; *pp;) {
+			struct ptr *e = *pp;
+			if (e->ctx != ctx) {
+				pp = &e->next;
+				continue;
+			}
+			*pp = e->next;
+			nptrs--;
+			e->next = gone;
+			gone = e;
+		}
+	pthread_mutex_unlock(&ptr_mu);
+	while (gone) {
+		struct ptr *e = gone;
+		gone = e->next;
+		if (e->slot < 0) {
+			vgpu_unreserve(e->idx, e->bytes);
+		} else {
+			pthread_mutex_lock(&mu);
+			struct pool *p = &pools[e->slot];
+			p->used -= e->bytes < p->used ? e->bytes : p->used;
+			p->live -= p->live > 0;
+			pthread_mutex_unlock(&mu);
+		}
+		free(e);
+	}
+	for (int i = 0; i < __atomic_load_n(&top, __ATOMIC_RELAXED); i++) {
+		pthread_mutex_lock(&mu);
+		int charged = (pools[i].handle && !pools[i].destroyed && pools[i].idx >= 0) ||
+			      (pools[i].destroyed && pools[i].live == 0);
+		pthread_mutex_unlock(&mu);
+		if (charged) {
+			refresh(i, NULL, 0);
+			retire_if_done(i);
+		}
+	}
 }
 
 /* ---- hooks: where pools live --------------------------------------------------------------- */

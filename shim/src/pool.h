@@ -36,6 +36,9 @@ CUresult vgpu_pool_free_end(CUresult rc, const struct vgpu_pool_free *f);
 int vgpu_pool_reclaim(int idx);
 /* Re-reads what every charged pool reserves (after a synchronisation). */
 void vgpu_pool_sync(void);
+/* Context ctx is gone (destroyed, released for the last time, reset): its
+ * pool allocations went with it; every pool is read again. */
+void vgpu_pool_ctx_gone(CUcontext ctx);
 void vgpu_pool_after_fork(void);
 
 #endif

@@ -70,8 +70,21 @@ test_nvml_accounting() { # [PIDNS_OFFSET]
 	np_end
 }
 
+test_pool_ctx_gone() {
+	# What was allocated from stream-ordered pools goes with the context it was allocated in
+	# (destroyed, released for the last time, reset), and the pools are read again: what they
+	# reserved for it is given back.
+	setup $((64 * MiB))
+	run init newctx:0 async:16MiB pool:8MiB info:40MiB:64MiB delctx ctx:0 info:64MiB:64MiB async:64MiB
+	run init async:16MiB pool:8MiB info:40MiB:64MiB reset:0 info:64MiB:64MiB async:64MiB
+	run init async:16MiB pool:8MiB relv1:0 ctx:0 info:64MiB:64MiB async:64MiB
+	# A pool that keeps what is freed (release threshold: all of it) gives it back too.
+	run init newctx:0 defpool:0 threshold:max async:16MiB free info:48MiB:64MiB delctx ctx:0 info:64MiB:64MiB
+}
+
 t primary_ctx_v1 test_primary_ctx_v1
 t report_32bit test_report_32bit
 t library_get_module test_library_get_module
 t nvml_accounting test_nvml_accounting
 t nvml_accounting_pidns test_nvml_accounting $PIDNS
+t pool_ctx_gone test_pool_ctx_gone
