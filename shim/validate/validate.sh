@@ -302,5 +302,46 @@ echo "  footprint: pid ${fp_pid:-?} cuCtxSetLimit rc=${fp_rc:-?}; nvidia-smi ${s
 	python3 -c "import sys; sys.exit(0 if abs($slot / 1048576 - $smi_mib) <= 4 else 1)"
 result $? "context footprint (lazy kernels, stack limit) counted: region slot matches nvidia-smi within 4 MiB"
 
+# 9. Entry points reached around the _v2s: after a release of the primary context through the
+#    pre-11.0 cuDevicePrimaryCtxRelease (as cudart 11.8 / 12.4 do) what was allocated in it is
+#    free again, and the pre-3.2 cuMemGetInfo / cuDeviceTotalMem report the slice (32 bits,
+#    saturated at 4 GiB - 1). Driver calls through ctypes: no PyTorch needed.
+limits "$limit" 100
+shimmed python3 - "$limit" <<'PY'
+import ctypes, sys
+from ctypes import byref, c_int, c_size_t, c_uint, c_uint64, c_void_p
+limit = int(sys.argv[1]); cap = (1 << 32) - 1
+cu = ctypes.CDLL("libcuda.so.1")
+assert cu.cuInit(0) == 0
+dev, ctx = c_int(), c_void_p()
+assert cu.cuDeviceGet(byref(dev), 0) == 0
+def retain():
+    assert cu.cuDevicePrimaryCtxRetain(byref(ctx), dev) == 0 and cu.cuCtxSetCurrent(ctx) == 0
+def info():
+    f, t = c_size_t(), c_size_t()
+    assert cu.cuMemGetInfo_v2(byref(f), byref(t)) == 0
+    return f.value, t.value
+retain()
+free0, total = info()
+p = c_uint64()
+rc = cu.cuMemAlloc_v2(byref(p), c_size_t(limit // 2))
+free1, _ = info()
+f32, t32, b32 = c_uint(), c_uint(), c_uint()
+rc32 = cu.cuMemGetInfo(byref(f32), byref(t32))
+rcb = cu.cuDeviceTotalMem(byref(b32), dev)
+print(f"  cuMemAlloc_v2 rc={rc}; free {free0} -> {free1} of {total}; pre-3.2 cuMemGetInfo rc={rc32} "
+      f"free={f32.value} total={t32.value}, cuDeviceTotalMem rc={rcb} {b32.value}")
+ok = rc == 0 and free0 - free1 >= limit // 2 and total == limit
+ok = ok and rc32 == 0 and t32.value == min(total, cap) and abs(f32.value - min(free1, cap)) <= 4 << 20
+ok = ok and rcb == 0 and b32.value == min(limit, cap)
+rel = cu.cuDevicePrimaryCtxRelease(dev)  # the bare (pre-11.0) name
+retain()
+free2, _ = info()
+print(f"  after the pre-11.0 cuDevicePrimaryCtxRelease (rc={rel}) and a new context: free {free2}")
+ok = ok and rel == 0 and free2 >= free0 - (4 << 20)
+sys.exit(0 if ok else 1)
+PY
+result $? "pre-11.0 primary-context release gives memory back; pre-3.2 cuMemGetInfo / cuDeviceTotalMem report the slice"
+
 echo "validate: $fails check(s) failed"
 [ "$fails" -eq 0 ]
