@@ -34,25 +34,41 @@ type clusterNode struct {
 	k *harness.Cluster
 }
 
-// startClusterNode starts a cluster node on containerd ContainerdVersion for
-// t, with the device plugin running, and tears it down when t ends.
-func startClusterNode(t *testing.T, opts vgpuOptions) *clusterNode {
+// forEachKubernetes runs test as a subtest of t, named after the version,
+// for each Kubernetes release selected ($NRI_VGPU_E2E_KUBERNETES, else
+// harness.KubernetesVersion).
+func forEachKubernetes(t *testing.T, test func(t *testing.T, version string)) {
+	t.Helper()
+	versions, err := harness.SelectedKubernetesVersions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range versions {
+		t.Run(v, func(t *testing.T) { test(t, v) })
+	}
+}
+
+// startClusterNode starts a cluster node of Kubernetes version on
+// containerd ContainerdVersion for t, with the device plugin running, and
+// tears it down when t ends.
+func startClusterNode(t *testing.T, version string, opts vgpuOptions) *clusterNode {
 	t.Helper()
 	opts.socketDir = harness.DevicePluginDir
 	opts.containerd.CNI = true
 	n := &clusterNode{vgpu: setUpNode(t, harness.ContainerdVersion, opts)}
-	n.k = startCluster(t, n.c)
+	n.k = startCluster(t, version, n.c)
 	n.runDevicePlugin(t)
 	return n
 }
 
-// startCluster starts the control plane and a kubelet on c for t, and
-// tears them down when t ends; on failure the components' log tails are
-// printed first.
-func startCluster(t *testing.T, c *harness.Containerd) *harness.Cluster {
+// startCluster starts the control plane and a kubelet of Kubernetes
+// version on c for t, and tears them down when t ends; on failure the
+// components' log tails are printed first.
+func startCluster(t *testing.T, version string, c *harness.Containerd) *harness.Cluster {
 	t.Helper()
 	ctx := testContext(t, 3*time.Minute)
 	k, err := harness.StartCluster(ctx, harness.ClusterOptions{
+		Version:    version,
 		Containerd: c,
 		NodeLabels: map[string]string{"nvidia.com/gpu.present": "true"},
 		Logf:       t.Logf,
@@ -233,11 +249,13 @@ func (n *clusterNode) registrations() int {
 // asking for more than the node has stays Pending; a pod without a GPU
 // sees none; restarts of the kubelet, the device plugin and containerd
 // lose nothing.
-func TestCluster(t *testing.T) {
+func TestCluster(t *testing.T) { forEachKubernetes(t, testCluster) }
+
+func testCluster(t *testing.T, version string) {
 	if images.cudaTestErr != nil {
 		t.Fatalf("the CUDA test image: %v", images.cudaTestErr)
 	}
-	n := startClusterNode(t, vgpuOptions{})
+	n := startClusterNode(t, version, vgpuOptions{})
 	ctx := testContext(t, 10*time.Minute)
 	total := int64(splitCount * len(testGPUs))
 

@@ -176,7 +176,9 @@ func rolledOut(ds *appsv1.DaemonSet) bool {
 // installed. helm upgrade with another config rolls both pods (the node
 // then advertises the new split), and helm uninstall leaves no socket,
 // mount or container directory of the chart's daemons behind.
-func TestHelmChart(t *testing.T) {
+func TestHelmChart(t *testing.T) { forEachKubernetes(t, testHelmChart) }
+
+func testHelmChart(t *testing.T, version string) {
 	if images.cudaTestErr != nil {
 		t.Fatalf("the CUDA test image: %v", images.cudaTestErr)
 	}
@@ -204,7 +206,7 @@ func TestHelmChart(t *testing.T) {
 	// which needs a shared mount at the source; this machine's / is not.
 	shareMount(t, v.runDir)
 	h := &helmNode{clusterNode: &clusterNode{vgpu: v}, helm: strings.TrimSpace(string(out))}
-	h.k = startCluster(t, v.c)
+	h.k = startCluster(t, version, v.c)
 	chart := filepath.Join(root, "packaging", "helm", "nri-vgpu")
 	total := int64(splitCount * len(testGPUs))
 

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,6 +33,35 @@ import (
 // the cluster tests run: kubelet, kube-apiserver, kube-scheduler,
 // kube-controller-manager and kubectl, with the etcd it requires.
 const KubernetesVersion = "v1.37.2"
+
+// EnvKubernetesVersions selects, as a space- or comma-separated list, the
+// Kubernetes releases the cluster tests run against (default:
+// KubernetesVersion alone). hack/k8s-deps.sh reads it too, to build just
+// those; v1.34.4, the newest release of an older supported minor, is known
+// to work.
+const EnvKubernetesVersions = "NRI_VGPU_E2E_KUBERNETES"
+
+// kubernetesVersionRE matches the releases hack/k8s-deps.sh builds.
+var kubernetesVersionRE = regexp.MustCompile(`^v1\.(3[4-9]|[4-9][0-9])\.[0-9]+$`)
+
+// SelectedKubernetesVersions are the releases named in
+// $NRI_VGPU_E2E_KUBERNETES, else KubernetesVersion.
+func SelectedKubernetesVersions() ([]string, error) {
+	env := os.Getenv(EnvKubernetesVersions)
+	var versions []string
+	for _, v := range strings.FieldsFunc(env, func(r rune) bool { return r == ' ' || r == ',' || r == '\t' }) {
+		if !kubernetesVersionRE.MatchString(v) {
+			return nil, fmt.Errorf("harness: %s: Kubernetes version %q: want v1.MINOR.PATCH, v1.34.0 or newer", EnvKubernetesVersions, v)
+		}
+		if !slices.Contains(versions, v) {
+			versions = append(versions, v)
+		}
+	}
+	if len(versions) == 0 {
+		versions = []string{KubernetesVersion}
+	}
+	return versions, nil
+}
 
 // EnvKubernetesBinDir names a directory holding the binaries of
 // KubernetesVersion; without it, hack/k8s-deps.sh's cache is used.
