@@ -3,7 +3,10 @@ package harness
 import (
 	"context"
 	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
 	"encoding/hex"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -256,8 +259,16 @@ func (c *Cluster) start(ctx context.Context) error {
 	// One key signs and verifies service-account tokens; a static token
 	// authenticates every client as a member of system:masters.
 	saKey := filepath.Join(c.Dir, "pki", "sa.key")
-	if out, err := exec.CommandContext(ctx, "openssl", "genrsa", "-out", saKey, "2048").CombinedOutput(); err != nil {
-		return fmt.Errorf("harness: openssl genrsa: %w: %s", err, strings.TrimSpace(string(out)))
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return fmt.Errorf("harness: service-account key: %w", err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return fmt.Errorf("harness: service-account key: %w", err)
+	}
+	if err := os.WriteFile(saKey, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		return fmt.Errorf("harness: %w", err)
 	}
 	var tok [16]byte
 	if _, err := rand.Read(tok[:]); err != nil {
