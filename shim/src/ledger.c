@@ -13,18 +13,27 @@
  *    moment the driver frees its memory: no reaping, no stale entries;
  *  - any process that can open the file can see all of them (F_OFD_GETLK).
  *
- * So each process publishes the bytes it holds on each GPU as the length of a
- * read lock, in a byte range of the lock space that is its own: its pid picks
- * the range (pids are unique among live processes), at offsets far beyond the
- * file's end, where locks are allowed and mean nothing to anyone else. Another
- * process measures the union of the locks others hold in a GPU's part of the
- * space. A process can only add to what others measure (self-harm: its
- * container gets less), never take away from it.
+ * So each process publishes, per GPU, two amounts as the lengths of read
+ * locks, in byte ranges of the lock space that are its own: its pid picks the
+ * ranges (pids are unique among live processes), at offsets far beyond the
+ * file's end, where locks are allowed and mean nothing to anyone else:
+ *
+ *  - its lease: the bytes it has taken from the container's quota, what it
+ *    holds plus what it may still allocate without asking again (region.c).
+ *    Every quota decision measures the union of the others' leases;
+ *  - what it holds: a report (cuMemGetInfo, NVML, the usage region), brought
+ *    up to date whenever it takes or returns lease and otherwise within a
+ *    tenth of a second. Never more than its lease.
+ *
+ * A process can only add to what others measure (self-harm: its container
+ * gets less, or looks fuller), never take away from it.
  *
  * Lock space (64-bit offsets, one lock per (GPU, process) and part):
- *   GPU d, bytes / 4096:  d * 2^58 + pid * 2^35, length = bytes >> 12
- *   GPU d, bytes % 4096:  d * 2^58 + 2^57 + pid * 2^12, length = bytes & 4095
- *   host pid claims:      2^62 + pid * 2^32 + host pid, length 1
+ *   GPU d, lease / 4096:   d * 2^58 + pid * 2^35, length = lease >> 12
+ *   GPU d, lease % 4096:   d * 2^58 + 2^57 + pid * 2^12, length = lease & 4095
+ *   GPU d, held / 65536:   d * 2^58 + 2^57 + 2^56 + pid * 2^31, length = held >> 16
+ *   GPU d, held % 65536:   d * 2^58 + 2^57 + 2^56 + 2^53 + pid * 2^16, length = held & 65535
+ *   host pid claims:       2^62 + pid * 2^32 + host pid, length 1
  * pid < 2^22 (PID_MAX_LIMIT on 64-bit kernels); at most 2^47 bytes (128 TiB)
  * per process and GPU. The exact byte count needs two ranges: one of 2^47
  * bytes per (GPU, pid) does not fit 2^26 times in 2^63.
@@ -51,37 +60,57 @@
 
 _Static_assert(sizeof(off_t) == 8, "the ledger needs 64-bit file offsets");
 
-#define UNIT_SHIFT 12
 #define PID_BITS 22
-#define HI_SPAN_SHIFT 35
 #define DEV_SHIFT 58
-#define LO_PART ((off_t)1 << 57)
 #define HP_AT ((off_t)VGPU_MAX_DEVICES << DEV_SHIFT)
 #define HP_END (HP_AT + ((off_t)1 << (PID_BITS + 32)))
-#define MAX_BYTES (((uint64_t)1 << (HI_SPAN_SHIFT + UNIT_SHIFT)) - 1)
+#define MAX_BYTES (((uint64_t)1 << 47) - 1)
 /* Queries one measurement may take: two per lock found, plus one. A tenant
  * who sprays more locks than this only makes its own allocations fail. */
 #define MAX_QUERIES 65536
 
-_Static_assert(((off_t)1 << PID_BITS << HI_SPAN_SHIFT) <= LO_PART, "high parts fit below the low parts");
-_Static_assert(LO_PART + ((off_t)1 << (PID_BITS + UNIT_SHIFT)) <= ((off_t)1 << DEV_SHIFT), "a GPU's block");
+/*
+ * One published amount per (GPU, pid): bytes >> unit in a "high" range of
+ * 2^span units per pid at hi, bytes & (2^unit - 1) in a "low" range of
+ * 2^unit per pid at lo (offsets within the GPU's block of 2^58).
+ */
+struct family {
+	off_t hi, lo;
+	int unit, span;
+};
+static const struct family LEASE = {0, (off_t)1 << 57, 12, 35};
+static const struct family HELD = {((off_t)1 << 57) + ((off_t)1 << 56),
+				   ((off_t)1 << 57) + ((off_t)1 << 56) + ((off_t)1 << 53), 16, 31};
+
+/* End of a family's part of a GPU's block (relative to the block). */
+#define FAMILY_END(f) ((f).lo + ((off_t)1 << (PID_BITS + (f).unit)))
+
+_Static_assert(12 + 35 == 47 && 16 + 31 == 47, "both families hold 2^47 bytes per pid");
+_Static_assert(((off_t)1 << (PID_BITS + 35)) <= ((off_t)1 << 57), "lease highs fit below the lease lows");
+_Static_assert(((off_t)1 << 57) + ((off_t)1 << (PID_BITS + 12)) <= ((off_t)1 << 57) + ((off_t)1 << 56),
+	       "lease lows end before the held part");
+_Static_assert(((off_t)1 << (PID_BITS + 31)) <= ((off_t)1 << 53), "held highs fit below the held lows");
+_Static_assert(((off_t)1 << 57) + ((off_t)1 << 56) + ((off_t)1 << 53) + ((off_t)1 << (PID_BITS + 16)) <=
+		       ((off_t)1 << DEV_SHIFT),
+	       "a GPU's block");
 _Static_assert((uint64_t)HP_END < ((uint64_t)1 << 63), "host pid claims fit in off_t");
 
 static int fd = -1;
 static struct stat ident;                   /* what fd was opened on */
 static int32_t me;                          /* the pid our ranges belong to */
 static char path[4096];                     /* to reopen in a fork child */
-static uint64_t published[VGPU_MAX_DEVICES]; /* bytes our locks say, per GPU */
+static uint64_t leased[VGPU_MAX_DEVICES];   /* lease our locks say, per GPU */
+static uint64_t held[VGPU_MAX_DEVICES];     /* held bytes our locks say, per GPU */
 static int32_t claimed_hp;                  /* host pid our claim says; 0 = none */
 
-static off_t hi_at(int d, int32_t pid)
+static off_t hi_at(const struct family *f, int d, int32_t pid)
 {
-	return ((off_t)d << DEV_SHIFT) + ((off_t)pid << HI_SPAN_SHIFT);
+	return ((off_t)d << DEV_SHIFT) + f->hi + ((off_t)pid << f->span);
 }
 
-static off_t lo_at(int d, int32_t pid)
+static off_t lo_at(const struct family *f, int d, int32_t pid)
 {
-	return ((off_t)d << DEV_SHIFT) + LO_PART + ((off_t)pid << UNIT_SHIFT);
+	return ((off_t)d << DEV_SHIFT) + f->lo + ((off_t)pid << f->unit);
 }
 
 static off_t hp_at(int32_t pid, int32_t hp)
@@ -135,7 +164,8 @@ void vgpu_ledger_init(int limits_fd, const char *limits_path)
 	}
 	me = (int32_t)getpid();
 	snprintf(path, sizeof(path), "%s", limits_path);
-	memset(published, 0, sizeof(published));
+	memset(leased, 0, sizeof(leased));
+	memset(held, 0, sizeof(held));
 	claimed_hp = 0;
 }
 
@@ -146,7 +176,8 @@ void vgpu_ledger_after_fork(void)
 	 * publish into them. Closing it drops nothing (the parent still holds
 	 * the description). The child gets a description of its own on the same
 	 * file, through /proc (the path may name another file by now). */
-	memset(published, 0, sizeof(published));
+	memset(leased, 0, sizeof(leased));
+	memset(held, 0, sizeof(held));
 	claimed_hp = 0;
 	me = (int32_t)getpid();
 	if (fd < 0)
@@ -164,6 +195,34 @@ void vgpu_ledger_after_fork(void)
 	}
 	close(fd);
 	fd = vgpu_high_fd(nfd); /* -1: allocations fail closed, with a line saying why */
+}
+
+/*
+ * Moves what family f publishes for us on GPU d from was to bytes. Grows by
+ * locking the new tail (it merges with the lock we have), shrinks by
+ * unlocking the old tail; growing can fail (nothing changed then), shrinking
+ * cannot.
+ */
+static int put(const struct family *f, int d, uint64_t was, uint64_t bytes)
+{
+	uint64_t mask = ((uint64_t)1 << f->unit) - 1;
+	off_t hi = (off_t)(bytes >> f->unit), old_hi = (off_t)(was >> f->unit);
+	off_t lo = (off_t)(bytes & mask), old_lo = (off_t)(was & mask);
+	off_t h = hi_at(f, d, me), l = lo_at(f, d, me);
+	if (hi > old_hi && setlk(F_RDLCK, h + old_hi, hi - old_hi) != 0)
+		return -1;
+	if (lo > old_lo && setlk(F_RDLCK, l + old_lo, lo - old_lo) != 0) {
+		int e = errno;
+		if (hi > old_hi)
+			setlk(F_UNLCK, h + old_hi, hi - old_hi);
+		errno = e;
+		return -1;
+	}
+	if (hi < old_hi)
+		setlk(F_UNLCK, h + hi, old_hi - hi);
+	if (lo < old_lo)
+		setlk(F_UNLCK, l + lo, old_lo - lo);
+	return 0;
 }
 
 /*
@@ -194,11 +253,8 @@ static int still_ours(void)
 	}
 	LOGW("the limits file's descriptor was closed by the program; opened again, GPU memory use published again");
 	int ok = 1;
-	for (int d = 0; d < VGPU_MAX_DEVICES && ok; d++) {
-		uint64_t b = published[d];
-		ok = setlk(F_RDLCK, hi_at(d, me), (off_t)(b >> UNIT_SHIFT)) == 0 &&
-		     setlk(F_RDLCK, lo_at(d, me), (off_t)(b & 4095)) == 0;
-	}
+	for (int d = 0; d < VGPU_MAX_DEVICES && ok; d++)
+		ok = put(&LEASE, d, 0, leased[d]) == 0 && put(&HELD, d, 0, held[d]) == 0;
 	if (ok && claimed_hp)
 		ok = setlk(F_RDLCK, hp_at(me, claimed_hp), 1) == 0;
 	if (!ok) {
@@ -210,7 +266,12 @@ static int still_ours(void)
 	return ok;
 }
 
-int vgpu_ledger_publish(int idx, uint64_t bytes)
+int vgpu_ledger_check(void)
+{
+	return still_ours() ? 0 : -1;
+}
+
+static int publish(const struct family *f, uint64_t *pub, int idx, uint64_t bytes)
 {
 	if (!still_ours())
 		return -1;
@@ -218,27 +279,25 @@ int vgpu_ledger_publish(int idx, uint64_t bytes)
 		errno = ERANGE;
 		return -1;
 	}
-	uint64_t was = published[idx];
-	off_t hi = (off_t)(bytes >> UNIT_SHIFT), old_hi = (off_t)(was >> UNIT_SHIFT);
-	off_t lo = (off_t)(bytes & 4095), old_lo = (off_t)(was & 4095);
-	off_t h = hi_at(idx, me), l = lo_at(idx, me);
-	/* Grow by locking the new tail (it merges with the lock we have), shrink
-	 * by unlocking the old tail; growing can fail, shrinking cannot. */
-	if (hi > old_hi && setlk(F_RDLCK, h + old_hi, hi - old_hi) != 0)
+	if (put(f, idx, pub[idx], bytes) != 0)
 		return -1;
-	if (lo > old_lo && setlk(F_RDLCK, l + old_lo, lo - old_lo) != 0) {
-		int e = errno;
-		if (hi > old_hi)
-			setlk(F_UNLCK, h + old_hi, hi - old_hi);
-		errno = e;
-		return -1;
-	}
-	if (hi < old_hi)
-		setlk(F_UNLCK, h + hi, old_hi - hi);
-	if (lo < old_lo)
-		setlk(F_UNLCK, l + lo, old_lo - lo);
-	published[idx] = bytes;
+	pub[idx] = bytes;
 	return 0;
+}
+
+int vgpu_ledger_publish(int idx, uint64_t bytes)
+{
+	return publish(&LEASE, leased, idx, bytes);
+}
+
+int vgpu_ledger_publish_held(int idx, uint64_t bytes)
+{
+	return publish(&HELD, held, idx, bytes);
+}
+
+uint64_t vgpu_ledger_published(int idx)
+{
+	return leased[idx];
 }
 
 int vgpu_ledger_claim_host_pid(int32_t hp)
@@ -329,6 +388,7 @@ static int scan(off_t lo, off_t hi, void (*visit)(off_t s, off_t e, void *arg), 
 }
 
 struct measure {
+	const struct family *f;
 	int idx;
 	uint64_t units, bytes;
 	int collision;
@@ -348,7 +408,7 @@ static int overlaps(off_t s, off_t e, off_t a, off_t b)
 static void measure_visit(off_t s, off_t e, void *arg)
 {
 	struct measure *m = arg;
-	off_t lo_part = ((off_t)m->idx << DEV_SHIFT) + LO_PART;
+	off_t lo_part = ((off_t)m->idx << DEV_SHIFT) + m->f->lo;
 	if (s < lo_part)
 		add_len(&m->units, (e < lo_part ? e : lo_part) - s);
 	if (e > lo_part)
@@ -356,29 +416,40 @@ static void measure_visit(off_t s, off_t e, void *arg)
 	/* Someone else's lock in our own ranges: a process with our pid in
 	 * another pid namespace, or a forgery. Our measurement of others would
 	 * miss whatever of theirs lies under ours. */
-	off_t h = hi_at(m->idx, me), l = lo_at(m->idx, me);
-	if (overlaps(s, e, h, h + ((off_t)1 << HI_SPAN_SHIFT)) || overlaps(s, e, l, l + ((off_t)1 << UNIT_SHIFT)))
+	off_t h = hi_at(m->f, m->idx, me), l = lo_at(m->f, m->idx, me);
+	if (overlaps(s, e, h, h + ((off_t)1 << m->f->span)) || overlaps(s, e, l, l + ((off_t)1 << m->f->unit)))
 		m->collision = 1;
 }
 
-int vgpu_ledger_others(int idx, uint64_t *bytes)
+/* What the others publish in family f on idx: the union of their locks. */
+static int others(const struct family *f, int idx, uint64_t *bytes)
 {
-	struct measure m = {.idx = idx};
+	struct measure m = {.f = f, .idx = idx};
 	if (idx < 0 || idx >= VGPU_MAX_DEVICES) {
 		errno = ERANGE;
 		return -1;
 	}
 	off_t base = (off_t)idx << DEV_SHIFT;
-	if (scan(base, base + LO_PART + ((off_t)1 << (PID_BITS + UNIT_SHIFT)), measure_visit, &m) != 0)
+	if (scan(base + f->hi, base + FAMILY_END(*f), measure_visit, &m) != 0)
 		return -1;
 	if (m.collision) {
 		errno = EEXIST;
 		return -1;
 	}
-	uint64_t total = m.units > (UINT64_MAX >> UNIT_SHIFT) ? UINT64_MAX : m.units << UNIT_SHIFT;
+	uint64_t total = m.units > (UINT64_MAX >> f->unit) ? UINT64_MAX : m.units << f->unit;
 	add_len(&total, (off_t)(m.bytes > INT64_MAX ? INT64_MAX : m.bytes));
 	*bytes = total;
 	return 0;
+}
+
+int vgpu_ledger_others(int idx, uint64_t *bytes)
+{
+	return others(&LEASE, idx, bytes);
+}
+
+int vgpu_ledger_others_held(int idx, uint64_t *bytes)
+{
+	return others(&HELD, idx, bytes);
 }
 
 /* ---- per process, for rebuilding the region ------------------------------------------ */
@@ -392,25 +463,27 @@ struct attribute {
 static void attribute_visit(off_t s, off_t e, void *arg)
 {
 	struct attribute *a = arg;
-	off_t base = (off_t)a->idx << DEV_SHIFT, rel = s - base;
+	const struct family *f = &HELD;
+	off_t base = ((off_t)a->idx << DEV_SHIFT) + f->hi, rel = s - base, lo = f->lo - f->hi;
 	/* Only a stretch inside one process's range can be told apart; anything
 	 * wider is no process's own (it is still measured above). */
-	if (rel < LO_PART) {
-		int32_t pid = (int32_t)(rel >> HI_SPAN_SHIFT);
-		if (((e - 1 - base) >> HI_SPAN_SHIFT) == pid)
-			a->fn(pid, a->idx, (uint64_t)(e - s) << UNIT_SHIFT, a->arg);
+	if (rel < lo) {
+		int32_t pid = (int32_t)(rel >> f->span);
+		if (((e - 1 - base) >> f->span) == pid)
+			a->fn(pid, a->idx, (uint64_t)(e - s) << f->unit, a->arg);
 	} else {
-		int32_t pid = (int32_t)((rel - LO_PART) >> UNIT_SHIFT);
-		if (((e - 1 - base - LO_PART) >> UNIT_SHIFT) == pid)
+		int32_t pid = (int32_t)((rel - lo) >> f->unit);
+		if (((e - 1 - base - lo) >> f->unit) == pid)
 			a->fn(pid, a->idx, (uint64_t)(e - s), a->arg);
 	}
 }
 
+/* What each other process says it holds (not its lease): the report. */
 int vgpu_ledger_scan_held(int idx, void (*fn)(int32_t pid, int idx, uint64_t bytes, void *arg), void *arg)
 {
 	struct attribute a = {idx, fn, arg};
 	off_t base = (off_t)idx << DEV_SHIFT;
-	return scan(base, base + LO_PART + ((off_t)1 << (PID_BITS + UNIT_SHIFT)), attribute_visit, &a);
+	return scan(base + HELD.hi, base + FAMILY_END(HELD), attribute_visit, &a);
 }
 
 struct claims {

@@ -46,6 +46,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <linux/futex.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -70,8 +71,9 @@ static int slot = -1;       /* our index in procs[], -1 = none yet */
 static int exiting;         /* the slot was given back at exit: take no other */
 static int32_t self;        /* getpid(), a system call with glibc >= 2.25: kept (reset in a fork child) */
 static uint64_t my_start;   /* /proc/self/stat field 22 */
-/* What this process holds per limits index: the truth, for itself. */
-static uint64_t own[VGPU_MAX_DEVICES];
+/* What this process holds per limits index as it last published it (the
+ * ledger's held part, its slot); the truth is lease - avail (below). */
+static uint64_t shown[VGPU_MAX_DEVICES];
 static uint64_t launches[VGPU_MAX_DEVICES];
 static int warned_damage, warned_unusable, warned_unrecorded, warned_slots;
 
@@ -194,7 +196,7 @@ static void write_own_slot_locked(void)
 	s->start_time = my_start;
 	s->host_pid = hp;
 	for (int d = 0; d < VGPU_MAX_DEVICES; d++) {
-		s->used[d] = __atomic_load_n(&own[d], __ATOMIC_RELAXED);
+		s->used[d] = shown[d];
 		s->launches[d] = __atomic_load_n(&launches[d], __ATOMIC_RELAXED);
 	}
 	__atomic_store_n(&s->pid, me, __ATOMIC_RELEASE);
@@ -300,8 +302,8 @@ static void sync_locked(void)
 	write_own_slot_locked();
 	for (int d = 0; d < ngpu; d++) {
 		uint64_t others = 0, sum = 0;
-		if (vgpu_ledger_others(d, &others) == 0) {
-			sum = sat_add(own[d], others);
+		if (vgpu_ledger_others_held(d, &others) == 0) {
+			sum = sat_add(shown[d], others);
 		} else {
 			for (int i = 0; i < VGPU_MAX_PROCS; i++)
 				if (r->procs[i].pid)
@@ -432,7 +434,7 @@ static int own_slot_ok(void)
 	if (s->pid != self || s->start_time != my_start || s->host_pid != vgpu_host_pid())
 		return 0;
 	for (int d = 0; d < VGPU_MAX_DEVICES; d++)
-		if (s->used[d] != own[d])
+		if (s->used[d] != shown[d])
 			return 0;
 	return 1;
 }
@@ -544,7 +546,13 @@ static void check_locked(void)
 	else if (!fresh && (what || created))
 		damaged(what ? what : "deleted");
 	attached = 1;
-	validate_locked(fresh, 1); /* a file we did not have before: put ourselves and the others in */
+	/* A file we made over a damaged one: put ourselves and the others in. A
+	 * sound file the others keep is only checked (a full rebuild reads every
+	 * process's ledger entries and /proc: with hundreds of processes starting
+	 * at once, registering that way costs more than everything else); our
+	 * own slot comes with our first report, the periodic rebuild a second on. */
+	synced_at = now_ns();
+	validate_locked(fresh, created);
 }
 
 static void lock(void)
@@ -589,16 +597,80 @@ void vgpu_region_unlock(void)
 	unlock();
 }
 
+/*
+ * Whether the slots add up to the devices' totals, as the processes keep
+ * them: checked when a process takes its slot, in place of the full rebuild
+ * (see check_locked), so a slot forged with nothing else changed is rebuilt
+ * then too. Caller holds the lock.
+ */
+static int slots_add_up_locked(void)
+{
+	for (int d = 0; d < vgpu.limits.ngpu; d++) {
+		uint64_t sum = 0;
+		for (int i = 0; i < VGPU_MAX_PROCS; i++)
+			if (region->procs[i].pid)
+				sum = sat_add(sum, region->procs[i].used[d]);
+		if (sum != __atomic_load_n(&region->devices[d].used, __ATOMIC_RELAXED))
+			return 0;
+	}
+	return 1;
+}
+
 void vgpu_region_set_host_pid_locked(int32_t hp)
 {
 	(void)hp; /* vgpu_host_pid() already answers hp */
-	if (region && slot < 0)
+	if (region && slot < 0 && !slots_add_up_locked())
 		sync_locked();
 	else
 		write_own_slot_locked();
 }
 
 /* ---- accounting ----------------------------------------------------------------------- */
+
+/*
+ * Leases. Taking the region lock and publishing in the ledger costs a few
+ * system calls, several times what a driver's allocation costs, and
+ * PyTorch's stream-ordered backend allocates per tensor. So a process takes
+ * from the container's quota in chunks (its lease, published in the ledger,
+ * where every quota decision counts it whole) and allocates inside it with
+ * one atomic operation on avail[], the part of the lease it does not hold.
+ * A free puts its bytes back into avail[]. What the process holds is
+ * lease - avail. The sum over processes of what they lease never passes the
+ * limit, so neither does what they hold.
+ *
+ * A chunk starts at LEASE_START and doubles with each grant (halves with
+ * each quiet keeper period), so a process that allocates once takes little
+ * and one that allocates all the time asks rarely; it is never more than a
+ * sixteenth of what the container left free at the last measurement, nor
+ * LEASE_MAX: near the limit it shrinks to nothing and every allocation
+ * reserves exactly its own size, as without leases. Unused
+ * lease goes back to the container (the keeper thread, below) when the
+ * process allocates nothing for a keeper period, and beyond twice its last
+ * chunk otherwise; at a refusal; at exit; and with the process, when it dies.
+ *
+ * What the process holds is published too (the ledger's held part, and the
+ * process's slot in the region): exactly at every grant or return, and
+ * otherwise by the keeper within KEEP_NS. Reports (Contract 7) use that, not
+ * the leases.
+ */
+#define LEASE_MAX (256ull << 20)
+#define LEASE_START (1ull << 20) /* the first chunk; each next one is twice the last */
+#define LEASE_MIN (64ull << 10)  /* below this, a chunk is not worth a lock in the ledger */
+#define LEASE_FRACTION 16
+#define KEEP_NS 100000000ll  /* the keeper's period */
+#define WAIT_NS 300000000ll /* a refusal others' unused leases could cover waits this long for them */
+
+static uint64_t lease[VGPU_MAX_DEVICES];  /* what this process leases; changed under mu, read atomically */
+static int64_t avail[VGPU_MAX_DEVICES];   /* the unused part: the lock-free path takes from it */
+static uint64_t grant[VGPU_MAX_DEVICES];  /* the last chunk granted (under mu) */
+static uint64_t others_seen[VGPU_MAX_DEVICES]; /* the others' leases at the last measurement (under mu) */
+
+static uint64_t own_of(int idx)
+{
+	uint64_t l = __atomic_load_n(&lease[idx], __ATOMIC_ACQUIRE);
+	int64_t a = __atomic_load_n(&avail[idx], __ATOMIC_ACQUIRE);
+	return a <= 0 ? l : l > (uint64_t)a ? l - (uint64_t)a : 0;
+}
 
 static void unrecorded(int e)
 {
@@ -617,66 +689,182 @@ static void unrecorded(int e)
 }
 
 /*
- * The region's view of limits index idx after our own count went from
- * before to own[idx], others holding others (measured: a reservation): a
- * total that is not what it was (a process died, or the file was written)
- * means a rebuild. Frees do not measure: they take their bytes off the total.
- * Caller holds the lock.
+ * Publishes what this process holds on idx (ledger and region slot) and
+ * moves the region's total by the difference. others_lease (measured at a
+ * grant, or NULL): the others' leases, which cover what they hold; a total
+ * that claims more than that for them means someone has gone without
+ * telling the region (killed): rebuild. Caller holds the lock.
  */
-static void note_locked(int idx, uint64_t before, const uint64_t *others)
+static void show_locked(int idx, const uint64_t *others_lease)
 {
+	uint64_t now = own_of(idx), was = shown[idx];
+	if (now != was) {
+		if (vgpu_ledger_publish_held(idx, now) != 0)
+			LOGD("ledger: cannot publish %llu bytes held on GPU %d: %s", (unsigned long long)now, idx,
+			     strerror(errno));
+		shown[idx] = now;
+	}
 	if (!region)
 		return;
 	struct vgpu_region_device *d = &region->devices[idx];
 	uint64_t total = __atomic_load_n(&d->used, __ATOMIC_RELAXED);
-	if (slot < 0 || (others && total != sat_add(before, *others)) || now_ns() - synced_at > SYNC_NS)
+	uint64_t others = total > was ? total - was : 0;
+	if ((others_lease && others > *others_lease) || now_ns() - synced_at > SYNC_NS ||
+	    (slot < 0 && !slots_add_up_locked())) {
 		sync_locked();
-	else
-		write_own_slot_locked();
-	if (others)
-		total = sat_add(own[idx], *others);
-	else
-		total = total > before - own[idx] ? total - (before - own[idx]) : 0;
-	__atomic_store_n(&d->used, total, __ATOMIC_RELAXED);
+		return;
+	}
+	write_own_slot_locked();
+	__atomic_store_n(&d->used, sat_add(others, now), __ATOMIC_RELAXED);
+}
+
+/* Gives back up to keep_at_most of idx's unused lease. Caller holds the lock. */
+static void trim_locked(int idx, uint64_t keep_at_most)
+{
+	int64_t a = __atomic_load_n(&avail[idx], __ATOMIC_RELAXED);
+	do {
+		if (a <= (int64_t)keep_at_most)
+			return;
+	} while (!__atomic_compare_exchange_n(&avail[idx], &a, (int64_t)keep_at_most, 1, __ATOMIC_SEQ_CST,
+					      __ATOMIC_RELAXED));
+	uint64_t give = (uint64_t)a - keep_at_most, l = lease[idx] - give, up = (4096 - (l & 4095)) & 4095;
+	if (keep_at_most && up <= give) {
+		/* Keep a whole number of pages (one lock, see whole()). */
+		__atomic_add_fetch(&avail[idx], (int64_t)up, __ATOMIC_SEQ_CST);
+		l += up;
+	}
+	/* Shrinking a lock cannot fail; if it did, the container would only be
+	 * counted for more than it holds. */
+	if (vgpu_ledger_publish(idx, l) != 0)
+		LOGD("ledger: cannot shrink the lease on GPU %d: %s", idx, strerror(errno));
+	__atomic_store_n(&lease[idx], l, __ATOMIC_RELEASE);
+}
+
+/* The lock-free path: bytes from the unused lease, if it has them. */
+static int take_avail(int idx, uint64_t bytes)
+{
+	int64_t a = __atomic_load_n(&avail[idx], __ATOMIC_RELAXED);
+	do {
+		if (a < 0 || (uint64_t)a < bytes)
+			return 0;
+	} while (!__atomic_compare_exchange_n(&avail[idx], &a, a - (int64_t)bytes, 1, __ATOMIC_SEQ_CST,
+					      __ATOMIC_RELAXED));
+	return 1;
+}
+
+/* The chunk to ask for on idx beyond need, with room left free by the others. */
+static uint64_t chunk(int idx, uint64_t limit, uint64_t room)
+{
+	uint64_t c = 2 * grant[idx];
+	if (c < LEASE_START)
+		c = LEASE_START;
+	if (c > LEASE_MAX)
+		c = LEASE_MAX;
+	if (limit && c > room / LEASE_FRACTION)
+		c = room / LEASE_FRACTION;
+	return c < LEASE_MIN ? 0 : c;
+}
+
+static void keeper_start(void);
+
+/*
+ * base plus at most extra, as a whole number of pages when there is any
+ * extra: a lease of whole pages is one lock in the ledger rather than two,
+ * and every process's measurement walks every lock on the file.
+ */
+static uint64_t whole(uint64_t base, uint64_t extra)
+{
+	uint64_t w = sat_add(base, extra) & ~(uint64_t)4095;
+	return extra && w > base ? w : base;
+}
+
+/*
+ * More lease for bytes on idx, under the lock: publish first, then measure
+ * the others (of two processes reserving at once, the later to measure sees
+ * the earlier), then keep only what fits. *short_by: on a refusal, what the
+ * others' unused leases would have to give back.
+ */
+static int grow_locked(int idx, uint64_t bytes, int force, uint64_t *short_by)
+{
+	if (take_avail(idx, bytes))
+		return 0; /* another thread grew it meanwhile */
+	uint64_t limit = vgpu.limits.gpu[idx].memory; /* the limits file's, never the region's */
+	uint64_t l = lease[idx];
+	int64_t a = __atomic_exchange_n(&avail[idx], 0, __ATOMIC_SEQ_CST);
+	uint64_t mine = a > 0 ? (uint64_t)a : 0, need = bytes > mine ? bytes - mine : 0;
+	if (!need) {
+		__atomic_add_fetch(&avail[idx], (int64_t)(mine - bytes), __ATOMIC_SEQ_CST);
+		return 0;
+	}
+	uint64_t base = sat_add(l, need), others = others_seen[idx];
+	uint64_t extra = force ? 0 : chunk(idx, limit, limit > sat_add(base, others) ? limit - sat_add(base, others) : 0);
+	uint64_t want = whole(base, extra);
+	int rc = 0;
+	if (vgpu_ledger_publish(idx, want) != 0) {
+		unrecorded(errno);
+		rc = VGPU_UNRECORDED;
+	} else if (vgpu_ledger_others(idx, &others) != 0) {
+		unrecorded(errno);
+		rc = VGPU_UNRECORDED;
+	} else if (!force && limit) {
+		others_seen[idx] = others;
+		if (others > limit || base > limit - others) {
+			rc = VGPU_OVER_QUOTA;
+			*short_by = others > limit ? UINT64_MAX : base - (limit - others);
+		} else if (want > limit - others) {
+			/* Less room than last seen: a smaller chunk (shrinking needs no new measurement). */
+			want = whole(base, chunk(idx, limit, limit - others - base));
+			vgpu_ledger_publish(idx, want);
+		}
+	}
+	if (rc && force) {
+		/* Memory the driver already handed out: counted whatever the ledger says. */
+		rc = 0;
+		want = base;
+		extra = 0;
+	}
+	if (rc) {
+		/* Refused: what this process leased but did not use goes back too. */
+		if (vgpu_ledger_publish(idx, l - mine) != 0)
+			LOGD("ledger: cannot shrink the lease on GPU %d: %s", idx, strerror(errno));
+		__atomic_store_n(&lease[idx], l - mine, __ATOMIC_RELEASE);
+		return rc;
+	}
+	extra = want - base;
+	/* The order keeps lease - avail from ever reading less than is held. */
+	__atomic_store_n(&lease[idx], want, __ATOMIC_RELEASE);
+	__atomic_add_fetch(&avail[idx], (int64_t)extra, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&grant[idx], extra, __ATOMIC_RELAXED);
+	show_locked(idx, &others);
+	if (extra)
+		keeper_start();
+	return 0;
 }
 
 static int reserve(int idx, uint64_t bytes, int force)
 {
 	if (bytes == 0 || idx < 0 || idx >= VGPU_MAX_DEVICES)
 		return 0;
-	lock();
-	uint64_t before = own[idx], after = sat_add(before, bytes), others = 0;
-	int rc = 0;
-	/* Publish first, then measure the others: of two processes reserving
-	 * at once, the later to measure sees the earlier. */
-	if (vgpu_ledger_publish(idx, after) != 0) {
-		unrecorded(errno);
-		if (!force) {
-			rc = VGPU_UNRECORDED;
-			goto out;
-		}
-	} else if (vgpu_ledger_others(idx, &others) != 0) {
-		int e = errno;
-		unrecorded(e);
-		if (!force) {
-			vgpu_ledger_publish(idx, before);
-			rc = VGPU_UNRECORDED;
-			goto out;
-		}
-		others = 0;
-	} else if (!force) {
-		uint64_t limit = vgpu.limits.gpu[idx].memory; /* the limits file's, never the region's */
-		if (limit && (others > limit || after > limit - others)) {
-			vgpu_ledger_publish(idx, before);
-			rc = VGPU_OVER_QUOTA;
-			goto out;
-		}
+	if (likely(!force) && take_avail(idx, bytes))
+		return 0;
+	uint64_t short_by = 0;
+	int64_t waited = 0;
+	for (;;) {
+		lock();
+		int rc = grow_locked(idx, bytes, force, &short_by);
+		unlock();
+		if (rc != VGPU_OVER_QUOTA || waited >= WAIT_NS)
+			return rc;
+		/* Others' unused leases could cover it: they go back within a
+		 * keeper period or two of their holders going quiet. */
+		uint64_t others = 0, held = 0;
+		if (vgpu_ledger_others(idx, &others) != 0 || vgpu_ledger_others_held(idx, &held) != 0 ||
+		    others - (held < others ? held : others) < short_by)
+			return rc;
+		struct timespec ts = {0, KEEP_NS / 4};
+		nanosleep(&ts, NULL);
+		waited += KEEP_NS / 4;
 	}
-	__atomic_store_n(&own[idx], after, __ATOMIC_RELAXED);
-	note_locked(idx, before, &others);
-out:
-	unlock();
-	return rc;
 }
 
 int vgpu_reserve(int idx, uint64_t bytes)
@@ -689,35 +877,137 @@ void vgpu_reserve_force(int idx, uint64_t bytes)
 	reserve(idx, bytes, 1);
 }
 
+/* ---- the keeper: lease back to the container, held bytes to the report ----------------- */
+
+static int keeper_state;      /* 0 none, 1 running, 2 running and parked */
+static uint64_t kept[VGPU_MAX_DEVICES]; /* own_of() at the keeper's last pass */
+
+static long futex(int *addr, int op, int val)
+{
+	return syscall(SYS_futex, addr, op, val, NULL, NULL, 0);
+}
+
+static void keeper_kick(void)
+{
+	int parked = 2;
+	if (__atomic_compare_exchange_n(&keeper_state, &parked, 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+		futex(&keeper_state, FUTEX_WAKE_PRIVATE, 1);
+}
+
 void vgpu_unreserve(int idx, uint64_t bytes)
 {
 	if (bytes == 0 || idx < 0 || idx >= VGPU_MAX_DEVICES)
 		return;
+	int64_t a = __atomic_add_fetch(&avail[idx], (int64_t)bytes, __ATOMIC_SEQ_CST);
+	/* Far more unused than the process asks for at a time (a large free):
+	 * back to the container now, where another process may be waiting. */
+	if (unlikely((uint64_t)a > 2 * __atomic_load_n(&grant[idx], __ATOMIC_RELAXED) + LEASE_MIN)) {
+		lock();
+		trim_locked(idx, grant[idx]);
+		show_locked(idx, NULL);
+		unlock();
+	}
+	if (unlikely(__atomic_load_n(&keeper_state, __ATOMIC_SEQ_CST) == 2))
+		keeper_kick();
+}
+
+/*
+ * One pass: publishes what changed; gives back all unused lease of a GPU on
+ * which nothing was allocated or freed since the last pass, and what is
+ * beyond twice the last chunk on the others. Returns whether anything is
+ * left to watch (unused lease, or held bytes not yet published).
+ */
+static int keep_pass(void)
+{
+	int busy = 0;
 	lock();
-	uint64_t before = own[idx], after = before > bytes ? before - bytes : 0;
-	__atomic_store_n(&own[idx], after, __ATOMIC_RELAXED);
-	/* Shrinking a lock cannot fail; if it did, the container would only be
-	 * counted for more than it holds. */
-	if (vgpu_ledger_publish(idx, after) != 0)
-		LOGD("ledger: cannot shrink GPU %d to %llu bytes: %s", idx, (unsigned long long)after, strerror(errno));
-	note_locked(idx, before, NULL);
+	/* A program that closed our descriptor dropped our leases with it: publish them again. */
+	if (vgpu_ledger_check() != 0)
+		LOGD("ledger: cannot publish again: %s", strerror(errno));
+	for (int d = 0; d < vgpu.limits.ngpu; d++) {
+		uint64_t now = own_of(d);
+		if (now == kept[d] && __atomic_load_n(&avail[d], __ATOMIC_RELAXED)) {
+			trim_locked(d, 0); /* quiet: all of it, and a smaller chunk next time */
+			__atomic_store_n(&grant[d], grant[d] / 2, __ATOMIC_RELAXED);
+		} else {
+			trim_locked(d, 2 * grant[d]);
+		}
+		kept[d] = now;
+		if (shown[d] != own_of(d))
+			show_locked(d, NULL);
+		busy |= __atomic_load_n(&avail[d], __ATOMIC_RELAXED) != 0 || shown[d] != own_of(d);
+	}
 	unlock();
+	return busy;
+}
+
+static void *keeper(void *arg)
+{
+	(void)arg;
+	sigset_t all;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL); /* the program's signals are for its own threads */
+	for (;;) {
+		struct timespec ts = {0, KEEP_NS};
+		nanosleep(&ts, NULL);
+		if (keep_pass())
+			continue;
+		/* Nothing to watch: park until a free (or a grant) gives something. Parked
+		 * first, then looked again, so a free in between is not missed. */
+		__atomic_store_n(&keeper_state, 2, __ATOMIC_SEQ_CST);
+		int idle = 1;
+		for (int d = 0; d < vgpu.limits.ngpu; d++)
+			idle &= __atomic_load_n(&avail[d], __ATOMIC_SEQ_CST) == 0;
+		if (!idle) {
+			keeper_kick();
+			continue;
+		}
+		while (__atomic_load_n(&keeper_state, __ATOMIC_SEQ_CST) == 2)
+			futex(&keeper_state, FUTEX_WAIT_PRIVATE, 2);
+	}
+	return NULL;
+}
+
+/* Caller holds the lock. */
+static void keeper_start(void)
+{
+	if (keeper_state) {
+		keeper_kick();
+		return;
+	}
+	pthread_t t;
+	if (pthread_create(&t, NULL, keeper, NULL) == 0) {
+		pthread_detach(t);
+		keeper_state = 1;
+	} else {
+		LOGD("cannot start the lease keeper thread: unused leases go back only at large frees, refusals and exit");
+	}
 }
 
 uint64_t vgpu_own_used(int idx)
 {
-	return __atomic_load_n(&own[idx], __ATOMIC_RELAXED);
+	return own_of(idx);
+}
+
+int vgpu_usage(int idx, uint64_t *used, uint64_t *committed)
+{
+	uint64_t mine = own_of(idx), held = 0, leased = 0;
+	if (vgpu_ledger_others(idx, &leased) != 0 || vgpu_ledger_others_held(idx, &held) != 0) {
+		/* Unknown: report the slice as full rather than invite allocations. */
+		uint64_t limit = vgpu.limits.gpu[idx].memory;
+		*used = *committed = limit > mine ? limit : mine;
+		return -1;
+	}
+	*used = sat_add(mine, held < leased ? held : leased);
+	*committed = sat_add(mine, leased);
+	return 0;
 }
 
 uint64_t vgpu_used(int idx)
 {
-	uint64_t mine = __atomic_load_n(&own[idx], __ATOMIC_RELAXED), others;
-	if (vgpu_ledger_others(idx, &others) != 0) {
-		/* Unknown: report the slice as full rather than invite allocations. */
-		uint64_t limit = vgpu.limits.gpu[idx].memory;
-		return limit > mine ? limit : mine;
-	}
-	return sat_add(mine, others);
+	uint64_t used, committed;
+	vgpu_usage(idx, &used, &committed);
+	return used;
 }
 
 void vgpu_count_launch(int idx)
@@ -749,18 +1039,24 @@ void vgpu_region_flush(void)
  */
 __attribute__((destructor)) static void release_slot(void)
 {
-	if (__atomic_load_n(&slot, __ATOMIC_RELAXED) < 0)
+	pthread_mutex_lock(&mu);
+	/* Unused leases back to the container now: the kernel drops the locks
+	 * only once the process is gone, and an exit can take a while. */
+	for (int d = 0; d < vgpu.limits.ngpu && vgpu.mode == VGPU_ENFORCE; d++)
+		trim_locked(d, 0);
+	if (slot < 0) {
+		pthread_mutex_unlock(&mu);
 		return;
+	}
 	/* Not lock(): a file that is gone or damaged by now is not worth
 	 * rebuilding on the way out, only worth not touching. */
-	pthread_mutex_lock(&mu);
 	struct stat st;
 	if (rfd >= 0 && (ofd_lock(rfd, F_WRLCK, 1) != 0 || xfstat(rfd, &st) != 0 || st.st_size != RSIZE))
 		slot = -1;
 	if (region && slot >= 0 && region->procs[slot].pid == self) {
 		for (int d = 0; d < vgpu.limits.ngpu; d++) {
 			uint64_t u = region->devices[d].used;
-			__atomic_store_n(&region->devices[d].used, u > own[d] ? u - own[d] : 0, __ATOMIC_RELAXED);
+			__atomic_store_n(&region->devices[d].used, u > shown[d] ? u - shown[d] : 0, __ATOMIC_RELAXED);
 		}
 		clear_slot(&region->procs[slot]);
 	}
@@ -791,6 +1087,12 @@ void vgpu_region_after_fork(void)
 	self = (int32_t)getpid();
 	my_start = 0;
 	/* The child holds none of the parent's device memory (CUDA state does not survive fork). */
-	memset(own, 0, sizeof(own));
+	memset(shown, 0, sizeof(shown));
 	memset(launches, 0, sizeof(launches));
+	memset(lease, 0, sizeof(lease));
+	memset(avail, 0, sizeof(avail));
+	memset(grant, 0, sizeof(grant));
+	memset(others_seen, 0, sizeof(others_seen));
+	memset(kept, 0, sizeof(kept));
+	keeper_state = 0; /* the parent's keeper thread is not the child's */
 }

@@ -127,8 +127,12 @@ void vgpu_reserve_force(int idx, uint64_t bytes);
 /* Gives back bytes reserved earlier (saturating). */
 void vgpu_unreserve(int idx, uint64_t bytes);
 /* Bytes the whole container holds on idx (this process's own count plus what
- * the ledger shows of the others); the limit when that cannot be measured. */
+ * the ledger shows the others hold); the limit when that cannot be measured. */
 uint64_t vgpu_used(int idx);
+/* used as above, and committed: this process's own count plus the others'
+ * leases, what this process cannot have. 0, or -1 (both the limit) when the
+ * ledger cannot be measured. */
+int vgpu_usage(int idx, uint64_t *used, uint64_t *committed);
 /* Bytes this process holds on idx, by its own count: its counted allocations plus its
  * counted context footprint (footprint.c subtracts the latter), nothing leased ahead. */
 uint64_t vgpu_own_used(int idx);
@@ -160,14 +164,25 @@ int vgpu_high_fd(int fd);
 void vgpu_ledger_init(int limits_fd, const char *limits_path);
 /* A fork child's own open file description; the parent's locks stay the parent's. */
 void vgpu_ledger_after_fork(void);
-/* Publishes bytes as what this process holds on limits index idx: 0, or -1 with errno. */
+/* Publishes bytes as this process's lease on limits index idx (what it holds
+ * or may allocate without asking again): 0, or -1 with errno. */
 int vgpu_ledger_publish(int idx, uint64_t bytes);
-/* What the container's other processes hold on idx: 0, or -1 with errno
- * (EEXIST: another process publishes in this process's own range). */
+/* Publishes bytes as what this process holds on idx (a report, never more
+ * than its lease): 0, or -1 with errno. */
+int vgpu_ledger_publish_held(int idx, uint64_t bytes);
+/* The lease this process's locks say on idx. */
+uint64_t vgpu_ledger_published(int idx);
+/* Reopens the limits file and publishes everything again if the program
+ * closed the descriptor: 0, or -1 with errno. */
+int vgpu_ledger_check(void);
+/* The union of the container's other processes' leases on idx: 0, or -1 with
+ * errno (EEXIST: another process publishes in this process's own range). */
 int vgpu_ledger_others(int idx, uint64_t *bytes);
+/* What the other processes say they hold on idx (the report). */
+int vgpu_ledger_others_held(int idx, uint64_t *bytes);
 /* Publishes this process's host pid (0 withdraws it): 0, or -1 with errno. */
 int vgpu_ledger_claim_host_pid(int32_t hp);
-/* Calls fn for each (pid, bytes) another process publishes on idx. */
+/* Calls fn for each (pid, bytes held) another process publishes on idx. */
 int vgpu_ledger_scan_held(int idx, void (*fn)(int32_t pid, int idx, uint64_t bytes, void *arg), void *arg);
 /* Calls fn for each (pid, host pid) another process claims. */
 int vgpu_ledger_scan_claims(void (*fn)(int32_t pid, int32_t hp, void *arg), void *arg);

@@ -1002,6 +1002,45 @@ static void run(int argc, char **argv)
 			}
 			check_rc("fill stops with OOM", rc, "2");
 			printf("filled %d\n", k);
+		} else if (!strcmp(op, "churn")) {
+			/* churn:MS:MAX:SEED — for MS ms, allocates (64 KiB to MAX, at random) or frees one
+			 * of at most 64 it holds, at random; frees them all at the end. Refusals are fine. */
+			long ms = atol(a[1]);
+			unsigned long long max = size_arg(a[2]);
+			unsigned seed = (unsigned)atoi(a[3]);
+			CUdeviceptr live[64];
+			int nlive = 0, ok = 0, refused = 0;
+			struct timespec t0, t1;
+			clock_gettime(CLOCK_MONOTONIC, &t0);
+			do {
+				if (nlive < 64 && (nlive == 0 || rand_r(&seed) % 2)) {
+					size_t sz = 65536 + (size_t)(rand_r(&seed) % (max - 65536 + 1));
+					rc = api.MemAlloc(&live[nlive], sz);
+					if (rc == CUDA_SUCCESS)
+						nlive++, ok++;
+					else if (rc == CUDA_ERROR_OUT_OF_MEMORY)
+						refused++;
+					else
+						check_rc("churn alloc", rc, "0");
+				} else {
+					int k = (int)(rand_r(&seed) % (unsigned)nlive);
+					check_rc("churn free", api.MemFree(live[k]), "0");
+					live[k] = live[--nlive];
+				}
+				clock_gettime(CLOCK_MONOTONIC, &t1);
+			} while ((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 < ms);
+			while (nlive)
+				check_rc("churn free", api.MemFree(live[--nlive]), "0");
+			printf("churn ok=%d refused=%d\n", ok, refused);
+		} else if (!strcmp(op, "peak")) {
+			/* peak:DEV:MAX — the fake machine's peak use of DEV must not pass MAX. */
+			unsigned long long (*peak)(int) = (unsigned long long (*)(int))dlsym(RTLD_DEFAULT, "fakecuda_peak");
+			if (!peak)
+				die("peak: %s%s", "the fake driver has no fakecuda_peak", "");
+			unsigned long long got = peak(atoi(a[1]));
+			printf("peak %llu\n", got);
+			if (got > size_arg(a[2]))
+				die("peak: %s%s", "the device's peak use passed the limit", "");
 		} else if (!strcmp(op, "info")) {
 			size_t f = 0, t = 0;
 			check_rc("cuMemGetInfo", api.MemGetInfo(&f, &t), a[3]);

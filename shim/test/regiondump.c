@@ -9,6 +9,8 @@
  *                                         the ledger (src/ledger.c) as process
  *                                         PID would, touch READY, wait to be
  *                                         killed (a forged ledger entry)
+ *   regiondump ledger LIMITS PID IDX     print "lease=N held=M": what process
+ *                                         PID publishes on limits index IDX
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -59,10 +61,48 @@ static int hold(int argc, char **argv)
 		pause();
 }
 
+/* The length of the lock another description holds at start (0: none). */
+static long long lock_len(int fd, off_t start, off_t span)
+{
+	struct flock q = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = start, .l_len = span};
+	if (fcntl(fd, F_OFD_GETLK, &q) != 0) {
+		perror("F_OFD_GETLK");
+		exit(1);
+	}
+	return q.l_type == F_UNLCK ? 0 : (long long)q.l_len;
+}
+
+/*
+ * Lease: the ranges above. Held, in units of 2^16: d * 2^58 + 2^57 + 2^56 +
+ * pid * 2^31 (bytes / 65536), and + 2^53 + pid * 2^16 (bytes % 65536).
+ */
+static int ledger(int argc, char **argv)
+{
+	if (argc != 5) {
+		fprintf(stderr, "usage: regiondump ledger LIMITS PID IDX\n");
+		return 2;
+	}
+	int fd = open(argv[2], O_RDONLY);
+	if (fd < 0) {
+		perror(argv[2]);
+		return 1;
+	}
+	long long pid = atoll(argv[3]), d = atoll(argv[4]);
+	off_t base = (off_t)(d << 58), hb = base + ((off_t)1 << 57) + ((off_t)1 << 56);
+	long long lease = lock_len(fd, base + (off_t)(pid << 35), (off_t)1 << 35) * 4096 +
+			  lock_len(fd, base + ((off_t)1 << 57) + (off_t)(pid << 12), 4096);
+	long long held = lock_len(fd, hb + (off_t)(pid << 31), (off_t)1 << 31) * 65536 +
+			 lock_len(fd, hb + ((off_t)1 << 53) + (off_t)(pid << 16), 65536);
+	printf("lease=%lld held=%lld\n", lease, held);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "hold"))
 		return hold(argc, argv);
+	if (argc > 1 && !strcmp(argv[1], "ledger"))
+		return ledger(argc, argv);
 	int forge = argc == 7 && !strcmp(argv[1], "forge");
 	const char *path = forge ? argv[2] : argv[1];
 	if (argc < 2 || (!forge && argc != 2)) {

@@ -1148,6 +1148,7 @@ t fuzz_limits_parser test_fuzz_limits_parser
 . "$HERE/t_limiter.sh"
 . "$HERE/t_limiter2.sh"
 . "$HERE/t_gaps.sh"
+. "$HERE/t_hotpath.sh"
 
 echo "shim: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -175,9 +175,24 @@ static CUresult take(int dev, uint64_t bytes)
 		}
 	}
 	d->used += bytes;
+	if (d->used > fk->peak[dev])
+		fk->peak[dev] = d->used;
 	fk_me()->used[dev] += bytes;
 	fk_unlock();
 	return CUDA_SUCCESS;
+}
+
+/* Test hook: the most memory device dev has ever had in use, all processes
+ * of the fake machine together (what a quota must never let pass its limit). */
+EXPORT unsigned long long fakecuda_peak(int dev)
+{
+	fk_init();
+	if (dev < 0 || dev >= FK_MAX_DEV)
+		return 0;
+	fk_lock();
+	unsigned long long p = fk->peak[dev];
+	fk_unlock();
+	return p;
 }
 
 static void give(int dev, uint64_t bytes)

@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #define FK_MAX_DEV 16
-#define FK_MAX_PROC 256
+#define FK_MAX_PROC 1024 /* make bench starts 512 processes at once */
 /* Launches a device holds queued or running, as a GPU's command queue
  * (about a thousand pending launches on hardware): the GPU works through
  * them whether or not the launching threads are scheduled. */
@@ -64,6 +64,7 @@ struct fk_state {
 	int32_t pidns_offset; /* added to every pid NVML reports */
 	struct fk_dev dev[FK_MAX_DEV];
 	struct fk_proc proc[FK_MAX_PROC];
+	uint64_t peak[FK_MAX_DEV]; /* the most dev[].used has ever been (fakecuda_peak) */
 };
 
 extern struct fk_state *fk;

@@ -1,0 +1,79 @@
+# Leases (src/region.c): a process takes GPU memory from its container's quota in
+# chunks and allocates inside them without the region's lock. Sourced by run.sh.
+
+# ledger_of PID — "lease=N held=M" that process PID publishes on GPU 0.
+ledger_of() { "$DUMP" ledger "$T/limits" "$1" 0; }
+
+# child_of PID — the program that timeout PID runs.
+child_of() { pgrep -P "$1" | head -n 1; }
+
+test_lease_used_not_inflated() {
+	# A 4 MiB allocation leases a chunk more (1 MiB, the first chunk) but reports, to itself,
+	# to the region and to another process, the 4 MiB it holds; the chunk is free to it
+	# (60 MiB) and not to the other process.
+	setup $((64 * MiB))
+	LD_PRELOAD=$SHIM timeout 60 "$PROG" init alloc:4MiB nvml:0:64MiB:4MiB:60MiB info:60MiB:64MiB \
+		touch:"$T/held" waitfile:"$T/end" >"$T/out.a" 2>"$T/err.a" &
+	local a=$!
+	waitfor "$T/held" $a || { cat "$T/out.a" "$T/err.a"; return 1; }
+	local pa
+	pa=$(child_of $a)
+	expect "region used" "$(used)" $((4 * MiB))
+	expect "slot used0" "$("$DUMP" "$T/region/usage" | sed -n "s/^proc pid=$pa .* used0=\([0-9]*\) .*/\1/p")" $((4 * MiB))
+	# The other process sees 4 MiB used whenever it looks (the chunk may be back by then).
+	run init nvml:0:64MiB:4MiB:-
+	touch "$T/end"
+	wait $a
+}
+
+test_lease_idle_return() {
+	# A process that allocates and then goes quiet gives its unused lease back within a few
+	# keeper periods: its lease comes down to what it holds, and another process can then take
+	# the rest of the quota at once.
+	setup $((64 * MiB))
+	LD_PRELOAD=$SHIM timeout 60 "$PROG" init alloc:4MiB touch:"$T/held" waitfile:"$T/end" >"$T/out.a" 2>"$T/err.a" &
+	local a=$! i got pa
+	waitfor "$T/held" $a || { cat "$T/out.a" "$T/err.a"; return 1; }
+	pa=$(child_of $a)
+	for i in $(seq 60); do
+		got=$(ledger_of "$pa")
+		[ "$got" = "lease=$((4 * MiB)) held=$((4 * MiB))" ] && break
+		sleep 0.05
+	done
+	expect "ledger of the quiet process" "$got" "lease=$((4 * MiB)) held=$((4 * MiB))"
+	run init alloc:60MiB alloc:1:2
+	expect "region used" "$(used)" $((4 * MiB))
+	touch "$T/end"
+	wait $a
+}
+
+test_lease_racers_never_exceed() {
+	# 24 processes allocate and free at random (64 KiB to 8 MiB, up to 64 at a time each) for
+	# two seconds against a 48 MiB quota: leases, their chunks, their returns and refusals
+	# interleave, and the fake GPU's peak use across all of them never passes the quota. The
+	# quota was under pressure (refusals) and well used (peak at least half of it).
+	setup $((48 * MiB))
+	local i
+	for i in $(seq 1 24); do
+		LD_PRELOAD=$SHIM timeout 60 "$PROG" init waitfile:"$T/go" churn:2000:8MiB:$i >"$T/churn.$i" 2>"$T/err.$i" &
+	done
+	sleep 0.3
+	touch "$T/go"
+	wait
+	cat "$T"/churn.* | grep -q .
+	local ok refused bad
+	ok=$(cat "$T"/churn.* | sed -n 's/^churn ok=\([0-9]*\) .*/\1/p' | awk '{s += $1} END {print s}')
+	refused=$(cat "$T"/churn.* | sed -n 's/^churn .*refused=\([0-9]*\)/\1/p' | awk '{s += $1} END {print s}')
+	bad=$(grep -l FAIL "$T"/churn.* || true)
+	expect "failed processes" "$bad" ""
+	expect "processes that churned" "$(cat "$T"/churn.* | grep -c '^churn ok=')" 24
+	LD_PRELOAD= timeout 20 "$PROG" peak:0:$((48 * MiB)) >"$T/out" 2>"$T/err"
+	local peak
+	peak=$(sed -n 's/^peak //p' "$T/out")
+	echo "    info: $ok allocations, $refused refused, peak $((peak / MiB)) MiB of 48"
+	[ "$refused" -gt 0 ] && [ "$ok" -gt 100 ] && [ "$peak" -ge $((24 * MiB)) ] && [ "$peak" -le $((48 * MiB)) ]
+}
+
+t lease_used_not_inflated test_lease_used_not_inflated
+t lease_idle_return test_lease_idle_return
+t lease_racers_never_exceed test_lease_racers_never_exceed
