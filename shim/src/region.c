@@ -998,7 +998,7 @@ int vgpu_usage(int idx, uint64_t *used, uint64_t *committed)
 		*used = *committed = limit > mine ? limit : mine;
 		return -1;
 	}
-	*used = sat_add(mine, held < leased ? held : leased);
+	*used = sat_add(mine, held);
 	*committed = sat_add(mine, leased);
 	return 0;
 }

@@ -4,11 +4,13 @@
  *   regiondump forge FILE PID START IDX BYTES
  *                                         write a slot as a (possibly stale)
  *                                         process would have left it
- *   regiondump hold LIMITS PID IDX BYTES READY
+ *   regiondump hold LIMITS PID IDX BYTES READY [held]
  *                                         publish BYTES on limits index IDX in
  *                                         the ledger (src/ledger.c) as process
- *                                         PID would, touch READY, wait to be
- *                                         killed (a forged ledger entry)
+ *                                         PID would, as its lease (or, with
+ *                                         "held", as what it holds), touch
+ *                                         READY, wait to be killed (a forged
+ *                                         ledger entry)
  *   regiondump ledger LIMITS PID IDX     print "lease=N held=M": what process
  *                                         PID publishes on limits index IDX
  */
@@ -31,8 +33,8 @@
  */
 static int hold(int argc, char **argv)
 {
-	if (argc != 7) {
-		fprintf(stderr, "usage: regiondump hold LIMITS PID IDX BYTES READY\n");
+	if (argc != 7 && !(argc == 8 && !strcmp(argv[7], "held"))) {
+		fprintf(stderr, "usage: regiondump hold LIMITS PID IDX BYTES READY [held]\n");
 		return 2;
 	}
 	/* Gone with whoever started it (a test that execs over its shell leaves no one to kill it). */
@@ -45,8 +47,15 @@ static int hold(int argc, char **argv)
 	long long pid = atoll(argv[3]), d = atoll(argv[4]);
 	unsigned long long bytes = strtoull(argv[5], NULL, 10);
 	off_t hi = (off_t)(d << 58) + (off_t)(pid << 35), lo = (off_t)(d << 58) + ((off_t)1 << 57) + (off_t)(pid << 12);
-	struct flock a = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = hi, .l_len = (off_t)(bytes / 4096)};
-	struct flock b = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = lo, .l_len = (off_t)(bytes % 4096)};
+	unsigned long long unit = 4096;
+	if (argc == 8) { /* the held ranges, described at ledger() below */
+		off_t hb = (off_t)(d << 58) + ((off_t)1 << 57) + ((off_t)1 << 56);
+		hi = hb + (off_t)(pid << 31);
+		lo = hb + ((off_t)1 << 53) + (off_t)(pid << 16);
+		unit = 65536;
+	}
+	struct flock a = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = hi, .l_len = (off_t)(bytes / unit)};
+	struct flock b = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = lo, .l_len = (off_t)(bytes % unit)};
 	if ((a.l_len && fcntl(fd, F_OFD_SETLK, &a) != 0) || (b.l_len && fcntl(fd, F_OFD_SETLK, &b) != 0)) {
 		perror("F_OFD_SETLK");
 		return 1;

@@ -124,14 +124,14 @@ test_nvmlprocs_unknown_host_pid() {
 }
 
 test_nvmlprocs_unattributed_bytes() {
-	# Bytes the ledger counts for the container but no process owns (a forged lock across two
-	# processes' ranges: 2^48 bytes) go to the process holding the most: the column still adds
+	# Bytes the ledger counts as held for the container but no process owns (a forged lock across
+	# two processes' ranges: 2^48 bytes) go to the process holding the most: the column still adds
 	# up to "used".
 	setup $GiB
 	export FAKECUDA_CTX_BYTES=$((16 * MiB))
 	np_worker ours a1 0 $((64 * MiB))
 	np_worker ours a2 0 $((32 * MiB))
-	"$DUMP" hold "$T/limits" 1 0 $((1 << 48)) "$T/held" &
+	"$DUMP" hold "$T/limits" 1 0 $((1 << 48)) "$T/held" held &
 	local h=$!
 	waitfor "$T/held" $h
 	np_smi 0
