@@ -919,8 +919,11 @@ void vgpu_unreserve(int idx, uint64_t bytes)
  */
 static int keep_pass(void)
 {
-	int busy = 0;
-	lock();
+	int busy = 0, stale = 0;
+	/* The thread mutex alone: giving lease back touches only the ledger. The
+	 * region (its lock, its checks, making it anew) only when there is
+	 * something to report, as for an allocation. */
+	pthread_mutex_lock(&mu);
 	/* A program that closed our descriptor dropped our leases with it: publish them again. */
 	if (vgpu_ledger_check() != 0)
 		LOGD("ledger: cannot publish again: %s", strerror(errno));
@@ -933,11 +936,18 @@ static int keep_pass(void)
 			trim_locked(d, 2 * grant[d]);
 		}
 		kept[d] = now;
-		if (shown[d] != own_of(d))
-			show_locked(d, NULL);
-		busy |= __atomic_load_n(&avail[d], __ATOMIC_RELAXED) != 0 || shown[d] != own_of(d);
+		stale |= shown[d] != now;
 	}
-	unlock();
+	pthread_mutex_unlock(&mu);
+	if (stale) {
+		lock();
+		for (int d = 0; d < vgpu.limits.ngpu; d++)
+			if (shown[d] != own_of(d))
+				show_locked(d, NULL);
+		unlock();
+	}
+	for (int d = 0; d < vgpu.limits.ngpu; d++)
+		busy |= __atomic_load_n(&avail[d], __ATOMIC_RELAXED) != 0 || shown[d] != own_of(d);
 	return busy;
 }
 
