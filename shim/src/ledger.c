@@ -39,7 +39,16 @@
  * bytes per (GPU, pid) does not fit 2^26 times in 2^63.
  *
  * The host pid claims give the SM limiter the container's processes in NVML's
- * numbering, on the same terms.
+ * numbering, on the same terms. They are process-associated locks (F_SETLK),
+ * not open-file-description ones: the kernel reports the pid that holds such
+ * a lock (in the reader's pid namespace), so a reader can tell a claim in
+ * pid P's range that P itself holds from one another process put there. The
+ * NVML process lists show only such claims (another container's host pid
+ * named in a forged claim stays hidden); the limiter counts every claim,
+ * where a forgery can only make the container look busier. A process drops
+ * its process-associated locks when it closes any descriptor of the file:
+ * the shim keeps its one descriptor, and still_ours() takes the claim again
+ * when the program closed it.
  *
  * Nothing here takes a lock of its own: callers serialise publishing (the
  * region lock); measuring is a series of atomic kernel queries.
@@ -119,17 +128,28 @@ static off_t hp_at(int32_t pid, int32_t hp)
 }
 
 /* fcntl through syscall(2): the libc wrapper is fcntl64@GLIBC_2.28 when built here. */
-static int setlk(short type, off_t start, off_t len)
+static int setlk_cmd(int cmd, short type, off_t start, off_t len)
 {
 	if (len <= 0)
 		return 0;
 	struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = start, .l_len = len};
 	for (;;) {
-		if (syscall(SYS_fcntl, fd, F_OFD_SETLK, &fl) == 0)
+		if (syscall(SYS_fcntl, fd, cmd, &fl) == 0)
 			return 0;
 		if (errno != EINTR)
 			return -1;
 	}
+}
+
+static int setlk(short type, off_t start, off_t len)
+{
+	return setlk_cmd(F_OFD_SETLK, type, start, len);
+}
+
+/* A host pid claim: held by this process, so readers see who holds it. */
+static int claim_lk(short type, off_t start)
+{
+	return setlk_cmd(F_SETLK, type, start, 1);
 }
 
 static int same_file(int a, const struct stat *b)
@@ -256,7 +276,7 @@ static int still_ours(void)
 	for (int d = 0; d < VGPU_MAX_DEVICES && ok; d++)
 		ok = put(&LEASE, d, 0, leased[d]) == 0 && put(&HELD, d, 0, held[d]) == 0;
 	if (ok && claimed_hp)
-		ok = setlk(F_RDLCK, hp_at(me, claimed_hp), 1) == 0;
+		ok = claim_lk(F_RDLCK, hp_at(me, claimed_hp)) == 0;
 	if (!ok) {
 		int e = errno;
 		close(fd); /* drops what was published again: the next call starts over */
@@ -310,10 +330,10 @@ int vgpu_ledger_claim_host_pid(int32_t hp)
 		errno = ERANGE;
 		return -1;
 	}
-	if (hp && setlk(F_RDLCK, hp_at(me, hp), 1) != 0)
+	if (hp && claim_lk(F_RDLCK, hp_at(me, hp)) != 0)
 		return -1;
 	if (claimed_hp)
-		setlk(F_UNLCK, hp_at(me, claimed_hp), 1);
+		claim_lk(F_UNLCK, hp_at(me, claimed_hp));
 	claimed_hp = hp;
 	return 0;
 }
@@ -324,7 +344,7 @@ int vgpu_ledger_claim_host_pid(int32_t hp)
  * and the parts of the range on either side of it are queried in turn.
  * Returns 0, or -1 with errno.
  */
-static int scan(off_t lo, off_t hi, void (*visit)(off_t s, off_t e, void *arg), void *arg)
+static int scan(off_t lo, off_t hi, void (*visit)(off_t s, off_t e, int32_t owner, void *arg), void *arg)
 {
 	struct span {
 		off_t lo, hi;
@@ -364,7 +384,7 @@ static int scan(off_t lo, off_t hi, void (*visit)(off_t s, off_t e, void *arg), 
 			e = sp.hi;
 		if (s >= e) /* cannot happen: the lock conflicts with the range */
 			continue;
-		visit(s, e, arg);
+		visit(s, e, fl.l_pid, arg); /* owner: -1 for a description's lock, 0 when not in our namespace */
 		if (n + 2 > cap) {
 			size_t ncap = cap * 2;
 			struct span *t = malloc(ncap * sizeof(*t));
@@ -405,8 +425,9 @@ static int overlaps(off_t s, off_t e, off_t a, off_t b)
 	return s < b && a < e;
 }
 
-static void measure_visit(off_t s, off_t e, void *arg)
+static void measure_visit(off_t s, off_t e, int32_t owner, void *arg)
 {
+	(void)owner;
 	struct measure *m = arg;
 	off_t lo_part = ((off_t)m->idx << DEV_SHIFT) + m->f->lo;
 	if (s < lo_part)
@@ -460,8 +481,9 @@ struct attribute {
 	void *arg;
 };
 
-static void attribute_visit(off_t s, off_t e, void *arg)
+static void attribute_visit(off_t s, off_t e, int32_t owner, void *arg)
 {
+	(void)owner;
 	struct attribute *a = arg;
 	const struct family *f = &HELD;
 	off_t base = ((off_t)a->idx << DEV_SHIFT) + f->hi, rel = s - base, lo = f->lo - f->hi;
@@ -503,11 +525,13 @@ static void set_add(struct vgpu_hp_set *set, uint32_t lo, uint32_t hi)
 	set->n++;
 }
 
-static void claims_visit(off_t s, off_t e, void *arg)
+static void claims_visit(off_t s, off_t e, int32_t owner, void *arg)
 {
 	struct claims *c = arg;
 	off_t rel = s - HP_AT, rel_end = e - HP_AT; /* rel_end exclusive */
-	if (c->fn && rel_end - rel == 1)
+	/* A claim names a process only when that very process holds it: the
+	 * kernel's owner pid is the pid whose range it lies in. */
+	if (c->fn && rel_end - rel == 1 && owner > 0 && owner == (int32_t)(rel >> 32))
 		c->fn((int32_t)(rel >> 32), (int32_t)(uint32_t)rel, c->arg);
 	if (!c->set)
 		return;

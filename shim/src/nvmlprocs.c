@@ -7,7 +7,10 @@
  *
  * Who belongs to the container is the ledger's answer (ledger.c): each
  * process claims its host pid there (NVML's numbering, hostpid.c) and
- * publishes the bytes it holds on each GPU, under its own pid. This process
+ * publishes the bytes it holds on each GPU, under its own pid. A claim
+ * counts here only when the kernel says the process whose range it lies in
+ * holds it: a process of the container cannot put another container's host
+ * pid in someone else's name, nor in a pid that does not exist. This process
  * answers for itself from its own records. An entry of NVML's list is kept
  * when its pid is one the container claims, and is shown under the claimer's
  * pid; every other entry (other containers, the host) is dropped. What each
@@ -101,9 +104,14 @@ static void on_held(int32_t pid, int idx, uint64_t bytes, void *arg)
 
 static void on_claim(int32_t pid, int32_t hp, void *arg)
 {
+	if (pid == (int32_t)getpid())
+		return; /* ours is what hostpid.c says, not what the ledger shows */
 	struct member *m = member_of(arg, pid);
+	/* The ledger passes only claims their pid holds itself (ledger.c); one
+	 * process never holds two for long (a change of host pid), so two
+	 * claims of one pid name no process: neither is shown. */
 	if (m)
-		m->hp = hp;
+		m->hp = m->hp && m->hp != hp ? -1 : hp;
 }
 
 /* The container's processes as they stand on limits index idx (idx < 0:

@@ -184,7 +184,7 @@ int vgpu_ledger_others_held(int idx, uint64_t *bytes);
 int vgpu_ledger_claim_host_pid(int32_t hp);
 /* Calls fn for each (pid, bytes held) another process publishes on idx. */
 int vgpu_ledger_scan_held(int idx, void (*fn)(int32_t pid, int idx, uint64_t bytes, void *arg), void *arg);
-/* Calls fn for each (pid, host pid) another process claims. */
+/* Calls fn for each (pid, host pid) claim that pid itself holds (this process's included). */
 int vgpu_ledger_scan_claims(void (*fn)(int32_t pid, int32_t hp, void *arg), void *arg);
 /* The host pids the container's other processes claim. */
 #define VGPU_HP_RANGES 1024

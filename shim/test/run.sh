@@ -1149,6 +1149,7 @@ t fuzz_limits_parser test_fuzz_limits_parser
 . "$HERE/t_limiter2.sh"
 . "$HERE/t_gaps.sh"
 . "$HERE/t_hotpath.sh"
+. "$HERE/t_harden.sh"
 
 echo "shim: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
