@@ -325,6 +325,26 @@ static int stream_index(CUstream s, CUdevice *dev)
 	return vgpu_device_index(*dev);
 }
 
+/*
+ * Whether the GPU's usage is past its limit, once the pools gave back what
+ * they keep unused. An allocation that fits in what a pool holds by the
+ * shim's count is not reserved ahead, but the count and the driver's free
+ * space in the pool drift apart (alignment, reuse policies, fragmentation):
+ * the driver may still grow the pool, and that growth is charged when seen,
+ * so it can carry the container past its limit. From then on no pool
+ * allocation is admitted until frees bring the usage back: the overshoot is
+ * one growth of the allocations in flight at that moment, not unbounded.
+ * Exactly at the limit a pool still serves from what it holds (a pool that
+ * grew to the quota by admitted growth keeps working, as PyTorch's does).
+ */
+static int past_limit(int idx)
+{
+	uint64_t limit = vgpu.limits.gpu[idx].memory;
+	if (!limit || vgpu_used(idx) <= limit)
+		return 0;
+	return !(vgpu_pool_reclaim(idx) && vgpu_used(idx) <= limit);
+}
+
 int vgpu_pool_admit(CUmemoryPool pool, CUstream s, uint64_t bytes, struct vgpu_pool_op *op)
 {
 	vgpu_init();
@@ -369,16 +389,24 @@ int vgpu_pool_admit(CUmemoryPool pool, CUstream s, uint64_t bytes, struct vgpu_p
 	p->live++;
 	pthread_mutex_unlock(&mu);
 	*op = (struct vgpu_pool_op){.go = GO_COUNTED, .slot = i, .idx = idx, .bytes = bytes};
+	int refuse;
 	if (need) {
-		/* Reserved before the driver grows the pool, as any allocation. */
-		if (vgpu_mem_admit_index(idx, need) != GO_COUNTED) {
-			pthread_mutex_lock(&mu);
-			p->used -= bytes;
-			p->live--;
-			pthread_mutex_unlock(&mu);
-			retire_if_done(i);
-			return op->go = GO_REFUSE;
-		}
+		refuse = vgpu_mem_admit_index(idx, need) != GO_COUNTED;
+	} else if ((refuse = past_limit(idx))) {
+		LOGW("GPU memory quota exceeded on %s: %llu bytes requested from a memory pool, %llu of %llu in use by "
+		     "the container", vgpu.limits.gpu[idx].uuid, (unsigned long long)bytes,
+		     (unsigned long long)vgpu_used(idx), (unsigned long long)vgpu.limits.gpu[idx].memory);
+	}
+	if (refuse) {
+		pthread_mutex_lock(&mu);
+		p->used -= bytes;
+		p->live--;
+		pthread_mutex_unlock(&mu);
+		retire_if_done(i);
+		return op->go = GO_REFUSE;
+	}
+	if (need) {
+		/* Reserved (above) before the driver grows the pool, as any allocation. */
 		pthread_mutex_lock(&mu);
 		if (p->observed + p->inflight == 0)
 			__atomic_add_fetch(&charged_slots, 1, __ATOMIC_RELAXED);

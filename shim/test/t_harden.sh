@@ -50,3 +50,25 @@ test_harden_forged_claims() {
 	np_end
 }
 t harden_forged_claims test_harden_forged_claims
+
+test_harden_pool_over_limit() {
+	local m
+	for m in "-m direct" "-m rt12"; do
+		setup $((512 * MiB))
+		# The driver grows the pool by more than the shim reserved ahead (a 1 GiB grain here; on
+		# hardware: alignment, reuse policies, fragmentation): the container is charged the
+		# 1 GiB, past its 512 MiB, and from then on nothing is admitted, not even what fits in
+		# what the pool holds by the shim's count, nor a plain allocation.
+		# shellcheck disable=SC2086
+		FAKECUDA_POOL_GRAIN=$GiB held over $m init async:1MiB async:400MiB:2 async:400MiB:2 async:1:2 alloc:1MiB:2
+		expect "$m used after a 1 GiB growth" "$(used)" $GiB
+		release over
+		# Freed and given back at the synchronisation, the pool serves again.
+		# shellcheck disable=SC2086
+		FAKECUDA_POOL_GRAIN=$GiB run $m init async:1MiB async:400MiB:2 free sync async:400MiB free sync alloc:512MiB
+		# Under the quota a pool that keeps what is freed (PyTorch's) is reused to the limit.
+		# shellcheck disable=SC2086
+		run $m init threshold:max async:512MiB free async:256MiB async:256MiB alloc:1:2 free free async:512MiB
+	done
+}
+t harden_pool_over_limit test_harden_pool_over_limit
