@@ -13,6 +13,22 @@
  * (cuExternalMemoryGetMappedBuffer / ...MipmappedArray) are views of that
  * memory: not charged again, and their cuMemFree gives nothing back.
  *
+ * VMM memory imported from a shareable handle (cuMemImportFromShareableHandle:
+ * another process's cuMemCreate allocation, exported as a file descriptor or
+ * fabric handle) is charged to the importer, unlike IPC-imported memory: the
+ * rule is the same, who holds the memory. An IPC import holds nothing (the
+ * exporter must keep its allocation until every import is closed), but an
+ * imported VMM handle is a reference of its own: the allocation lives until
+ * every handle in every process is released and unmapped, so the exporter may
+ * release its handle and the memory lives on through the importer. Both are
+ * charged while both hold it (an overestimate, as for external memory). The
+ * import does not say how large the allocation is: the handle is charged at
+ * its first cuMemMap, the mapped size (refused there over the quota), on the
+ * device of the context current at the import, and from then on counted like
+ * a cuMemCreate handle (released while mapped, it stays counted until the
+ * unmap). An imported handle released without ever being mapped costs
+ * nothing: it can be neither used nor mapped after that.
+ *
  * Multicast objects own no device memory; memory is bound to them per
  * device. A cuMemCreate allocation bound to one is held like a mapping: a
  * cuMemRelease while bound leaves it counted until cuMulticastUnbind.
@@ -46,6 +62,97 @@ static CUresult do_destroy(void *a)
 VGPU_EXPORT CUresult cuDestroyExternalMemory(CUexternalMemory ext)
 {
 	return vgpu_mem_release(TRACK_EXTMEM, (uint64_t)(uintptr_t)ext, do_destroy, &ext);
+}
+
+/* ---- VMM handles imported from another process ---------------------------------------------- */
+
+struct vimp {
+	struct vimp *next;
+	CUmemGenericAllocationHandle h;
+	int idx;
+};
+static struct vimp *vimps; /* imported, not mapped yet */
+static pthread_mutex_t vmu = PTHREAD_MUTEX_INITIALIZER;
+
+VGPU_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, void *os_handle, int type)
+{
+	vgpu_init();
+	CUresult rc = NEXT(cuMemImportFromShareableHandle)(h, os_handle, type);
+	if (rc != CUDA_SUCCESS || !h || vgpu.mode != VGPU_ENFORCE)
+		return rc;
+	struct vimp *v = malloc(sizeof(*v));
+	if (!v) {
+		LOGW("imported VMM handle %llu: out of host memory to remember it; it is not counted",
+		     (unsigned long long)*h);
+		return rc;
+	}
+	v->h = *h;
+	v->idx = vgpu_current_index(NULL);
+	pthread_mutex_lock(&vmu);
+	v->next = vimps;
+	vimps = v;
+	pthread_mutex_unlock(&vmu);
+	return rc;
+}
+
+/* Takes imported handle h off the list: 1 (and its index) when it was there. */
+static int vimp_take(uint64_t h, int *idx)
+{
+	pthread_mutex_lock(&vmu);
+	for (struct vimp **pp = &vimps; *pp; pp = &(*pp)->next)
+		if ((*pp)->h == h) {
+			struct vimp *v = *pp;
+			*pp = v->next;
+			pthread_mutex_unlock(&vmu);
+			*idx = v->idx;
+			free(v);
+			return 1;
+		}
+	pthread_mutex_unlock(&vmu);
+	return 0;
+}
+
+static void vimp_put(uint64_t h, int idx)
+{
+	struct vimp *v = malloc(sizeof(*v));
+	if (!v)
+		return;
+	*v = (struct vimp){NULL, h, idx};
+	pthread_mutex_lock(&vmu);
+	v->next = vimps;
+	vimps = v;
+	pthread_mutex_unlock(&vmu);
+}
+
+int vgpu_vmm_import_map_begin(uint64_t h, uint64_t size, int *idx)
+{
+	if (!__atomic_load_n(&vimps, __ATOMIC_RELAXED) || !vimp_take(h, idx))
+		return GO_FORWARD;
+	/* Off the list while the driver maps: a second map of h meanwhile is not charged twice. */
+	int go = vgpu_mem_admit_index(*idx, size);
+	if (go != GO_COUNTED)
+		vimp_put(h, *idx);
+	return go;
+}
+
+void vgpu_vmm_import_map_end(uint64_t h, CUresult rc, int go, uint64_t size, int idx)
+{
+	if (go != GO_COUNTED)
+		return;
+	CUcontext ctx = NULL;
+	vgpu_cu_ctx_get_current(&ctx);
+	if (rc == CUDA_SUCCESS && vgpu_track_add(TRACK_HANDLE, h, size, idx, ctx) == 0)
+		return;
+	vgpu_unreserve(idx, size);
+	if (rc != CUDA_SUCCESS)
+		vimp_put(h, idx);
+}
+
+void vgpu_vmm_import_release(uint64_t h)
+{
+	int idx;
+	if (__atomic_load_n(&vimps, __ATOMIC_RELAXED))
+		vimp_take(h, &idx);
 }
 
 /* ---- multicast binds --------------------------------------------------------------------------- */
@@ -177,7 +284,9 @@ VGPU_EXPORT CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mc, CUdevice
 
 void vgpu_import_after_fork(void)
 {
-	/* The child holds none of the parent's binds; entries leak on purpose. */
+	/* The child holds none of the parent's binds or imported handles; entries leak on purpose. */
 	pthread_mutex_init(&mu, NULL);
 	binds = NULL;
+	pthread_mutex_init(&vmu, NULL);
+	vimps = NULL;
 }

@@ -291,6 +291,8 @@ VGPU_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h)
 	 * may get the same value and be tracked under it. */
 	int r = vgpu_track_handle_adjust(h, -1, 0, &t);
 	CUresult rc = NEXT(cuMemRelease)(h);
+	if (r < 0 && rc == CUDA_SUCCESS)
+		vgpu_vmm_import_release(h);
 	if (r == 1) {
 		if (rc == CUDA_SUCCESS)
 			vgpu_unreserve(t.idx, t.bytes);
@@ -313,7 +315,11 @@ VGPU_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h
 VGPU_EXPORT CUresult cuMemMap(CUdeviceptr va, size_t size, size_t offset, CUmemGenericAllocationHandle h,
 			      unsigned long long flags)
 {
+	int idx = -1, go = vgpu_vmm_import_map_begin(h, size, &idx); /* an imported handle's first mapping */
+	if (go == GO_REFUSE)
+		return REFUSED;
 	CUresult rc = NEXT(cuMemMap)(va, size, offset, h, flags);
+	vgpu_vmm_import_map_end(h, rc, go, size, idx);
 	if (rc == CUDA_SUCCESS && vgpu_track_handle_adjust(h, 0, 1, NULL) == 0 && vgpu_track_map_add(va, h) != 0)
 		vgpu_track_handle_adjust(h, 0, -1, NULL); /* cannot remember the mapping: count as unmapped */
 	return rc;

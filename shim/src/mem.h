@@ -23,6 +23,15 @@ CUresult vgpu_mem_settle(CUresult rc, int go, int kind, uint64_t key, uint64_t b
 CUresult vgpu_mem_release(int kind, uint64_t key, CUresult (*call)(void *), void *arg);
 /* Bytes an array of w x h x d elements of CUarray_format fmt takes (counted). */
 uint64_t vgpu_array_bytes(size_t w, size_t h, size_t d, int fmt, unsigned ch);
+/* VMM handles imported from a shareable handle (import.c): their size is
+ * known at their first mapping, which is charged it. Before cuMemMap of h:
+ * GO_FORWARD when h is no such handle (or nothing is counted), GO_COUNTED
+ * with size reserved on *idx, or GO_REFUSE. */
+int vgpu_vmm_import_map_begin(uint64_t h, uint64_t size, int *idx);
+/* After it: on success h is tracked as a cuMemCreate handle of size bytes. */
+void vgpu_vmm_import_map_end(uint64_t h, CUresult rc, int go, uint64_t size, int idx);
+/* A successful cuMemRelease of h: an imported handle never mapped is forgotten. */
+void vgpu_vmm_import_release(uint64_t h);
 /* A fork child forgets the parent's multicast binds (import.c). */
 void vgpu_import_after_fork(void);
 

@@ -36,6 +36,8 @@ CUresult cuDevicePrimaryCtxRelease(CUdevice);
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice);
 CUresult cuDevicePrimaryCtxReset(CUdevice);
 CUresult cuMemGetInfo(unsigned *, unsigned *);
+CUresult cuMemExportToShareableHandle(void *, CUmemGenericAllocationHandle, int, unsigned long long);
+CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *, void *, int);
 CUresult cuDeviceTotalMem(unsigned *, CUdevice);
 CUresult cuCtxSetCurrent(CUcontext);
 CUresult cuCtxCreate_v2(CUcontext *, unsigned, CUdevice);
@@ -953,7 +955,27 @@ static void run(int argc, char **argv)
 			if (!nheld || held[nheld - 1].kind != A_HANDLE)
 				die("map: no handle held%s%s", "", "");
 			check_rc("cuMemAddressReserve", api.MemAddressReserve(&mapped, size_arg(a[1]), 0, 0, 0), NULL);
-			check_rc("cuMemMap", api.MemMap(mapped, size_arg(a[1]), 0, held[nheld - 1].key, 0), NULL);
+			check_rc("cuMemMap", api.MemMap(mapped, size_arg(a[1]), 0, held[nheld - 1].key, 0), a[2]);
+		} else if (!strcmp(op, "vmmexport") || !strcmp(op, "vmmimport")) {
+			/* vmmexport — the last held VMM handle as a file descriptor (POSIX_FD, 1);
+			 * vmmimport[:RC] — a new handle from it (cuGetProcAddress at 10020 outside direct mode),
+			 * held like any other. */
+			static int fd = -1;
+			if (!strcmp(op, "vmmexport")) {
+				CUresult (*f)(void *, CUmemGenericAllocationHandle, int, unsigned long long) =
+					ENTRY(cuMemExportToShareableHandle, "cuMemExportToShareableHandle", 10020, 0);
+				if (!nheld || held[nheld - 1].kind != A_HANDLE)
+					die("vmmexport: no handle held%s%s", "", "");
+				check_rc("cuMemExportToShareableHandle", f(&fd, held[nheld - 1].key, 1, 0), NULL);
+			} else {
+				CUresult (*f)(CUmemGenericAllocationHandle *, void *, int) =
+					ENTRY(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle", 10020, 0);
+				CUmemGenericAllocationHandle h;
+				rc = f(&h, (void *)(intptr_t)fd, 1);
+				check_rc("cuMemImportFromShareableHandle", rc, a[1]);
+				if (rc == CUDA_SUCCESS)
+					hold(A_HANDLE, h);
+			}
 		} else if (!strcmp(op, "unmap")) {
 			check_rc("cuMemUnmap", api.MemUnmap(mapped, size_arg(a[1])), NULL);
 		} else if (!strcmp(op, "retain")) {

@@ -82,9 +82,31 @@ test_pool_ctx_gone() {
 	run init newctx:0 defpool:0 threshold:max async:16MiB free info:48MiB:64MiB delctx ctx:0 info:64MiB:64MiB
 }
 
+test_vmm_import() {
+	# A VMM allocation imported from a shareable handle is held by the importer too: the
+	# exporter may release its handle and the memory lives on. The import is charged the size
+	# of its first mapping (refused there over the quota), counted like a cuMemCreate handle
+	# (released while mapped, until the unmap), and costs nothing if released unmapped.
+	setup $((64 * MiB))
+	local m
+	for m in direct rt12; do
+		run -m $m init create:0:48MiB vmmexport free info:64MiB:64MiB vmmimport info:64MiB:64MiB map:48MiB \
+			info:16MiB:64MiB alloc:17MiB:2 unmap:48MiB info:16MiB:64MiB free info:64MiB:64MiB ||
+			{ echo "    $m"; return 1; }
+	done
+	# Released while mapped: still held until the unmap.
+	run init create:0:48MiB vmmexport free vmmimport map:48MiB free info:16MiB:64MiB unmap:48MiB info:64MiB:64MiB
+	# Over the quota (the exporter still holds its 48 MiB): the mapping is refused, and the
+	# handle is charged at a later mapping that fits.
+	run init create:0:48MiB vmmexport vmmimport map:48MiB:2 info:16MiB:64MiB
+	# Released without a mapping: nothing was or stays charged.
+	run init create:0:48MiB vmmexport vmmimport free free info:64MiB:64MiB alloc:64MiB
+}
+
 t primary_ctx_v1 test_primary_ctx_v1
 t report_32bit test_report_32bit
 t library_get_module test_library_get_module
 t nvml_accounting test_nvml_accounting
 t nvml_accounting_pidns test_nvml_accounting $PIDNS
 t pool_ctx_gone test_pool_ctx_gone
+t vmm_import test_vmm_import

@@ -1060,6 +1060,54 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t n, const CUm
 	return rc;
 }
 
+/*
+ * Shareable handles of VMM allocations: a POSIX file descriptor (type 1) of
+ * an unlinked file holding the allocation's size and device, so a process
+ * that has it (the exporter, a fork child, or one it was passed to) can
+ * import. The imported handle takes no device memory of its own: it is the
+ * exporter's allocation (the fake frees that with the exporter's release).
+ */
+EXPORT CUresult cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandle h, int type,
+					     unsigned long long flags)
+{
+	(void)flags;
+	if (!out || type != 1)
+		return CUDA_ERROR_INVALID_VALUE;
+	uint64_t rec[2] = {0, 0};
+	pthread_mutex_lock(&amu);
+	int found = 0;
+	for (size_t i = 0; i < nallocs; i++)
+		if (allocs[i].kind == K_HANDLE && allocs[i].key == h) {
+			rec[0] = allocs[i].size;
+			rec[1] = (uint64_t)allocs[i].dev;
+			found = 1;
+			break;
+		}
+	pthread_mutex_unlock(&amu);
+	if (!found)
+		return CUDA_ERROR_INVALID_VALUE;
+	char path[] = "/tmp/fakecuda-vmm.XXXXXX";
+	int fd = mkstemp(path);
+	if (fd < 0)
+		return CUDA_ERROR_OUT_OF_MEMORY; /* no file for the handle */
+	unlink(path);
+	if (pwrite(fd, rec, sizeof(rec), 0) != (ssize_t)sizeof(rec)) {
+		close(fd);
+		return CUDA_ERROR_OUT_OF_MEMORY; /* no file for the handle */
+	}
+	*(int *)out = fd;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, void *os_handle, int type)
+{
+	uint64_t rec[2];
+	if (!h || type != 1 || pread((int)(intptr_t)os_handle, rec, sizeof(rec), 0) != (ssize_t)sizeof(rec))
+		return CUDA_ERROR_INVALID_VALUE;
+	*h = record(K_HANDLE, 0, 0, (int)rec[1]);
+	return CUDA_SUCCESS;
+}
+
 /* Mappings (va -> handle) and the references cuMemRetainAllocationHandle adds. */
 #define FK_MAPS 256
 static struct {
@@ -1795,6 +1843,8 @@ static const struct entry table[] = {
 	E(cuMemMap, 10020, cuMemMap),
 	E(cuMemUnmap, 10020, cuMemUnmap),
 	E(cuMemRetainAllocationHandle, 11000, cuMemRetainAllocationHandle),
+	E(cuMemExportToShareableHandle, 10020, cuMemExportToShareableHandle),
+	E(cuMemImportFromShareableHandle, 10020, cuMemImportFromShareableHandle),
 	E(cuMemSetAccess, 10020, cuMemSetAccess),
 	E(cuMemGetAllocationGranularity, 10020, cuMemGetAllocationGranularity),
 	E(cuArrayCreate, 2000, cuArrayCreate),
