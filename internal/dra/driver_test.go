@@ -396,4 +396,3 @@ func TestUnprepare(t *testing.T) {
 		t.Errorf("the other claim's CDI spec: %v", err)
 	}
 }
-

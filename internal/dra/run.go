@@ -3,6 +3,8 @@ package dra
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -45,9 +47,16 @@ func (d *Driver) Run(ctx context.Context, opts RunOptions) error {
 	if opts.NodeUID != "" {
 		pluginOpts = append(pluginOpts, kubeletplugin.NodeUID(opts.NodeUID))
 	}
-	if opts.PluginDir != "" {
-		pluginOpts = append(pluginOpts, kubeletplugin.PluginDataDirectoryPath(opts.PluginDir))
+	pluginDir := opts.PluginDir
+	if pluginDir == "" {
+		pluginDir = filepath.Join(kubeletplugin.KubeletPluginsDir, d.cfg.DRA.DriverName)
 	}
+	// The kubelet does not make a driver's directory; the helper only
+	// listens in it.
+	if err := os.MkdirAll(pluginDir, 0o750); err != nil {
+		return fmt.Errorf("dra driver: plugin directory: %w", err)
+	}
+	pluginOpts = append(pluginOpts, kubeletplugin.PluginDataDirectoryPath(pluginDir))
 	if opts.RegistryDir != "" {
 		pluginOpts = append(pluginOpts, kubeletplugin.RegistrarDirectoryPath(opts.RegistryDir))
 	}

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -147,6 +148,14 @@ type ClusterOptions struct {
 	LogDir string
 	// Logf reports progress; nil discards it.
 	Logf func(format string, args ...any)
+	// ControlPlaneOnly runs no kubelet, so tests that need only the API
+	// server and the scheduler (placing pods and allocating claims) run
+	// beside a test that runs the one kubelet a machine may have: the
+	// node is an object the test creates (CreateNode), Containerd is not
+	// needed, the controllers are the ones claims need (resourceclaim,
+	// garbagecollector) and the kubelet's device-plugin directory is
+	// left alone.
+	ControlPlaneOnly bool
 }
 
 // Cluster is a single-node Kubernetes cluster: etcd, kube-apiserver,
@@ -176,7 +185,7 @@ type Cluster struct {
 // waits until the node is registered and Ready. On an error, what was
 // started is stopped again.
 func StartCluster(ctx context.Context, opts ClusterOptions) (*Cluster, error) {
-	if opts.Containerd == nil {
+	if opts.Containerd == nil && !opts.ControlPlaneOnly {
 		return nil, errors.New("harness: ClusterOptions.Containerd is required")
 	}
 	if opts.Version == "" {
@@ -247,8 +256,10 @@ func (c *Cluster) start(ctx context.Context) error {
 		return fmt.Errorf("harness: %w", err)
 	}
 	// The kubelet's device-plugin directory is fixed (DevicePluginDir).
-	if err := os.MkdirAll(DevicePluginDir, 0o755); err != nil {
-		return fmt.Errorf("harness: %w", err)
+	if !c.opts.ControlPlaneOnly {
+		if err := os.MkdirAll(DevicePluginDir, 0o755); err != nil {
+			return fmt.Errorf("harness: %w", err)
+		}
 	}
 	ports, err := freePorts(7)
 	if err != nil {
@@ -347,14 +358,24 @@ current-context: e2e
 	// garbage collector, which deletes a DaemonSet's pods with it (helm
 	// uninstall), and the node lifecycle controller, which lifts the
 	// not-ready taint the API server puts on a new node once it is Ready.
+	controllers := "daemonset,garbagecollector,nodelifecycle"
+	if c.opts.ControlPlaneOnly {
+		// No node lifecycle: the node has no kubelet to report it Ready,
+		// and would be tainted unreachable. The resourceclaim controller
+		// frees the claims of deleted pods.
+		controllers = "garbagecollector,resourceclaim-controller"
+	}
 	if err := c.run("kube-controller-manager", "--kubeconfig", c.Kubeconfig, "--leader-elect=false",
-		"--controllers", "daemonset,garbagecollector,nodelifecycle",
+		"--controllers", controllers,
 		"--bind-address", "127.0.0.1", "--secure-port", strconv.Itoa(cmPort)); err != nil {
 		return err
 	}
 	if err := c.run("kube-scheduler", "--kubeconfig", c.Kubeconfig, "--leader-elect=false",
 		"--bind-address", "127.0.0.1", "--secure-port", strconv.Itoa(schedPort)); err != nil {
 		return err
+	}
+	if c.opts.ControlPlaneOnly {
+		return nil
 	}
 	if err := c.writeKubeletConfig(kubeletPort, healthzPort); err != nil {
 		return err
@@ -488,6 +509,35 @@ func (c *Cluster) exitedEarly() error {
 	return nil
 }
 
+// CreateNode registers the node of a ControlPlaneOnly cluster as a kubelet
+// would: Ready, with capacity for pods, and without the not-ready taint the
+// API server gives a new node (no node lifecycle controller lifts it here).
+func (c *Cluster) CreateNode(ctx context.Context) error {
+	nodes := c.Client.CoreV1().Nodes()
+	node, err := nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: c.NodeName, Labels: c.opts.NodeLabels}}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("harness: creating node %s: %w", c.NodeName, err)
+	}
+	res := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("16"),
+		corev1.ResourceMemory: resource.MustParse("64Gi"),
+		corev1.ResourcePods:   resource.MustParse("110"),
+	}
+	node.Status = corev1.NodeStatus{
+		Capacity: res, Allocatable: res,
+		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+			LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}},
+	}
+	if node, err = nodes.UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("harness: node %s status: %w", c.NodeName, err)
+	}
+	node.Spec.Taints = nil
+	if _, err := nodes.Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("harness: node %s taints: %w", c.NodeName, err)
+	}
+	return nil
+}
+
 // StartKubelet starts the kubelet (again, after StopKubelet).
 func (c *Cluster) StartKubelet(ctx context.Context) error {
 	c.mu.Lock()
@@ -588,8 +638,12 @@ func (c *Cluster) Close() error {
 		}
 	}
 	// The kubelet's own files there; a device plugin's socket is its
-	// owner's to remove.
+	// owner's to remove. Without a kubelet of its own, the files there
+	// are another cluster's.
 	for _, f := range []string{"kubelet.sock", "kubelet_internal_checkpoint"} {
+		if c.opts.ControlPlaneOnly {
+			break
+		}
 		if err := os.Remove(filepath.Join(DevicePluginDir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("harness: %w", err))
 		}

@@ -1,0 +1,332 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nri-vgpu/nri-vgpu/test/e2e/harness"
+)
+
+// draDriver is the DRA driver's name in these tests: the default.
+const draDriver = "gpu.nri-vgpu.io"
+
+// draDeviceName is the device testGPUs[i] is published as.
+func draDeviceName(i int) string {
+	return "gpu-" + strings.ToLower(strings.TrimPrefix(testGPUs[i].UUID, "GPU-"))
+}
+
+// draScheduler is a control plane without a kubelet (so it runs beside the
+// tests that run the machine's one kubelet), a node object, and the DRA
+// driver, as a process, publishing the node's two simulated GPUs.
+type draScheduler struct {
+	k      *harness.Cluster
+	driver *harness.Process
+	log    string
+}
+
+func startDRAScheduler(t *testing.T) *draScheduler {
+	t.Helper()
+	ctx := testContext(t, 3*time.Minute)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "nri-vgpu-dra-driver")
+	if err := harness.GoBuild(ctx, "./cmd/dra-driver", bin, false); err != nil {
+		t.Fatal(err)
+	}
+	k, err := harness.StartCluster(ctx, harness.ClusterOptions{ControlPlaneOnly: true, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("kube-scheduler log (tail):\n%s", k.LogTail("kube-scheduler", 30))
+		}
+		if err := k.Close(); err != nil {
+			t.Errorf("cleaning up the cluster: %v", err)
+		}
+	})
+	if err := k.CreateNode(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Two 16 GiB GPUs split in 16: a claim takes at least 1 GiB and 6 %.
+	var cfg strings.Builder
+	cfg.WriteString("[device_plugin]\nsplit_count = 16\n[gpu]\nbackend = \"simulated\"\n")
+	for _, g := range testGPUs {
+		fmt.Fprintf(&cfg, "[[gpu.simulated]]\nuuid = %q\nname = %q\nmemory = %d\nminor = %d\n", g.UUID, g.Name, g.Memory, g.Minor)
+	}
+	fmt.Fprintf(&cfg, "[paths]\nrun_dir = %q\nstate_dir = %q\n[dra]\nenabled = true\ncdi_dir = %q\n",
+		filepath.Join(dir, "run"), filepath.Join(dir, "state"), filepath.Join(dir, "cdi"))
+	configPath := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(configPath, []byte(cfg.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The kubelet's registration directory, which it makes.
+	if err := os.MkdirAll(filepath.Join(dir, "registry"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--config", configPath, "--kubeconfig", k.Kubeconfig, "--node-name", k.NodeName,
+		"--plugin-dir", filepath.Join(dir, "plugin"), "--registry-dir", filepath.Join(dir, "registry"))
+	logPath := filepath.Join(dir, "dra-driver.log")
+	p, err := harness.StartProcess(cmd, logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("DRA driver log (tail):\n%s", harness.Tail(logPath, 30))
+		}
+		if err := p.Stop(10 * time.Second); err != nil {
+			t.Errorf("stopping the DRA driver: %v", err)
+		}
+	})
+
+	// The DeviceClass the chart installs.
+	if _, err := k.Client.ResourceV1().DeviceClasses().Create(ctx, &resourceapi.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: draDriver},
+		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{
+			CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", draDriver)},
+		}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return &draScheduler{k: k, driver: p, log: logPath}
+}
+
+// waitSlice waits until the driver's ResourceSlice for the node lists the
+// devices want, and returns them.
+func (s *draScheduler) waitSlice(t *testing.T, ctx context.Context, want []string) []resourceapi.Device {
+	t.Helper()
+	var last []string
+	for {
+		slices_, err := s.k.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err == nil {
+			var devs []resourceapi.Device
+			last = nil
+			for _, sl := range slices_.Items {
+				if sl.Spec.Driver == draDriver && sl.Spec.NodeName != nil && *sl.Spec.NodeName == s.k.NodeName {
+					devs = append(devs, sl.Spec.Devices...)
+				}
+			}
+			for _, d := range devs {
+				last = append(last, d.Name)
+			}
+			slices.Sort(last)
+			if slices.Equal(last, want) {
+				return devs
+			}
+		}
+		select {
+		case <-s.driver.Exited():
+			t.Fatalf("the DRA driver exited: %v; log:\n%s", s.driver.Err(), harness.Tail(s.log, 10))
+		case <-ctx.Done():
+			t.Fatalf("ResourceSlice devices = %v (%v), want %v", last, err, want)
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+// claimPod creates a ResourceClaim asking for memory and cores of one GPU
+// and a pod that uses it, both named name.
+func (s *draScheduler) claimPod(t *testing.T, ctx context.Context, name, memory, cores string) {
+	t.Helper()
+	claim := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: podNamespace},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: "gpu",
+			Exactly: &resourceapi.ExactDeviceRequest{
+				DeviceClassName: draDriver,
+				Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
+					"memory": resource.MustParse(memory), "cores": resource.MustParse(cores),
+				}},
+			},
+		}}}},
+	}
+	if _, err := s.k.Client.ResourceV1().ResourceClaims(podNamespace).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: podNamespace},
+		Spec: corev1.PodSpec{
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &name}},
+			Containers: []corev1.Container{{
+				Name: "cuda", Image: "registry.invalid/never-pulled:1",
+				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}},
+			}},
+		},
+	}
+	if _, err := s.k.Client.CoreV1().Pods(podNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// placement is where the scheduler put a claim: the device and what it
+// consumed there.
+type placement struct {
+	device        string
+	memory, cores string
+}
+
+// waitScheduled waits until the pod is bound and returns its claim's
+// placement.
+func (s *draScheduler) waitScheduled(t *testing.T, ctx context.Context, name string) placement {
+	t.Helper()
+	for {
+		pod, err := s.k.Client.CoreV1().Pods(podNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err == nil && pod.Spec.NodeName != "" {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("pod %s not scheduled: %v", name, podScheduledCondition(pod))
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+	claim, err := s.k.Client.ResourceV1().ResourceClaims(podNamespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claim.Status.Allocation == nil || len(claim.Status.Allocation.Devices.Results) != 1 {
+		t.Fatalf("claim %s of a scheduled pod: allocation %+v, want one device", name, claim.Status.Allocation)
+	}
+	r := claim.Status.Allocation.Devices.Results[0]
+	mem, cores := r.ConsumedCapacity["memory"], r.ConsumedCapacity["cores"]
+	return placement{device: r.Device, memory: mem.String(), cores: cores.String()}
+}
+
+// waitUnschedulable waits until the scheduler reports the pod unschedulable,
+// and checks that its claim is not allocated.
+func (s *draScheduler) waitUnschedulable(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	var pod *corev1.Pod
+	for {
+		var err error
+		pod, err = s.k.Client.CoreV1().Pods(podNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err == nil && pod.Spec.NodeName != "" {
+			t.Fatalf("pod %s was scheduled, want it pending", name)
+		}
+		if c := podScheduledCondition(pod); c != nil && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("pod %s not reported unschedulable: %v", name, podScheduledCondition(pod))
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+	claim, err := s.k.Client.ResourceV1().ResourceClaims(podNamespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claim.Status.Allocation != nil {
+		t.Errorf("claim %s of an unschedulable pod is allocated: %+v", name, claim.Status.Allocation)
+	}
+}
+
+func podScheduledCondition(pod *corev1.Pod) *corev1.PodCondition {
+	if pod == nil {
+		return nil
+	}
+	for i, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled {
+			return &pod.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// deletePod deletes the pod at once (no kubelet is there to stop it); the
+// resourceclaim controller then frees its claim.
+func (s *draScheduler) deletePod(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	zero := int64(0)
+	if err := s.k.Client.CoreV1().Pods(podNamespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The real scheduler places claims for an amount of memory and SM time on
+// one GPU with room, using what the driver publishes: a claim larger than
+// any one GPU's free capacity stays pending while the node has that much in
+// total, and schedules once a claim is freed.
+func TestDRASchedulerFitsClaimsOnOneGPU(t *testing.T) {
+	s := startDRAScheduler(t)
+	ctx := testContext(t, 3*time.Minute)
+	want := []string{draDeviceName(0), draDeviceName(1)}
+	slices.Sort(want)
+	devs := s.waitSlice(t, ctx, want)
+	for _, d := range devs {
+		mem, cores := d.Capacity["memory"].Value, d.Capacity["cores"].Value
+		if mem.Cmp(resource.MustParse("16Gi")) != 0 || cores.Cmp(resource.MustParse("100")) != 0 ||
+			d.AllowMultipleAllocations == nil || !*d.AllowMultipleAllocations {
+			t.Errorf("device %s: memory %s, cores %s, multiple allocations %v; want 16Gi, 100, true", d.Name, mem.String(), cores.String(), d.AllowMultipleAllocations)
+		}
+	}
+
+	// Two 10 GiB claims cannot share a 16 GiB GPU: one on each.
+	s.claimPod(t, ctx, "a", "10Gi", "30")
+	s.claimPod(t, ctx, "b", "10Gi", "30")
+	pa, pb := s.waitScheduled(t, ctx, "a"), s.waitScheduled(t, ctx, "b")
+	if pa.device == pb.device {
+		t.Fatalf("claims a and b (10 GiB each) both on %s, a 16 GiB GPU", pa.device)
+	}
+	for name, p := range map[string]placement{"a": pa, "b": pb} {
+		if p.memory != "10Gi" || p.cores != "30" {
+			t.Errorf("claim %s consumed memory %s and cores %s, want 10Gi and 30", name, p.memory, p.cores)
+		}
+	}
+
+	// 12 GiB are free on the node, 6 GiB on each GPU: 8 GiB fit on none.
+	s.claimPod(t, ctx, "c", "8Gi", "30")
+	s.waitUnschedulable(t, ctx, "c")
+	// A small one still fits beside a.
+	s.claimPod(t, ctx, "d", "6Gi", "70")
+	if pd := s.waitScheduled(t, ctx, "d"); pd.memory != "6Gi" || pd.cores != "70" {
+		t.Errorf("claim d consumed %s and %s, want 6Gi and 70", pd.memory, pd.cores)
+	}
+
+	// Freeing a leaves 10 GiB or more on its GPU, wherever d went (b's
+	// GPU keeps at most 6 GiB): c goes there.
+	s.deletePod(t, ctx, "a")
+	if pc := s.waitScheduled(t, ctx, "c"); pc.device != pa.device {
+		t.Errorf("claim c went to %s, want %s, the GPU a freed", pc.device, pa.device)
+	}
+}
+
+// Claims of half a GPU fill both GPUs exactly: every byte and percent is
+// handed out, none is stranded between GPUs, and one more claim waits.
+func TestDRASchedulerFillsTwoGPUs(t *testing.T) {
+	s := startDRAScheduler(t)
+	ctx := testContext(t, 3*time.Minute)
+	want := []string{draDeviceName(0), draDeviceName(1)}
+	slices.Sort(want)
+	s.waitSlice(t, ctx, want)
+
+	perDevice := map[string]int{}
+	for i := range 4 {
+		name := fmt.Sprintf("half-%d", i)
+		s.claimPod(t, ctx, name, "8Gi", "50")
+		perDevice[s.waitScheduled(t, ctx, name).device]++
+	}
+	for _, d := range want {
+		if perDevice[d] != 2 {
+			t.Errorf("claims per GPU = %v, want 2 on each", perDevice)
+			break
+		}
+	}
+	s.claimPod(t, ctx, "one-more", "1Gi", "6")
+	s.waitUnschedulable(t, ctx, "one-more")
+}
