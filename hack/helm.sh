@@ -104,6 +104,8 @@ check)
 	# values: rendered and decoded strictly into the API types.
 	"$HELM" lint --strict "$CHART" --namespace kube-system \
 		--set metrics.enabled=true --set metrics.serviceMonitor.enabled=true --set namespaceOverride=gpu-system
+	# The DRA driver, its RBAC and the DeviceClass.
+	"$HELM" lint --strict "$CHART" --namespace kube-system --set draDriver.enabled=true
 	HELM=$HELM go test -count=1 ./test/packaging/ -run '^(TestChart|TestManifests)'
 	if ! diff -u "$MANIFESTS" <(render); then
 		echo "helm: $MANIFESTS is out of date with the chart: run hack/helm.sh render" >&2

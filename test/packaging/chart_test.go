@@ -288,3 +288,74 @@ func TestChartValues(t *testing.T) {
 		}
 	})
 }
+
+// draDriver.enabled adds the DRA driver: a DaemonSet under an account of its
+// own whose token it mounts, bound to a role that reads claims and writes
+// ResourceSlices, privileged with the run directory shared back to the
+// host, and the DeviceClass that selects its devices. Off (the default),
+// none of it is rendered and no pod gets a token.
+func TestChartDRADriver(t *testing.T) {
+	off := render(t)
+	if _, ok := off.daemonSets["dra-driver"]; ok || len(off.clusterRoles)+len(off.clusterRoleBindings)+len(off.deviceClasses) != 0 {
+		t.Fatalf("the DRA driver is rendered by default")
+	}
+
+	m := render(t, "--set", "draDriver.enabled=true", "--set", "draDriver.driverName=vgpu.example.com")
+	ds, ok := m.daemonSets["dra-driver"]
+	if !ok {
+		t.Fatal("no dra-driver DaemonSet with draDriver.enabled=true")
+	}
+	spec := ds.Spec.Template.Spec
+	if spec.AutomountServiceAccountToken == nil || !*spec.AutomountServiceAccountToken {
+		t.Errorf("the DRA driver's pod mounts no API token (automountServiceAccountToken %v)", spec.AutomountServiceAccountToken)
+	}
+	for _, other := range []string{"device-plugin", "nri-plugin"} {
+		if o := m.daemonSets[other]; o != nil && o.Spec.Template.Spec.ServiceAccountName == spec.ServiceAccountName {
+			t.Errorf("the DRA driver shares the account %s with the %s", spec.ServiceAccountName, other)
+		}
+	}
+	c := mainContainer(t, ds)
+	if c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
+		t.Errorf("the DRA driver container is not privileged: it cannot mount the claims' region file systems for the host")
+	}
+	bidirectional := false
+	for _, vm := range c.VolumeMounts {
+		if vm.MountPath == "/run/nri-vgpu" && vm.MountPropagation != nil && *vm.MountPropagation == corev1.MountPropagationBidirectional {
+			bidirectional = true
+		}
+	}
+	if !bidirectional {
+		t.Errorf("run_dir is not mounted Bidirectional: %+v", c.VolumeMounts)
+	}
+	if !slices.Contains(c.Args, "--plugin-dir=/var/lib/kubelet/plugins/vgpu.example.com") {
+		t.Errorf("args %q lack the driver's plugin directory", c.Args)
+	}
+
+	if len(m.clusterRoleBindings) != 1 || len(m.clusterRoles) != 1 {
+		t.Fatalf("%d ClusterRoles and %d bindings, want 1 each", len(m.clusterRoles), len(m.clusterRoleBindings))
+	}
+	b := m.clusterRoleBindings[0]
+	if b.RoleRef.Name != m.clusterRoles[0].Name || len(b.Subjects) != 1 || b.Subjects[0].Name != spec.ServiceAccountName {
+		t.Errorf("binding %+v does not give role %s to the driver's account %s", b, m.clusterRoles[0].Name, spec.ServiceAccountName)
+	}
+	allowed := map[string][]string{}
+	for _, r := range m.clusterRoles[0].Rules {
+		for _, res := range r.Resources {
+			allowed[res] = append(allowed[res], r.Verbs...)
+		}
+	}
+	for res, verb := range map[string]string{"resourceclaims": "get", "resourceslices": "create", "nodes": "get"} {
+		if !slices.Contains(allowed[res], verb) {
+			t.Errorf("the role does not allow %s on %s: %v", verb, res, allowed)
+		}
+	}
+
+	if len(m.deviceClasses) != 1 {
+		t.Fatalf("%d DeviceClasses, want 1", len(m.deviceClasses))
+	}
+	dc := m.deviceClasses[0]
+	if dc.Name != "vgpu.example.com" || len(dc.Spec.Selectors) != 1 || dc.Spec.Selectors[0].CEL == nil ||
+		dc.Spec.Selectors[0].CEL.Expression != `device.driver == "vgpu.example.com"` {
+		t.Errorf("DeviceClass %s selects %+v, want the devices of driver vgpu.example.com", dc.Name, dc.Spec.Selectors)
+	}
+}

@@ -17,6 +17,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -34,6 +36,10 @@ type manifests struct {
 	services        []corev1.Service
 	serviceMonitors []monitoringv1.ServiceMonitor
 	daemonSets      map[string]*appsv1.DaemonSet // by app.kubernetes.io/component
+	// The DRA driver's (draDriver.enabled) only.
+	clusterRoles        []rbacv1.ClusterRole
+	clusterRoleBindings []rbacv1.ClusterRoleBinding
+	deviceClasses       []resourcev1.DeviceClass
 }
 
 // loadManifests decodes the rendered manifests (decodeManifests).
@@ -93,9 +99,27 @@ func decodeManifests(t *testing.T, data []byte) manifests {
 				t.Fatalf("document %d (%s): %v", i, gvk, err)
 			}
 			m.daemonSets[ds.Labels["app.kubernetes.io/component"]] = &ds
+		case "rbac.authorization.k8s.io/v1/ClusterRole":
+			var r rbacv1.ClusterRole
+			if err := yaml.UnmarshalStrict([]byte(doc), &r); err != nil {
+				t.Fatalf("document %d (%s): %v", i, gvk, err)
+			}
+			m.clusterRoles = append(m.clusterRoles, r)
+		case "rbac.authorization.k8s.io/v1/ClusterRoleBinding":
+			var b rbacv1.ClusterRoleBinding
+			if err := yaml.UnmarshalStrict([]byte(doc), &b); err != nil {
+				t.Fatalf("document %d (%s): %v", i, gvk, err)
+			}
+			m.clusterRoleBindings = append(m.clusterRoleBindings, b)
+		case "resource.k8s.io/v1/DeviceClass":
+			var dc resourcev1.DeviceClass
+			if err := yaml.UnmarshalStrict([]byte(doc), &dc); err != nil {
+				t.Fatalf("document %d (%s): %v", i, gvk, err)
+			}
+			m.deviceClasses = append(m.deviceClasses, dc)
 		default:
-			// Nothing else is needed: in particular no RBAC, as neither
-			// daemon talks to the API server.
+			// Nothing else is needed: the RBAC is the DRA driver's, the
+			// one daemon that talks to the API server.
 			t.Fatalf("document %d: unexpected %s %q", i, gvk, tm.Kind)
 		}
 	}
