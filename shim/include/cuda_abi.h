@@ -58,6 +58,8 @@ enum {
 };
 
 #define CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT 16
+/* Unverified against the ABI notes: 39 per the driver API reference's CUdevice_attribute. */
+#define CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR 39
 /* PCI location attributes (ABI notes, both sources): the fake driver hashes them for cudart. */
 #define CU_DEVICE_ATTRIBUTE_PCI_BUS_ID 33
 #define CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID 34

@@ -27,6 +27,16 @@
  * the process missing from the list, or NVML_VALUE_NOT_AVAILABLE (always so
  * under WSL2 / WDDM). Unknown is neither zero nor 2^64-1 bytes.
  *
+ * Without the host pid nothing can be measured, and a tenant can make the
+ * host pid ambiguous on purpose (hostpid.c then leaves it unknown). The
+ * limits that reserve memory are still charged then, from what is asked:
+ * the heap and the printf FIFO their size, the stack its size for every
+ * thread the device can hold (SMs x threads per SM, from the device's
+ * attributes), the growth over the value in force reserved before the call
+ * like any allocation (refused past the quota), a decrease giving back at
+ * most what was charged so. Module code and what grows at launch stay
+ * uncounted until the host pid is known (a measure then replaces it all).
+ *
  * NVML is asked with no lock held; the answer is applied under a mutex of
  * this process only (taken before the region's, never the other way round).
  * Each context's share is remembered, so destroying it gives that back.
@@ -39,6 +49,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "mem.h"
 #include "shim.h"
 
 #define MAX_ENTS 64              /* contexts with a footprint; more share one entry */
@@ -51,6 +62,7 @@ struct ent {
 	CUcontext ctx;
 	int idx;
 	uint64_t bytes;
+	uint64_t est[3]; /* of bytes: charged by vgpu_fp_limit_* per CUlimit (0..2) */
 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -307,4 +319,98 @@ void vgpu_fp_after_fork(void)
 	any = dirty = busy = nvml_ok = 0;
 	due_ns = 0;
 	warned_na = warned_list = warned_over = 0;
+}
+
+/* ---- limits while the host pid is unknown ---------------------------------------------- */
+
+/* Bytes a limit of value holds on dev (saturating); 0 when the device cannot say. */
+static uint64_t limit_bytes(int which, size_t value, CUdevice dev)
+{
+	if (which != CU_LIMIT_STACK_SIZE)
+		return value;
+	int sms = 0, per = 0;
+	if (vgpu_cu_device_attr(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) != CUDA_SUCCESS ||
+	    vgpu_cu_device_attr(&per, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, dev) != CUDA_SUCCESS ||
+	    sms <= 0 || per <= 0)
+		per = sms = 0;
+	if (!sms) {
+		/* Unknown: the most any GPU holds so far (2048 threads x 256 SMs), not nothing. */
+		sms = 256;
+		per = 2048;
+	}
+	uint64_t threads = (uint64_t)sms * (uint64_t)per;
+	return value > UINT64_MAX / threads ? UINT64_MAX : (uint64_t)value * threads;
+}
+
+int vgpu_fp_limit_admit(CUlimit limit, size_t value, struct vgpu_fp_limit *l)
+{
+	static CUresult (*get)(size_t *, CUlimit);
+	memset(l, 0, sizeof(*l));
+	l->idx = -1;
+	if (vgpu.mode != VGPU_ENFORCE || limit < CU_LIMIT_STACK_SIZE || limit > CU_LIMIT_MALLOC_HEAP_SIZE ||
+	    vgpu_host_pid() != 0)
+		return 0; /* measured after the call (modules.c), or holds no memory */
+	CUcontext ctx = NULL;
+	CUdevice dev;
+	int idx;
+	if (vgpu_cu_ctx_get_current(&ctx) != CUDA_SUCCESS || !ctx || (idx = vgpu_current_index(&dev)) < 0 ||
+	    idx >= VGPU_MAX_DEVICES)
+		return 0; /* no context or not a GPU of ours: the driver answers */
+	if (!get) {
+		void *lib = vgpu_lib_handle(LIB_CUDA);
+		get = lib ? (CUresult(*)(size_t *, CUlimit))vgpu_real_dlsym(lib, "cuCtxGetLimit") : NULL;
+	}
+	size_t cur = 0; /* unknown: everything asked is growth */
+	if (get && get(&cur, limit) != CUDA_SUCCESS)
+		cur = 0;
+	uint64_t now = limit_bytes(limit, cur, dev), want = limit_bytes(limit, value, dev);
+	pthread_mutex_lock(&mu);
+	struct ent *e = entry(ctx, idx, 1);
+	uint64_t charged = e ? e->est[limit] : 0;
+	pthread_mutex_unlock(&mu);
+	int64_t delta;
+	if (want > now)
+		delta = want - now > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)(want - now);
+	else
+		delta = -(int64_t)(now - want < charged ? now - want : charged);
+	if (delta > 0 && vgpu_mem_admit_index(idx, (uint64_t)delta) != GO_COUNTED) {
+		LOGI("cuCtxSetLimit(%d, %zu) refused: %lld bytes more than the value in force, counted from the "
+		     "value asked as this process's host pid is unknown (the driver's own memory cannot be measured)",
+		     (int)limit, value, (long long)delta);
+		return -1;
+	}
+	*l = (struct vgpu_fp_limit){ctx, idx, limit, delta};
+	return 0;
+}
+
+void vgpu_fp_limit_settle(CUresult rc, const struct vgpu_fp_limit *l)
+{
+	if (l->idx < 0 || !l->delta)
+		return;
+	if (rc != CUDA_SUCCESS) {
+		if (l->delta > 0)
+			vgpu_unreserve(l->idx, (uint64_t)l->delta);
+		return;
+	}
+	uint64_t back = 0;
+	pthread_mutex_lock(&mu);
+	/* Kept with the context's footprint: its destruction gives it back, a
+	 * measure (once the host pid is known) replaces it. */
+	struct ent *e = entry(l->ctx, l->idx, 1);
+	if (l->delta > 0) {
+		if (e) {
+			e->bytes += (uint64_t)l->delta;
+			e->est[l->which] += (uint64_t)l->delta;
+			total[l->idx] += (uint64_t)l->delta;
+		} /* else: stays reserved, counted for the process until it exits */
+	} else if (e) {
+		back = (uint64_t)-l->delta;
+		back = back < e->est[l->which] ? back : e->est[l->which];
+		back = back < e->bytes ? back : e->bytes;
+		e->est[l->which] -= back;
+		e->bytes -= back;
+		total[l->idx] -= back;
+	}
+	pthread_mutex_unlock(&mu);
+	vgpu_unreserve(l->idx, back);
 }

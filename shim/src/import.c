@@ -161,8 +161,9 @@ void vgpu_vmm_import_release(uint64_t h)
 struct bind {
 	struct bind *next;
 	CUmemGenericAllocationHandle mc, mem;
-	CUdevice dev; /* -1: not known (then any unbind of the range releases it) */
+	CUdevice dev; /* -1: not known (asked again at each unbind) */
 	size_t off, size;
+	uint64_t unbound; /* dev -1: the devices (< 64) whose unbind of the range came since */
 };
 static struct bind *binds;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -183,6 +184,18 @@ static CUdevice handle_device(CUmemGenericAllocationHandle h)
 	return p.location.id;
 }
 
+/* How many devices the process sees; 0 when the driver cannot say. */
+static int device_count(void)
+{
+	static CUresult (*f)(int *);
+	if (!f) {
+		void *lib = vgpu_lib_handle(LIB_CUDA);
+		f = lib ? (CUresult(*)(int *))vgpu_real_dlsym(lib, "cuDeviceGetCount") : NULL;
+	}
+	int n = 0;
+	return f && f(&n) == CUDA_SUCCESS && n > 0 ? (n < 64 ? n : 64) : 0;
+}
+
 /* After a successful bind of handle mem: it now has one more holder. */
 static void bound(CUmemGenericAllocationHandle mc, CUdevice dev, size_t off, size_t size,
 		  CUmemGenericAllocationHandle mem)
@@ -194,7 +207,7 @@ static void bound(CUmemGenericAllocationHandle mc, CUdevice dev, size_t off, siz
 		vgpu_track_handle_adjust(mem, 0, -1, NULL); /* cannot remember it: count as unbound */
 		return;
 	}
-	*b = (struct bind){NULL, mc, mem, dev < 0 ? handle_device(mem) : dev, off, size};
+	*b = (struct bind){NULL, mc, mem, dev < 0 ? handle_device(mem) : dev, off, size, 0};
 	pthread_mutex_lock(&mu);
 	b->next = binds;
 	binds = b;
@@ -257,12 +270,33 @@ VGPU_EXPORT CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mc, CUdevice
 	CUresult rc = NEXT(cuMulticastUnbind)(mc, dev, mc_off, size);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	/* Every bind of dev that starts in the unbound range goes. */
+	/* Every bind of dev that starts in the unbound range goes. One whose
+	 * device the driver could not say is asked again; still unknown, it
+	 * goes at the last unbind that can concern it, once every device has
+	 * unbound the range (an unbind of another device must not give back
+	 * memory that stays bound). */
+	int ndev = device_count();
+	CUmemGenericAllocationHandle ask[16];
+	CUdevice got[16];
+	int nask = 0;
+	pthread_mutex_lock(&mu);
+	for (struct bind *b = binds; b && nask < 16; b = b->next)
+		if (b->mc == mc && b->dev < 0 && b->off >= mc_off && b->off - mc_off < size)
+			ask[nask++] = b->mem;
+	pthread_mutex_unlock(&mu);
+	for (int i = 0; i < nask; i++) /* the driver is asked with no lock held */
+		got[i] = handle_device(ask[i]);
 	struct bind *gone = NULL;
 	pthread_mutex_lock(&mu);
 	for (struct bind **pp = &binds; *pp;) {
 		struct bind *b = *pp;
-		if (b->mc == mc && (b->dev == dev || b->dev < 0) && b->off >= mc_off && b->off - mc_off < size) {
+		int in = b->mc == mc && b->off >= mc_off && b->off - mc_off < size;
+		for (int i = 0; in && b->dev < 0 && i < nask; i++)
+			if (ask[i] == b->mem)
+				b->dev = got[i];
+		if (in && b->dev < 0 && dev >= 0 && dev < 64)
+			b->unbound |= 1ull << dev;
+		if (in && (b->dev == dev || (b->dev < 0 && ndev > 0 && __builtin_popcountll(b->unbound) >= ndev))) {
 			*pp = b->next;
 			b->next = gone;
 			gone = b;

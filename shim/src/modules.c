@@ -88,7 +88,15 @@ VGPU_EXPORT CUresult cuLibraryGetModule(CUmodule *m, CUlibrary l)
 VGPU_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
 {
 	vgpu_init();
-	return changed(NEXT(cuCtxSetLimit)(limit, value));
+	/* Without a host pid no measure can follow: the growth is charged from
+	 * the value asked, before the call (footprint.c). OUT_OF_MEMORY is what
+	 * the driver itself returns when it cannot reserve a limit. */
+	struct vgpu_fp_limit l;
+	if (vgpu_fp_limit_admit(limit, value, &l) != 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	CUresult rc = NEXT(cuCtxSetLimit)(limit, value);
+	vgpu_fp_limit_settle(rc, &l);
+	return changed(rc);
 }
 
 VGPU_EXPORT CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name)

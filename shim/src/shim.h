@@ -243,6 +243,16 @@ void vgpu_fp_poll(void);
 /* The limiter's watcher, once a period (n counts them): measures every 25th. */
 void vgpu_fp_watch(unsigned n);
 void vgpu_fp_after_fork(void);
+/* cuCtxSetLimit while the host pid is unknown (no measure possible): the growth the
+ * requested value implies, reserved before the call; settled after it. */
+struct vgpu_fp_limit {
+	CUcontext ctx;
+	int idx, which;
+	int64_t delta; /* bytes reserved (> 0) or to give back (< 0) once the call succeeds */
+};
+/* 0 (l filled, maybe with nothing to do), or -1: the growth does not fit the quota (said). */
+int vgpu_fp_limit_admit(CUlimit limit, size_t value, struct vgpu_fp_limit *l);
+void vgpu_fp_limit_settle(CUresult rc, const struct vgpu_fp_limit *l);
 
 /* ---- limiter.c ---------------------------------------------------------------- */
 

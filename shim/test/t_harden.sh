@@ -72,3 +72,52 @@ test_harden_pool_over_limit() {
 	done
 }
 t harden_pool_over_limit test_harden_pool_over_limit
+
+test_harden_limit_unknown_host_pid() {
+	# Whose host pid stays unknown (NVML's list failed at its first context, in a pid namespace)
+	# cannot have its footprint measured; cuCtxSetLimit is charged from the value asked all the
+	# same: the heap and FIFO their size, the stack its size x 2048 threads x 132 SMs (1 KiB:
+	# 264 MiB); past the quota it is refused; set back, it is given back; set twice, counted once.
+	setup $((512 * MiB))
+	pidns $PIDNS
+	export FAKECUDA_FAIL=nvmlDeviceGetComputeRunningProcesses:1
+	run init setlimit:2:256MiB alloc:256MiB alloc:1:2
+	run init setlimit:0:1KiB alloc:248MiB alloc:1:2
+	run init setlimit:1:200MiB setlimit:1:200MiB alloc:312MiB alloc:1:2
+	run init alloc:1MiB setlimit:2:512MiB:2 alloc:511MiB
+	run init setlimit:2:256MiB setlimit:2:0 alloc:512MiB
+	# The process's slot shows no host pid: it really was unknown.
+	LD_PRELOAD=$SHIM timeout 60 "$PROG" init setlimit:2:64MiB touch:"$T/held" waitfile:"$T/go" >"$T/out" 2>"$T/err" &
+	waitfor "$T/held" $!
+	expect "used while the heap is set" "$(used)" $((64 * MiB))
+	expect "host pids known" "$(hostpids | awk '$2 > 0' | wc -l)" 0
+	touch "$T/go"
+	wait
+}
+t harden_limit_unknown_host_pid test_harden_limit_unknown_host_pid
+
+test_harden_multicast_unknown_device() {
+	local m
+	for m in "-m direct" "-m rt12"; do
+		setup $((64 * MiB))
+		# The driver cannot say which device a handle bound with cuMulticastBindMem (v1) is on:
+		# an unbind of another device leaves it bound and charged; it goes once every device
+		# (two here) has unbound the range.
+		# shellcheck disable=SC2086
+		FAKECUDA_NO_ALLOC_PROPS=1 run $m init create:0:64MiB mccreate:64MiB mcbind:64MiB free alloc:1:2 \
+			mcunbind:1:64MiB alloc:1:2 mcunbind:0:64MiB alloc:64MiB
+		# Known by the time of the unbind (the handle not yet released), the device is asked
+		# anew: its own unbind releases the bind, and the release then frees the memory.
+		touch "$T/noprops"
+		# shellcheck disable=SC2086
+		FAKECUDA_NO_ALLOC_PROPS=$T/noprops LD_PRELOAD=$SHIM timeout 60 "$PROG" $m init create:0:64MiB \
+			mccreate:64MiB mcbind:64MiB touch:"$T/bound" waitfile:"$T/go" mcunbind:0:64MiB free alloc:64MiB \
+			>"$T/out" 2>"$T/err" &
+		waitfor "$T/bound" $!
+		rm "$T/noprops"
+		touch "$T/go"
+		wait $! || { echo "    cudaprog failed"; cat "$T/out" "$T/err"; return 1; }
+		expect "$m used" "$(used)" 0
+	done
+}
+t harden_multicast_unknown_device test_harden_multicast_unknown_device

@@ -379,7 +379,9 @@ EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *u, CUdevice d)
 EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d)
 {
 	CHECK_DEV(d);
-	*v = attr == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT ? fk->dev[d].sms : 0;
+	*v = attr == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT		? fk->dev[d].sms
+	     : attr == CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR ? FK_THREADS_PER_SM
+									   : 0;
 	return CUDA_SUCCESS;
 }
 
@@ -1314,6 +1316,8 @@ EXPORT CUresult cuExternalMemoryGetMappedBuffer(CUdeviceptr *p, CUexternalMemory
 EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle h)
 {
 	CUresult rc = CUDA_ERROR_INVALID_VALUE;
+	if (fk_knob("FAKECUDA_NO_ALLOC_PROPS"))
+		return CUDA_ERROR_NOT_SUPPORTED; /* a driver that cannot say where a handle's memory is */
 	pthread_mutex_lock(&amu);
 	for (size_t i = 0; prop && i < nallocs; i++)
 		if (allocs[i].key == h && allocs[i].kind == K_HANDLE) {

@@ -232,6 +232,8 @@ EXPORT CUresult cuKernelGetFunction(CUfunction *f, CUkernel k)
 
 /* Per device: local memory reserved for launches and the limits' reservations. */
 static uint64_t lmem[FK_MAX_DEV], limit_held[FK_MAX_DEV][3];
+static size_t limit_value[FK_MAX_DEV][3];
+_Static_assert(THREADS_PER_SM == FK_THREADS_PER_SM, "what cuDeviceGetAttribute says");
 
 /* Moves what is reserved for a purpose on d from *held to want bytes. */
 static CUresult reserve(int d, uint64_t *held, uint64_t want)
@@ -268,5 +270,20 @@ EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
 	uint64_t want = value;
 	if (limit == CU_LIMIT_STACK_SIZE)
 		want = (uint64_t)value * (uint64_t)(fk->dev[d].sms > 0 ? fk->dev[d].sms : 1) * THREADS_PER_SM;
-	return reserve(d, &limit_held[d][limit], want);
+	CUresult rc = reserve(d, &limit_held[d][limit], want);
+	if (rc == CUDA_SUCCESS)
+		limit_value[d][limit] = value;
+	return rc;
+}
+
+/* What was set last on the device (0 before: this driver holds nothing for a limit until it is set). */
+EXPORT CUresult cuCtxGetLimit(size_t *value, CUlimit limit)
+{
+	CUdevice d;
+	if (cuCtxGetDevice(&d) != CUDA_SUCCESS || d < 0 || d >= FK_MAX_DEV)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!value || limit < CU_LIMIT_STACK_SIZE || limit > CU_LIMIT_MALLOC_HEAP_SIZE)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	*value = limit_value[d][limit];
+	return CUDA_SUCCESS;
 }

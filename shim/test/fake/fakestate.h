@@ -82,6 +82,8 @@ void fk_retire(int d, int64_t now);
 /* GPU time process p's kernels on device d had actually run by now, i.e.
  * without the queued part still ahead (caller holds the lock). */
 int64_t fk_ran_ns(const struct fk_proc *p, int d, int64_t now);
+/* Resident threads per SM (CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR), as on recent GPUs. */
+#define FK_THREADS_PER_SM 2048
 /* A pid as fake NVML reports it (see FAKECUDA_PIDNS_OFFSET). */
 unsigned fk_nvml_pid(int32_t pid);
 void fk_sleep_ns(int64_t ns);
