@@ -343,5 +343,82 @@ sys.exit(0 if ok else 1)
 PY
 result $? "pre-11.0 primary-context release gives memory back; pre-3.2 cuMemGetInfo / cuDeviceTotalMem report the slice"
 
+# 10. IPC lifetime: the shim charges IPC-imported memory to the exporter only, on the README's
+#     reading that the driver keeps the export alive no longer than the exporter's allocation.
+#     If the driver instead refcounts (the memory stays resident after the exporter's cuMemFree
+#     while a sibling still holds cuIpcOpenMemHandle), the container holds memory nothing
+#     charges. Two shimmed processes of one container: the exporter allocates a quarter of the
+#     limit and exports it, the importer opens it, the exporter frees it, the importer closes it.
+#     The device's real "used" (nvidia-smi, no shim) and the shim's (cuMemGetInfo in the
+#     importer) are read while shared and after the exporter's free. Passes when both drop by
+#     the block or neither does (what stays resident stays charged).
+limits "$limit" 100
+cat >"$W/ipc.py" <<'PY'
+import ctypes, os, sys, time
+from ctypes import byref, c_int, c_size_t, c_uint64, c_void_p, create_string_buffer
+role, w, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
+cu = ctypes.CDLL("libcuda.so.1")
+assert cu.cuInit(0) == 0
+dev, ctx = c_int(), c_void_p()
+assert cu.cuDeviceGet(byref(dev), 0) == 0 and cu.cuDevicePrimaryCtxRetain(byref(ctx), dev) == 0
+assert cu.cuCtxSetCurrent(ctx) == 0
+def wait(name):
+    while not os.path.exists(os.path.join(w, name)):
+        time.sleep(0.05)
+def mark(name, text=""):
+    open(os.path.join(w, name), "w").write(text)
+def used():
+    f, t = c_size_t(), c_size_t()
+    cu.cuMemGetInfo_v2(byref(f), byref(t))
+    return t.value - f.value
+if role == "export":
+    p, h = c_uint64(), create_string_buffer(64)
+    assert cu.cuMemAlloc_v2(byref(p), c_size_t(size)) == 0
+    assert cu.cuIpcGetMemHandle(h, p) == 0
+    open(os.path.join(w, "ipc.handle"), "wb").write(h.raw)
+    mark("exported"); wait("go_free")
+    print(f"  exporter: cuMemFree rc={cu.cuMemFree_v2(p)}")
+    mark("freed"); wait("done")
+else:
+    wait("exported")
+    class Handle(ctypes.Structure):  # CUipcMemHandle: 64 bytes, passed by value
+        _fields_ = [("reserved", ctypes.c_char * 64)]
+    h = Handle.from_buffer_copy(open(os.path.join(w, "ipc.handle"), "rb").read())
+    p = c_uint64()
+    cu.cuIpcOpenMemHandle_v2.argtypes = [ctypes.POINTER(c_uint64), Handle, ctypes.c_uint]
+    rc = cu.cuIpcOpenMemHandle_v2(byref(p), h, 1)  # CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
+    print(f"  importer: cuIpcOpenMemHandle rc={rc}")
+    mark("opened", str(used())); wait("freed"); time.sleep(0.5)
+    mark("measured", str(used())); wait("go_close")
+    print(f"  importer: cuIpcCloseMemHandle rc={cu.cuIpcCloseMemHandle(p)}")
+    mark("closed"); wait("done")
+PY
+gpu_used() { nvidia-smi -i "$gpu" --query-gpu=memory.used --format=csv,noheader,nounits | tr -d ' '; }
+await() { for _ in $(seq 600); do [ -e "$W/$1" ] && return 0; sleep 0.1; done; return 1; }
+block=$((limit / 4))
+shimmed python3 "$W/ipc.py" export "$W" "$block" &
+shimmed python3 "$W/ipc.py" import "$W" "$block" &
+await opened
+u_shared=$(gpu_used)
+touch "$W/go_free"
+await measured
+u_after=$(gpu_used)
+touch "$W/go_close"
+await closed
+u_closed=$(gpu_used)
+touch "$W/done"
+wait
+s_shared=$(cat "$W/opened" 2>/dev/null)
+s_after=$(cat "$W/measured" 2>/dev/null)
+echo "  device used (MiB, no shim): shared $u_shared, after the exporter's free $u_after, after the close $u_closed"
+echo "  shim's used (bytes): shared ${s_shared:-?}, after the exporter's free ${s_after:-?} (block $block)"
+awk -v a="$u_shared" -v b="$u_after" -v sa="${s_shared:--1}" -v sb="${s_after:--1}" -v blk="$block" 'BEGIN {
+	if (sa < 0 || sb < 0) exit 1
+	drv = (a - b) * 1048576 > blk / 2; shim = (sa - sb) > blk / 2
+	print "  the driver " (drv ? "frees the block at the exporter'"'"'s cuMemFree" : "keeps the block while an import holds it (refcounts)") \
+		"; the shim " (shim ? "gives it back then" : "keeps charging it")
+	exit !(drv == shim) }'
+result $? "IPC: memory resident after the exporter's free is what the shim charges"
+
 echo "validate: $fails check(s) failed"
 [ "$fails" -eq 0 ]
