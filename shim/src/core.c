@@ -128,9 +128,17 @@ static void init_once(void)
 	LOGE("invalid limits file %s: %s; every GPU memory allocation will fail", lpath, why);
 }
 
-void vgpu_init(void)
+int vgpu_ready;
+
+static void init_then_ready(void)
 {
-	pthread_once(&once, init_once);
+	init_once();
+	__atomic_store_n(&vgpu_ready, 1, __ATOMIC_RELEASE);
+}
+
+void vgpu_init_slow(void)
+{
+	pthread_once(&once, init_then_ready);
 }
 
 void vgpu_format_uuid(const CUuuid *u, char out[VGPU_UUID_LEN])

@@ -84,7 +84,7 @@ const struct vgpu_hook vgpu_hooks[HOOK_COUNT] = {
 #undef HOOK
 };
 
-static void *next_fn[HOOK_COUNT];
+void *vgpu_next_fn[HOOK_COUNT]; /* read inline by NEXT (shim.h) */
 
 /*
  * The implementation a wrapper forwards to: the next definition after us in
@@ -93,7 +93,7 @@ static void *next_fn[HOOK_COUNT];
  */
 void *vgpu_next(int id)
 {
-	void *p = __atomic_load_n(&next_fn[id], __ATOMIC_ACQUIRE);
+	void *p = __atomic_load_n(&vgpu_next_fn[id], __ATOMIC_ACQUIRE);
 	if (likely(p))
 		return p;
 	p = vgpu_real_dlsym(RTLD_NEXT, vgpu_hooks[id].name);
@@ -103,7 +103,7 @@ void *vgpu_next(int id)
 			p = vgpu_real_dlsym(h, vgpu_hooks[id].name);
 	}
 	if (p)
-		__atomic_store_n(&next_fn[id], p, __ATOMIC_RELEASE);
+		__atomic_store_n(&vgpu_next_fn[id], p, __ATOMIC_RELEASE);
 	return p;
 }
 

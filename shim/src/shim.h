@@ -55,7 +55,14 @@ int vgpu_addr_in_driver(const void *addr);
 int vgpu_addr_in_self(const void *addr);
 
 /* Forwarding helper: typed pointer to the next implementation of a hook. */
-#define NEXT(name) ((__typeof__(&name))vgpu_next(HOOK_##name))
+/* Inline: a launch at cores = 100 costs only this and a flag test. */
+extern void *vgpu_next_fn[HOOK_COUNT];
+static inline void *vgpu_next_fast(int id)
+{
+	void *p = __atomic_load_n(&vgpu_next_fn[id], __ATOMIC_ACQUIRE);
+	return likely(p) ? p : vgpu_next(id);
+}
+#define NEXT(name) ((__typeof__(&name))vgpu_next_fast(HOOK_##name))
 
 /* Plain (non-hooked) driver calls the shim makes for itself. */
 CUresult vgpu_cu_ctx_get_device(CUdevice *dev);
@@ -101,7 +108,14 @@ struct vgpu_state {
 extern struct vgpu_state vgpu;
 
 /* Initialises once (pthread_once); cheap after the first call. */
-void vgpu_init(void);
+void vgpu_init_slow(void);
+extern int vgpu_ready; /* set once the initialisation is done */
+static inline void vgpu_init(void)
+{
+	if (likely(__atomic_load_n(&vgpu_ready, __ATOMIC_ACQUIRE)))
+		return;
+	vgpu_init_slow();
+}
 /* Limits index of the current context's device: >= 0, or -1 (no limits
  * entry for it: refused unless pass-through), or -2 (no current context). */
 int vgpu_current_index(CUdevice *dev_out);
