@@ -420,5 +420,52 @@ awk -v a="$u_shared" -v b="$u_after" -v sa="${s_shared:--1}" -v sb="${s_after:--
 	exit !(drv == shim) }'
 result $? "IPC: memory resident after the exporter's free is what the shim charges"
 
+# 11. Leases: an allocation inside a process's lease takes no lock. Cost of cuMemAlloc_v2 +
+# cuMemFree_v2 (4 KiB, a memory limit in force) with and without the shim, and 8 processes
+# filling the quota at once with 64 MiB tensors never get more than the limit between them.
+limits "$limit" 100
+cat >"$W/pairs.py" <<'PY'
+import ctypes, sys, time
+from ctypes import byref, c_int, c_size_t, c_uint64, c_void_p
+cu = ctypes.CDLL("libcuda.so.1")
+assert cu.cuInit(0) == 0
+ctx = c_void_p()
+assert cu.cuDevicePrimaryCtxRetain(byref(ctx), c_int(0)) == 0 and cu.cuCtxSetCurrent(ctx) == 0
+p, n, best = c_uint64(), 100000, 1e18
+for r in range(5):
+    t0 = time.perf_counter()
+    for i in range(n):
+        cu.cuMemAlloc_v2(byref(p), c_size_t(4096))
+        cu.cuMemFree_v2(p)
+    best = min(best, (time.perf_counter() - t0) / n * 1e9)
+print(f"{best:.0f}")
+PY
+direct_ns=$(CUDA_VISIBLE_DEVICES=$gpu python3 "$W/pairs.py")
+shim_ns=$(shimmed python3 "$W/pairs.py")
+echo "  cuMemAlloc_v2+cuMemFree_v2 of 4 KiB (ctypes loop): direct ${direct_ns} ns, shim ${shim_ns} ns"
+awk -v d="$direct_ns" -v s="$shim_ns" 'BEGIN { exit !(d > 0 && s > 0 && s <= 1.2 * d) }'
+result $? "alloc+free with a quota costs at most 1.2x the driver's own (leases: no lock in the common case)"
+for i in $(seq 8); do
+	shimmed python3 -c '
+import torch
+n = 0
+try:
+    xs = []
+    while True:
+        xs.append(torch.empty(64 << 20, dtype=torch.uint8, device="cuda")); n += 1
+except torch.cuda.OutOfMemoryError:
+    pass
+print(n)
+open("'"$W"'/filled.'"$i"'", "w").close()
+import time; time.sleep(5)' >"$W/fill.$i" 2>/dev/null &
+done
+for _ in $(seq 300); do [ "$(ls "$W"/filled.* 2>/dev/null | wc -l)" -ge 8 ] && break; sleep 0.1; done
+used_mib=$(shimmed nvidia-smi -i "$gpu" --query-gpu=memory.used --format=csv,noheader,nounits | tr -d ' ')
+wait
+got=$(cat "$W"/fill.* | awk '{s += $1} END {print s * 64}')
+echo "  8 processes got ${got} MiB of tensors between them; nvidia-smi in the container: ${used_mib} MiB used; limit $((limit >> 20)) MiB"
+[ "$got" -gt 0 ] && [ $((got * 1048576)) -le "$limit" ] && [ "$((used_mib * 1048576))" -le "$limit" ]
+result $? "8 processes filling the quota at once never pass the limit between them"
+
 echo "validate: $fails check(s) failed"
 [ "$fails" -eq 0 ]
