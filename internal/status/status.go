@@ -20,6 +20,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
@@ -195,9 +196,14 @@ func (r *Report) WriteTable(w io.Writer) error {
 		tw := tabwriter.NewWriter(bw, 0, 8, 2, ' ', 0)
 		fmt.Fprintln(tw, "  CONTAINER\tPOD\tNAME\tSLICES\tMEMORY LIMIT\tMEMORY USED\tCORES")
 		for _, c := range g.Containers {
-			id := c.ID
-			if len(id) > 12 {
-				id = id[:12]
+			// Container IDs as crictl shortens them; a claim keeps its
+			// prefix and the first group of its UID.
+			id, width := c.ID, 12
+			if strings.HasPrefix(id, hoststate.ClaimIDPrefix) {
+				width = len(hoststate.ClaimIDPrefix) + 8
+			}
+			if len(id) > width {
+				id = id[:width]
 			}
 			sl := "-"
 			if c.Slices > 0 {
