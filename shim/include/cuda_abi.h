@@ -366,6 +366,8 @@ typedef struct CUgraphExecUpdateResultInfo_st CUgraphExecUpdateResultInfo;
 #define CU_GRAPH_NODE_TYPE_EMPTY 5
 #define CU_GRAPH_NODE_TYPE_MEM_ALLOC 10
 #define CU_GRAPH_NODE_TYPE_MEM_FREE 11
+/* 12.3+: a node that runs its body graph(s) zero, one or many times. Unverified (API reference). */
+#define CU_GRAPH_NODE_TYPE_CONDITIONAL 13
 
 /* CUgraphMem_attribute (values are cuuint64_t bytes) */
 #define CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT 0
@@ -410,6 +412,26 @@ typedef struct {
 	CUcontext ctx;
 } CUDA_KERNEL_NODE_PARAMS_v2;
 
+/*
+ * Per-node changes of an executable graph (the API reference; unverified):
+ *   cuGraphExecKernelNodeSetParams(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS_v1 *) @10010,
+ *     _v2 (..._v2 *) @12000; cuGraphNodeSetEnabled(CUgraphExec, CUgraphNode, unsigned) @11060;
+ *   cuGraphExecNodeSetParams(CUgraphExec, CUgraphNode, CUgraphNodeParams *) @12020;
+ *   cuGraphAddNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraphNodeParams *) @12020.
+ * CUgraphNodeParams: the node type, 12 reserved bytes, a 232-byte union (a kernel node's
+ * CUDA_KERNEL_NODE_PARAMS_v3, laid out as _v2 up to its context: only the grid is read here),
+ * 8 reserved bytes: 256 bytes.
+ */
+typedef struct {
+	int type; /* CUgraphNodeType */
+	int reserved0[3];
+	union {
+		long long reserved1[29];
+		CUDA_KERNEL_NODE_PARAMS_v2 kernel;
+	} u;
+	long long reserved2;
+} CUgraphNodeParams;
+
 /* ABI notes: location @0, flags @8, 12 bytes. */
 typedef struct {
 	CUmemLocation location;
@@ -436,6 +458,7 @@ _Static_assert(offsetof(CUDA_KERNEL_NODE_PARAMS_v1, gridDimX) == 8, "kn.gridDimX
 _Static_assert(offsetof(CUDA_KERNEL_NODE_PARAMS_v1, kernelParams) == 40, "kn.kernelParams");
 _Static_assert(sizeof(CUDA_KERNEL_NODE_PARAMS_v2) == 72, "CUDA_KERNEL_NODE_PARAMS_v2");
 _Static_assert(offsetof(CUDA_KERNEL_NODE_PARAMS_v2, kern) == 56, "kn2.kern");
+_Static_assert(sizeof(CUgraphNodeParams) == 256 && offsetof(CUgraphNodeParams, u) == 16, "CUgraphNodeParams");
 _Static_assert(sizeof(CUmemAccessDesc) == 12, "CUmemAccessDesc");
 _Static_assert(sizeof(CUDA_MEM_ALLOC_NODE_PARAMS) == 120, "CUDA_MEM_ALLOC_NODE_PARAMS");
 _Static_assert(offsetof(CUDA_MEM_ALLOC_NODE_PARAMS, bytesize) == 104, "man.bytesize");

@@ -31,9 +31,14 @@
  * past the quota if need be (nothing is held across the launch, which may
  * block); cuStreamBeginCaptureToGraph (12.3) is not hooked, so captures it
  * starts are charged as plain stream-ordered allocations until the free;
- * the work of an executable graph follows cuGraphExecUpdate[_v2] but not
- * per-node changes (cuGraphExecKernelNodeSetParams, cuGraphNodeSetEnabled),
- * nor the bodies of conditional nodes (12.3+), which are not counted.
+ * a conditional node (12.3+) runs its body an unknown number of times: it
+ * is charged a fixed, large amount of work (below) rather than read.
+ *
+ * The work of an executable graph follows cuGraphExecUpdate[_v2] and the
+ * per-node changes of its top-level kernel nodes: their grids
+ * (cuGraphExecKernelNodeSetParams[_v2], cuGraphExecNodeSetParams) and
+ * whether they run (cuGraphNodeSetEnabled); each such node's blocks are
+ * kept apart from the rest of the graph's for that.
  */
 #include "glibc_compat.h"
 
@@ -45,6 +50,11 @@
 #include "graph.h"
 
 #define GDEV 64 /* CUDA device ordinals whose graph memory is followed */
+/* Waves a conditional node is charged a launch: its body may run any number
+ * of times, unseen. A constant overcharge is corrected by the limiter's
+ * steering (measured share against the target); charging nothing would
+ * make a while loop over a large body free between two measurements. */
+#define CONDITIONAL_WAVES 1024
 
 /* ---- driver calls the shim makes for itself (none of them hooked) ----------------- */
 
@@ -75,11 +85,22 @@ static CUresult mem_attr(int dev, int attr, uint64_t *v)
 
 /* ---- what an executable graph runs and allocates ------------------------------------- */
 
+/* A top-level kernel node: what a per-node change of the executable graph names. */
+struct knode {
+	CUgraphNode node;
+	uint64_t blocks;
+	int off; /* disabled in the executable graph (cuGraphNodeSetEnabled) */
+};
+
 struct gexec {
 	struct gexec *next;
 	CUgraphExec exec;
 	uint64_t work;          /* thread blocks of one launch */
 	uint64_t waves;         /* ... in waves: each kernel's blocks over the SM count, rounded up */
+	uint64_t fixed_work;    /* ... of which not from the top-level kernel nodes below */
+	uint64_t fixed_waves;
+	struct knode *kn;       /* top-level kernel nodes */
+	size_t nkn;
 	int sms;                /* SMs of the device it was instantiated on (1: unknown) */
 	int mem;                /* has memory nodes (even of a size it could not learn) */
 	int launched;           /* launched before: its unfreed allocations may be live */
@@ -118,7 +139,31 @@ static uint64_t add_sat(uint64_t a, uint64_t b)
 	return a + b < a ? UINT64_MAX : a + b;
 }
 
-static void inspect_kernel(CUgraphNode n, struct gexec *x)
+static uint64_t waves_of(uint64_t blocks, int sms)
+{
+	return blocks ? (blocks - 1) / (uint64_t)sms + 1 : 1;
+}
+
+/* work and waves from the fixed part and the enabled top-level kernel nodes. */
+static void recount(struct gexec *x)
+{
+	x->work = x->fixed_work;
+	x->waves = x->fixed_waves;
+	for (size_t i = 0; i < x->nkn; i++)
+		if (!x->kn[i].off) {
+			x->work = add_sat(x->work, x->kn[i].blocks);
+			x->waves = add_sat(x->waves, waves_of(x->kn[i].blocks, x->sms));
+		}
+}
+
+static void gexec_free(struct gexec *x)
+{
+	if (x)
+		free(x->kn);
+	free(x);
+}
+
+static void inspect_kernel(CUgraphNode n, struct gexec *x, int top)
 {
 	/* _v2 (12.0+) first: a node made from a CUkernel may have no v1 form.
 	 * The grid sits at the same offsets in both layouts. */
@@ -130,10 +175,16 @@ static void inspect_kernel(CUgraphNode n, struct gexec *x)
 			 (CUDA_KERNEL_NODE_PARAMS_v1 *)&k);
 	if (rc == CUDA_SUCCESS) {
 		uint64_t blocks = (uint64_t)k.gridDimX * k.gridDimY * k.gridDimZ;
-		x->work = add_sat(x->work, blocks);
+		struct knode *v = top ? realloc(x->kn, (x->nkn + 1) * sizeof(*v)) : NULL;
+		if (v) {
+			x->kn = v;
+			x->kn[x->nkn++] = (struct knode){n, blocks, 0};
+			return;
+		}
+		x->fixed_work = add_sat(x->fixed_work, blocks);
 		/* A kernel holds the GPU for its waves, however few blocks the last
 		 * one has: twelve 1-block kernels are twelve waves, not one. */
-		x->waves = add_sat(x->waves, blocks ? (blocks - 1) / (uint64_t)x->sms + 1 : 1);
+		x->fixed_waves = add_sat(x->fixed_waves, waves_of(blocks, x->sms));
 	}
 }
 
@@ -187,8 +238,12 @@ static void inspect(CUgraph g, struct scan *sc, int depth)
 		CUgraph child = NULL;
 		if (DRV("cuGraphNodeGetType", CUresult(*)(CUgraphNode, int *), v[i], &type) != CUDA_SUCCESS)
 			continue;
-		if (type == CU_GRAPH_NODE_TYPE_KERNEL)
-			inspect_kernel(v[i], sc->x);
+		if (type == CU_GRAPH_NODE_TYPE_KERNEL) {
+			inspect_kernel(v[i], sc->x, depth == 0);
+		} else if (type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
+			sc->x->fixed_waves = add_sat(sc->x->fixed_waves, CONDITIONAL_WAVES);
+			sc->x->fixed_work = add_sat(sc->x->fixed_work, (uint64_t)CONDITIONAL_WAVES * (uint64_t)sc->x->sms);
+		}
 		else if (type == CU_GRAPH_NODE_TYPE_MEM_ALLOC)
 			inspect_alloc(v[i], sc);
 		else if (type == CU_GRAPH_NODE_TYPE_MEM_FREE)
@@ -216,6 +271,7 @@ static struct gexec *inspect_graph(CUgraph g)
 		sms = 1; /* every block a wave: an overcharge the limiter's steering absorbs */
 	sc.x->sms = sms;
 	inspect(g, &sc, 0);
+	recount(sc.x);
 	for (size_t i = 0; i < sc.nal; i++) {
 		size_t j = 0;
 		while (j < sc.nfr && sc.fr[j] != sc.al[i].p)
@@ -298,7 +354,7 @@ uint64_t vgpu_graph_exec_work(CUgraphExec g)
 static CUresult keep(CUresult rc, CUgraphExec *e, struct gexec *x)
 {
 	if (rc != CUDA_SUCCESS || !e || !*e || !x) {
-		free(x);
+		gexec_free(x);
 		return rc;
 	}
 	x->exec = *e;
@@ -463,7 +519,7 @@ static CUresult with_params(int ptsz, CUgraphExec *e, CUgraph g, CUDA_GRAPH_INST
 	struct gexec *x = inspect_graph(g);
 	struct vgpu_graph_backing b = {0};
 	if (x && p && (p->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) && back_begin(x, &b) != 0) {
-		free(x);
+		gexec_free(x);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	CUresult rc = ptsz ? NEXT(cuGraphInstantiateWithParams_ptsz)(e, g, p) : NEXT(cuGraphInstantiateWithParams)(e, g, p);
@@ -518,7 +574,7 @@ VGPU_EXPORT CUresult cuGraphExecDestroy(CUgraphExec g)
 		for (int d = 0; d < GDEV; d++)
 			if (x->need[d])
 				follow_pool(d);
-	free(x);
+	gexec_free(x);
 	return rc;
 }
 
@@ -530,14 +586,22 @@ static CUresult updated(CUresult rc, CUgraphExec e, struct gexec *fresh)
 		pthread_mutex_lock(&table_mu);
 		for (struct gexec *x = table[bucket(e)]; x; x = x->next)
 			if (x->exec == e) {
-				x->work = fresh->work;
-				x->waves = fresh->waves;
+				/* The nodes are the new graph's from now on. */
+				struct knode *kn = x->kn;
+				size_t nkn = x->nkn;
+				x->kn = fresh->kn;
+				x->nkn = fresh->nkn;
+				fresh->kn = kn;
+				fresh->nkn = nkn;
+				x->fixed_work = fresh->fixed_work;
+				x->fixed_waves = fresh->fixed_waves;
+				recount(x);
 				LOGD("graph exec %p updated: %llu thread blocks a launch, %llu waves", (void *)e,
 				     (unsigned long long)x->work, (unsigned long long)x->waves);
 			}
 		pthread_mutex_unlock(&table_mu);
 	}
-	free(fresh);
+	gexec_free(fresh);
 	return rc;
 }
 
@@ -551,6 +615,71 @@ VGPU_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec e, CUgraph g, CUgraphExecU
 {
 	struct gexec *x = inspect_graph(g);
 	return updated(NEXT(cuGraphExecUpdate_v2)(e, g, info), e, x);
+}
+
+/* After a successful change of node n of e: its grid is blocks (unless
+ * keep_blocks), and it runs unless off (-1: unchanged). A node the shim does
+ * not know (not a top-level kernel node) changes nothing. */
+static void node_changed(CUgraphExec e, CUgraphNode n, int keep_blocks, uint64_t blocks, int off)
+{
+	pthread_mutex_lock(&table_mu);
+	for (struct gexec *x = table[bucket(e)]; x; x = x->next) {
+		if (x->exec != e)
+			continue;
+		for (size_t i = 0; i < x->nkn; i++)
+			if (x->kn[i].node == n) {
+				if (!keep_blocks)
+					x->kn[i].blocks = blocks;
+				if (off >= 0)
+					x->kn[i].off = off;
+			}
+		recount(x);
+		LOGD("graph exec %p changed: %llu thread blocks a launch, %llu waves", (void *)e,
+		     (unsigned long long)x->work, (unsigned long long)x->waves);
+	}
+	pthread_mutex_unlock(&table_mu);
+}
+
+#define GRID_OF(k) ((uint64_t)(k)->gridDimX * (uint64_t)(k)->gridDimY * (uint64_t)(k)->gridDimZ)
+
+VGPU_EXPORT CUresult cuGraphExecKernelNodeSetParams(CUgraphExec e, CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS_v1 *p)
+{
+	if (!NEXT(cuGraphExecKernelNodeSetParams))
+		return CUDA_ERROR_NOT_FOUND;
+	CUresult rc = NEXT(cuGraphExecKernelNodeSetParams)(e, n, p);
+	if (rc == CUDA_SUCCESS && p)
+		node_changed(e, n, 0, GRID_OF(p), -1);
+	return rc;
+}
+
+VGPU_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec e, CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS_v2 *p)
+{
+	if (!NEXT(cuGraphExecKernelNodeSetParams_v2))
+		return CUDA_ERROR_NOT_FOUND;
+	CUresult rc = NEXT(cuGraphExecKernelNodeSetParams_v2)(e, n, p);
+	if (rc == CUDA_SUCCESS && p)
+		node_changed(e, n, 0, GRID_OF(p), -1);
+	return rc;
+}
+
+VGPU_EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec e, CUgraphNode n, CUgraphNodeParams *p)
+{
+	if (!NEXT(cuGraphExecNodeSetParams))
+		return CUDA_ERROR_NOT_FOUND;
+	CUresult rc = NEXT(cuGraphExecNodeSetParams)(e, n, p);
+	if (rc == CUDA_SUCCESS && p && p->type == CU_GRAPH_NODE_TYPE_KERNEL)
+		node_changed(e, n, 0, GRID_OF(&p->u.kernel), -1);
+	return rc;
+}
+
+VGPU_EXPORT CUresult cuGraphNodeSetEnabled(CUgraphExec e, CUgraphNode n, unsigned enabled)
+{
+	if (!NEXT(cuGraphNodeSetEnabled))
+		return CUDA_ERROR_NOT_FOUND;
+	CUresult rc = NEXT(cuGraphNodeSetEnabled)(e, n, enabled);
+	if (rc == CUDA_SUCCESS)
+		node_changed(e, n, 1, 0, !enabled);
+	return rc;
 }
 
 VGPU_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice dev)

@@ -27,6 +27,11 @@
  *   upload[:RC] launch[:RC]  of the last executable graph
  *   execdestroy[:RC]         destroys (and forgets) the last executable graph
  *   update[:RC] update1[:RC] cuGraphExecUpdate_v2 / cuGraphExecUpdate of it from the current graph
+ *   setk:I:GX setk1:I:GX setnode:I:GX  the grid of the Ith kernel node made (from 0) in the last
+ *                            executable graph: cuGraphExecKernelNodeSetParams_v2 / _v1 /
+ *                            cuGraphExecNodeSetParams
+ *   enable:I:0|1             cuGraphNodeSetEnabled of the Ith kernel node in the last executable graph
+ *   cond                     a conditional node (cuGraphAddNode) in the current graph
  *   graphdestroy trim[:RC] sync
  *   attr:used|usedhigh|reserved|reservedhigh:SIZE   graph memory of GPU 0
  *   resethigh:used|reserved[:RC[:VALUE]]  cuDeviceSetGraphMemAttribute of a high-water mark
@@ -92,6 +97,11 @@ CUresult cuGraphLaunch_ptsz(CUgraphExec, CUstream);
 CUresult cuGraphExecDestroy(CUgraphExec);
 CUresult cuGraphExecUpdate(CUgraphExec, CUgraph, CUgraphNode *, int *);
 CUresult cuGraphExecUpdate_v2(CUgraphExec, CUgraph, void *);
+CUresult cuGraphExecKernelNodeSetParams(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS_v1 *);
+CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS_v2 *);
+CUresult cuGraphExecNodeSetParams(CUgraphExec, CUgraphNode, CUgraphNodeParams *);
+CUresult cuGraphNodeSetEnabled(CUgraphExec, CUgraphNode, unsigned);
+CUresult cuGraphAddNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraphNodeParams *);
 CUresult cuDeviceGraphMemTrim(CUdevice);
 CUresult cuDeviceGetGraphMemAttribute(CUdevice, int, void *);
 CUresult cuDeviceSetGraphMemAttribute(CUdevice, int, void *);
@@ -201,9 +211,12 @@ static void *bg_launch(void *e)
 	return NULL;
 }
 
+static CUgraphNode knodes[4096]; /* kernel nodes made, in order */
+static int nknodes;
+
 static void kernel_node(int v1, unsigned gx, unsigned gy, unsigned gz)
 {
-	CUgraphNode n;
+	CUgraphNode n = NULL;
 	CUDA_KERNEL_NODE_PARAMS_v2 k = {.gridDimX = gx, .gridDimY = gy, .gridDimZ = gz,
 					 .blockDimX = 128, .blockDimY = 1, .blockDimZ = 1};
 	if (v1) {
@@ -213,6 +226,8 @@ static void kernel_node(int v1, unsigned gx, unsigned gy, unsigned gz)
 	} else {
 		check("cuGraphAddKernelNode_v2", api.AddKernelNode(&n, graph, NULL, 0, &k), NULL);
 	}
+	if (nknodes < 4096)
+		knodes[nknodes++] = n;
 }
 
 static double now_s(void)
@@ -348,6 +363,29 @@ static void op(char *spec)
 	} else if (!strcmp(o, "update")) {
 		char info[64]; /* CUgraphExecUpdateResultInfo, opaque here */
 		check("cuGraphExecUpdate_v2", api.ExecUpdate(top(), graph, info), a[1]);
+	} else if (!strcmp(o, "setk") || !strcmp(o, "setk1") || !strcmp(o, "setnode")) {
+		CUgraphNodeParams p;
+		memset(&p, 0, sizeof(p));
+		p.type = CU_GRAPH_NODE_TYPE_KERNEL;
+		p.u.kernel = (CUDA_KERNEL_NODE_PARAMS_v2){.gridDimX = (unsigned)atoi(a[2]), .gridDimY = 1, .gridDimZ = 1,
+							  .blockDimX = 128, .blockDimY = 1, .blockDimZ = 1};
+		CUgraphNode kn = knodes[atoi(a[1])];
+		if (!strcmp(o, "setk")) {
+			check("cuGraphExecKernelNodeSetParams_v2", api.ExecKernelSet(top(), kn, &p.u.kernel), NULL);
+		} else if (!strcmp(o, "setk1")) {
+			CUDA_KERNEL_NODE_PARAMS_v1 k1;
+			memcpy(&k1, &p.u.kernel, sizeof(k1));
+			check("cuGraphExecKernelNodeSetParams", api.ExecKernelSet1(top(), kn, &k1), NULL);
+		} else {
+			check("cuGraphExecNodeSetParams", api.ExecNodeSet(top(), kn, &p), NULL);
+		}
+	} else if (!strcmp(o, "enable")) {
+		check("cuGraphNodeSetEnabled", api.NodeSetEnabled(top(), knodes[atoi(a[1])], (unsigned)atoi(a[2])), NULL);
+	} else if (!strcmp(o, "cond")) {
+		CUgraphNodeParams p;
+		memset(&p, 0, sizeof(p));
+		p.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+		check("cuGraphAddNode", api.AddNode(&node, graph, NULL, 0, &p), NULL);
 	} else if (!strcmp(o, "update1")) {
 		int result = -1;
 		check("cuGraphExecUpdate", api.ExecUpdate1(top(), graph, &node, &result), a[1]);

@@ -121,3 +121,26 @@ test_harden_multicast_unknown_device() {
 	done
 }
 t harden_multicast_unknown_device test_harden_multicast_unknown_device
+
+test_harden_graph_node_changes() {
+	local m
+	for m in "${GMODES[@]}"; do
+		setup $((64 * MiB)) 100 hard debug
+		# Per-node changes of an executable graph change what a launch runs, and what the SM
+		# limiter charges for it: 100 + 264 blocks at instantiation (1 + 2 waves of 132 SMs);
+		# the second kernel set to 660 (5 waves); the first disabled; set to 132 while disabled
+		# (still not run); enabled again; the second set to 1 block through the generic setter.
+		# The launch then runs 132 + 1 blocks: 2 waves of 1 ms on the fake GPU.
+		# shellcheck disable=SC2086
+		grun $m init graph kernel:100 kernel:264 inst setk:1:660 enable:0:0 setk1:0:132 enable:0:1 setnode:1:1 \
+			launch sync busy:2000000
+		local got
+		got=$(sed -n 's/.*graph exec 0x[0-9a-f]*\( changed\)*: \([0-9]*\) thread blocks a launch.* \([0-9]*\) waves.*/\2:\3/p' "$T/err" | paste -sd' ' -)
+		expect "$m blocks:waves after each change" "$got" "364:3 760:6 660:5 660:5 792:6 133:2"
+		# A conditional node runs its body an unknown number of times: charged 1024 waves.
+		# shellcheck disable=SC2086
+		grun $m init graph kernel:1 cond inst
+		grep -q 'graph exec 0x[0-9a-f]*: 135169 thread blocks a launch, 0 bytes of graph memory, 1025 waves' "$T/err"
+	done
+}
+t harden_graph_node_changes test_harden_graph_node_changes

@@ -1729,7 +1729,9 @@ FG(cuGraphAddMemAllocNode) FG(cuGraphMemAllocNodeGetParams) FG(cuGraphAddMemFree
 FG(cuGraphMemFreeNodeGetParams) FG(cuDeviceGraphMemTrim) FG(cuDeviceGetGraphMemAttribute)
 FG(cuDeviceSetGraphMemAttribute) FG(cuGraphInstantiate) FG(cuGraphInstantiate_v2)
 FG(cuGraphInstantiateWithFlags) FG(cuGraphInstantiateWithParams) FG(cuGraphInstantiateWithParams_ptsz)
-FG(cuGraphExecDestroy) FG(cuGraphExecUpdate) FG(cuGraphExecUpdate_v2) FG(cuGraphUpload) FG(cuGraphUpload_ptsz) FG(cuGraphLaunch) FG(cuGraphLaunch_ptsz)
+FG(cuGraphExecDestroy) FG(cuGraphExecUpdate) FG(cuGraphExecUpdate_v2)
+FG(cuGraphExecKernelNodeSetParams) FG(cuGraphExecKernelNodeSetParams_v2) FG(cuGraphExecNodeSetParams)
+FG(cuGraphNodeSetEnabled) FG(cuGraphAddNode) FG(cuGraphUpload) FG(cuGraphUpload_ptsz) FG(cuGraphLaunch) FG(cuGraphLaunch_ptsz)
 FG(cuStreamBeginCapture) FG(cuStreamBeginCapture_ptsz) FG(cuStreamBeginCapture_v2)
 FG(cuStreamBeginCapture_v2_ptsz) FG(cuStreamEndCapture) FG(cuStreamEndCapture_ptsz) FG(cuStreamIsCapturing)
 FG(cuStreamIsCapturing_ptsz) FG(cuStreamGetCaptureInfo) FG(cuStreamGetCaptureInfo_ptsz)
@@ -1890,6 +1892,11 @@ static const struct entry table[] = {
 	E(cuGraphExecDestroy, 10000, cuGraphExecDestroy),
 	E(cuGraphExecUpdate, 10020, cuGraphExecUpdate),
 	E(cuGraphExecUpdate, 12000, cuGraphExecUpdate_v2),
+	E(cuGraphExecKernelNodeSetParams, 10010, cuGraphExecKernelNodeSetParams),
+	E(cuGraphExecKernelNodeSetParams, 12000, cuGraphExecKernelNodeSetParams_v2),
+	E(cuGraphExecNodeSetParams, 12020, cuGraphExecNodeSetParams),
+	E(cuGraphNodeSetEnabled, 11060, cuGraphNodeSetEnabled),
+	E(cuGraphAddNode, 12020, cuGraphAddNode),
 	EP(cuGraphUpload, 11010, cuGraphUpload),
 	EP(cuStreamBeginCapture, 10000, cuStreamBeginCapture),
 	EP(cuStreamBeginCapture, 10010, cuStreamBeginCapture_v2),

@@ -70,6 +70,8 @@ struct CUgraphExec_st {
 	struct CUgraphExec_st *next;
 	uint64_t *kernels; /* grid blocks of each kernel */
 	size_t nk;
+	CUgraphNode *knodes;  /* ... the node each came from (for the per-node setters) */
+	unsigned char *koff;  /* ... disabled (cuGraphNodeSetEnabled) */
 	struct galloc **allocs; /* allocations made by a launch */
 	int *freed_inside;      /* ... and whether the graph frees them too */
 	size_t na;
@@ -523,6 +525,17 @@ static int flatten(struct CUgraphExec_st *e, CUgraph g)
 			if (push((void **)&e->kernels, &e->nk, sizeof(*e->kernels)))
 				return -1;
 			e->kernels[e->nk - 1] = GRID(n->k.gridDimX, n->k.gridDimY, n->k.gridDimZ);
+			{
+				CUgraphNode *kv = realloc(e->knodes, e->nk * sizeof(*kv));
+				if (kv)
+					e->knodes = kv;
+				unsigned char *ov = kv ? realloc(e->koff, e->nk) : NULL;
+				if (!ov)
+					return -1;
+				e->koff = ov;
+				kv[e->nk - 1] = n;
+				ov[e->nk - 1] = 0;
+			}
 			break;
 		case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
 			if (push((void **)&e->allocs, &e->na, sizeof(*e->allocs)))
@@ -553,6 +566,8 @@ static int flatten(struct CUgraphExec_st *e, CUgraph g)
 static void exec_free(struct CUgraphExec_st *e)
 {
 	free(e->kernels);
+	free(e->knodes);
+	free(e->koff);
 	free(e->allocs);
 	free(e->freed_inside);
 	free(e->frees);
@@ -689,12 +704,82 @@ static CUresult update(CUgraphExec e, CUgraph g)
 	}
 	pthread_mutex_lock(&gmu);
 	uint64_t *k = e->kernels;
+	CUgraphNode *kn = e->knodes;
+	unsigned char *ko = e->koff;
 	e->kernels = n->kernels;
+	e->knodes = n->knodes;
+	e->koff = n->koff;
 	e->nk = n->nk;
 	n->kernels = k;
+	n->knodes = kn;
+	n->koff = ko;
 	pthread_mutex_unlock(&gmu);
 	exec_free(n);
 	return CUDA_SUCCESS;
+}
+
+/* ---- per-node changes of an executable graph; cuGraphAddNode ------------------------------ */
+
+/* Node n's kernel in e: its grid becomes blocks (blocks 0: unchanged), it runs unless off (-1: unchanged). */
+static CUresult exec_node(CUgraphExec e, CUgraphNode n, uint64_t blocks, int off)
+{
+	CUresult rc = CUDA_ERROR_INVALID_VALUE;
+	if (!e || !n)
+		return rc;
+	pthread_mutex_lock(&gmu);
+	for (size_t i = 0; i < e->nk; i++)
+		if (e->knodes && e->knodes[i] == n) {
+			if (blocks)
+				e->kernels[i] = blocks;
+			if (off >= 0)
+				e->koff[i] = (unsigned char)off;
+			rc = CUDA_SUCCESS;
+		}
+	pthread_mutex_unlock(&gmu);
+	return rc;
+}
+
+EXPORT CUresult cuGraphExecKernelNodeSetParams(CUgraphExec e, CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS_v1 *p)
+{
+	if (!p || !p->gridDimX || !p->gridDimY || !p->gridDimZ)
+		return CUDA_ERROR_INVALID_VALUE;
+	return exec_node(e, n, GRID(p->gridDimX, p->gridDimY, p->gridDimZ), -1);
+}
+
+EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec e, CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS_v2 *p)
+{
+	if (!p || !p->gridDimX || !p->gridDimY || !p->gridDimZ)
+		return CUDA_ERROR_INVALID_VALUE;
+	return exec_node(e, n, GRID(p->gridDimX, p->gridDimY, p->gridDimZ), -1);
+}
+
+EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec e, CUgraphNode n, CUgraphNodeParams *p)
+{
+	if (!p || p->type != CU_GRAPH_NODE_TYPE_KERNEL)
+		return CUDA_ERROR_NOT_SUPPORTED; /* only kernel nodes here */
+	return cuGraphExecKernelNodeSetParams_v2(e, n, &p->u.kernel);
+}
+
+EXPORT CUresult cuGraphNodeSetEnabled(CUgraphExec e, CUgraphNode n, unsigned enabled)
+{
+	return exec_node(e, n, 0, !enabled);
+}
+
+/* Kernel nodes, and conditional nodes: those run nothing here (their body is not modelled). */
+EXPORT CUresult cuGraphAddNode(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t ndeps, CUgraphNodeParams *p)
+{
+	(void)deps;
+	(void)ndeps;
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (p->type == CU_GRAPH_NODE_TYPE_KERNEL)
+		return add_kernel(out, g, &p->u.kernel);
+	if (p->type != CU_GRAPH_NODE_TYPE_CONDITIONAL)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if (!out || !g)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUgraphNode n = new_node(CU_GRAPH_NODE_TYPE_CONDITIONAL);
+	return n ? add_node(g, n, out) : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 EXPORT CUresult cuGraphExecUpdate(CUgraphExec e, CUgraph g, CUgraphNode *err, int *result)
@@ -775,7 +860,7 @@ static CUresult launch(CUgraphExec e, CUstream s)
 		fk_free_ptr(other[j]);
 	/* The kernels run on the device's timeline like any other launch. */
 	for (size_t i = 0; i < e->nk; i++)
-		if ((rc = fk_run_kernel(e->kernels[i])) != CUDA_SUCCESS)
+		if (!(e->koff && e->koff[i]) && (rc = fk_run_kernel(e->kernels[i])) != CUDA_SUCCESS)
 			return rc;
 	pthread_mutex_lock(&gmu);
 	e->running_until = fk_now() + 1; /* conservatively: queued kernels may still run */
