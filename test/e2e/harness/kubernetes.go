@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -179,6 +180,50 @@ type Cluster struct {
 	procs   map[string]*Process // running components by name
 	kubelet []string            // the kubelet's command line
 	closed  bool
+	// nodeLock is held while this cluster's kubelet may run (NodeLockPath).
+	nodeLock *os.File
+}
+
+// NodeLockPath is locked (flock) by each cluster with a kubelet for its
+// whole life: two kubelets would share DevicePluginDir, each deleting the
+// other's kubelet.sock, and device plugins would register with the wrong
+// one. A second test run waits for the first.
+const NodeLockPath = "/var/lib/kubelet/.nri-vgpu-e2e-node.lock"
+
+// lockNode takes the lock file at path (NodeLockPath), waiting while
+// another holder has it (it says so once) until ctx ends. The kernel
+// releases the lock when its holder dies.
+func lockNode(ctx context.Context, path string, logf func(string, ...any)) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("harness: %w", err)
+	}
+	for said := false; ; {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("harness: locking %s: %w", path, err)
+		}
+		if !said {
+			holder, _ := os.ReadFile(path)
+			logf("another test run's kubelet holds %s (pid %s); waiting", path, strings.TrimSpace(string(holder)))
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("harness: another kubelet of the tests holds %s: %w", path, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	// Who holds it, for the next one that waits.
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return f, nil
 }
 
 // StartCluster starts a cluster whose node runs on opts.Containerd and
@@ -255,11 +300,17 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err := os.MkdirAll(c.logDir, 0o755); err != nil {
 		return fmt.Errorf("harness: %w", err)
 	}
-	// The kubelet's device-plugin directory is fixed (DevicePluginDir).
+	// The kubelet's device-plugin directory is fixed (DevicePluginDir):
+	// one kubelet at a time on this machine.
 	if !c.opts.ControlPlaneOnly {
 		if err := os.MkdirAll(DevicePluginDir, 0o755); err != nil {
 			return fmt.Errorf("harness: %w", err)
 		}
+		lock, err := lockNode(ctx, NodeLockPath, c.logf)
+		if err != nil {
+			return err
+		}
+		c.nodeLock = lock
 	}
 	ports, err := freePorts(7)
 	if err != nil {
@@ -654,6 +705,10 @@ func (c *Cluster) Close() error {
 	}
 	if err := os.RemoveAll(c.Dir); err != nil {
 		errs = append(errs, fmt.Errorf("harness: removing %s: %w", c.Dir, err))
+	}
+	if c.nodeLock != nil {
+		// Closing the file releases the lock.
+		c.nodeLock.Close()
 	}
 	return errors.Join(errs...)
 }

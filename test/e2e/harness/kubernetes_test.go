@@ -1,12 +1,14 @@
 package harness
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestSelectedKubernetesVersions(t *testing.T) {
@@ -130,4 +132,33 @@ func TestK8sScriptPinsTheSameVersion(t *testing.T) {
 	if got := strings.Fields(string(m[1])); !slices.Equal(got, []string{KubernetesVersion}) {
 		t.Errorf("hack/k8s-deps.sh builds %v by default, the cluster tests run %s", got, KubernetesVersion)
 	}
+}
+
+// TestLockNode: a second cluster waits for the first one's lock and gets it
+// once the first lets go.
+func TestLockNode(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "node.lock")
+	ctx := context.Background()
+	first, err := lockNode(ctx, path, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var said []string
+	short, cancel := context.WithTimeout(ctx, 700*time.Millisecond)
+	defer cancel()
+	if second, err := lockNode(short, path, func(f string, a ...any) { said = append(said, f) }); err == nil {
+		second.Close()
+		t.Fatal("a second lockNode got the lock while the first held it")
+	} else if !strings.Contains(err.Error(), path) {
+		t.Errorf("error %v does not name %s", err, path)
+	}
+	if len(said) != 1 {
+		t.Errorf("the waiting lockNode said %d things, want 1 (that it waits)", len(said))
+	}
+	first.Close()
+	second, err := lockNode(ctx, path, t.Logf)
+	if err != nil {
+		t.Fatalf("lockNode after the first let go: %v", err)
+	}
+	second.Close()
 }
