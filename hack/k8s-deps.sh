@@ -13,7 +13,7 @@
 #
 # The Kubernetes versions are the arguments, else $NRI_VGPU_E2E_KUBERNETES
 # (space-separated), else v1.37.2. Any release from v1.34.0 on builds the
-# same way.
+# same way; v1.34.4 (etcd v3.6.4) is known to pass the cluster tests.
 #
 # Idempotent: binaries in the cache that run and report the pinned versions
 # are reused. Prints what it builds on stderr; stdout gets one line, the
@@ -26,7 +26,8 @@
 # throwaway module that requires k8s.io/kubernetes and points each staging
 # module at its published release (k8s.io/api v0.37.2 for v1.37.2, ...).
 #
-# Cold on 2 cores: about 6 minutes and 2 GB of memory; warm: a second.
+# Cold on 2 cores: 16 to 17 minutes per release on a busy shared machine
+# (15.5 minutes of CPU for v1.37.2) and 2 GB of memory; warm: under a second.
 #
 # Environment:
 #   NRI_VGPU_E2E_CACHE       cache directory (default /var/cache/nri-vgpu-e2e
@@ -194,7 +195,7 @@ for version in "${versions[@]}"; do
 		log "Kubernetes $version and etcd $(cat "$bin/etcd.version") already in $bin"
 		continue
 	fi
-	log "building Kubernetes $version and etcd into $bin (about 6 minutes cold, 2 GB of memory)"
+	log "building Kubernetes $version and etcd into $bin (about a quarter of an hour cold on 2 cores, 2 GB of memory)"
 	mkdir -p "$cache"
 	tmp=$(mktemp -d "$cache/.build.XXXXXX")
 	# Build into a temp dir and move the binaries in only once all are
