@@ -320,9 +320,24 @@ uint64_t vgpu_ledger_published(int idx)
 	return leased[idx];
 }
 
+/*
+ * Whether our claim still stands. A process drops its process-associated
+ * locks when it closes any descriptor of the file, ours or not: a program
+ * that reads the limits file itself drops the claim, and the descriptor
+ * check of still_ours() cannot see that. Checked (one query) each time the
+ * claim is written, which the SM limiter's watcher does periodically.
+ */
+static int claim_stands(void)
+{
+	struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = hp_at(me, claimed_hp), .l_len = 1};
+	if (fd < 0 || syscall(SYS_fcntl, fd, F_OFD_GETLK, &fl) != 0)
+		return 1; /* cannot tell: still_ours() below deals with a lost descriptor */
+	return fl.l_type != F_UNLCK && fl.l_pid == me;
+}
+
 int vgpu_ledger_claim_host_pid(int32_t hp)
 {
-	if (hp == claimed_hp)
+	if (hp == claimed_hp && (!hp || claim_stands()))
 		return 0;
 	if (!still_ours())
 		return -1;
@@ -332,7 +347,7 @@ int vgpu_ledger_claim_host_pid(int32_t hp)
 	}
 	if (hp && claim_lk(F_RDLCK, hp_at(me, hp)) != 0)
 		return -1;
-	if (claimed_hp)
+	if (claimed_hp && claimed_hp != hp)
 		claim_lk(F_UNLCK, hp_at(me, claimed_hp));
 	claimed_hp = hp;
 	return 0;

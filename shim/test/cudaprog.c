@@ -1309,6 +1309,13 @@ static void run(int argc, char **argv)
 				close(fd);
 			for (int fd = 0; fd >= 0 && fd < 400;)
 				fd = open("/dev/null", O_RDONLY);
+		} else if (!strcmp(op, "readfile")) {
+			/* readfile:PATH — opens PATH, reads it and closes it (as a program reading the limits file). */
+			char buf[256];
+			int fd = open(a[1], O_RDONLY | O_CLOEXEC);
+			if (fd < 0 || read(fd, buf, sizeof(buf)) < 0)
+				die("readfile %s%s", a[1], "");
+			close(fd);
 		} else if (!strcmp(op, "sleep")) {
 			usleep((useconds_t)atoi(a[1]) * 1000);
 		} else if (!strcmp(op, "waitfile")) {

@@ -144,3 +144,21 @@ test_harden_graph_node_changes() {
 	done
 }
 t harden_graph_node_changes test_harden_graph_node_changes
+
+test_harden_claim_after_program_reads_limits() {
+	# A program that reads the limits file itself closes a descriptor of it, which drops every
+	# process-associated lock of the process on it, its host pid claim included. The claim is
+	# taken again (here by the SM limiter's watcher, which writes it every 100 ms): nvidia-smi
+	# in the container still matches the process with NVML's entry (a graphics client here,
+	# listed only when matched).
+	setup $GiB 50
+	FAKECUDA_PROC_KIND=graphics LD_PRELOAD=$SHIM "$PROG" init alloc:64MiB launch:1 readfile:"$T/limits" \
+		sleep:1000 touch:"$T/held" waitfile:"$T/go" >"$T/out" 2>"$T/err" &
+	local p=$!
+	waitfor "$T/held" $p
+	np_smi 0
+	touch "$T/go"
+	wait $p
+	np_expect GraphicsRunningProcesses "$p:$((64 * MiB))"
+}
+t harden_claim_after_program_reads_limits test_harden_claim_after_program_reads_limits
