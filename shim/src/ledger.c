@@ -47,8 +47,8 @@
  * named in a forged claim stays hidden); the limiter counts every claim,
  * where a forgery can only make the container look busier. A process drops
  * its process-associated locks when it closes any descriptor of the file:
- * the shim keeps its one descriptor, and still_ours() takes the claim again
- * when the program closed it.
+ * still_ours() takes the claim again when the program closed the shim's
+ * descriptor, claim_stands() when it closed one of its own.
  *
  * Nothing here takes a lock of its own: callers serialise publishing (the
  * region lock); measuring is a series of atomic kernel queries.
