@@ -66,8 +66,8 @@ func startClusterNode(t *testing.T, version string, opts vgpuOptions) *clusterNo
 // components' log tails are printed first.
 func startCluster(t *testing.T, version string, c *harness.Containerd) *harness.Cluster {
 	t.Helper()
-	// One kubelet per machine: other test runs (other checkouts) wait.
-	lockKubelet(t)
+	// One kubelet per machine: StartCluster waits for the node lock
+	// (harness.NodeLockPath) that other test runs hold.
 	ctx := testContext(t, 3*time.Minute)
 	k, err := harness.StartCluster(ctx, harness.ClusterOptions{
 		Version:    version,

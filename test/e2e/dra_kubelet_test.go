@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -21,25 +20,6 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/harness"
 )
-
-// kubeletLock is held by every test that runs a kubelet (startCluster takes
-// it), in this checkout or another: a machine runs one kubelet at a time
-// (its device-plugin directory is fixed).
-const kubeletLock = "/var/lock/nri-vgpu-kubelet.lock"
-
-// lockKubelet waits for kubeletLock and holds it until t ends.
-func lockKubelet(t *testing.T) {
-	t.Helper()
-	f, err := os.OpenFile(kubeletLock, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-		f.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() }) // closing drops the lock
-}
 
 // A pod with a claim under the real kubelet: the DRA driver registers with
 // it and prepares the claim, containerd applies the claim's CDI device and
