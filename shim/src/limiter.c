@@ -88,6 +88,11 @@ struct bucket {
 	int64_t rate;    /* tokens added per PERIOD_NS of elapsed time */
 	int64_t owed;    /* cost beyond the bounded debt, paid back from refills */
 	int64_t waiting; /* launches blocked right now */
+	/* Throttled launches go in arrival order (a ticket each, served in turn):
+	 * otherwise a thread that just came back from a synchronisation finds
+	 * the tokens of a refill first, again and again, while another waits
+	 * for many periods. */
+	uint64_t tickets, serving;
 	int starved;     /* a launch found the bucket empty since the rate last moved */
 	int clipped;     /* a launch hit the bounded debt since the rate last moved */
 	int launched;    /* a launch was charged since the rate last moved */
@@ -406,6 +411,49 @@ static int64_t available(struct bucket *b, int64_t now)
 	return t + (int64_t)((double)rate * (double)since / (double)PERIOD_NS);
 }
 
+/*
+ * Waits for this launch's turn and for tokens; returns the tokens available
+ * then. Turns go by ticket; a launch whose turn it is not sleeps briefly. A
+ * turn that does not move for two periods while tokens are there belongs to a
+ * thread that is not coming (stopped, or gone by a signal handler's longjmp):
+ * any waiter then skips it, and the owner, should it return, goes at once.
+ */
+static int64_t wait_turn(struct bucket *b, uint64_t *ticket)
+{
+	int oldstate;
+	/* nanosleep is a cancellation point: a thread cancelled in line would
+	 * hold up the others until skipped. */
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &oldstate);
+	uint64_t mine = __atomic_fetch_add(&b->tickets, 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&b->starved, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&b->waiting, 1, __ATOMIC_RELAXED);
+	uint64_t seen = __atomic_load_n(&b->serving, __ATOMIC_ACQUIRE);
+	int64_t seen_ns = now_ns(), avail;
+	for (;;) {
+		int64_t now = now_ns();
+		avail = available(b, now);
+		uint64_t srv = __atomic_load_n(&b->serving, __ATOMIC_ACQUIRE);
+		if (avail > 0 && (int64_t)(mine - srv) <= 0)
+			break;
+		if (srv != seen) {
+			seen = srv;
+			seen_ns = now;
+		} else if (avail > 0 && now - seen_ns > 2 * PERIOD_NS) {
+			__atomic_compare_exchange_n(&b->serving, &srv, srv + 1, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+			seen_ns = now;
+			continue;
+		}
+		/* In debt: sleep about until it is paid at the current rate. */
+		int64_t rate = __atomic_load_n(&b->rate, __ATOMIC_RELAXED);
+		int64_t ns = avail <= 0 && rate > 0 ? (int64_t)((double)(1 - avail) * (double)PERIOD_NS / (double)rate) : 0;
+		sleep_ns(ns < WAIT_NS ? WAIT_NS : ns > WAIT_MAX_NS ? WAIT_MAX_NS : ns);
+	}
+	__atomic_sub_fetch(&b->waiting, 1, __ATOMIC_RELAXED);
+	pthread_setcancelstate(oldstate, NULL);
+	*ticket = mine;
+	return avail;
+}
+
 /* The bucket of limits index idx when its launches are throttled, else NULL. */
 static struct bucket *throttled_bucket(int idx)
 {
@@ -425,17 +473,10 @@ static void charge_waves(struct bucket *b, uint64_t waves)
 	if (!__atomic_load_n(&b->launched, __ATOMIC_RELAXED))
 		__atomic_store_n(&b->launched, 1, __ATOMIC_RELAXED);
 	int64_t avail = available(b, now_ns());
-	if (avail <= 0) {
-		__atomic_store_n(&b->starved, 1, __ATOMIC_RELAXED);
-		__atomic_add_fetch(&b->waiting, 1, __ATOMIC_RELAXED);
-		do {
-			/* Sleep about until the debt is paid at the current rate. */
-			int64_t rate = __atomic_load_n(&b->rate, __ATOMIC_RELAXED);
-			int64_t ns = rate > 0 ? (int64_t)((double)(1 - avail) * (double)PERIOD_NS / (double)rate) : 0;
-			sleep_ns(ns < WAIT_NS ? WAIT_NS : ns > WAIT_MAX_NS ? WAIT_MAX_NS : ns);
-		} while ((avail = available(b, now_ns())) <= 0);
-		__atomic_sub_fetch(&b->waiting, 1, __ATOMIC_RELAXED);
-	}
+	int queued = avail <= 0 || __atomic_load_n(&b->waiting, __ATOMIC_RELAXED) > 0;
+	uint64_t ticket = 0;
+	if (queued)
+		avail = wait_turn(b, &ticket);
 	/* Bounded debt: at most about one period's allowance below zero (counting
 	 * what the time since the last refill has earned), so the next launch
 	 * waits a period at most; the rest is owed, up to OWED_PERIODS periods'
@@ -452,6 +493,13 @@ static void charge_waves(struct bucket *b, uint64_t waves)
 		int64_t owed = __atomic_add_fetch(&b->owed, excess, __ATOMIC_RELAXED);
 		if (owed > rate * OWED_PERIODS)
 			__atomic_store_n(&b->owed, rate * OWED_PERIODS, __ATOMIC_RELAXED);
+	}
+	if (queued) {
+		/* After the charge: the next in line sees what this launch took. */
+		uint64_t srv = __atomic_load_n(&b->serving, __ATOMIC_RELAXED);
+		while ((int64_t)(srv - (ticket + 1)) < 0 &&
+		       !__atomic_compare_exchange_n(&b->serving, &srv, ticket + 1, 1, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+			;
 	}
 }
 

@@ -13,23 +13,30 @@
  * Targets: share within 5 points of the limit, longest wait at most twice
  * the period.
  *
- * Mixes (kernel lengths per wave of 132 blocks, set through the fake's
- * fakecudaSetKernelUs hook):
+ * Mixes (kernel lengths per wave of 132 blocks, one per process, set through
+ * the fake's fakecudaSetKernelUs hook):
  *   tiny      1-block kernels of 50 us, flat out, never synchronised;
  *   training  iterations of 120 kernels of 2-20 waves at 50 us a wave and an
- *             optimiser kernel of 200 waves at 5 us, synchronised each iteration;
- *   vllm      decode steps (60 one-wave kernels of 15 us, synchronised: the
- *             token goes back to the host) with a prefill burst every 20 steps
- *             (24 kernels of 20 waves at 100 us, 2 ms each);
- *   contend   two containers at once: vllm at the limit, training at 100 - limit.
+ *             optimiser kernel of 1 ms, synchronised each iteration;
+ *   vllm      decode steps as a CUDA graph captured once (120 kernels of 1-8
+ *             waves at 15 us, 7.9 ms), launched and synchronised each step (the
+ *             tokens go back to the host), and an eager prefill burst every 20
+ *             steps (24 kernels of 133 waves, 2 ms each);
+ *   vllm-sat  vllm with two steps in flight (two threads, each with its own
+ *             stream and decode graph);
+ *   contend   two containers at once: vllm-sat at the limit, training at
+ *             100 - limit;
+ *   offered   vllm-sat and training alone at cores=100: the load they offer.
  *
- * Usage: limiterbench BUILD_DIR [SECONDS] (SECONDS measured after 1.5 s of
- * warm-up; default 3). The child mode "limiterbench --load MIX SECONDS WARMUP"
+ * Usage: limiterbench BUILD_DIR [SECONDS] (SECONDS measured after 3 s of
+ * warm-up, long enough for the rate to reach 15 us waves from its first guess
+ * of 1 ms; default 3). The child mode "limiterbench --load MIX SECONDS WARMUP"
  * is what each container runs.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +58,11 @@ CUresult cuCtxSetCurrent(CUcontext);
 CUresult cuCtxSynchronize(void);
 CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
 			void **, void **);
+CUresult cuStreamCreate(CUstream *, unsigned);
+CUresult cuStreamBeginCapture_v2(CUstream, int);
+CUresult cuStreamEndCapture(CUstream, CUgraph *);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *, CUgraph, unsigned long long);
+CUresult cuGraphLaunch(CUgraphExec, CUstream);
 
 static double now_s(void)
 {
@@ -69,18 +81,34 @@ static void die(const char *what, int rc)
 
 static long long (*busy_fn)(int, int, long long *);
 static void (*set_us)(long long);
-static double longest; /* seconds */
+static pthread_mutex_t longest_mu = PTHREAD_MUTEX_INITIALIZER;
+static double longest; /* seconds: the longest single launch call of any thread */
+static volatile int stop;
 
-static void launch(unsigned grid, long long us)
+static void took(double d)
 {
-	set_us(us);
-	double t0 = now_s();
-	CUresult rc = cuLaunchKernel(NULL, grid, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL);
-	double d = now_s() - t0;
-	if (rc != CUDA_SUCCESS)
-		die("cuLaunchKernel", rc);
+	pthread_mutex_lock(&longest_mu);
 	if (d > longest)
 		longest = d;
+	pthread_mutex_unlock(&longest_mu);
+}
+
+static void launch(unsigned grid, CUstream s)
+{
+	double t0 = now_s();
+	CUresult rc = cuLaunchKernel(NULL, grid, 1, 1, 128, 1, 1, 0, s, NULL, NULL);
+	took(now_s() - t0);
+	if (rc != CUDA_SUCCESS)
+		die("cuLaunchKernel", rc);
+}
+
+static void launch_graph(CUgraphExec g, CUstream s)
+{
+	double t0 = now_s();
+	CUresult rc = cuGraphLaunch(g, s);
+	took(now_s() - t0);
+	if (rc != CUDA_SUCCESS)
+		die("cuGraphLaunch", rc);
 }
 
 static void sync_all(void)
@@ -90,36 +118,71 @@ static void sync_all(void)
 		die("cuCtxSynchronize", rc);
 }
 
-/* One step of a mix: a few milliseconds of work at most. */
-static void step(const char *mix, unsigned n)
+/* vLLM's decode step as it runs it: one CUDA graph captured once, 120 kernels of 1 to 8 waves
+ * (7.9 ms of GPU time at 15 us a wave). */
+static CUgraphExec decode_graph(CUstream s)
 {
-	if (!strcmp(mix, "tiny")) {
-		for (int k = 0; k < 64; k++)
-			launch(1, 50);
-	} else if (!strcmp(mix, "training")) {
-		for (int k = 0; k < 120; k++)
-			launch(132 * (2 + (n * 7 + (unsigned)k * 5) % 19), 50); /* 2..20 waves */
-		launch(132 * 200, 5);
-		sync_all();
-	} else if (!strcmp(mix, "vllm")) {
-		if (n % 20 == 0) {
-			for (int k = 0; k < 24; k++)
-				launch(132 * 20, 100);
+	CUgraph g;
+	CUgraphExec e;
+	CUresult rc;
+	if ((rc = cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL)))
+		die("cuStreamBeginCapture_v2", rc);
+	for (unsigned k = 0; k < 120; k++)
+		launch(1 + (k % 8) * 132, s); /* recorded, not run: the limiter lets it through */
+	if ((rc = cuStreamEndCapture(s, &g)) || (rc = cuGraphInstantiateWithFlags(&e, g, 0)))
+		die("capturing the decode graph", rc);
+	return e;
+}
+
+/* One thread of a mix, until stop: steps of a few milliseconds of work at most. */
+static void run_mix(const char *mix)
+{
+	CUstream s;
+	CUresult rc = cuStreamCreate(&s, 0);
+	if (rc != CUDA_SUCCESS)
+		die("cuStreamCreate", rc);
+	CUgraphExec decode = strncmp(mix, "vllm", 4) ? NULL : decode_graph(s);
+	for (unsigned n = 0; !stop; n++) {
+		if (!strcmp(mix, "tiny")) {
+			for (int k = 0; k < 64; k++)
+				launch(1, s);
+		} else if (!strcmp(mix, "training")) {
+			for (int k = 0; k < 120; k++)
+				launch(132 * (2 + (n * 7 + (unsigned)k * 5) % 19), s); /* 2..20 waves of 50 us */
+			launch(132 * 20, s); /* the optimiser: 1 ms */
 			sync_all();
+		} else if (!strncmp(mix, "vllm", 4)) {
+			if (n % 20 == 0) {
+				for (int k = 0; k < 24; k++)
+					launch(132 * 133, s); /* prefill: 133 waves of 15 us, 2 ms each, eager */
+				sync_all();
+			}
+			launch_graph(decode, s); /* decode: the tokens go back to the host */
+			sync_all();
+		} else {
+			fprintf(stderr, "limiterbench: unknown mix %s\n", mix);
+			exit(2);
 		}
-		for (int k = 0; k < 60; k++)
-			launch(1 + (unsigned)k % 132, 15);
-		sync_all();
-	} else {
-		fprintf(stderr, "limiterbench: unknown mix %s\n", mix);
-		exit(2);
 	}
 }
 
+static CUcontext ctx;
+
+static void *thread_main(void *mix)
+{
+	CUresult rc = cuCtxSetCurrent(ctx); /* a new thread has no current context */
+	if (rc != CUDA_SUCCESS)
+		die("cuCtxSetCurrent", rc);
+	run_mix(mix);
+	return NULL;
+}
+
+/* The threads of a mix: "vllm-sat" is vllm with two steps in flight at once, each on a stream and
+ * decode graph of its own, as with overlapped scheduling (the GPU is not left idle while the host
+ * handles a step's tokens). */
 static int load(const char *mix, double seconds, double warm)
 {
 	CUdevice dev;
-	CUcontext ctx;
 	CUresult rc;
 	if ((rc = cuInit(0)) || (rc = cuDeviceGet(&dev, 0)) || (rc = cuDevicePrimaryCtxRetain(&ctx, dev)) ||
 	    (rc = cuCtxSetCurrent(ctx)))
@@ -130,16 +193,26 @@ static int load(const char *mix, double seconds, double warm)
 		fprintf(stderr, "limiterbench: not the fake driver (fakecudaBusyNs, fakecudaSetKernelUs)\n");
 		return 1;
 	}
-	double t0 = now_s();
-	long long b0 = -1, w0 = 0;
-	for (unsigned n = 0; now_s() - t0 < warm + seconds; n++) {
-		if (b0 < 0 && now_s() - t0 >= warm)
-			b0 = busy_fn(getpid(), 0, &w0);
-		step(mix, n);
-	}
-	long long w1 = 0, b1 = busy_fn(getpid(), 0, &w1);
+	/* Microseconds a wave, one length per mix (the fake's setting is per process). */
+	set_us(!strcmp(mix, "training") ? 50 : !strncmp(mix, "vllm", 4) ? 15 : 50);
+	int nthreads = !strcmp(mix, "vllm-sat") ? 2 : 1;
+	const char *base = !strcmp(mix, "vllm-sat") ? "vllm" : mix;
+	pthread_t t[2];
+	for (int i = 0; i < nthreads; i++)
+		if (pthread_create(&t[i], NULL, thread_main, (void *)base) != 0)
+			die("pthread_create", 0);
+	long long w0 = 0, w1 = 0;
+	usleep((useconds_t)(warm * 1e6));
+	long long b0 = busy_fn(getpid(), 0, &w0);
+	usleep((useconds_t)(seconds * 1e6));
+	long long b1 = busy_fn(getpid(), 0, &w1);
+	stop = 1;
+	for (int i = 0; i < nthreads; i++)
+		pthread_join(t[i], NULL);
 	sync_all();
+	pthread_mutex_lock(&longest_mu);
 	printf("%.1f %.1f\n", (double)(b1 - b0) / (double)(w1 - w0) * 100.0, longest * 1000.0);
+	pthread_mutex_unlock(&longest_mu);
 	return 0;
 }
 
@@ -150,7 +223,8 @@ static double seconds = 3.0;
 
 struct container {
 	const char *mix;
-	int limit;
+	int limit; /* its cores */
+	int label; /* the limit its line names */
 	pid_t pid;
 	int fd; /* the child's stdout */
 };
@@ -196,7 +270,7 @@ static void start(struct container *c, int idx, const char *state)
 		setenv("LD_LIBRARY_PATH", v, 1);
 		snprintf(v, sizeof(v), "%s/libvgpu-shim.so", build);
 		setenv("LD_PRELOAD", v, 1);
-		execl(self, self, "--load", c->mix, secs, "1.5", (char *)NULL);
+		execl(self, self, "--load", c->mix, secs, "3", (char *)NULL);
 		_exit(127);
 	}
 	close(p[1]);
@@ -214,11 +288,51 @@ static void finish(struct container *c, const char *name)
 	waitpid(c->pid, &st, 0);
 	double share, wait_ms;
 	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || sscanf(buf, "%lf %lf", &share, &wait_ms) != 2) {
-		fprintf(stderr, "limiterbench: %s at %d failed\n", name, c->limit);
+		fprintf(stderr, "limiterbench: %s at %d failed\n", c->mix, c->limit);
 		exit(1);
 	}
-	printf("BENCHSM %s %d %.1f %.1f %d\n", name, c->limit, share, wait_ms, PERIOD_MS);
-	fflush(stdout);
+	if (name) {
+		printf("BENCHSM %s %d %.1f %.1f %d\n", name, c->label, share, wait_ms, PERIOD_MS);
+		fflush(stdout);
+	}
+}
+
+/* A fresh fake GPU for the next run. */
+static int new_state(char *state, size_t n, int idx)
+{
+	snprintf(state, n, "%s/state%d", root, idx);
+	if (mkdir(state, 0755) != 0) {
+		perror("limiterbench: mkdir");
+		return -1;
+	}
+	return 0;
+}
+
+/* Two containers at once on a fresh GPU: a at limit, b at 100 - limit. */
+static int contend(int *idx, int limit, const char *ma, const char *la, const char *mb, const char *lb)
+{
+	char state[4200];
+	if (new_state(state, sizeof(state), *idx) != 0)
+		return 1;
+	struct container a = {.mix = ma, .limit = limit, .label = limit};
+	struct container b = {.mix = mb, .limit = 100 - limit, .label = 100 - limit};
+	start(&a, (*idx)++, state);
+	start(&b, (*idx)++, state);
+	finish(&a, la);
+	finish(&b, lb);
+	return 0;
+}
+
+/* One container alone on a fresh GPU. */
+static int alone(int *idx, const char *mix, int limit, const char *label)
+{
+	char state[4200];
+	if (new_state(state, sizeof(state), *idx) != 0)
+		return 1;
+	struct container c = {.mix = mix, .limit = limit, .label = limit};
+	start(&c, (*idx)++, state);
+	finish(&c, label);
+	return 0;
 }
 
 static int bench(void)
@@ -226,28 +340,18 @@ static int bench(void)
 	static const char *mixes[] = {"tiny", "training", "vllm"};
 	static const int limits[] = {30, 50, 70};
 	int idx = 0;
+	/* What the contending mixes run when the GPU is theirs (cores=100): their offered load,
+	 * above every limit they are held to below, so a share under the limit there is the
+	 * limiter's doing, not the workload's. */
+	if (alone(&idx, "vllm-sat", 100, "offered-vllm") || alone(&idx, "training", 100, "offered-training"))
+		return 1;
 	for (unsigned l = 0; l < sizeof(limits) / sizeof(limits[0]); l++) {
-		for (unsigned m = 0; m < sizeof(mixes) / sizeof(mixes[0]) + 1; m++) {
-			char state[4200];
-			snprintf(state, sizeof(state), "%s/state%d", root, idx);
-			if (mkdir(state, 0755) != 0) {
-				perror("limiterbench: mkdir");
+		for (unsigned m = 0; m < sizeof(mixes) / sizeof(mixes[0]); m++)
+			if (alone(&idx, mixes[m], limits[l], mixes[m]))
 				return 1;
-			}
-			if (m < sizeof(mixes) / sizeof(mixes[0])) {
-				struct container c = {.mix = mixes[m], .limit = limits[l]};
-				start(&c, idx++, state);
-				finish(&c, mixes[m]);
-			} else {
-				/* Two containers contend for the GPU, each held to its own limit. */
-				struct container a = {.mix = "vllm", .limit = limits[l]};
-				struct container b = {.mix = "training", .limit = 100 - limits[l]};
-				start(&a, idx++, state);
-				start(&b, idx++, state);
-				finish(&a, "contend-vllm");
-				finish(&b, "contend-training");
-			}
-		}
+		/* vLLM-like at high load (two steps in flight) against training. */
+		if (contend(&idx, limits[l], "vllm-sat", "contend-vllm", "training", "contend-training"))
+			return 1;
 	}
 	return 0;
 }

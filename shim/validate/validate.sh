@@ -185,6 +185,35 @@ echo "  cores=30: small kernels at $share % of their unlimited rate; longest lau
 python3 -c "import sys; sys.exit(0 if $share <= 35 and $wait_ms <= 100 else 1)"
 result $? "SM limiter: small kernels held to 30 %, no launch waits over 2 control periods after long kernels"
 
+# 4d. A CUDA graph is charged what its kernels run: a captured graph of 50 1-element kernels
+#     (each a 1-block launch, a wave each), replayed for three seconds at 30 %, replays at about
+#     30 % of its unlimited rate; charged as one wave (its 50 blocks on the GPU's SMs) it would
+#     run far above. Capturing it at 30 % is not charged (no replay has run yet).
+gr='
+import time, torch
+x = torch.ones(1, device="cuda"); s = torch.cuda.Stream()
+with torch.cuda.stream(s):
+    x.add_(1)
+torch.cuda.synchronize()
+g = torch.cuda.CUDAGraph()
+t = time.time()
+with torch.cuda.graph(g):
+    for _ in range(50):
+        x.add_(1)
+cap = time.time() - t
+torch.cuda.synchronize(); t = time.time(); n = 0
+while time.time() - t < 3:
+    g.replay(); n += 1
+torch.cuda.synchronize()
+print(n / (time.time() - t), round(cap * 1000, 1))'
+read -r graph_base _ < <(CUDA_VISIBLE_DEVICES=$gpu python3 -c "$gr")
+limits 0 30
+read -r graph_got cap_ms < <(shimmed python3 -c "$gr")
+share=$(python3 -c "print(round(100 * $graph_got / $graph_base, 1))")
+echo "  cores=30: a 50-kernel graph replays at $share % of its unlimited rate; capturing it took $cap_ms ms"
+python3 -c "import sys; sys.exit(0 if 20 <= $share <= 35 else 1)"
+result $? "SM limiter: a graph of small kernels charged by its kernels (replays at about 30 %)"
+
 # 5. Overhead with the shim loaded and no limits in force.
 limits 0 100
 got=$(shimmed python3 -c "$bench")
