@@ -51,7 +51,8 @@
  * descriptor, claim_stands() when it closed one of its own.
  *
  * Nothing here takes a lock of its own: callers serialise publishing (the
- * region lock); measuring is a series of atomic kernel queries.
+ * process's mutex in region.c; the region lock is not needed for it);
+ * measuring is a series of atomic kernel queries.
  */
 #include "glibc_compat.h"
 

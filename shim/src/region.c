@@ -779,12 +779,16 @@ static uint64_t whole(uint64_t base, uint64_t extra)
 }
 
 /*
- * More lease for bytes on idx, under the lock: publish first, then measure
- * the others (of two processes reserving at once, the later to measure sees
- * the earlier), then keep only what fits. *short_by: on a refusal, what the
- * others' unused leases would have to give back.
+ * More lease for bytes on idx, under the thread mutex: publish first, then
+ * measure the others (of two processes reserving at once, the later to
+ * measure sees the earlier), then keep only what fits. The region's lock is
+ * not needed for that, and is not taken: measuring costs a query per lock
+ * of every other process, and hundreds of processes starting at once would
+ * each wait for all those before them. *short_by: on a refusal, what the
+ * others' unused leases would have to give back. *granted: set with what was
+ * measured when lease was published, for the report (show_locked).
  */
-static int grow_locked(int idx, uint64_t bytes, int force, uint64_t *short_by)
+static int grow_locked(int idx, uint64_t bytes, int force, uint64_t *short_by, int *granted, uint64_t *seen)
 {
 	if (take_avail(idx, bytes))
 		return 0; /* another thread grew it meanwhile */
@@ -835,7 +839,8 @@ static int grow_locked(int idx, uint64_t bytes, int force, uint64_t *short_by)
 	__atomic_store_n(&lease[idx], want, __ATOMIC_RELEASE);
 	__atomic_add_fetch(&avail[idx], (int64_t)extra, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&grant[idx], extra, __ATOMIC_RELAXED);
-	show_locked(idx, &others);
+	*granted = 1;
+	*seen = others;
 	if (extra)
 		keeper_start();
 	return 0;
@@ -850,9 +855,17 @@ static int reserve(int idx, uint64_t bytes, int force)
 	uint64_t short_by = 0;
 	int64_t waited = 0;
 	for (;;) {
-		lock();
-		int rc = grow_locked(idx, bytes, force, &short_by);
-		unlock();
+		int granted = 0;
+		uint64_t seen = 0;
+		pthread_mutex_lock(&mu);
+		int rc = grow_locked(idx, bytes, force, &short_by, &granted, &seen);
+		pthread_mutex_unlock(&mu);
+		if (granted) {
+			/* The report: what we hold, published and in our slot. */
+			lock();
+			show_locked(idx, &seen);
+			unlock();
+		}
 		if (rc != VGPU_OVER_QUOTA || waited >= WAIT_NS)
 			return rc;
 		/* Others' unused leases could cover it: they go back within a
