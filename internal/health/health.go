@@ -51,15 +51,24 @@ func Handler(ready Ready) http.Handler {
 }
 
 // The endpoints answer at once; anything slower is a client to cut off.
-const (
-	readHeaderTimeout = 5 * time.Second
-	writeTimeout      = 10 * time.Second
-	idleTimeout       = time.Minute
-	maxHeaderBytes    = 8 << 10
-)
+var limits = Limits{
+	ReadHeader:     5 * time.Second,
+	Read:           5 * time.Second,
+	Write:          10 * time.Second,
+	Idle:           time.Minute,
+	MaxHeaderBytes: 8 << 10,
+}
 
-// Server is a health endpoint server.
+// Limits bound what a client can make a server wait for or hold.
+type Limits struct {
+	ReadHeader, Read, Write, Idle time.Duration
+	MaxHeaderBytes                int
+}
+
+// Server is an HTTP server of the daemons' endpoints (health here, metrics
+// in package metrics).
 type Server struct {
+	name string
 	srv  *http.Server
 	ln   net.Listener
 	done chan struct{}
@@ -70,21 +79,28 @@ type Server struct {
 // an address in use is reported to the caller; flag names the option that
 // set addr, for the error.
 func Start(addr, flag string, ready Ready, logger *slog.Logger) (*Server, error) {
-	if logger == nil {
-		logger = slog.Default()
-	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("health: listen on %q (%s): %w", addr, flag, err)
 	}
+	return Serve(ln, Handler(ready), limits, "health", logger), nil
+}
+
+// Serve serves h on ln, within lim, until Shutdown; name starts its log
+// lines and errors.
+func Serve(ln net.Listener, h http.Handler, lim Limits, name string, logger *slog.Logger) *Server {
+	if logger == nil {
+		logger = slog.Default()
+	}
 	s := &Server{
+		name: name,
 		srv: &http.Server{
-			Handler:           Handler(ready),
-			ReadHeaderTimeout: readHeaderTimeout,
-			ReadTimeout:       readHeaderTimeout,
-			WriteTimeout:      writeTimeout,
-			IdleTimeout:       idleTimeout,
-			MaxHeaderBytes:    maxHeaderBytes,
+			Handler:           h,
+			ReadHeaderTimeout: lim.ReadHeader,
+			ReadTimeout:       lim.Read,
+			WriteTimeout:      lim.Write,
+			IdleTimeout:       lim.Idle,
+			MaxHeaderBytes:    lim.MaxHeaderBytes,
 			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		},
 		ln:   ln,
@@ -93,10 +109,10 @@ func Start(addr, flag string, ready Ready, logger *slog.Logger) (*Server, error)
 	go func() {
 		defer close(s.done)
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error("health: server stopped", "addr", ln.Addr().String(), "err", err)
+			logger.Error(name+": server stopped", "addr", ln.Addr().String(), "err", err)
 		}
 	}()
-	return s, nil
+	return s
 }
 
 // Addr is the address the server listens on.
@@ -107,7 +123,8 @@ func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 func (s *Server) Shutdown(ctx context.Context) error {
 	err := s.srv.Shutdown(ctx)
 	if err != nil {
-		err = errors.Join(fmt.Errorf("health: shutdown: %w", err), s.srv.Close())
+		// ctx ran out: cut the connections still open.
+		err = errors.Join(fmt.Errorf("%s: shutdown: %w", s.name, err), s.srv.Close())
 	}
 	<-s.done
 	return err

@@ -1,8 +1,6 @@
 package metrics
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -71,11 +69,7 @@ func (p promLogger) Println(v ...any) {
 }
 
 // Server is the metrics HTTP server.
-type Server struct {
-	srv  *http.Server
-	ln   net.Listener
-	done chan struct{}
-}
+type Server = health.Server
 
 // Start listens on addr ("host:port"; port 0 picks a free one) and serves
 // Handler(NewRegistry(c), ready) until Shutdown. Listening happens before
@@ -88,39 +82,11 @@ func Start(addr string, c *Collector, ready health.Ready, logger *slog.Logger) (
 	if err != nil {
 		return nil, fmt.Errorf("metrics: listen on %q (metrics.listen, or --metrics-listen): %w", addr, err)
 	}
-	s := &Server{
-		srv: &http.Server{
-			Handler:           Handler(NewRegistry(c), ready, logger),
-			ReadHeaderTimeout: readHeaderTimeout,
-			ReadTimeout:       readTimeout,
-			WriteTimeout:      writeTimeout,
-			IdleTimeout:       idleTimeout,
-			MaxHeaderBytes:    maxHeaderBytes,
-			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-		},
-		ln:   ln,
-		done: make(chan struct{}),
-	}
-	go func() {
-		defer close(s.done)
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error("metrics: server stopped", "addr", ln.Addr().String(), "err", err)
-		}
-	}()
-	return s, nil
-}
-
-// Addr is the address the server listens on.
-func (s *Server) Addr() net.Addr { return s.ln.Addr() }
-
-// Shutdown stops accepting connections and waits, until ctx is done, for
-// requests in flight; then it closes whatever is left.
-func (s *Server) Shutdown(ctx context.Context) error {
-	err := s.srv.Shutdown(ctx)
-	if err != nil {
-		// ctx ran out: cut the connections still open.
-		err = errors.Join(fmt.Errorf("metrics: shutdown: %w", err), s.srv.Close())
-	}
-	<-s.done
-	return err
+	return health.Serve(ln, Handler(NewRegistry(c), ready, logger), health.Limits{
+		ReadHeader:     readHeaderTimeout,
+		Read:           readTimeout,
+		Write:          writeTimeout,
+		Idle:           idleTimeout,
+		MaxHeaderBytes: maxHeaderBytes,
+	}, "metrics", logger), nil
 }
