@@ -496,5 +496,37 @@ echo "  8 processes got ${got} MiB of tensors between them; nvidia-smi in the co
 [ "$got" -gt 0 ] && [ $((got * 1048576)) -le "$limit" ] && [ "$((used_mib * 1048576))" -le "$limit" ]
 result $? "8 processes filling the quota at once never pass the limit between them"
 
+# 12. Process start: N processes (32: each real context holds hundreds of MiB) started at once,
+# each timing cuInit -> primary context -> first 1 MiB cuMemAlloc_v2; the mean with the shim
+# against the mean without (the grant's measurement of the others' leases grows with N).
+limits "$limit" 100
+cat >"$W/start.py" <<'PY'
+import ctypes, os, sys, time
+from ctypes import byref, c_int, c_size_t, c_uint64, c_void_p
+go = sys.argv[1]
+while not os.path.exists(go):
+    time.sleep(0.001)
+t0 = time.perf_counter()
+cu = ctypes.CDLL("libcuda.so.1")
+ctx, p = c_void_p(), c_uint64()
+ok = cu.cuInit(0) == 0 and cu.cuDevicePrimaryCtxRetain(byref(ctx), c_int(0)) == 0 and \
+    cu.cuCtxSetCurrent(ctx) == 0 and cu.cuMemAlloc_v2(byref(p), c_size_t(1 << 20)) == 0
+print(f"{(time.perf_counter() - t0) * 1e9:.0f}" if ok else "fail")
+PY
+start_mean() { # start_mean direct|shim: mean ns over 32 processes, or "fail"
+	rm -f "$W/go" "$W"/start.*.out
+	for i in $(seq 32); do
+		if [ "$1" = shim ]; then shimmed python3 "$W/start.py" "$W/go" >"$W/start.$i.out" 2>/dev/null &
+		else CUDA_VISIBLE_DEVICES=$gpu python3 "$W/start.py" "$W/go" >"$W/start.$i.out" 2>/dev/null & fi
+	done
+	sleep 3; touch "$W/go"; wait
+	cat "$W"/start.*.out | awk '/^[0-9]+$/ {s += $1; n++} END {if (n == 32) printf "%.0f\n", s / n; else print "fail"}'
+}
+start_direct=$(start_mean direct)
+start_shim=$(start_mean shim)
+echo "  32 processes at once, cuInit -> first allocation (mean): direct ${start_direct} ns, shim ${start_shim} ns"
+awk -v d="$start_direct" -v s="$start_shim" 'BEGIN { exit !(d > 0 && s > 0 && s <= 1.2 * d) }'
+result $? "process start with 32 processes at once costs at most 1.2x the driver's own"
+
 echo "validate: $fails check(s) failed"
 [ "$fails" -eq 0 ]
