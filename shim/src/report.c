@@ -2,10 +2,9 @@
  * Reported memory (issue item 3, Contract 7): inside a vGPU container, per
  * GPU, total = min(limit, real total), used = what the container's processes
  * hold (from the ledger: all of them, not just the caller), free =
- * min(total - used, real free), saturating: used + free = total, as
- * nvidia-smi and the frameworks expect. Other processes' unused leases
- * (region.c) count as free: they go back within a keeper period, and an
- * allocation they stand in the way of waits for them. cuMemGetInfo_v2,
+ * min(total - used, real free), saturating, and never more than this process
+ * can get: the other processes' unused leases (region.c) are neither used
+ * nor free to it (NVML v2 reports them as reserved). cuMemGetInfo_v2,
  * cuDeviceTotalMem_v2 and both nvmlDeviceGetMemoryInfo ABIs agree, so
  * nvidia-smi, PyTorch's mem_get_info and TensorFlow plan within the slice.
  * NULL out-pointers are accepted (OptiX passes NULL for free). The pre-3.2
@@ -18,7 +17,7 @@
 #include "shim.h"
 
 struct slice {
-	uint64_t total, used, free;
+	uint64_t total, used, free, leased; /* leased: others' unused leases, within total - used */
 };
 
 /* Rewrites real (total, free) for limits index idx. Returns 0 when idx has no memory limit. */
@@ -28,8 +27,11 @@ static int slice_of(int idx, uint64_t real_total, uint64_t real_free, struct sli
 	if (!limit)
 		return 0;
 	s->total = limit < real_total ? limit : real_total;
-	s->used = vgpu_used(idx);
-	s->free = s->total > s->used ? s->total - s->used : 0;
+	uint64_t committed;
+	vgpu_usage(idx, &s->used, &committed);
+	s->free = s->total > committed ? s->total - committed : 0;
+	uint64_t room = s->total > s->used ? s->total - s->used : 0;
+	s->leased = room - (s->free < room ? s->free : room);
 	if (s->free > real_free)
 		s->free = real_free;
 	return 1;
@@ -135,9 +137,10 @@ VGPU_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev, nvmlMemory
 	struct slice s;
 	int idx = vgpu_nvml_index(dev);
 	if (idx >= 0 && slice_of(idx, m->total, m->free, &s)) {
-		/* The driver's reservation is outside the slice: total = used + free. */
+		/* The driver's reservation is outside the slice: total = reserved +
+		 * used + free, reserved being the other processes' unused leases. */
 		m->total = s.total;
-		m->reserved = 0;
+		m->reserved = s.leased;
 		m->used = s.used;
 		m->free = s.free;
 	}

@@ -105,8 +105,11 @@ func testTwoPodsShareAGPU(t *testing.T, containerd string) {
 	env := fakeDriverEnv(ga[0].UUID, "/fakegpu")
 	a, b := pods[0].ContainerID("main"), pods[1].ContainerID("main")
 
-	// Pod A holds 7 GiB in a background process until told to let go.
-	v.sh(t, ctx, a, env+" cudaprog -m direct init alloc:7GiB touch:/fakegpu/a-held waitfile:/fakegpu/a-release freeall >/tmp/a.log 2>&1 & echo $! >/tmp/a.pid")
+	// Pod A holds 7 GiB in a background process until told to let go. It
+	// says so once quiet for a while: a process returns the unused part of
+	// its lease (shim/README.md, "Leases") after 0.1 s without allocating,
+	// and until then the others see that part as neither used nor free.
+	v.sh(t, ctx, a, env+" cudaprog -m direct init alloc:7GiB sleep:500 touch:/fakegpu/a-held waitfile:/fakegpu/a-release freeall >/tmp/a.log 2>&1 & echo $! >/tmp/a.pid")
 	t.Cleanup(func() { _ = os.WriteFile(filepath.Join(shared, "a-release"), nil, 0o644) })
 	if err := waitFor(ctx, 20*time.Second, func() bool {
 		_, err := os.Stat(filepath.Join(shared, "a-held"))
