@@ -337,19 +337,6 @@ uint64_t vgpu_graph_exec_waves(CUgraphExec g)
 	return w;
 }
 
-uint64_t vgpu_graph_exec_work(CUgraphExec g)
-{
-	uint64_t w = 0;
-	pthread_mutex_lock(&table_mu);
-	for (struct gexec *x = table[bucket(g)]; x; x = x->next)
-		if (x->exec == g) {
-			w = x->work;
-			break;
-		}
-	pthread_mutex_unlock(&table_mu);
-	return w;
-}
-
 /* After an instantiation: remembers x for the new executable graph. */
 static CUresult keep(CUresult rc, CUgraphExec *e, struct gexec *x)
 {

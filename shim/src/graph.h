@@ -7,16 +7,13 @@
 #include "shim.h"
 
 /*
- * The work one launch of g runs: the thread blocks of every kernel node (child
- * graphs included), summed when g was instantiated or updated
- * (cuGraphExecUpdate); 0 when unknown (not
- * instantiated through the shim, or the driver would not tell). A hash lookup
- * under a process-local mutex: for the SM limiter's cuGraphLaunch.
+ * The work one launch of g runs, in waves, what it holds the GPU for (the SM
+ * limiter's charge for cuGraphLaunch): the sum over kernel nodes (child graphs
+ * included) of ceil(blocks / SMs of the device g was instantiated on), as of
+ * its instantiation or last update (cuGraphExecUpdate, node setters); 0 when
+ * unknown (not instantiated through the shim, or the driver would not tell).
+ * A hash lookup under a process-local mutex.
  */
-uint64_t vgpu_graph_exec_work(CUgraphExec g);
-/* The same work in waves, what it holds the GPU for (the SM limiter's
- * charge): the sum over kernel nodes of ceil(blocks / SMs of the device g
- * was instantiated on); 0 when unknown. */
 uint64_t vgpu_graph_exec_waves(CUgraphExec g);
 
 /*

@@ -316,11 +316,6 @@ int vgpu_ledger_publish_held(int idx, uint64_t bytes)
 	return publish(&HELD, held, idx, bytes);
 }
 
-uint64_t vgpu_ledger_published(int idx)
-{
-	return leased[idx];
-}
-
 /*
  * Whether our claim still stands. A process drops its process-associated
  * locks when it closes any descriptor of the file, ours or not: a program

@@ -81,7 +81,6 @@ nvmlReturn_t vgpu_nvml_process_utilization(nvmlDevice_t dev, nvmlProcessUtilizat
 					   unsigned *count, unsigned long long since);
 nvmlReturn_t vgpu_nvml_compute_procs(nvmlDevice_t dev, unsigned *count, nvmlProcessInfo_v1_t *out);
 nvmlReturn_t vgpu_nvml_init(void);
-void vgpu_real_reset_after_fork(void);
 
 /* ---- log.c ------------------------------------------------------------------ */
 
@@ -184,8 +183,6 @@ int vgpu_ledger_publish(int idx, uint64_t bytes);
 /* Publishes bytes as what this process holds on idx (a report, never more
  * than its lease): 0, or -1 with errno. */
 int vgpu_ledger_publish_held(int idx, uint64_t bytes);
-/* The lease this process's locks say on idx. */
-uint64_t vgpu_ledger_published(int idx);
 /* Reopens the limits file and publishes everything again if the program
  * closed the descriptor: 0, or -1 with errno. */
 int vgpu_ledger_check(void);

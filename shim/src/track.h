@@ -6,7 +6,7 @@
 
 #include "shim.h"
 
-enum { TRACK_PTR = 0, TRACK_HANDLE = 1, TRACK_ARRAY = 2, TRACK_MIPMAP = 3, TRACK_CTX = 4, TRACK_MAP = 5 };
+enum { TRACK_PTR = 0, TRACK_HANDLE = 1, TRACK_ARRAY = 2, TRACK_MIPMAP = 3, TRACK_MAP = 5 };
 /* Imported external memory (import.c). */
 enum { TRACK_EXTMEM = 16 };
 
