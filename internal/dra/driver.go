@@ -210,11 +210,13 @@ func (d *Driver) prepare(claim *resourceapi.ResourceClaim, gpus []served) ([]kub
 
 // checkCapacity refuses a claim that would take a GPU past its capacity
 // together with the claims already prepared on the node: the scheduler
-// should never allow it, and the driver is the last line of defence.
+// should never allow it, and the driver is the last line of defence. It
+// fails closed: a claim directory it cannot account for refuses every
+// claim until it is released or removed, since what it holds is unknown.
 func (d *Driver) checkCapacity(info *hoststate.Info, gpus []served) error {
 	ids, err := hoststate.List(d.cfg)
 	if err != nil {
-		return err
+		return fmt.Errorf("capacity check: %w", err)
 	}
 	type used struct {
 		memory uint64
@@ -225,9 +227,12 @@ func (d *Driver) checkCapacity(info *hoststate.Info, gpus []served) error {
 		if !strings.HasPrefix(other, hoststate.ClaimIDPrefix) || other == info.ID {
 			continue
 		}
-		oi, err := hoststate.ReadInfo(d.cfg, other)
-		if err != nil || oi.Source != Source {
-			continue // being provisioned or released right now, or not a claim
+		oi, err := d.preparedClaim(other)
+		if err != nil {
+			return fmt.Errorf("capacity check: %w", err)
+		}
+		if oi == nil {
+			continue
 		}
 		for _, g := range oi.GPUs {
 			u := inUse[g.UUID]
@@ -248,6 +253,31 @@ func (d *Driver) checkCapacity(info *hoststate.Info, gpus []served) error {
 		}
 	}
 	return nil
+}
+
+// preparedClaim reads the directory of another prepared claim for the
+// capacity check. Only a directory that is gone (released since it was
+// listed) holds nothing; one that is unreadable, half-made or not a claim's
+// is an error naming it. Prepare and Unprepare are serialized, so no claim
+// directory is being written while this reads.
+func (d *Driver) preparedClaim(id string) (*hoststate.Info, error) {
+	dir := hoststate.ContainerDir(d.cfg, id)
+	info, err := hoststate.ReadInfo(d.cfg, id)
+	switch {
+	case errors.Is(err, hoststate.ErrNotFound):
+		return nil, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("claim directory %s has no %s (half made or half removed): what it holds is unknown; "+
+			"unprepare its claim or remove the directory: %w", dir, hoststate.InfoFileName, err)
+	case err != nil:
+		return nil, fmt.Errorf("claim directory %s cannot be read: %w", dir, err)
+	}
+	uid := strings.TrimPrefix(id, hoststate.ClaimIDPrefix)
+	if info.Source != Source || info.Claim == nil || info.Claim.UID != uid || info.ID != id {
+		return nil, fmt.Errorf("claim directory %s does not hold claim %s prepared by the DRA driver (source %q): what it holds is unknown",
+			dir, uid, info.Source)
+	}
+	return info, nil
 }
 
 // cdiDeviceName is the CDI device of one device of a claim.

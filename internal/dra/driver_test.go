@@ -2,6 +2,7 @@ package dra
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"io/fs"
@@ -394,5 +395,105 @@ func TestUnprepare(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(cfg.DRA.CDIDir, specName(uid2))); err != nil {
 		t.Errorf("the other claim's CDI spec: %v", err)
+	}
+}
+
+// A claim directory the capacity check cannot account for refuses every
+// claim, whatever GPU it asks for: what the directory holds is unknown, so
+// it never counts as free. Once it is released, claims are prepared again.
+func TestPrepareCapacityFailsClosed(t *testing.T) {
+	infoPath := func(cfg *config.Config) string {
+		return filepath.Join(hoststate.ContainerDir(cfg, hoststate.ClaimID(uid1)), hoststate.InfoFileName)
+	}
+	rewrite := func(t *testing.T, cfg *config.Config, edit func(*hoststate.Info)) {
+		t.Helper()
+		info, err := hoststate.ReadInfo(cfg, hoststate.ClaimID(uid1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		edit(info)
+		data, err := json.Marshal(info)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(infoPath(cfg), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name  string
+		spoil func(t *testing.T, cfg *config.Config)
+		want  string
+	}{
+		{"garbage container.json", func(t *testing.T, cfg *config.Config) {
+			if err := os.WriteFile(infoPath(cfg), []byte("{\"gpus\": [garbage"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, "cannot be read"},
+		{"container.json a symbolic link", func(t *testing.T, cfg *config.Config) {
+			// Root reads any mode; a link is never followed below run_dir.
+			copyPath := filepath.Join(t.TempDir(), "container.json")
+			data, err := os.ReadFile(infoPath(cfg))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(copyPath, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Remove(infoPath(cfg)); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(copyPath, infoPath(cfg)); err != nil {
+				t.Fatal(err)
+			}
+		}, "cannot be read"},
+		{"container.json a directory", func(t *testing.T, cfg *config.Config) {
+			if err := os.Remove(infoPath(cfg)); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Mkdir(infoPath(cfg), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, "cannot be read"},
+		{"no container.json", func(t *testing.T, cfg *config.Config) {
+			if err := os.Remove(infoPath(cfg)); err != nil {
+				t.Fatal(err)
+			}
+		}, "has no container.json"},
+		{"another claim's record", func(t *testing.T, cfg *config.Config) {
+			rewrite(t, cfg, func(i *hoststate.Info) { i.Claim.UID = uid3 })
+		}, "does not hold claim " + uid1},
+		{"not the driver's", func(t *testing.T, cfg *config.Config) {
+			rewrite(t, cfg, func(i *hoststate.Info) { i.Source = "nri" })
+		}, `(source "nri")`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d, cfg := newDriver(t)
+			if r := prepareOne(t, d, claim(uid1, []string{"p1"}, result("gpu", devA, "1Gi", "10"))); r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			tt.spoil(t, cfg)
+			// devB is free: only the spoiled directory can refuse it.
+			second := claim(uid2, []string{"p2"}, result("gpu", devB, "1Gi", "10"))
+			r := prepareOne(t, d, second)
+			dir := hoststate.ContainerDir(cfg, hoststate.ClaimID(uid1))
+			if r.Err == nil || !strings.Contains(r.Err.Error(), dir) || !strings.Contains(r.Err.Error(), tt.want) {
+				t.Fatalf("Prepare beside a spoiled claim directory: %v, want an error naming %s with %q", r.Err, dir, tt.want)
+			}
+			if _, err := hoststate.ReadInfo(cfg, hoststate.ClaimID(uid2)); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("the refused claim has a directory: %v", err)
+			}
+			if _, err := os.Stat(filepath.Join(cfg.DRA.CDIDir, specName(uid2))); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("the refused claim has a CDI spec: %v", err)
+			}
+
+			if err := hoststate.Release(cfg, hoststate.ClaimID(uid1)); err != nil {
+				t.Fatal(err)
+			}
+			if r := prepareOne(t, d, second); r.Err != nil {
+				t.Errorf("Prepare once the spoiled directory is gone: %v", r.Err)
+			}
+		})
 	}
 }
