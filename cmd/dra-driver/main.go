@@ -4,8 +4,9 @@
 // share, and prepares each claim the scheduler places on them as host
 // state that the NRI plugin turns into device nodes and quotas.
 //
-// Signals: SIGTERM and SIGINT stop it cleanly (exit 0). Prepared claims
-// stay prepared across restarts.
+// Signals: SIGTERM and SIGINT stop it cleanly (exit 0); SIGHUP reloads the
+// simulated GPU list from the configuration file. Prepared claims stay
+// prepared across restarts.
 package main
 
 import (
@@ -18,6 +19,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"reflect"
 	"syscall"
 
 	"k8s.io/client-go/kubernetes"
@@ -36,14 +38,16 @@ const name = "nri-vgpu-dra-driver"
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	code := run(ctx, os.Args[1:], os.Stderr)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	code := run(ctx, os.Args[1:], os.Stderr, hup)
 	stop()
 	os.Exit(code)
 }
 
 // run is the whole program; it returns the exit status: 0 after a clean
 // stop, 1 when it cannot serve, 2 for bad usage.
-func run(ctx context.Context, args []string, stderr io.Writer) int {
+func run(ctx context.Context, args []string, stderr io.Writer, reload <-chan os.Signal) int {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "configuration file (default: $"+config.EnvPath+", else "+config.DefaultPath+")")
@@ -118,6 +122,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		logger.Error("cannot start the DRA driver", "error", err)
 		return 1
 	}
+	go reloadOnSignal(ctx, reload, *configPath, cfg, backend, logger)
+
 	opts := dra.RunOptions{Client: client, Backend: backend, PluginDir: *pluginDir, RegistryDir: *registryDir}
 	if err := driver.Run(ctx, opts); err != nil {
 		logger.Error("DRA driver stopped", "error", err)
@@ -125,4 +131,39 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	logger.Info("stopped")
 	return 0
+}
+
+// reloadOnSignal re-reads the configuration on each signal. Only the
+// simulated GPU list is applied live: its health changes reach the driver
+// as health events, which publish the slice again (so a test can change GPU
+// health); everything else takes effect on restart, and a warning says so.
+func reloadOnSignal(ctx context.Context, sig <-chan os.Signal, configPath string, current *config.Config,
+	backend gpu.Backend, logger *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-sig:
+		}
+		cfg, err := config.LoadResolved(configPath)
+		if err != nil {
+			logger.Error("reload: keeping the running configuration", "error", err)
+			continue
+		}
+		if !reflect.DeepEqual(cfg.DRA, current.DRA) || !reflect.DeepEqual(cfg.DevicePlugin, current.DevicePlugin) ||
+			cfg.Paths != current.Paths || cfg.GPU.Backend != current.GPU.Backend {
+			logger.Warn("reload: dra, device_plugin, paths and gpu.backend changes take effect on restart")
+		}
+		sim, ok := backend.(*gpu.Simulated)
+		if !ok || cfg.GPU.Backend != config.BackendSimulated {
+			logger.Info("reload: nothing to apply live (only simulated GPUs are reloaded)")
+			continue
+		}
+		if err := gpu.ValidateSimulated(cfg.GPU.Simulated); err != nil {
+			logger.Error("reload: invalid gpu.simulated; keeping the running GPUs", "error", err)
+			continue
+		}
+		sim.Update(cfg.GPU.Simulated)
+		logger.Info("reload: simulated GPUs updated", "gpus", len(cfg.GPU.Simulated))
+	}
 }

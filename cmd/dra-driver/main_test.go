@@ -25,7 +25,7 @@ func TestUsage(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv("NODE_NAME", tt.env)
 			var stderr bytes.Buffer
-			code := run(context.Background(), tt.args, &stderr)
+			code := run(context.Background(), tt.args, &stderr, nil)
 			if code != tt.code || !strings.Contains(stderr.String(), tt.want) {
 				t.Errorf("run(%q) = %d, stderr %q; want %d and %q", tt.args, code, stderr.String(), tt.code, tt.want)
 			}

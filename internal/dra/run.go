@@ -88,8 +88,8 @@ func (d *Driver) Run(ctx context.Context, opts RunOptions) error {
 			last = n
 		}
 	}
-	publish()
-
+	// Watched before the first publish, so that a GPU failing while the
+	// first slice is built is published again.
 	events := make(chan gpu.HealthEvent, 16)
 	if opts.Backend != nil {
 		go func() {
@@ -98,6 +98,8 @@ func (d *Driver) Run(ctx context.Context, opts RunOptions) error {
 			}
 		}()
 	}
+	publish()
+
 	every := opts.Republish
 	if every <= 0 {
 		every = time.Minute

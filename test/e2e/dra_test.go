@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -36,6 +37,27 @@ type draScheduler struct {
 	k      *harness.Cluster
 	driver *harness.Process
 	log    string
+	dir    string // the driver's config, run_dir, state_dir, cdi_dir
+}
+
+// writeConfig writes the driver's configuration file: the simulated GPUs
+// testGPUs, those listed in unhealthy marked so.
+func (s *draScheduler) writeConfig(t *testing.T, unhealthy ...int) string {
+	t.Helper()
+	// Two 16 GiB GPUs split in 16: a claim takes at least 1 GiB and 6 %.
+	var cfg strings.Builder
+	cfg.WriteString("[device_plugin]\nsplit_count = 16\n[gpu]\nbackend = \"simulated\"\n")
+	for i, g := range testGPUs {
+		fmt.Fprintf(&cfg, "[[gpu.simulated]]\nuuid = %q\nname = %q\nmemory = %d\nminor = %d\nhealthy = %t\n",
+			g.UUID, g.Name, g.Memory, g.Minor, !slices.Contains(unhealthy, i))
+	}
+	fmt.Fprintf(&cfg, "[paths]\nrun_dir = %q\nstate_dir = %q\n[dra]\nenabled = true\ncdi_dir = %q\n",
+		filepath.Join(s.dir, "run"), filepath.Join(s.dir, "state"), filepath.Join(s.dir, "cdi"))
+	configPath := filepath.Join(s.dir, "config.toml")
+	if err := os.WriteFile(configPath, []byte(cfg.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return configPath
 }
 
 func startDRAScheduler(t *testing.T) *draScheduler {
@@ -62,32 +84,22 @@ func startDRAScheduler(t *testing.T) *draScheduler {
 		t.Fatal(err)
 	}
 
-	// Two 16 GiB GPUs split in 16: a claim takes at least 1 GiB and 6 %.
-	var cfg strings.Builder
-	cfg.WriteString("[device_plugin]\nsplit_count = 16\n[gpu]\nbackend = \"simulated\"\n")
-	for _, g := range testGPUs {
-		fmt.Fprintf(&cfg, "[[gpu.simulated]]\nuuid = %q\nname = %q\nmemory = %d\nminor = %d\n", g.UUID, g.Name, g.Memory, g.Minor)
-	}
-	fmt.Fprintf(&cfg, "[paths]\nrun_dir = %q\nstate_dir = %q\n[dra]\nenabled = true\ncdi_dir = %q\n",
-		filepath.Join(dir, "run"), filepath.Join(dir, "state"), filepath.Join(dir, "cdi"))
-	configPath := filepath.Join(dir, "config.toml")
-	if err := os.WriteFile(configPath, []byte(cfg.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	s := &draScheduler{k: k, dir: dir, log: filepath.Join(dir, "dra-driver.log")}
+	configPath := s.writeConfig(t)
 	// The kubelet's registration directory, which it makes.
 	if err := os.MkdirAll(filepath.Join(dir, "registry"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "--config", configPath, "--kubeconfig", k.Kubeconfig, "--node-name", k.NodeName,
 		"--plugin-dir", filepath.Join(dir, "plugin"), "--registry-dir", filepath.Join(dir, "registry"))
-	logPath := filepath.Join(dir, "dra-driver.log")
-	p, err := harness.StartProcess(cmd, logPath)
+	p, err := harness.StartProcess(cmd, s.log)
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.driver = p
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("DRA driver log (tail):\n%s", harness.Tail(logPath, 30))
+			t.Logf("DRA driver log (tail):\n%s", harness.Tail(s.log, 30))
 		}
 		if err := p.Stop(10 * time.Second); err != nil {
 			t.Errorf("stopping the DRA driver: %v", err)
@@ -103,7 +115,7 @@ func startDRAScheduler(t *testing.T) *draScheduler {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	return &draScheduler{k: k, driver: p, log: logPath}
+	return s
 }
 
 // waitSlice waits until the driver's ResourceSlice for the node lists the
@@ -329,4 +341,39 @@ func TestDRASchedulerFillsTwoGPUs(t *testing.T) {
 	}
 	s.claimPod(t, ctx, "one-more", "1Gi", "6")
 	s.waitUnschedulable(t, ctx, "one-more")
+}
+
+// A GPU that turns unhealthy leaves the node's ResourceSlice in the API
+// server, so the scheduler places no claim on it, and comes back when it
+// recovers. The simulated GPUs' health changes by a configuration reload
+// (SIGHUP), which the driver receives as health events.
+func TestDRASliceFollowsGPUHealth(t *testing.T) {
+	s := startDRAScheduler(t)
+	ctx := testContext(t, 3*time.Minute)
+	both := []string{draDeviceName(0), draDeviceName(1)}
+	slices.Sort(both)
+	s.waitSlice(t, ctx, both)
+
+	reload := func(unhealthy ...int) {
+		t.Helper()
+		s.writeConfig(t, unhealthy...)
+		if err := syscall.Kill(s.driver.Pid(), syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reload(1)
+	s.waitSlice(t, ctx, []string{draDeviceName(0)})
+	// 10 GiB fit on one healthy GPU only: a second such claim waits.
+	s.claimPod(t, ctx, "a", "10Gi", "30")
+	if p := s.waitScheduled(t, ctx, "a"); p.device != draDeviceName(0) {
+		t.Errorf("claim a went to %s, want %s, the healthy GPU", p.device, draDeviceName(0))
+	}
+	s.claimPod(t, ctx, "b", "10Gi", "30")
+	s.waitUnschedulable(t, ctx, "b")
+
+	reload()
+	s.waitSlice(t, ctx, both)
+	if p := s.waitScheduled(t, ctx, "b"); p.device != draDeviceName(1) {
+		t.Errorf("claim b went to %s, want %s, the recovered GPU", p.device, draDeviceName(1))
+	}
 }

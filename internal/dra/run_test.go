@@ -1,0 +1,129 @@
+package dra
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
+)
+
+// eventBackend is a GPU backend whose health changes the test makes: it
+// changes a GPU's health in the list and then sends the event, as the NVML
+// backend does.
+type eventBackend struct {
+	mu       sync.Mutex
+	devs     []gpu.Device
+	watching chan chan<- gpu.HealthEvent // receives the channel of each WatchHealth call
+}
+
+func (b *eventBackend) Name() string { return "test" }
+
+func (b *eventBackend) Devices() ([]gpu.Device, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.devs), nil
+}
+
+func (b *eventBackend) WatchHealth(ctx context.Context, events chan<- gpu.HealthEvent) error {
+	select {
+	case b.watching <- events:
+	case <-ctx.Done():
+	}
+	<-ctx.Done()
+	return nil
+}
+
+func (b *eventBackend) Close() error { return nil }
+
+func (b *eventBackend) setHealthy(uuid string, healthy bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i := range b.devs {
+		if b.devs[i].UUID == uuid {
+			b.devs[i].Healthy = healthy
+		}
+	}
+}
+
+// A GPU that turns unhealthy leaves the published ResourceSlice at its
+// health event, and comes back when it recovers, without waiting for the
+// periodic republish.
+func TestRunRepublishesOnHealthEvents(t *testing.T) {
+	d, _ := newDriver(t)
+	backend := &eventBackend{devs: []gpu.Device{gpuA, gpuB}, watching: make(chan chan<- gpu.HealthEvent, 1)}
+	d.inv = backend
+	const nodeUID = types.UID("0a1b2c3d-0000-4000-8000-000000000001")
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, UID: nodeUID}})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	dir := t.TempDir()
+	go func() {
+		done <- d.Run(ctx, RunOptions{
+			Client: client, Backend: backend, NodeUID: nodeUID,
+			PluginDir: filepath.Join(dir, "plugin"), RegistryDir: dir,
+			// Far longer than the test: only a health event republishes.
+			Republish: time.Hour,
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+
+	published := func(want ...string) {
+		t.Helper()
+		slices.Sort(want)
+		deadline := time.After(time.Minute)
+		var got []string
+		for {
+			list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = nil
+			for _, s := range list.Items {
+				for _, dev := range s.Spec.Devices {
+					got = append(got, dev.Name)
+				}
+			}
+			slices.Sort(got)
+			if slices.Equal(got, want) {
+				return
+			}
+			select {
+			case <-deadline:
+				t.Fatalf("published devices = %v, want %v", got, want)
+			case err := <-done:
+				t.Fatalf("Run returned %v", err)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	var events chan<- gpu.HealthEvent
+	select {
+	case events = <-backend.watching:
+	case <-time.After(time.Minute):
+		t.Fatal("Run does not watch GPU health")
+	}
+	published(devA, devB)
+
+	backend.setHealthy(uuidB, false)
+	events <- gpu.HealthEvent{UUID: uuidB, Healthy: false, Reason: "XID 79"}
+	published(devA)
+
+	backend.setHealthy(uuidB, true)
+	events <- gpu.HealthEvent{UUID: uuidB, Healthy: true, Reason: "recovered"}
+	published(devA, devB)
+}
