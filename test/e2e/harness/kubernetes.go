@@ -157,6 +157,10 @@ type ClusterOptions struct {
 	// garbagecollector) and the kubelet's device-plugin directory is
 	// left alone.
 	ControlPlaneOnly bool
+	// RBAC has the API server authorize by RBAC instead of allowing every
+	// request, so that a test can hold an account to the rules it is
+	// given. Client and Kubeconfig are system:masters either way.
+	RBAC bool
 }
 
 // Cluster is a single-node Kubernetes cluster: etcd, kube-apiserver,
@@ -378,6 +382,10 @@ current-context: e2e
 		"--initial-cluster", "e2e="+peerURL, "--unsafe-no-fsync"); err != nil {
 		return err
 	}
+	authorization := "AlwaysAllow"
+	if c.opts.RBAC {
+		authorization = "RBAC"
+	}
 	if err := c.run("kube-apiserver",
 		"--etcd-servers", etcdURL,
 		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
@@ -387,7 +395,7 @@ current-context: e2e
 		"--secure-port", strconv.Itoa(apiPort),
 		"--cert-dir", filepath.Join(c.Dir, "pki"),
 		"--token-auth-file", tokens,
-		"--authorization-mode", "AlwaysAllow",
+		"--authorization-mode", authorization,
 		"--service-account-issuer", "https://kubernetes.default.svc",
 		"--service-account-key-file", saKey,
 		"--service-account-signing-key-file", saKey,
