@@ -14,9 +14,9 @@
  *  - any process that can open the file can see all of them (F_OFD_GETLK).
  *
  * So each process publishes, per GPU, two amounts as the lengths of read
- * locks, in byte ranges of the lock space that are its own: its pid picks the
- * ranges (pids are unique among live processes), at offsets far beyond the
- * file's end, where locks are allowed and mean nothing to anyone else:
+ * locks, in byte ranges of the lock space that are its own: its slot picks
+ * the ranges, at offsets far beyond the file's end, where locks are allowed
+ * and mean nothing to anyone else:
  *
  *  - its lease: the bytes it has taken from the container's quota, what it
  *    holds plus what it may still allocate without asking again (region.c).
@@ -28,27 +28,64 @@
  * A process can only add to what others measure (self-harm: its container
  * gets less, or looks fuller), never take away from it.
  *
- * Lock space (64-bit offsets, one lock per (GPU, process) and part):
- *   GPU d, lease / 4096:   d * 2^58 + pid * 2^35, length = lease >> 12
- *   GPU d, lease % 4096:   d * 2^58 + 2^57 + pid * 2^12, length = lease & 4095
- *   GPU d, held / 65536:   d * 2^58 + 2^57 + 2^56 + pid * 2^31, length = held >> 16
- *   GPU d, held % 65536:   d * 2^58 + 2^57 + 2^56 + 2^53 + pid * 2^16, length = held & 65535
- *   host pid claims:       2^62 + pid * 2^32 + host pid, length 1
- * pid < 2^22 (PID_MAX_LIMIT on 64-bit kernels); at most 2^47 bytes (128 TiB)
- * per process and GPU. The exact byte count needs two ranges: one of 2^47
- * bytes per (GPU, pid) does not fit 2^26 times in 2^63.
+ * Slots. One limits file can be shared by processes of several pid
+ * namespaces (the containers of a pod that share a DRA claim), so a pid does
+ * not name one live process among those that publish here: two processes
+ * with pid 7 would publish in the same ranges, and neither could measure the
+ * other. Each process therefore first takes a slot, a number in
+ * [1, 2^22) that no other live process sharing the file has, and keys its
+ * ranges by it. The file is read-only, so only read locks exist and no lock
+ * can exclude another: a slot is taken by set-then-test. The process takes
+ * an open-file-description read lock on the slot's ownership byte, then asks
+ * whether any other description holds a lock there (F_OFD_GETLK ignores only
+ * the asker's own description); if one does, it drops its own and tries
+ * another slot. Of two processes racing for one slot both may retreat, but
+ * never both stay: the one that tests second sees the first's lock. A slot is
+ * also taken while any lock lies in its ranges (lease, held, host pid
+ * claims, identity): a forged lock, or one whose description somehow lost
+ * its ownership byte, costs that slot and is never joined. The first slot
+ * tried is the process's pid (unique within one namespace: in the common
+ * case slot = pid, and the lock space reads as before), then random ones,
+ * 64 tries in all; a process that finds none (a tenant holding every
+ * ownership byte: its own claim only) fails closed. A fork child takes a
+ * slot of its own; the kernel frees a slot when its process execs or dies.
+ * The ownership byte is an open-file-description lock: a program that closes
+ * some other descriptor of the file does not drop it.
+ *
+ * Readers need the process behind a slot (the NVML process lists rename
+ * host pids to container pids, the region lists processes): the slot's
+ * identity byte carries a process-associated lock (F_SETLK) of its owner,
+ * and the kernel reports such a lock's holder as its pid in the reader's
+ * pid namespace, 0 when the holder is not visible there. A process of
+ * another pid namespace is therefore counted in every measurement but named
+ * by none: its held bytes go where bytes no process can be named for go
+ * (Contract 7).
+ *
+ * Lock space (64-bit offsets, one lock per (GPU, slot) and part):
+ *   GPU d, lease / 4096:   d * 2^58 + slot * 2^35, length = lease >> 12
+ *   GPU d, lease % 4096:   d * 2^58 + 2^57 + slot * 2^12, length = lease & 4095
+ *   GPU d, held / 65536:   d * 2^58 + 2^57 + 2^56 + slot * 2^31, length = held >> 16
+ *   GPU d, held % 65536:   d * 2^58 + 2^57 + 2^56 + 2^53 + slot * 2^16, length = held & 65535
+ *   host pid claims:       2^62 + slot * 2^32 + host pid, length 1
+ *   slot ownership:        2^62 + 2^54 + slot, length 1 (open file description)
+ *   slot identity:         2^62 + 2^54 + 2^22 + slot, length 1 (process)
+ * slot < 2^22 (PID_MAX_LIMIT on 64-bit kernels, so any pid is a slot); at
+ * most 2^47 bytes (128 TiB) per process and GPU. The exact byte count needs
+ * two ranges: one of 2^47 bytes per (GPU, slot) does not fit 2^26 times in
+ * 2^63.
  *
  * The host pid claims give the SM limiter the container's processes in NVML's
  * numbering, on the same terms. They are process-associated locks (F_SETLK),
  * not open-file-description ones: the kernel reports the pid that holds such
  * a lock (in the reader's pid namespace), so a reader can tell a claim in
- * pid P's range that P itself holds from one another process put there. The
- * NVML process lists show only such claims (another container's host pid
- * named in a forged claim stays hidden); the limiter counts every claim,
- * where a forgery can only make the container look busier. A process drops
- * its process-associated locks when it closes any descriptor of the file:
- * still_ours() takes the claim again when the program closed the shim's
- * descriptor, claim_stands() when it closed one of its own.
+ * slot k's range that k's owner itself holds (its holder is the identity
+ * byte's holder) from one another process put there. The NVML process lists
+ * show only such claims (another container's host pid named in a forged
+ * claim stays hidden); the limiter counts every claim, where a forgery can
+ * only make the container look busier. A process drops its
+ * process-associated locks (claim and identity alike) when it closes any
+ * descriptor of the file: still_ours() takes them again when the program
+ * closed the shim's descriptor, claim_stands() when it closed one of its own.
  *
  * Nothing here takes a lock of its own: callers serialise publishing (the
  * process's mutex in region.c; the region lock is not needed for it);
@@ -64,6 +101,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "shim.h"
@@ -74,6 +112,10 @@ _Static_assert(sizeof(off_t) == 8, "the ledger needs 64-bit file offsets");
 #define DEV_SHIFT 58
 #define HP_AT ((off_t)VGPU_MAX_DEVICES << DEV_SHIFT)
 #define HP_END (HP_AT + ((off_t)1 << (PID_BITS + 32)))
+#define SLOTS ((int32_t)1 << PID_BITS)
+#define OWN_AT HP_END
+#define ID_AT (OWN_AT + SLOTS)
+#define SLOT_TRIES 64
 #define MAX_BYTES (((uint64_t)1 << 47) - 1)
 /* Queries one measurement may take: two per lock found, plus one. A tenant
  * who sprays more locks than this only makes its own allocations fail. */
@@ -104,28 +146,30 @@ _Static_assert(((off_t)1 << 57) + ((off_t)1 << 56) + ((off_t)1 << 53) + ((off_t)
 		       ((off_t)1 << DEV_SHIFT),
 	       "a GPU's block");
 _Static_assert((uint64_t)HP_END < ((uint64_t)1 << 63), "host pid claims fit in off_t");
+_Static_assert((uint64_t)ID_AT + (uint64_t)SLOTS < ((uint64_t)1 << 63), "slot bytes fit in off_t");
 
 static int fd = -1;
 static struct stat ident;                   /* what fd was opened on */
-static int32_t me;                          /* the pid our ranges belong to */
+static int32_t me;                          /* our pid, as getpid() says */
+static int32_t slot = -1;                   /* the slot our ranges belong to; -1 = none yet */
 static char path[4096];                     /* to reopen in a fork child */
 static uint64_t leased[VGPU_MAX_DEVICES];   /* lease our locks say, per GPU */
 static uint64_t held[VGPU_MAX_DEVICES];     /* held bytes our locks say, per GPU */
 static int32_t claimed_hp;                  /* host pid our claim says; 0 = none */
 
-static off_t hi_at(const struct family *f, int d, int32_t pid)
+static off_t hi_at(const struct family *f, int d, int32_t k)
 {
-	return ((off_t)d << DEV_SHIFT) + f->hi + ((off_t)pid << f->span);
+	return ((off_t)d << DEV_SHIFT) + f->hi + ((off_t)k << f->span);
 }
 
-static off_t lo_at(const struct family *f, int d, int32_t pid)
+static off_t lo_at(const struct family *f, int d, int32_t k)
 {
-	return ((off_t)d << DEV_SHIFT) + f->lo + ((off_t)pid << f->unit);
+	return ((off_t)d << DEV_SHIFT) + f->lo + ((off_t)k << f->unit);
 }
 
-static off_t hp_at(int32_t pid, int32_t hp)
+static off_t hp_at(int32_t k, int32_t hp)
 {
-	return HP_AT + ((off_t)pid << 32) + (off_t)(uint32_t)hp;
+	return HP_AT + ((off_t)k << 32) + (off_t)(uint32_t)hp;
 }
 
 /* fcntl through syscall(2): the libc wrapper is fcntl64@GLIBC_2.28 when built here. */
@@ -184,6 +228,7 @@ void vgpu_ledger_init(int limits_fd, const char *limits_path)
 		memset(&ident, 0, sizeof(ident));
 	}
 	me = (int32_t)getpid();
+	slot = -1;
 	snprintf(path, sizeof(path), "%s", limits_path);
 	memset(leased, 0, sizeof(leased));
 	memset(held, 0, sizeof(held));
@@ -201,6 +246,7 @@ void vgpu_ledger_after_fork(void)
 	memset(held, 0, sizeof(held));
 	claimed_hp = 0;
 	me = (int32_t)getpid();
+	slot = -1; /* the parent's stays the parent's: ours is taken at our first publication */
 	if (fd < 0)
 		return;
 	struct stat was;
@@ -218,6 +264,109 @@ void vgpu_ledger_after_fork(void)
 	fd = vgpu_high_fd(nfd); /* -1: allocations fail closed, with a line saying why */
 }
 
+/* ---- slots ----------------------------------------------------------------------------- */
+
+/* Whether another description or process holds a lock in [start, start + len): one query. */
+static int locked_by_other(off_t start, off_t len, int32_t *holder)
+{
+	struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = start, .l_len = len};
+	while (syscall(SYS_fcntl, fd, F_OFD_GETLK, &fl) != 0)
+		if (errno != EINTR)
+			return -1;
+	if (holder)
+		*holder = fl.l_type == F_UNLCK ? 0 : fl.l_pid;
+	return fl.l_type != F_UNLCK;
+}
+
+/*
+ * Whether slot k is someone else's: a lock on its ownership byte other than
+ * ours, or any lock in its ranges (of the GPUs the limits file lists: nobody
+ * measures the others). 1, 0, or -1 with errno.
+ */
+static int slot_taken(int32_t k)
+{
+	int r = locked_by_other(OWN_AT + k, 1, NULL);
+	if (!r)
+		r = locked_by_other(ID_AT + k, 1, NULL);
+	if (!r)
+		r = locked_by_other(hp_at(k, 0), (off_t)1 << 32, NULL);
+	for (int d = 0; !r && d < vgpu.limits.ngpu && d < VGPU_MAX_DEVICES; d++) {
+		const struct family *fs[2] = {&LEASE, &HELD};
+		for (int i = 0; !r && i < 2; i++) {
+			r = locked_by_other(hi_at(fs[i], d, k), (off_t)1 << fs[i]->span, NULL);
+			if (!r)
+				r = locked_by_other(lo_at(fs[i], d, k), (off_t)1 << fs[i]->unit, NULL);
+		}
+	}
+	return r;
+}
+
+/* Set-then-test on slot k: 0 (ours now), or -1 with errno (EBUSY: someone else's). */
+static int try_slot(int32_t k)
+{
+	if (setlk(F_RDLCK, OWN_AT + k, 1) != 0)
+		return -1;
+	int r = slot_taken(k);
+	if (r == 0 && claim_lk(F_RDLCK, ID_AT + k) == 0)
+		return 0;
+	int e = r > 0 ? EBUSY : errno;
+	setlk(F_UNLCK, OWN_AT + k, 1);
+	errno = e;
+	return -1;
+}
+
+/* A number for picking slots: distinct enough between processes that start together. */
+static uint64_t next_random(void)
+{
+	static __thread uint64_t x;
+	if (!x) {
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		x = ((uint64_t)ts.tv_nsec << 22) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)(uint32_t)me << 32) ^
+		    (uint64_t)syscall(SYS_gettid) ^ 0x9e3779b97f4a7c15ull;
+	}
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	return x;
+}
+
+/*
+ * Takes a slot if we have none: our pid first, then random ones; between
+ * tries that lost a race, a pause of a few microseconds so that two
+ * claimants do not keep meeting. 0, or -1 with errno.
+ */
+static int take_slot(void)
+{
+	if (slot >= 0)
+		return 0;
+	if (fd < 0) {
+		errno = EBADF;
+		return -1;
+	}
+	int32_t k = me > 0 && me < SLOTS ? me : 0;
+	for (int i = 0; i < SLOT_TRIES; i++) {
+		if (k <= 0)
+			k = (int32_t)(next_random() % (uint64_t)(SLOTS - 1)) + 1;
+		if (try_slot(k) == 0) {
+			slot = k;
+			if (k != me)
+				LOGD("ledger slot %d (slot %d is another process's)", (int)k, (int)me);
+			return 0;
+		}
+		if (errno != EBUSY)
+			return -1;
+		k = 0;
+		if (i >= 8) {
+			struct timespec ts = {0, (long)(next_random() % 20000)};
+			nanosleep(&ts, NULL);
+		}
+	}
+	LOGD("ledger: no free slot after %d tries", SLOT_TRIES);
+	errno = EBUSY; /* the caller says so, once */
+	return -1;
+}
+
 /*
  * Moves what family f publishes for us on GPU d from was to bytes. Grows by
  * locking the new tail (it merges with the lock we have), shrinks by
@@ -229,7 +378,7 @@ static int put(const struct family *f, int d, uint64_t was, uint64_t bytes)
 	uint64_t mask = ((uint64_t)1 << f->unit) - 1;
 	off_t hi = (off_t)(bytes >> f->unit), old_hi = (off_t)(was >> f->unit);
 	off_t lo = (off_t)(bytes & mask), old_lo = (off_t)(was & mask);
-	off_t h = hi_at(f, d, me), l = lo_at(f, d, me);
+	off_t h = hi_at(f, d, slot), l = lo_at(f, d, slot);
 	if (hi > old_hi && setlk(F_RDLCK, h + old_hi, hi - old_hi) != 0)
 		return -1;
 	if (lo > old_lo && setlk(F_RDLCK, l + old_lo, lo - old_lo) != 0) {
@@ -273,15 +422,22 @@ static int still_ours(void)
 		return 0;
 	}
 	LOGW("the limits file's descriptor was closed by the program; opened again, GPU memory use published again");
-	int ok = 1;
-	for (int d = 0; d < VGPU_MAX_DEVICES && ok; d++)
+	/* Closing the description dropped our slot with everything in it (and
+	 * our process's locks with it): take one again, perhaps another. */
+	slot = -1;
+	int any = claimed_hp != 0;
+	for (int d = 0; d < VGPU_MAX_DEVICES; d++)
+		any |= leased[d] || held[d];
+	int ok = !any || take_slot() == 0;
+	for (int d = 0; d < VGPU_MAX_DEVICES && ok && slot >= 0; d++)
 		ok = put(&LEASE, d, 0, leased[d]) == 0 && put(&HELD, d, 0, held[d]) == 0;
 	if (ok && claimed_hp)
-		ok = claim_lk(F_RDLCK, hp_at(me, claimed_hp)) == 0;
+		ok = claim_lk(F_RDLCK, hp_at(slot, claimed_hp)) == 0;
 	if (!ok) {
 		int e = errno;
 		close(fd); /* drops what was published again: the next call starts over */
 		fd = -1;
+		slot = -1;
 		errno = e;
 	}
 	return ok;
@@ -296,10 +452,14 @@ static int publish(const struct family *f, uint64_t *pub, int idx, uint64_t byte
 {
 	if (!still_ours())
 		return -1;
-	if (me <= 0 || me >= (1 << PID_BITS) || idx < 0 || idx >= VGPU_MAX_DEVICES || bytes > MAX_BYTES) {
+	if (idx < 0 || idx >= VGPU_MAX_DEVICES || bytes > MAX_BYTES) {
 		errno = ERANGE;
 		return -1;
 	}
+	if (bytes == pub[idx])
+		return 0;
+	if (take_slot() != 0)
+		return -1;
 	if (put(f, idx, pub[idx], bytes) != 0)
 		return -1;
 	pub[idx] = bytes;
@@ -321,11 +481,13 @@ int vgpu_ledger_publish_held(int idx, uint64_t bytes)
  * locks when it closes any descriptor of the file, ours or not: a program
  * that reads the limits file itself drops the claim, and the descriptor
  * check of still_ours() cannot see that. Checked (one query) each time the
- * claim is written, which the SM limiter's watcher does periodically.
+ * claim is written, which the SM limiter's watcher does periodically. The
+ * slot's identity byte goes with it (the same kind of lock, dropped at the
+ * same moment) and is taken again with it.
  */
 static int claim_stands(void)
 {
-	struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = hp_at(me, claimed_hp), .l_len = 1};
+	struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = hp_at(slot, claimed_hp), .l_len = 1};
 	if (fd < 0 || syscall(SYS_fcntl, fd, F_OFD_GETLK, &fl) != 0)
 		return 1; /* cannot tell: still_ours() below deals with a lost descriptor */
 	return fl.l_type != F_UNLCK && fl.l_pid == me;
@@ -337,14 +499,13 @@ int vgpu_ledger_claim_host_pid(int32_t hp)
 		return 0;
 	if (!still_ours())
 		return -1;
-	if (me <= 0 || me >= (1 << PID_BITS)) {
-		errno = ERANGE;
+	if (hp && take_slot() != 0)
 		return -1;
-	}
-	if (hp && claim_lk(F_RDLCK, hp_at(me, hp)) != 0)
+	/* Identity first: a claim names us only while we hold our slot's identity. */
+	if (hp && (claim_lk(F_RDLCK, ID_AT + slot) != 0 || claim_lk(F_RDLCK, hp_at(slot, hp)) != 0))
 		return -1;
-	if (claimed_hp && claimed_hp != hp)
-		claim_lk(F_UNLCK, hp_at(me, claimed_hp));
+	if (claimed_hp && claimed_hp != hp && slot >= 0)
+		claim_lk(F_UNLCK, hp_at(slot, claimed_hp));
 	claimed_hp = hp;
 	return 0;
 }
@@ -445,10 +606,12 @@ static void measure_visit(off_t s, off_t e, int32_t owner, void *arg)
 		add_len(&m->units, (e < lo_part ? e : lo_part) - s);
 	if (e > lo_part)
 		add_len(&m->bytes, e - (s > lo_part ? s : lo_part));
-	/* Someone else's lock in our own ranges: a process with our pid in
-	 * another pid namespace, or a forgery. Our measurement of others would
-	 * miss whatever of theirs lies under ours. */
-	off_t h = hi_at(m->f, m->idx, me), l = lo_at(m->f, m->idx, me);
+	/* Someone else's lock in our own slot's ranges: a forgery (no other
+	 * process takes a slot with locks in it). Our measurement of others
+	 * would miss whatever of theirs lies under ours. */
+	if (slot < 0)
+		return;
+	off_t h = hi_at(m->f, m->idx, slot), l = lo_at(m->f, m->idx, slot);
 	if (overlaps(s, e, h, h + ((off_t)1 << m->f->span)) || overlaps(s, e, l, l + ((off_t)1 << m->f->unit)))
 		m->collision = 1;
 }
@@ -486,11 +649,38 @@ int vgpu_ledger_others_held(int idx, uint64_t *bytes)
 
 /* ---- per process, for rebuilding the region ------------------------------------------ */
 
+/*
+ * The pid, in our pid namespace, of the process that owns slot k: the holder
+ * of its identity byte; 0 when none can be named (not visible from here, or
+ * no process-associated lock there).
+ */
+static int32_t owner_of(int32_t k)
+{
+	int32_t pid = 0;
+	if (locked_by_other(ID_AT + k, 1, &pid) != 1 || pid < 0)
+		return 0;
+	return pid;
+}
+
 struct attribute {
 	int idx;
 	void (*fn)(int32_t pid, int idx, uint64_t bytes, void *arg);
 	void *arg;
+	int32_t k, pid; /* the last slot looked up, and its owner (k = -1: none yet) */
 };
+
+/* Hands a stretch of slot k's held range to the callback under k's owner's pid. */
+static void attribute_to(struct attribute *a, int32_t k, uint64_t bytes)
+{
+	if (k != a->k) {
+		a->k = k;
+		a->pid = owner_of(k);
+	}
+	/* Nameless (another pid namespace's): counted in every measurement,
+	 * named in no list. */
+	if (a->pid > 0)
+		a->fn(a->pid, a->idx, bytes, a->arg);
+}
 
 static void attribute_visit(off_t s, off_t e, int32_t owner, void *arg)
 {
@@ -498,23 +688,23 @@ static void attribute_visit(off_t s, off_t e, int32_t owner, void *arg)
 	struct attribute *a = arg;
 	const struct family *f = &HELD;
 	off_t base = ((off_t)a->idx << DEV_SHIFT) + f->hi, rel = s - base, lo = f->lo - f->hi;
-	/* Only a stretch inside one process's range can be told apart; anything
+	/* Only a stretch inside one slot's range can be told apart; anything
 	 * wider is no process's own (it is still measured above). */
 	if (rel < lo) {
-		int32_t pid = (int32_t)(rel >> f->span);
-		if (((e - 1 - base) >> f->span) == pid)
-			a->fn(pid, a->idx, (uint64_t)(e - s) << f->unit, a->arg);
+		int32_t k = (int32_t)(rel >> f->span);
+		if (((e - 1 - base) >> f->span) == k)
+			attribute_to(a, k, (uint64_t)(e - s) << f->unit);
 	} else {
-		int32_t pid = (int32_t)((rel - lo) >> f->unit);
-		if (((e - 1 - base - lo) >> f->unit) == pid)
-			a->fn(pid, a->idx, (uint64_t)(e - s), a->arg);
+		int32_t k = (int32_t)((rel - lo) >> f->unit);
+		if (((e - 1 - base - lo) >> f->unit) == k)
+			attribute_to(a, k, (uint64_t)(e - s));
 	}
 }
 
 /* What each other process says it holds (not its lease): the report. */
 int vgpu_ledger_scan_held(int idx, void (*fn)(int32_t pid, int idx, uint64_t bytes, void *arg), void *arg)
 {
-	struct attribute a = {idx, fn, arg};
+	struct attribute a = {idx, fn, arg, -1, 0};
 	off_t base = (off_t)idx << DEV_SHIFT;
 	return scan(base + HELD.hi, base + FAMILY_END(HELD), attribute_visit, &a);
 }
@@ -541,9 +731,10 @@ static void claims_visit(off_t s, off_t e, int32_t owner, void *arg)
 	struct claims *c = arg;
 	off_t rel = s - HP_AT, rel_end = e - HP_AT; /* rel_end exclusive */
 	/* A claim names a process only when that very process holds it: the
-	 * kernel's owner pid is the pid whose range it lies in. */
-	if (c->fn && rel_end - rel == 1 && owner > 0 && owner == (int32_t)(rel >> 32))
-		c->fn((int32_t)(rel >> 32), (int32_t)(uint32_t)rel, c->arg);
+	 * kernel's owner pid is the one that holds the identity of the slot
+	 * whose range it lies in. */
+	if (c->fn && rel_end - rel == 1 && owner > 0 && owner == owner_of((int32_t)(rel >> 32)))
+		c->fn(owner, (int32_t)(uint32_t)rel, c->arg);
 	if (!c->set)
 		return;
 	/* Every host pid inside a claimed stretch is claimed, whoever claims it:
@@ -584,5 +775,13 @@ int vgpu_hp_set_has(const struct vgpu_hp_set *set, unsigned pid)
 int vgpu_ledger_scan_claims(void (*fn)(int32_t pid, int32_t hp, void *arg), void *arg)
 {
 	struct claims c = {fn, arg, NULL};
+	return scan(HP_AT, HP_END, claims_visit, &c);
+}
+
+int vgpu_ledger_scan_claims_all(void (*fn)(int32_t pid, int32_t hp, void *arg), void *arg, struct vgpu_hp_set *set)
+{
+	set->n = 0;
+	set->all = 0;
+	struct claims c = {fn, arg, set};
 	return scan(HP_AT, HP_END, claims_visit, &c);
 }

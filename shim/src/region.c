@@ -239,11 +239,33 @@ static void held_claim(int32_t pid, int32_t hp, void *arg)
 		h->hp = hp;
 }
 
+/* Every host pid claimed in the ledger, named or not (sync_locked). */
+static struct vgpu_hp_set claimed;
+
+/*
+ * Whether slot s is a process of another pid namespace sharing the region
+ * (containers of a pod sharing a claim): its host pid is claimed in the
+ * ledger, but by no process this namespace can name. Its pid means nothing
+ * here, so neither its liveness nor its pid's uniqueness can be judged from
+ * here: its own namespace's processes keep it.
+ */
+static int elsewhere(const struct vgpu_region_proc *s)
+{
+	int32_t hp = s->host_pid;
+	if (hp <= 0 || hp == vgpu_host_pid() || !vgpu_hp_set_has(&claimed, (unsigned)hp))
+		return 0;
+	for (int k = 0; k < ntab; k++)
+		if (tab[k].hp == hp)
+			return 0;
+	return 1;
+}
+
 /*
  * Rebuilds every slot and the devices' totals from the ledger: gone
  * processes and second slots of one pid are dropped, each live process's
  * bytes and host pid are what it publishes, processes that publish but have
- * no slot get one, ours is what we know. Caller holds the lock.
+ * no slot get one, ours is what we know; slots of other pid namespaces'
+ * processes are left to them. Caller holds the lock.
  */
 static void sync_locked(void)
 {
@@ -255,12 +277,14 @@ static void sync_locked(void)
 	for (int d = 0; d < ngpu; d++)
 		if (vgpu_ledger_scan_held(d, held_bytes, NULL) != 0)
 			LOGD("ledger scan of GPU %d failed: %s", d, strerror(errno));
-	if (vgpu_ledger_scan_claims(held_claim, NULL) != 0)
+	if (vgpu_ledger_scan_claims_all(held_claim, NULL, &claimed) != 0) {
 		LOGD("ledger scan of host pids failed: %s", strerror(errno));
+		claimed.n = claimed.all = 0;
+	}
 	for (int i = 0; i < VGPU_MAX_PROCS; i++) {
 		struct vgpu_region_proc *s = &r->procs[i];
 		int32_t pid = s->pid;
-		if (!pid)
+		if (!pid || (i != slot && elsewhere(s)))
 			continue;
 		if (pid == me) {
 			if (i != slot)
@@ -678,9 +702,12 @@ static void unrecorded(int e)
 		LOGD("GPU memory refused: still cannot record it in the ledger: %s", strerror(e));
 		return;
 	}
-	if (e == EEXIST)
-		LOGE("GPU memory refused: another process publishes its GPU memory under this process's id "
-		     "(pid %d in another pid namespace?); allocations are refused while it does",
+	if (e == EBUSY)
+		LOGE("GPU memory refused: no free slot in the container's ledger (locks on the limits file hold "
+		     "every one tried); allocations are refused while there is none");
+	else if (e == EEXIST)
+		LOGE("GPU memory refused: another process publishes GPU memory in this process's ledger slot "
+		     "(a lock forged in it, pid %d); allocations are refused while it does",
 		     (int)getpid());
 	else
 		LOGE("cannot record GPU memory use in the container's ledger (a lock on the limits file): %s; "

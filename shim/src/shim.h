@@ -187,15 +187,19 @@ int vgpu_ledger_publish_held(int idx, uint64_t bytes);
  * closed the descriptor: 0, or -1 with errno. */
 int vgpu_ledger_check(void);
 /* The union of the container's other processes' leases on idx: 0, or -1 with
- * errno (EEXIST: another process publishes in this process's own range). */
+ * errno (EEXIST: another process publishes in this process's own slot, a forgery;
+ * EBUSY: no slot could be taken). */
 int vgpu_ledger_others(int idx, uint64_t *bytes);
 /* What the other processes say they hold on idx (the report). */
 int vgpu_ledger_others_held(int idx, uint64_t *bytes);
 /* Publishes this process's host pid (0 withdraws it): 0, or -1 with errno. */
 int vgpu_ledger_claim_host_pid(int32_t hp);
-/* Calls fn for each (pid, bytes held) another process publishes on idx. */
+/* Calls fn for each (pid, bytes held) another process publishes on idx, under its pid
+ * here; a process this pid namespace cannot see is not named (its bytes are still
+ * in vgpu_ledger_others_held). */
 int vgpu_ledger_scan_held(int idx, void (*fn)(int32_t pid, int idx, uint64_t bytes, void *arg), void *arg);
-/* Calls fn for each (pid, host pid) claim that pid itself holds (this process's included). */
+/* Calls fn for each (pid, host pid) claim that the owner of the slot it lies in holds itself,
+ * under that owner's pid here (this process's included; other pid namespaces' are not named). */
 int vgpu_ledger_scan_claims(void (*fn)(int32_t pid, int32_t hp, void *arg), void *arg);
 /* The host pids the container's other processes claim. */
 #define VGPU_HP_RANGES 1024
@@ -206,6 +210,8 @@ struct vgpu_hp_set {
 	} r[VGPU_HP_RANGES];
 };
 int vgpu_ledger_host_pids(struct vgpu_hp_set *set);
+/* Both in one scan: fn as vgpu_ledger_scan_claims, every claimed host pid into set. */
+int vgpu_ledger_scan_claims_all(void (*fn)(int32_t pid, int32_t hp, void *arg), void *arg, struct vgpu_hp_set *set);
 int vgpu_hp_set_has(const struct vgpu_hp_set *set, unsigned pid);
 
 /* ---- hostpid.c: this process's pid as NVML reports it ----------------------------- */

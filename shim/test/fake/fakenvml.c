@@ -205,7 +205,7 @@ static nvmlReturn_t list_procs(nvmlDevice_t h, int which, int rec, unsigned *cou
 		if (p && !listed(p, h->index, which))
 			continue;
 		if (n < *count && out) {
-			unsigned pid = p ? fk_nvml_pid(p->pid) : FK_EXTRA_PID + (unsigned)(i + (int)nextra);
+			unsigned pid = p ? fk_nvml_pid(p) : FK_EXTRA_PID + (unsigned)(i + (int)nextra);
 			uint64_t used = na ? NVML_VALUE_NOT_AVAILABLE : p ? p->used[h->index] : 1u << 20;
 			if (rec == R_V1)
 				((nvmlProcessInfo_v1_t *)out)[n] = (nvmlProcessInfo_v1_t){pid, used};
@@ -240,7 +240,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetAccountingPids(nvmlDevice_t h, unsigned *count,
 		if (p && !listed(p, h->index, L_COMPUTE))
 			continue;
 		if (n < *count && pids)
-			pids[n] = p ? fk_nvml_pid(p->pid) : FK_EXTRA_PID + (unsigned)(i + (int)nextra);
+			pids[n] = p ? fk_nvml_pid(p) : FK_EXTRA_PID + (unsigned)(i + (int)nextra);
 		else
 			rc = NVML_ERROR_INSUFFICIENT_SIZE;
 		n++;
@@ -266,7 +266,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetAccountingStats(nvmlDevice_t h, unsigned pid, n
 	fk_lock();
 	for (int i = 0; i < FK_MAX_PROC; i++) {
 		struct fk_proc *p = &fk->proc[i];
-		if (listed(p, h->index, L_COMPUTE) && fk_nvml_pid(p->pid) == pid) {
+		if (listed(p, h->index, L_COMPUTE) && fk_nvml_pid(p) == pid) {
 			*st = (nvmlAccountingStats_t){.maxMemoryUsage = p->used[h->index], .isRunning = 1};
 			rc = NVML_SUCCESS;
 			break;
@@ -345,7 +345,7 @@ EXPORT nvmlReturn_t nvmlSystemGetProcessName(unsigned pid, char *name, unsigned 
 	if (!name || !len)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	char path[64], buf[256];
-	snprintf(path, sizeof(path), "/proc/%u/cmdline", pid - (unsigned)fk->pidns_offset);
+	snprintf(path, sizeof(path), "/proc/%u/cmdline", pid - (unsigned)fk_pidns_offset());
 	FILE *f = fopen(path, "r");
 	if (!f)
 		return NVML_ERROR_NOT_FOUND;
@@ -417,7 +417,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, nvmlProcessU
 		if (util > 100)
 			util = 100;
 		if (s && n < *count)
-			s[n] = (nvmlProcessUtilizationSample_t){.pid = fk_nvml_pid(p->pid),
+			s[n] = (nvmlProcessUtilizationSample_t){.pid = fk_nvml_pid(p),
 								.timeStamp = (unsigned long long)(now / 1000),
 								.smUtil = util};
 		n++;

@@ -57,8 +57,13 @@ static void configure(void)
 		fk->ndev++;
 	}
 	free(copy);
+	fk->pidns_offset = fk_pidns_offset();
+}
+
+int32_t fk_pidns_offset(void)
+{
 	const char *off = getenv("FAKECUDA_PIDNS_OFFSET");
-	fk->pidns_offset = off ? atoi(off) : 0;
+	return off ? atoi(off) : 0;
 }
 
 static void init_once(void)
@@ -136,7 +141,8 @@ void fk_reap(void)
 {
 	for (int i = 0; i < FK_MAX_PROC; i++) {
 		struct fk_proc *p = &fk->proc[i];
-		if (!p->pid || (kill(p->pid, 0) != 0 && errno == ESRCH) == 0)
+		/* A process of another (simulated) pid namespace cannot be checked from here. */
+		if (!p->pid || p->nvpid != p->pid + fk_pidns_offset() || (kill(p->pid, 0) != 0 && errno == ESRCH) == 0)
 			continue;
 		/* The process is gone: the driver frees what it held. */
 		for (int d = 0; d < FK_MAX_DEV; d++)
@@ -147,10 +153,10 @@ void fk_reap(void)
 
 struct fk_proc *fk_me(void)
 {
-	int me = getpid(), free_slot = -1;
+	int me = getpid(), nv = me + fk_pidns_offset(), free_slot = -1;
 	for (int pass = 0; pass < 2; pass++) {
 		for (int i = 0; i < FK_MAX_PROC; i++) {
-			if (fk->proc[i].pid == me)
+			if (fk->proc[i].pid == me && fk->proc[i].nvpid == nv)
 				return &fk->proc[i];
 			if (!fk->proc[i].pid && free_slot < 0)
 				free_slot = i;
@@ -165,12 +171,13 @@ struct fk_proc *fk_me(void)
 	}
 	memset(&fk->proc[free_slot], 0, sizeof(fk->proc[free_slot]));
 	fk->proc[free_slot].pid = me;
+	fk->proc[free_slot].nvpid = nv;
 	return &fk->proc[free_slot];
 }
 
-unsigned fk_nvml_pid(int32_t pid)
+unsigned fk_nvml_pid(const struct fk_proc *p)
 {
-	return (unsigned)pid + (unsigned)fk->pidns_offset;
+	return (unsigned)p->nvpid;
 }
 
 int64_t fk_now(void)

@@ -44,7 +44,9 @@ struct fk_dev {
 
 struct fk_proc {
 	int32_t pid;
-	int32_t pad;
+	/* Its pid as NVML reports it: pid + its own FAKECUDA_PIDNS_OFFSET, so
+	 * processes of two simulated pid namespaces with one pid stay apart. */
+	int32_t nvpid;
 	uint64_t used[FK_MAX_DEV];
 	int32_t ctxs[FK_MAX_DEV];    /* live contexts: NVML lists a process with one */
 	int64_t busy_ns[FK_MAX_DEV]; /* GPU time of its kernels, queued ones included */
@@ -61,7 +63,7 @@ struct fk_proc {
 struct fk_state {
 	uint64_t magic;
 	int32_t ndev;
-	int32_t pidns_offset; /* added to every pid NVML reports */
+	int32_t pidns_offset; /* unused: each process's own FAKECUDA_PIDNS_OFFSET counts */
 	struct fk_dev dev[FK_MAX_DEV];
 	struct fk_proc proc[FK_MAX_PROC];
 	uint64_t peak[FK_MAX_DEV]; /* the most dev[].used has ever been (fakecuda_peak) */
@@ -84,8 +86,10 @@ void fk_retire(int d, int64_t now);
 int64_t fk_ran_ns(const struct fk_proc *p, int d, int64_t now);
 /* Resident threads per SM (CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR), as on recent GPUs. */
 #define FK_THREADS_PER_SM 2048
-/* A pid as fake NVML reports it (see FAKECUDA_PIDNS_OFFSET). */
-unsigned fk_nvml_pid(int32_t pid);
+/* A process's pid as fake NVML reports it (see FAKECUDA_PIDNS_OFFSET). */
+unsigned fk_nvml_pid(const struct fk_proc *p);
+/* This process's FAKECUDA_PIDNS_OFFSET: its namespace's offset to NVML's pids. */
+int32_t fk_pidns_offset(void);
 void fk_sleep_ns(int64_t ns);
 /* Fault injection from $FAKECUDA_FAIL="name:N[:sleepMS],...": returns 1 when
  * this (the Nth) call of name must fail; sleeps first when asked. */
