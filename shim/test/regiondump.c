@@ -6,13 +6,14 @@
  *                                         process would have left it
  *   regiondump hold LIMITS PID IDX BYTES READY [held]
  *                                         publish BYTES on limits index IDX in
- *                                         the ledger (src/ledger.c) as process
- *                                         PID would, as its lease (or, with
- *                                         "held", as what it holds), touch
- *                                         READY, wait to be killed (a forged
- *                                         ledger entry)
- *   regiondump ledger LIMITS PID IDX     print "lease=N held=M": what process
- *                                         PID publishes on limits index IDX
+ *                                         the ledger (src/ledger.c) in slot
+ *                                         PID, as its lease (or, with "held",
+ *                                         as what it holds), touch READY, wait
+ *                                         to be killed (a forged ledger entry)
+ *   regiondump ledger LIMITS PID IDX     print "lease=N held=M": what slot PID
+ *                                         publishes on limits index IDX (a
+ *                                         process's slot is its pid unless
+ *                                         another process holds that one)
  */
 #define _GNU_SOURCE
 #include <fcntl.h>

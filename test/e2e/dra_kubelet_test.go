@@ -3,12 +3,15 @@
 package e2e
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,13 +28,14 @@ import (
 // it and prepares the claim, containerd applies the claim's CDI device and
 // nri-vgpu turns it into the claim's GPU and quota inside the container;
 // restarts of the kubelet and the driver keep the claim prepared, and
-// deleting the pod unprepares it.
+// deleting the pod unprepares it. Then two containers of one pod share a
+// claim, each in its own pid namespace.
 func TestDRAClaimPodUnderTheKubelet(t *testing.T) {
 	draGPU := testGPUs[1]
 	n := startClusterNode(t, harness.KubernetesVersion, vgpuOptions{
 		extraConfig: "[dra]\nenabled = true\ngpus = [\"" + draGPU.UUID + "\"]\n",
 	})
-	ctx := testContext(t, 8*time.Minute)
+	ctx := testContext(t, 10*time.Minute)
 
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "nri-vgpu-dra-driver")
@@ -152,5 +156,93 @@ func TestDRAClaimPodUnderTheKubelet(t *testing.T) {
 		return errors.Is(err, fs.ErrNotExist)
 	}); err != nil {
 		t.Errorf("the claim's host state %s is still there after its pod went", claimDir)
+	}
+
+	t.Run("containers sharing the claim without a shared pid namespace", func(t *testing.T) {
+		sharedClaimPair(t, ctx, n, draGPU.UUID)
+	})
+}
+
+// sharedClaimPair: two containers of one pod share a claim without sharing a
+// pid namespace, and their GPU programs have the same pid: each allocates, together they are held to the
+// claim's memory, and each container sees the claim's whole use.
+func sharedClaimPair(t *testing.T, ctx context.Context, n *clusterNode, gpuUUID string) {
+	t.Helper()
+	if images.cudaTestErr != nil {
+		t.Fatalf("the CUDA test image: %v", images.cudaTestErr)
+	}
+	claimName := "pair"
+	claim := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: claimName, Namespace: podNamespace},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: "gpu",
+			Exactly: &resourceapi.ExactDeviceRequest{
+				DeviceClassName: draDriver,
+				Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
+					"memory": resource.MustParse("6Gi"), "cores": resource.MustParse("30"),
+				}},
+			},
+		}}}},
+	}
+	if _, err := n.k.Client.ResourceV1().ResourceClaims(podNamespace).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	shared := t.TempDir()
+	env := fakeDriverEnv(gpuUUID, "/tmp")
+	// Each container's pid 1 forks until its namespace has handed out pid
+	// 99, then starts the program: pid 100 in both. "a" holds 4 GiB; then
+	// "b" is refused 3 GiB and given 2.
+	start := func(name, ops string) string {
+		return fmt.Sprintf("p=0; while [ $p -lt 99 ]; do (:) & p=$!; wait $p; done; "+
+			"%s cudaprog -m direct %s >/shared/%s.log 2>&1 & echo $! >/shared/%s.pid; "+
+			"trap 'exit 0' TERM; while :; do sleep 1 & wait $!; done", env, ops, name, name)
+	}
+	pod := podSpec("pair", cudaTestImage, 0)
+	pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &claimName}}
+	pod.Spec.Volumes = []corev1.Volume{{Name: "shared", VolumeSource: corev1.VolumeSource{
+		HostPath: &corev1.HostPathVolumeSource{Path: shared}}}}
+	main := &pod.Spec.Containers[0]
+	main.Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
+	main.VolumeMounts = []corev1.VolumeMount{{Name: "shared", MountPath: "/shared"}}
+	second := *main
+	second.Name = "second"
+	main.Command = []string{"/bin/sh", "-c", start("a", "init alloc:4GiB touch:/shared/a-held waitfile:/shared/release")}
+	second.Command = []string{"/bin/sh", "-c", start("b",
+		"init waitfile:/shared/a-held alloc:3GiB:2 alloc:2GiB touch:/shared/b-held waitfile:/shared/release")}
+	pod.Spec.Containers = append(pod.Spec.Containers, second)
+	mainID := n.runPod(t, ctx, pod)
+	defer n.deletePod(t, ctx, pod)
+	defer os.WriteFile(filepath.Join(shared, "release"), nil, 0o644)
+
+	if err := waitFor(ctx, 90*time.Second, func() bool {
+		_, err := os.Stat(filepath.Join(shared, "b-held"))
+		return err == nil
+	}); err != nil {
+		a, _ := os.ReadFile(filepath.Join(shared, "a.log"))
+		b, _ := os.ReadFile(filepath.Join(shared, "b.log"))
+		t.Fatalf("the two programs did not both get their memory\na: %s\nb: %s", a, b)
+	}
+	a, _ := os.ReadFile(filepath.Join(shared, "a.pid"))
+	b, _ := os.ReadFile(filepath.Join(shared, "b.pid"))
+	if strings.TrimSpace(string(a)) != strings.TrimSpace(string(b)) {
+		t.Fatalf("the programs' pids in their containers differ (%q, %q): the case would prove nothing", a, b)
+	}
+	p, err := n.k.Client.CoreV1().Pods(podNamespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secondID := ""
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name == "second" {
+			secondID = strings.TrimPrefix(cs.ContainerID, "containerd://")
+		}
+	}
+	if secondID == "" {
+		t.Fatalf("no status of container second: %s", describePod(p))
+	}
+	// A third program in either container sees both programs' 6 GiB used,
+	// nothing free, and gets nothing more.
+	for _, id := range []string{mainID, secondID} {
+		n.cudaprog(t, ctx, id, env, "direct", "init", "info:0:6GiB", "nvml:0:6GiB:6GiB:0", "alloc:1MiB:2")
 	}
 }
