@@ -76,7 +76,7 @@ commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 arch=${GOARCH:-$(go env GOARCH)}
 
 missing=()
-for f in "$BIN/nri-vgpu" "$BIN/nri-vgpu-device-plugin" "$BIN/nri-vgpu-runtime" "$SHIM"; do
+for f in "$BIN/nri-vgpu" "$BIN/nri-vgpu-device-plugin" "$BIN/nri-vgpu-runtime" "$BIN/nri-vgpu-dra-driver" "$SHIM"; do
 	[ -f "$f" ] || missing+=("$f")
 done
 if ((${#missing[@]})); then
@@ -92,7 +92,7 @@ fi
 # The C library the host binaries need: the highest GLIBC_x.y symbol version
 # they use (Go's cgo binaries built on Debian 12 need 2.34). The shim is left
 # out: it runs inside containers, not on the host.
-glibc=$(for f in "$BIN/nri-vgpu" "$BIN/nri-vgpu-device-plugin" "$BIN/nri-vgpu-runtime"; do
+glibc=$(for f in "$BIN/nri-vgpu" "$BIN/nri-vgpu-device-plugin" "$BIN/nri-vgpu-runtime" "$BIN/nri-vgpu-dra-driver"; do
 	objdump -T "$f" 2>/dev/null | grep -o 'GLIBC_[0-9][0-9.]*' || true
 done | sed 's/^GLIBC_//' | sort -uV | tail -1)
 glibc=${glibc:-2.2.5}
@@ -138,7 +138,7 @@ split_debug() {
 	build_ids+=("$id")
 }
 mkdir -p "$stage/bin" "$stage/lib"
-for f in nri-vgpu nri-vgpu-device-plugin nri-vgpu-runtime; do
+for f in nri-vgpu nri-vgpu-device-plugin nri-vgpu-runtime nri-vgpu-dra-driver; do
 	cp "$BIN/$f" "$stage/bin/$f"
 	split_debug "$stage/bin/$f"
 done
@@ -152,7 +152,7 @@ split_debug "$stage/lib/libvgpu-shim.so" --strip-unneeded
 helpbin=$BIN
 if [ "$arch" != "$(go env GOHOSTARCH)" ]; then
 	helpbin="$stage/helpbin"
-	for cmd in nri-vgpu:nri-vgpu nri-vgpu-device-plugin:device-plugin nri-vgpu-runtime:nri-vgpu-runtime; do
+	for cmd in nri-vgpu:nri-vgpu nri-vgpu-device-plugin:device-plugin nri-vgpu-runtime:nri-vgpu-runtime nri-vgpu-dra-driver:dra-driver; do
 		GOOS= GOARCH= go build -o "$helpbin/${cmd%%:*}" "./cmd/${cmd#*:}"
 	done
 fi

@@ -52,7 +52,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, reload <-chan os.
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "configuration file (default: $"+config.EnvPath+", else "+config.DefaultPath+")")
 	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name (default: $NODE_NAME)")
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file; empty: the pod's service account")
+	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file (default: $KUBECONFIG); empty: the pod's service account")
 	pluginDir := fs.String("plugin-dir", "", "the driver's directory for its kubelet socket (default: /var/lib/kubelet/plugins/<driver name>)")
 	registryDir := fs.String("registry-dir", "", "the kubelet's plugin registration directory (default: /var/lib/kubelet/plugins_registry)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")

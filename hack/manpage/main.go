@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -76,7 +77,7 @@ var pages = []page{
 			{"/run/nri-vgpu", "Each vGPU container's limits file and usage region, which the container mounts."},
 			{"/var/lib/nri-vgpu", "The key that signs GPU allocations."},
 		},
-		seeAlso: "nri-vgpu-device-plugin(1), nri-vgpu-runtime(1), /usr/share/doc/nri-vgpu/README.md",
+		seeAlso: "nri-vgpu-device-plugin(1), nri-vgpu-dra-driver(1), nri-vgpu-runtime(1), /usr/share/doc/nri-vgpu/README.md",
 	},
 	{
 		name:     "nri-vgpu-device-plugin",
@@ -86,7 +87,26 @@ var pages = []page{
 		help:     []string{"-h"},
 		env:      []entry{configEnv},
 		files:    []entry{configFile},
-		seeAlso:  "nri-vgpu(1), /usr/share/doc/nri-vgpu/README.md",
+		seeAlso:  "nri-vgpu(1), nri-vgpu-dra-driver(1), /usr/share/doc/nri-vgpu/README.md",
+	},
+	{
+		name:     "nri-vgpu-dra-driver",
+		pkg:      "cmd/dra-driver",
+		summary:  "Dynamic Resource Allocation driver of nri-vgpu",
+		synopsis: []string{"nri-vgpu-dra-driver [flags]"},
+		help:     []string{"-h"},
+		env: []entry{
+			configEnv,
+			{"NODE_NAME", "The node's name, when no -node-name flag gives it."},
+			{"KUBECONFIG", "The kubeconfig file, when no -kubeconfig flag names one; neither: the pod's service account."},
+		},
+		files: []entry{
+			configFile,
+			{"/run/nri-vgpu", "Each prepared claim's limits file and usage region (run_dir), which its containers mount."},
+			{"/var/run/cdi", "The CDI spec of each prepared claim (dra.cdi_dir)."},
+			{"/var/lib/kubelet/plugins_registry", "Where the driver registers with the kubelet."},
+		},
+		seeAlso: "nri-vgpu(1), nri-vgpu-device-plugin(1), /usr/share/doc/nri-vgpu/README.md",
 	},
 	{
 		name:     "nri-vgpu-runtime",
@@ -218,6 +238,12 @@ func help(bin, name string, args []string) (manpage.Help, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, name), args...)
+	// Flags whose default is an environment variable would print the
+	// builder's value as the default.
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		return k == "NODE_NAME" || k == "KUBECONFIG" || k == config.EnvPath
+	})
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	what := strings.Join(append([]string{name}, args...), " ")

@@ -119,16 +119,19 @@ expected_files=(
 	"/usr/bin/nri-vgpu f 755"
 	"/usr/bin/nri-vgpu-device-plugin f 755"
 	"/usr/bin/nri-vgpu-runtime f 755"
+	"/usr/bin/nri-vgpu-dra-driver f 755"
 	"/usr/lib/nri-vgpu/libvgpu-shim.so f 644"
 	"/etc/nri-vgpu/config.toml f 644"
 	"/usr/lib/systemd/system/nri-vgpu-device-plugin.service f 644"
 	"/usr/lib/systemd/system/nri-vgpu.service f 644"
+	"/usr/lib/systemd/system/nri-vgpu-dra-driver.service f 644"
 	"/usr/lib/tmpfiles.d/nri-vgpu.conf f 644"
 	"/usr/share/doc/nri-vgpu/README.md f 644"
 	"/usr/share/doc/nri-vgpu/config.toml.example f 644"
 	"/usr/share/man/man1/nri-vgpu.1.gz f 644"
 	"/usr/share/man/man1/nri-vgpu-device-plugin.1.gz f 644"
 	"/usr/share/man/man1/nri-vgpu-runtime.1.gz f 644"
+	"/usr/share/man/man1/nri-vgpu-dra-driver.1.gz f 644"
 	"/var/lib/nri-vgpu d 700"
 )
 deb_files=(
@@ -139,7 +142,9 @@ deb_files=(
 rpm_files=(
 	"/usr/share/licenses/nri-vgpu/LICENSE f 644"
 )
-binaries=(/usr/bin/nri-vgpu /usr/bin/nri-vgpu-device-plugin /usr/bin/nri-vgpu-runtime /usr/lib/nri-vgpu/libvgpu-shim.so /opt/nri/plugins/10-nri-vgpu)
+binaries=(/usr/bin/nri-vgpu /usr/bin/nri-vgpu-device-plugin /usr/bin/nri-vgpu-runtime /usr/bin/nri-vgpu-dra-driver /usr/lib/nri-vgpu/libvgpu-shim.so /opt/nri/plugins/10-nri-vgpu)
+# The units, each of a daemon the package installs.
+units=(nri-vgpu-device-plugin.service nri-vgpu-dra-driver.service nri-vgpu.service)
 
 # check_installed ROOT WHAT [ENTRY...]: the expected files and ENTRYs.
 check_installed() {
@@ -165,16 +170,18 @@ check_installed() {
 	! grep -q '^\[\[gpu.simulated\]\]' "$r/etc/nri-vgpu/config.toml" || fail "$what: the packaged config has simulated GPUs"
 	# Every binary and the shim load in the fresh root: no missing library.
 	local f out
-	for f in /usr/bin/nri-vgpu /usr/bin/nri-vgpu-device-plugin /usr/bin/nri-vgpu-runtime /usr/lib/nri-vgpu/libvgpu-shim.so; do
+	for f in /usr/bin/nri-vgpu /usr/bin/nri-vgpu-device-plugin /usr/bin/nri-vgpu-runtime /usr/bin/nri-vgpu-dra-driver /usr/lib/nri-vgpu/libvgpu-shim.so; do
 		if out=$(run_in "$r" ldd "$f" 2>&1) && grep -q 'not found' <<<"$out"; then
 			fail "$what: $f has unresolved libraries in a fresh $SUITE: $out"
 		fi
 	done
 	out=$(run_in "$r" /usr/bin/nri-vgpu version 2>&1) || fail "$what: nri-vgpu version failed in the fresh root: $out"
+	out=$(run_in "$r" /usr/bin/nri-vgpu-dra-driver --version 2>&1) || fail "$what: nri-vgpu-dra-driver --version failed in the fresh root: $out"
 	# Each manual page is a page of its command (man itself is not in a
 	# minbase root; lint.sh has lintian check the pages).
 	local page title
-	for page in 'nri-vgpu NRI\-VGPU' 'nri-vgpu-device-plugin NRI\-VGPU\-DEVICE\-PLUGIN' 'nri-vgpu-runtime NRI\-VGPU\-RUNTIME'; do
+	for page in 'nri-vgpu NRI\-VGPU' 'nri-vgpu-device-plugin NRI\-VGPU\-DEVICE\-PLUGIN' 'nri-vgpu-runtime NRI\-VGPU\-RUNTIME' \
+		'nri-vgpu-dra-driver NRI\-VGPU\-DRA\-DRIVER'; do
 		read -r f title <<<"$page"
 		out=$(gzip -dc "$r/usr/share/man/man1/$f.1.gz" 2>&1 | head -1) || true
 		[[ $out == ".TH \"$title\" \"1\" "* ]] ||
@@ -187,7 +194,7 @@ check_installed() {
 # information in them.
 check_debug_symbols() {
 	local r=$1 what=$2 f id dbg sections
-	for f in /usr/bin/nri-vgpu /usr/bin/nri-vgpu-device-plugin /usr/bin/nri-vgpu-runtime /usr/lib/nri-vgpu/libvgpu-shim.so; do
+	for f in /usr/bin/nri-vgpu /usr/bin/nri-vgpu-device-plugin /usr/bin/nri-vgpu-runtime /usr/bin/nri-vgpu-dra-driver /usr/lib/nri-vgpu/libvgpu-shim.so; do
 		sections=$(readelf -S --wide "$r$f")
 		if grep -Eq '[[:space:]]\.(symtab|z?debug_info)[[:space:]]' <<<"$sections"; then
 			fail "$what: $f is not stripped"
@@ -214,7 +221,7 @@ check_debug_symbols() {
 
 check_no_binaries() {
 	local r=$1 what=$2 f
-	for f in "${binaries[@]}" /usr/lib/systemd/system/nri-vgpu.service /usr/lib/systemd/system/nri-vgpu-device-plugin.service /usr/lib/tmpfiles.d/nri-vgpu.conf; do
+	for f in "${binaries[@]}" "${units[@]/#//usr/lib/systemd/system/}" /usr/lib/tmpfiles.d/nri-vgpu.conf; do
 		if [ -e "$r$f" ] || [ -L "$r$f" ]; then fail "$what: $f is still there"; fi
 	done
 	for f in /usr/lib/nri-vgpu /usr/share/doc/nri-vgpu /usr/share/licenses/nri-vgpu /usr/share/man/man1/nri-vgpu.1.gz; do
@@ -262,7 +269,7 @@ rpm -qpR "$rpm1" 2>/dev/null | grep -qx "glibc >= $need_glibc" || fail "rpm: req
 # The units are valid for this machine's systemd (only their executables,
 # installed in the root and not here, are missing).
 if command -v systemd-analyze >/dev/null; then
-	out=$(systemd-analyze verify "$r/usr/lib/systemd/system/nri-vgpu.service" "$r/usr/lib/systemd/system/nri-vgpu-device-plugin.service" 2>&1 |
+	out=$(systemd-analyze verify "${units[@]/#/$r/usr/lib/systemd/system/}" 2>&1 |
 		grep -v 'is not executable: No such file or directory' || true)
 	[ -z "$out" ] || fail "systemd-analyze verify: $out"
 fi
@@ -319,9 +326,9 @@ grep -q '^systemctl daemon-reload$' <<<"$calls" || fail "systemd: install did no
 grep -q '^systemd-tmpfiles --create /usr/lib/tmpfiles.d/nri-vgpu.conf$' <<<"$calls" || fail "systemd: install did not create the tmpfiles: $calls"
 if grep -Eq 'start|restart|enable|stop|disable' <<<"$calls"; then fail "systemd: install or upgrade touched the services: $calls"; fi
 wants="$r/etc/systemd/system/multi-user.target.wants"
-# The administrator enables both, as systemctl enable does (WantedBy=).
+# The administrator enables all, as systemctl enable does (WantedBy=).
 mkdir -p "$wants"
-for u in nri-vgpu-device-plugin.service nri-vgpu.service; do
+for u in "${units[@]}"; do
 	[ ! -e "$wants/$u" ] || fail "systemd: install or upgrade enabled $u"
 	ln -s "/usr/lib/systemd/system/$u" "$wants/$u"
 done
@@ -329,9 +336,9 @@ done
 run_in "$r" dpkg -r nri-vgpu >/dev/null
 # deb-systemd-invoke stops through systemctl; deb-systemd-helper takes the
 # links away itself.
-grep -q '^systemctl stop nri-vgpu-device-plugin.service nri-vgpu.service$' "$r/tmp/systemd.log" ||
-	fail "systemd: removal did not stop the services: $(cat "$r/tmp/systemd.log")"
-for u in nri-vgpu-device-plugin.service nri-vgpu.service; do
+grep -qx "systemctl stop ${units[*]}" "$r/tmp/systemd.log" ||
+	fail "systemd: removal did not stop the services ${units[*]}: $(cat "$r/tmp/systemd.log")"
+for u in "${units[@]}"; do
 	[ ! -L "$wants/$u" ] || fail "systemd: removal left $u enabled"
 done
 run_in "$r" dpkg -P nri-vgpu >/dev/null
@@ -340,7 +347,7 @@ left=$(cd "$r" && find . -path ./proc -prune -o -path ./tmp -prune -o -name '*nr
 
 log "deb: the debug symbols of $(basename "$deb1")"
 debug_files=$(dpkg-deb --fsys-tarfile "$dbgdeb" | tar -t | sed -n 's|^\./\(.*\.debug\)$|/|p')
-[ "$(wc -w <<<"$debug_files")" = 4 ] || fail "dbgsym: want the symbols of 4 binaries, the package has: $debug_files"
+[ "$(wc -w <<<"$debug_files")" = 5 ] || fail "dbgsym: want the symbols of 5 binaries, the package has: $debug_files"
 [ "$(dpkg-deb -f "$dbgdeb" Depends)" = "nri-vgpu (= $deb_version)" ] ||
 	fail "dbgsym: Depends is '$(dpkg-deb -f "$dbgdeb" Depends)', want 'nri-vgpu (= $deb_version)'"
 r=$(new_root)
@@ -360,10 +367,12 @@ want_list="/etc/nri-vgpu
 /opt/nri/plugins/10-nri-vgpu
 /usr/bin/nri-vgpu
 /usr/bin/nri-vgpu-device-plugin
+/usr/bin/nri-vgpu-dra-driver
 /usr/bin/nri-vgpu-runtime
 /usr/lib/nri-vgpu
 /usr/lib/nri-vgpu/libvgpu-shim.so
 /usr/lib/systemd/system/nri-vgpu-device-plugin.service
+/usr/lib/systemd/system/nri-vgpu-dra-driver.service
 /usr/lib/systemd/system/nri-vgpu.service
 /usr/lib/tmpfiles.d/nri-vgpu.conf
 /usr/share/doc/nri-vgpu
@@ -373,6 +382,7 @@ want_list="/etc/nri-vgpu
 /usr/share/licenses/nri-vgpu
 /usr/share/licenses/nri-vgpu/LICENSE
 /usr/share/man/man1/nri-vgpu-device-plugin.1.gz
+/usr/share/man/man1/nri-vgpu-dra-driver.1.gz
 /usr/share/man/man1/nri-vgpu-runtime.1.gz
 /usr/share/man/man1/nri-vgpu.1.gz"
 got_list=$(rpm -qlp "$rpm1" 2>/dev/null)

@@ -110,6 +110,15 @@ func packagedFiles(t *testing.T) []string {
 	return out
 }
 
+// mountNamespaceKeys are the unit settings that run a service in a mount
+// namespace of its own (systemd.exec(5)); mounts made there stay there.
+var mountNamespaceKeys = []string{
+	"ProtectSystem", "ProtectHome", "PrivateTmp", "PrivateDevices", "PrivateMounts", "ProtectKernelTunables",
+	"ProtectKernelModules", "ProtectKernelLogs", "ProtectControlGroups", "ProtectProc", "ProcSubset",
+	"ReadWritePaths", "ReadOnlyPaths", "InaccessiblePaths", "ExecPaths", "NoExecPaths", "TemporaryFileSystem",
+	"BindPaths", "BindReadOnlyPaths", "MountFlags", "RootDirectory", "RootImage", "MountAPIVFS",
+}
+
 // TestSystemdUnits holds the packaged units to what the daemons do with the
 // packaged configuration: under ProtectSystem=strict every directory a daemon
 // writes must be made writable, the GPUs must stay reachable, and the
@@ -133,6 +142,12 @@ func TestSystemdUnits(t *testing.T) {
 		// mount: it must outlive a restart of the service.
 		preserveRuntime bool
 		caps            []string
+		// The daemon mounts each usage region's tmpfs, which the
+		// container runtime must see: the unit must leave it in the
+		// host's mount namespace.
+		mountsRegions bool
+		// Environment the program needs from the unit.
+		env []string
 	}{
 		{
 			file:    "nri-vgpu-device-plugin.service",
@@ -149,6 +164,17 @@ func TestSystemdUnits(t *testing.T) {
 			// Removing a container's region, whose files belong to the
 			// container's users.
 			caps: []string{"CAP_DAC_OVERRIDE", "CAP_FOWNER"},
+		},
+		{
+			file:          "nri-vgpu-dra-driver.service",
+			program:       "/usr/bin/nri-vgpu-dra-driver",
+			mountsRegions: true,
+			// Preparing a claim mounts its region; unpreparing removes
+			// files of the containers' users.
+			caps: []string{"CAP_SYS_ADMIN", "CAP_DAC_OVERRIDE", "CAP_FOWNER"},
+			// It exits at once without a node name, and needs credentials
+			// for the API server outside a pod.
+			env: []string{"NODE_NAME", "KUBECONFIG"},
 		},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
@@ -191,6 +217,18 @@ func TestSystemdUnits(t *testing.T) {
 			}
 			if tc.preserveRuntime && !slices.Equal(u.words("RuntimeDirectoryPreserve"), []string{"yes"}) {
 				t.Errorf("RuntimeDirectoryPreserve=%q: stopping the service would delete what running containers mount", u["RuntimeDirectoryPreserve"])
+			}
+			if tc.mountsRegions {
+				for _, k := range mountNamespaceKeys {
+					if v := u.words(k); len(v) > 0 && !slices.Contains([]string{"no", "false", "0"}, v[0]) {
+						t.Errorf("%s=%s gives the service a mount namespace of its own: the region mounts would not reach the container runtime", k, v[0])
+					}
+				}
+			}
+			for _, name := range tc.env {
+				if !slices.ContainsFunc(u.words("Environment"), func(w string) bool { return strings.HasPrefix(w, name+"=") }) {
+					t.Errorf("Environment=%q does not set %s", u["Environment"], name)
+				}
 			}
 			if caps, ok := u["CapabilityBoundingSet"]; ok {
 				for _, c := range tc.caps {

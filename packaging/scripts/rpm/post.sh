@@ -19,7 +19,7 @@ fi
 
 if [ "${1:-1}" -ge 2 ]; then
 	echo "nri-vgpu: upgraded. Running daemons keep the old version until restarted:"
-	echo "  systemctl try-restart nri-vgpu-device-plugin.service nri-vgpu.service"
+	echo "  systemctl try-restart nri-vgpu-device-plugin.service nri-vgpu-dra-driver.service nri-vgpu.service"
 	echo "  and, for the plugin containerd starts itself, a restart of containerd."
 fi
 exit 0

@@ -9,9 +9,9 @@ set -e
 
 [ "${1:-0}" = 0 ] || exit 0
 
-units="nri-vgpu-device-plugin.service nri-vgpu.service"
+units="nri-vgpu-device-plugin.service nri-vgpu-dra-driver.service nri-vgpu.service"
 if [ -d /run/systemd/system ]; then
-	# shellcheck disable=SC2086 # two unit names
+	# shellcheck disable=SC2086 # three unit names
 	systemctl disable --now $units >/dev/null 2>&1 || true
 elif command -v systemctl >/dev/null 2>&1; then
 	# No running systemd (a chroot, an image build): only the links.
