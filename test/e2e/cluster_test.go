@@ -53,9 +53,15 @@ func forEachKubernetes(t *testing.T, test func(t *testing.T, version string)) {
 // tears it down when t ends.
 func startClusterNode(t *testing.T, version string, opts vgpuOptions) *clusterNode {
 	t.Helper()
+	return startClusterNodeOn(t, version, harness.ContainerdVersion, opts)
+}
+
+// startClusterNodeOn is startClusterNode on the given containerd version.
+func startClusterNodeOn(t *testing.T, version, containerd string, opts vgpuOptions) *clusterNode {
+	t.Helper()
 	opts.socketDir = harness.DevicePluginDir
 	opts.containerd.CNI = true
-	n := &clusterNode{vgpu: setUpNode(t, harness.ContainerdVersion, opts)}
+	n := &clusterNode{vgpu: setUpNode(t, containerd, opts)}
 	n.k = startCluster(t, version, n.c)
 	n.runDevicePlugin(t)
 	return n

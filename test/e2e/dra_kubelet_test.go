@@ -29,10 +29,15 @@ import (
 // nri-vgpu turns it into the claim's GPU and quota inside the container;
 // restarts of the kubelet and the driver keep the claim prepared, and
 // deleting the pod unprepares it. Then two containers of one pod share a
-// claim, each in its own pid namespace.
+// claim, each in its own pid namespace. On each containerd version
+// selected: the README names 1.7 (with CDI enabled) and 2.x.
 func TestDRAClaimPodUnderTheKubelet(t *testing.T) {
+	forEachContainerd(t, testDRAClaimPodUnderTheKubelet)
+}
+
+func testDRAClaimPodUnderTheKubelet(t *testing.T, containerd string) {
 	draGPU := testGPUs[1]
-	n := startClusterNode(t, harness.KubernetesVersion, vgpuOptions{
+	n := startClusterNodeOn(t, harness.KubernetesVersion, containerd, vgpuOptions{
 		extraConfig: "[dra]\nenabled = true\ngpus = [\"" + draGPU.UUID + "\"]\n",
 	})
 	ctx := testContext(t, 10*time.Minute)
