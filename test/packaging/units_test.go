@@ -161,9 +161,11 @@ func TestSystemdUnits(t *testing.T) {
 			// whichever daemon starts first), the NRI socket.
 			writes:          []string{cfg.Paths.RunDir, cfg.Paths.StateDir, path.Dir(cfg.NRI.SocketPath)},
 			preserveRuntime: true,
-			// Removing a container's region, whose files belong to the
-			// container's users.
-			caps: []string{"CAP_DAC_OVERRIDE", "CAP_FOWNER"},
+			// Mounting each container's region tmpfs; removing a
+			// container's region, whose files belong to the container's
+			// users.
+			caps:          []string{"CAP_SYS_ADMIN", "CAP_DAC_OVERRIDE", "CAP_FOWNER"},
+			mountsRegions: true,
 		},
 		{
 			file:          "nri-vgpu-dra-driver.service",
