@@ -204,11 +204,17 @@ func TestSystemdUnits(t *testing.T) {
 					t.Errorf("StateDirectoryMode=%q: the allocation key's directory must be 0700", got)
 				}
 			}
-			// Both load NVML, which opens the GPUs' device nodes.
+			// All load NVML, which opens the GPUs' device nodes.
 			for _, k := range []string{"PrivateDevices", "DevicePolicy"} {
 				if v := u.words(k); len(v) > 0 && v[0] != "no" && v[0] != "auto" {
 					t.Errorf("%s=%s hides the NVIDIA device nodes", k, v[0])
 				}
+			}
+			// ProtectClock=yes implies DeviceAllow=char-rtc r, which on
+			// systemd 245 to 251 (Ubuntu 22.04 has 249) closes every other
+			// device, the NVIDIA ones included.
+			if v := u.words("ProtectClock"); len(v) > 0 && v[0] == "yes" && len(u["DeviceAllow"]) == 0 {
+				t.Errorf("ProtectClock=yes without DeviceAllow= for the NVIDIA devices: systemd 245 to 251 then refuses /dev/nvidia*")
 			}
 			if fams := u.words("RestrictAddressFamilies"); len(fams) > 0 {
 				for _, want := range []string{"AF_UNIX", "AF_NETLINK"} {
