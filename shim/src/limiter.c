@@ -26,6 +26,14 @@
  *    longer than a period's allowance on their own run at about one a period:
  *    more than the share, which no rate can prevent without longer waits, so
  *    the rate is not cut for it (it would starve the small kernels after);
+ *  - bounded waits with several launching threads: a launch in line behind
+ *    another waits for that one's debt as well as for the debt it found, up
+ *    to a period each. After one period in line a launch goes at its turn and
+ *    the debt still ahead of it is carried as owed (see carry()), as long as
+ *    the owed has room; with no room the launch waits for the debt itself,
+ *    so the share holds over any window longer than OWED_PERIODS periods
+ *    (except behind a kernel longer than the allowance, whose share is not
+ *    held anyway: see carry());
  *  - the bucket refills whatever NVML does: an error leaves the rate where it
  *    is (one warning), never stops the tokens;
  *  - a fresh window that shows the container idle although it waited for
@@ -62,6 +70,11 @@
  * cgroup): the time beyond it is not owed, or a resumed process would launch
  * seconds of banked work at once. */
 #define MAX_LATE_NS 250000000ll
+/* The longest a launch waits in line while the debt ahead of it can be
+ * carried as owed instead: one period, as long as a single launching thread
+ * waits for its own debt at most, so a second thread behind it does not
+ * double that. */
+#define WAIT_CAP_NS PERIOD_NS
 #define WAIT_NS 200000ll     /* a throttled launch re-checks every 0.2 ms at least, */
 #define WAIT_MAX_NS 5000000ll /* and at most every 5 ms (the rate may have moved) */
 /* NVML takes a per-process sample about every 1/6 s on hardware: silence for
@@ -95,6 +108,8 @@ struct bucket {
 	uint64_t tickets, serving;
 	int starved;     /* a launch found the bucket empty since the rate last moved */
 	int clipped;     /* a launch hit the bounded debt since the rate last moved */
+	int debt_clipped; /* the last charge hit the bounded debt: the debt is a kernel's beyond its share */
+	uint64_t carries; /* launches let go after WAIT_CAP_NS with debt carried (debug log) */
 	int launched;    /* a launch was charged since the rate last moved */
 	int sms;         /* the device's SM count: blocks per wave */
 	int active;      /* the watcher steers this bucket */
@@ -412,13 +427,55 @@ static int64_t available(struct bucket *b, int64_t now)
 }
 
 /*
- * Waits for this launch's turn and for tokens; returns the tokens available
- * then. Turns go by ticket; a launch whose turn it is not sleeps briefly. A
- * turn that does not move for two periods while tokens are there belongs to a
- * thread that is not coming (stopped, or gone by a signal handler's longjmp):
- * any waiter then skips it, and the owner, should it return, goes at once.
+ * A launch that has waited WAIT_CAP_NS in line and whose turn it is goes now:
+ * the debt still ahead of it (1 - avail tokens) moves from the bucket to what
+ * is owed, which later refills pay back, so the launch is charged in full and
+ * its wait stays within a period. Owed has a bound (OWED_PERIODS periods'
+ * worth): while carrying would pass it, the launch waits for the debt itself,
+ * else several threads could each launch once a period and together run over
+ * the share for good.
+ *
+ * One case goes past the bound, the excess dropped as a clipped launch's is:
+ * the debt ahead was left by a kernel longer than a period's allowance
+ * (debt_clipped). The owed is then full of such kernels' excess and their
+ * share is not held anyway (see the header); making the next thread wait for
+ * the debt would only double its wait. The price: such kernels, launched from
+ * n threads, run at up to n a period instead of one. Until the rate is
+ * steered (its first guess of 1 ms a wave is far too low for kernels of
+ * microseconds a wave) every large launch looks like one.
+ * Returns 1 when the launch may go.
  */
-static int64_t wait_turn(struct bucket *b, uint64_t *ticket)
+static int carry(struct bucket *b, int64_t avail, int idx)
+{
+	int64_t need = 1 - avail;
+	int64_t rate = __atomic_load_n(&b->rate, __ATOMIC_RELAXED), bound = rate * OWED_PERIODS;
+	int64_t owed = __atomic_load_n(&b->owed, __ATOMIC_RELAXED);
+	int dropped = __atomic_load_n(&b->debt_clipped, __ATOMIC_RELAXED);
+	int past = owed + need > bound;
+	if (past && !dropped)
+		return 0;
+	__atomic_add_fetch(&b->tokens, need, __ATOMIC_RELAXED);
+	owed = __atomic_add_fetch(&b->owed, need, __ATOMIC_RELAXED);
+	if (owed > bound)
+		__atomic_store_n(&b->owed, bound, __ATOMIC_RELAXED);
+	uint64_t n = __atomic_add_fetch(&b->carries, 1, __ATOMIC_RELAXED);
+	LOGD("SM limit on %s: launch %llu let go after a period in line; %.2f periods' allowance of debt "
+	     "carried (%s), owed %.2f",
+	     vgpu.limits.gpu[idx].uuid, (unsigned long long)n, (double)need / (double)rate,
+	     past ? "past the owed bound, after a kernel longer than the allowance" : "to be paid back",
+	     (double)__atomic_load_n(&b->owed, __ATOMIC_RELAXED) / (double)rate);
+	return 1;
+}
+
+/*
+ * Waits for this launch's turn and for tokens (or for a period in line, see
+ * carry()); returns the tokens available then. Turns go by ticket; a launch
+ * whose turn it is not sleeps briefly. A turn that does not move for two
+ * periods while tokens are there belongs to a thread that is not coming
+ * (stopped, or gone by a signal handler's longjmp): any waiter then skips it,
+ * and the owner, should it return, goes at once.
+ */
+static int64_t wait_turn(struct bucket *b, int idx, uint64_t *ticket)
 {
 	int oldstate;
 	/* nanosleep is a cancellation point: a thread cancelled in line would
@@ -428,13 +485,18 @@ static int64_t wait_turn(struct bucket *b, uint64_t *ticket)
 	__atomic_store_n(&b->starved, 1, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&b->waiting, 1, __ATOMIC_RELAXED);
 	uint64_t seen = __atomic_load_n(&b->serving, __ATOMIC_ACQUIRE);
-	int64_t seen_ns = now_ns(), avail;
+	int64_t seen_ns = now_ns(), deadline = seen_ns + WAIT_CAP_NS, avail;
 	for (;;) {
 		int64_t now = now_ns();
 		avail = available(b, now);
 		uint64_t srv = __atomic_load_n(&b->serving, __ATOMIC_ACQUIRE);
-		if (avail > 0 && (int64_t)(mine - srv) <= 0)
+		int turn = (int64_t)(mine - srv) <= 0;
+		if (avail > 0 && turn)
 			break;
+		if (turn && now >= deadline && carry(b, avail, idx)) {
+			avail = 1;
+			break;
+		}
 		if (srv != seen) {
 			seen = srv;
 			seen_ns = now;
@@ -446,6 +508,8 @@ static int64_t wait_turn(struct bucket *b, uint64_t *ticket)
 		/* In debt: sleep about until it is paid at the current rate. */
 		int64_t rate = __atomic_load_n(&b->rate, __ATOMIC_RELAXED);
 		int64_t ns = avail <= 0 && rate > 0 ? (int64_t)((double)(1 - avail) * (double)PERIOD_NS / (double)rate) : 0;
+		if (turn && now < deadline && ns > deadline - now)
+			ns = deadline - now; /* wake at the deadline, not a sleep past it */
 		sleep_ns(ns < WAIT_NS ? WAIT_NS : ns > WAIT_MAX_NS ? WAIT_MAX_NS : ns);
 	}
 	__atomic_sub_fetch(&b->waiting, 1, __ATOMIC_RELAXED);
@@ -465,7 +529,7 @@ static struct bucket *throttled_bucket(int idx)
 }
 
 /* Blocks until a launch that holds the GPU for `waves` waves may go, then charges it. */
-static void charge_waves(struct bucket *b, uint64_t waves)
+static void charge_waves(struct bucket *b, int idx, uint64_t waves)
 {
 	if (!waves)
 		waves = 1; /* unknown work: one wave, as the smallest kernel */
@@ -476,7 +540,7 @@ static void charge_waves(struct bucket *b, uint64_t waves)
 	int queued = avail <= 0 || __atomic_load_n(&b->waiting, __ATOMIC_RELAXED) > 0;
 	uint64_t ticket = 0;
 	if (queued)
-		avail = wait_turn(b, &ticket);
+		avail = wait_turn(b, idx, &ticket);
 	/* Bounded debt: at most about one period's allowance below zero (counting
 	 * what the time since the last refill has earned), so the next launch
 	 * waits a period at most; the rest is owed, up to OWED_PERIODS periods'
@@ -494,6 +558,8 @@ static void charge_waves(struct bucket *b, uint64_t waves)
 		if (owed > rate * OWED_PERIODS)
 			__atomic_store_n(&b->owed, rate * OWED_PERIODS, __ATOMIC_RELAXED);
 	}
+	if (__atomic_load_n(&b->debt_clipped, __ATOMIC_RELAXED) != (excess > 0))
+		__atomic_store_n(&b->debt_clipped, excess > 0, __ATOMIC_RELAXED);
 	if (queued) {
 		/* After the charge: the next in line sees what this launch took. */
 		uint64_t srv = __atomic_load_n(&b->serving, __ATOMIC_RELAXED);
@@ -509,7 +575,7 @@ void vgpu_limiter_charge(int idx, CUdevice dev, uint64_t blocks)
 	if (!b)
 		return;
 	uint64_t sms = (uint64_t)sm_count(b, dev);
-	charge_waves(b, blocks ? (blocks - 1) / sms + 1 : 1);
+	charge_waves(b, idx, blocks ? (blocks - 1) / sms + 1 : 1);
 }
 
 /* ---- launch entry points ------------------------------------------------------------ */
@@ -559,7 +625,7 @@ static __attribute__((noinline)) void gate(uint64_t blocks, CUgraphExec g, CUstr
 	}
 	struct bucket *b = throttled_bucket(idx);
 	if (b)
-		charge_waves(b, vgpu_graph_exec_waves(g));
+		charge_waves(b, idx, vgpu_graph_exec_waves(g));
 }
 
 #define GRID(x, y, z) ((uint64_t)(x) * (uint64_t)(y) * (uint64_t)(z))

@@ -437,6 +437,25 @@ static double now_s(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+/* launchthreads: one launching thread, flat out until the deadline. */
+struct lt_arg {
+	CUcontext ctx;
+	unsigned grid;
+	double until;
+	unsigned long launches;
+};
+
+static void *lt_thread(void *p)
+{
+	struct lt_arg *t = p;
+	check_rc("cuCtxSetCurrent", api.CtxSetCurrent(t->ctx), NULL); /* a new thread has none */
+	while (now_s() < t->until) {
+		check_rc("cuLaunchKernel", api.LaunchKernel(NULL, t->grid, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL), NULL);
+		t->launches++;
+	}
+	return NULL;
+}
+
 static void launch_once(unsigned grid)
 {
 	check_rc("cuLaunchKernel", api.LaunchKernel(NULL, grid, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL), NULL);
@@ -1187,6 +1206,41 @@ static void run(int argc, char **argv)
 			long long w1 = 0, b1 = busy_fn(getpid(), 0, &w1);
 			check_rc("cuCtxSynchronize", api.CtxSynchronize(), NULL);
 			printf("share %.1f\n", (double)(b1 - b0) / (double)(w1 - w0) * 100.0);
+		} else if (!strcmp(op, "launchthreads")) {
+			/* launchthreads:N:SECONDS:WARMUP:GRID — N threads launch GRID-block kernels flat out,
+			 * unsynchronised, for SECONDS; prints this process's share of GPU time after WARMUP
+			 * (as launchfor) and the launches of each thread. */
+			int n = atoi(a[1]);
+			double total = atof(a[2]), warm = atof(a[3]);
+			if (n < 1 || n > 16 || !a[4])
+				die("launchthreads:N:SECONDS:WARMUP:GRID wants 1 to 16 threads and a grid%s%s", "", "");
+			if (!busy_fn)
+				busy_fn = (long long (*)(int, int, long long *))dlsym(RTLD_DEFAULT, "fakecudaBusyNs");
+			if (!busy_fn)
+				die("fakecudaBusyNs not found%s%s", "", "");
+			CUcontext c = NULL;
+			check_rc("cuCtxGetCurrent", cuCtxGetCurrent(&c), NULL);
+			struct lt_arg t[16];
+			pthread_t th[16];
+			double t0 = now_s();
+			for (int k = 0; k < n; k++) {
+				t[k] = (struct lt_arg){c, (unsigned)atoi(a[4]), t0 + total, 0};
+				if (pthread_create(&th[k], NULL, lt_thread, &t[k]) != 0)
+					die("pthread_create failed%s%s", "", "");
+			}
+			long long w0 = 0, w1 = 0, b0, b1;
+			usleep((useconds_t)(warm * 1e6));
+			b0 = busy_fn(getpid(), 0, &w0);
+			double left = t0 + total - now_s();
+			if (left > 0)
+				usleep((useconds_t)(left * 1e6));
+			b1 = busy_fn(getpid(), 0, &w1);
+			for (int k = 0; k < n; k++)
+				pthread_join(th[k], NULL);
+			check_rc("cuCtxSynchronize", api.CtxSynchronize(), NULL);
+			printf("share %.1f\n", (double)(b1 - b0) / (double)(w1 - w0) * 100.0);
+			for (int k = 0; k < n; k++)
+				printf("thread %d launches %lu\n", k, t[k].launches);
 		} else if (!strcmp(op, "thread")) {
 			/* A new thread has no current context: the driver's error, no crash, nothing counted. */
 			pthread_t t;

@@ -4,12 +4,16 @@
  * simulated 132-SM GPU shared through the fake driver's state) at limits 30,
  * 50 and 70, and prints one line per container:
  *
- *   BENCHSM <mix> <limit> <share_pct> <longest_wait_ms> <period_ms>
+ *   BENCHSM <mix> <limit> <share_pct> <longest_wait_ms> <period_ms> <longest_less_runq_ms>
  *
  * share_pct: the container's GPU time over the measuring window, from the
  * fake driver's device-time accounting (not from the launcher's wall time);
  * longest_wait_ms: the longest single launch call of the whole run, i.e. the
- * longest the limiter held a launch; period_ms: the limiter's control period.
+ * longest the limiter held a launch; period_ms: the limiter's control period;
+ * longest_less_runq_ms: the longest launch call less the time its thread
+ * spent runnable but not running during it (the kernel's run_delay in
+ * /proc/thread-self/schedstat): what is left when the host's scheduling
+ * delay is taken out, the limiter's own part of the wait.
  * Targets: share within 5 points of the limit, longest wait at most twice
  * the period.
  *
@@ -36,6 +40,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -82,31 +87,60 @@ static void die(const char *what, int rc)
 static long long (*busy_fn)(int, int, long long *);
 static void (*set_us)(long long);
 static pthread_mutex_t longest_mu = PTHREAD_MUTEX_INITIALIZER;
-static double longest; /* seconds: the longest single launch call of any thread */
+static double longest;     /* seconds: the longest single launch call of any thread */
+static double longest_own; /* the longest call less the runqueue delay during it */
 static volatile int stop;
 
-static void took(double d)
+/* Seconds this thread has spent runnable but not running (schedstat's second
+ * field); 0 when the kernel does not keep it. */
+static double run_delay(void)
 {
+	static __thread int fd = -2;
+	char buf[128];
+	if (fd == -2)
+		fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd >= 0 ? pread(fd, buf, sizeof(buf) - 1, 0) : -1;
+	unsigned long long run, wait;
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	return sscanf(buf, "%llu %llu", &run, &wait) == 2 ? (double)wait / 1e9 : 0;
+}
+
+struct call {
+	double t0, q0;
+};
+
+static struct call call_begin(void)
+{
+	return (struct call){now_s(), run_delay()};
+}
+
+static void call_end(struct call c)
+{
+	double d = now_s() - c.t0, own = d - (run_delay() - c.q0);
 	pthread_mutex_lock(&longest_mu);
 	if (d > longest)
 		longest = d;
+	if (own > longest_own)
+		longest_own = own;
 	pthread_mutex_unlock(&longest_mu);
 }
 
 static void launch(unsigned grid, CUstream s)
 {
-	double t0 = now_s();
+	struct call c = call_begin();
 	CUresult rc = cuLaunchKernel(NULL, grid, 1, 1, 128, 1, 1, 0, s, NULL, NULL);
-	took(now_s() - t0);
+	call_end(c);
 	if (rc != CUDA_SUCCESS)
 		die("cuLaunchKernel", rc);
 }
 
 static void launch_graph(CUgraphExec g, CUstream s)
 {
-	double t0 = now_s();
+	struct call c = call_begin();
 	CUresult rc = cuGraphLaunch(g, s);
-	took(now_s() - t0);
+	call_end(c);
 	if (rc != CUDA_SUCCESS)
 		die("cuGraphLaunch", rc);
 }
@@ -211,7 +245,8 @@ static int load(const char *mix, double seconds, double warm)
 		pthread_join(t[i], NULL);
 	sync_all();
 	pthread_mutex_lock(&longest_mu);
-	printf("%.1f %.1f\n", (double)(b1 - b0) / (double)(w1 - w0) * 100.0, longest * 1000.0);
+	printf("%.1f %.1f %.1f\n", (double)(b1 - b0) / (double)(w1 - w0) * 100.0, longest * 1000.0,
+	       longest_own * 1000.0);
 	pthread_mutex_unlock(&longest_mu);
 	return 0;
 }
@@ -286,13 +321,13 @@ static void finish(struct container *c, const char *name)
 	close(c->fd);
 	int st;
 	waitpid(c->pid, &st, 0);
-	double share, wait_ms;
-	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || sscanf(buf, "%lf %lf", &share, &wait_ms) != 2) {
+	double share, wait_ms, own_ms;
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || sscanf(buf, "%lf %lf %lf", &share, &wait_ms, &own_ms) != 3) {
 		fprintf(stderr, "limiterbench: %s at %d failed\n", c->mix, c->limit);
 		exit(1);
 	}
 	if (name) {
-		printf("BENCHSM %s %d %.1f %.1f %d\n", name, c->label, share, wait_ms, PERIOD_MS);
+		printf("BENCHSM %s %d %.1f %.1f %d %.1f\n", name, c->label, share, wait_ms, PERIOD_MS, own_ms);
 		fflush(stdout);
 	}
 }
@@ -375,7 +410,7 @@ int main(int argc, char **argv)
 		perror("limiterbench: mkdtemp");
 		return 1;
 	}
-	printf("# BENCHSM mix limit share_pct longest_wait_ms period_ms (fake GPU, 132 SMs)\n");
+	printf("# BENCHSM mix limit share_pct longest_wait_ms period_ms longest_less_runq_ms (fake GPU, 132 SMs)\n");
 	fflush(stdout);
 	int rc = bench();
 	char cmd[4300];

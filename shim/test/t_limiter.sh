@@ -73,9 +73,39 @@ test_sm_nvml_unsupported() {
 	expect "warnings" "$(grep -c "NVML gives no per-process utilisation" "$T/err")" 1
 }
 
+test_sm_wait_carried_behind_long_kernels() {
+	# Two threads launch kernels of 20 waves (20 ms) at 30 %: longer than a period's allowance
+	# (15 ms), so each charge hits the bounded debt and the owed stays full. The thread in line
+	# behind the other's launch would wait for that launch's debt as well as its own, two
+	# periods; after one period in line it goes and the debt ahead is carried past the owed
+	# bound (the limiter's debug log says so). NVML gives no utilisation: the rate stays at its
+	# first guess, right for these 1 ms waves.
+	setup $GiB 30 hard debug
+	export FAKECUDA_UTIL_UNSUPPORTED=1
+	run init launchthreads:2:3:1:2640 || return 1
+	local past paid
+	past=$(grep -c 'let go after a period in line.*past the owed bound' "$T/err" || true)
+	paid=$(grep -c 'let go after a period in line.*to be paid back' "$T/err" || true)
+	echo "    info: launches let go after a period: $past past the owed bound, $paid to be paid back"
+	[ "$past" -ge 5 ]
+}
+
+test_sm_carried_debt_keeps_share() {
+	# Four threads launch kernels of 5 waves (5 ms, a third of a period's allowance at 30 %) flat
+	# out: in line behind three others a launch would wait about 1.3 periods. Its debt is carried
+	# only while the owed has room; then launches wait for it, so the share still holds (with
+	# carrying past the bound the four threads would take 40 %).
+	setup $GiB 30 hard
+	export FAKECUDA_UTIL_UNSUPPORTED=1
+	run init launchthreads:4:8:2:660 || return 1
+	share_in "$T/out" 25 35 "share of four launching threads"
+}
+
 t sm_huge_kernel_no_stall test_sm_huge_kernel_no_stall
 t sm_charged_by_waves test_sm_charged_by_waves
 t sm_launch_kinds test_sm_launch_kinds
 t sm_no_samples test_sm_no_samples
 t sm_zero_samples test_sm_zero_samples
 t sm_nvml_unsupported test_sm_nvml_unsupported
+t sm_wait_carried_behind_long_kernels test_sm_wait_carried_behind_long_kernels
+t sm_carried_debt_keeps_share test_sm_carried_debt_keeps_share
