@@ -24,6 +24,7 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/internal/deviceplugin"
 	"github.com/nri-vgpu/nri-vgpu/internal/health"
 	"github.com/nri-vgpu/nri-vgpu/internal/logging"
+	"github.com/nri-vgpu/nri-vgpu/internal/reload"
 	"github.com/nri-vgpu/nri-vgpu/internal/version"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
@@ -46,7 +47,7 @@ func main() {
 
 // run is the whole program; it returns the exit status: 0 after a clean
 // stop, 1 when it cannot serve, 2 for bad usage.
-func run(ctx context.Context, args []string, stderr io.Writer, reload <-chan os.Signal) int {
+func run(ctx context.Context, args []string, stderr io.Writer, reloadSig <-chan os.Signal) int {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "configuration file (default: $"+config.EnvPath+", else "+config.DefaultPath+")")
@@ -117,7 +118,8 @@ func run(ctx context.Context, args []string, stderr io.Writer, reload <-chan os.
 		}
 	}
 
-	go reloadOnSignal(ctx, reload, *configPath, cfg, backend, plugin, logger)
+	go reload.Watcher{ConfigPath: *configPath, Current: cfg, Backend: backend, Logger: logger,
+		RestartOnly: restartOnly, Applied: plugin.Refresh}.Run(ctx, reloadSig)
 
 	if err := plugin.Run(ctx); err != nil {
 		logger.Error("device plugin failed", "error", err)
@@ -127,40 +129,11 @@ func run(ctx context.Context, args []string, stderr io.Writer, reload <-chan os.
 	return 0
 }
 
-// reloadOnSignal re-reads the configuration on each signal. Only the
-// simulated GPU list is applied live (so a test can change GPU health);
-// everything else takes effect on restart, and a warning says so.
-func reloadOnSignal(ctx context.Context, sig <-chan os.Signal, configPath string, current *config.Config,
-	backend gpu.Backend, plugin *deviceplugin.Plugin, logger *slog.Logger) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-sig:
-		}
-		cfg, err := config.LoadResolved(configPath)
-		if err != nil {
-			logger.Error("reload: keeping the running configuration", "error", err)
-			continue
-		}
-		if !reflect.DeepEqual(cfg.DevicePlugin, current.DevicePlugin) || cfg.Paths.StateDir != current.Paths.StateDir ||
-			cfg.GPU.Backend != current.GPU.Backend {
-			logger.Warn("reload: device_plugin, paths.state_dir and gpu.backend changes take effect on restart")
-		}
-		sim, ok := backend.(*gpu.Simulated)
-		if !ok || cfg.GPU.Backend != config.BackendSimulated {
-			logger.Info("reload: nothing to apply live (only simulated GPUs are reloaded)")
-			continue
-		}
-		if err := gpu.ValidateSimulated(cfg.GPU.Simulated); err != nil {
-			logger.Error("reload: invalid gpu.simulated; keeping the running GPUs", "error", err)
-			continue
-		}
-		sim.Update(cfg.GPU.Simulated)
-		if err := plugin.Refresh(); err != nil {
-			logger.Error("reload: re-reading the GPUs failed", "error", err)
-			continue
-		}
-		logger.Info("reload: simulated GPUs updated", "gpus", len(cfg.GPU.Simulated))
+// restartOnly names what a reload does not apply to the device plugin.
+func restartOnly(current, next *config.Config) string {
+	if !reflect.DeepEqual(next.DevicePlugin, current.DevicePlugin) || next.Paths.StateDir != current.Paths.StateDir ||
+		next.GPU.Backend != current.GPU.Backend {
+		return "device_plugin, paths.state_dir and gpu.backend"
 	}
+	return ""
 }

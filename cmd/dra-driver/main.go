@@ -28,6 +28,7 @@ import (
 
 	"github.com/nri-vgpu/nri-vgpu/internal/dra"
 	"github.com/nri-vgpu/nri-vgpu/internal/logging"
+	"github.com/nri-vgpu/nri-vgpu/internal/reload"
 	"github.com/nri-vgpu/nri-vgpu/internal/version"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
@@ -47,7 +48,7 @@ func main() {
 
 // run is the whole program; it returns the exit status: 0 after a clean
 // stop, 1 when it cannot serve, 2 for bad usage.
-func run(ctx context.Context, args []string, stderr io.Writer, reload <-chan os.Signal) int {
+func run(ctx context.Context, args []string, stderr io.Writer, reloadSig <-chan os.Signal) int {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "configuration file (default: $"+config.EnvPath+", else "+config.DefaultPath+")")
@@ -122,7 +123,10 @@ func run(ctx context.Context, args []string, stderr io.Writer, reload <-chan os.
 		logger.Error("cannot start the DRA driver", "error", err)
 		return 1
 	}
-	go reloadOnSignal(ctx, reload, *configPath, cfg, backend, logger)
+	// Health changes of reloaded simulated GPUs reach the driver as health
+	// events, which publish the slice again.
+	go reload.Watcher{ConfigPath: *configPath, Current: cfg, Backend: backend, Logger: logger,
+		RestartOnly: restartOnly}.Run(ctx, reloadSig)
 
 	opts := dra.RunOptions{Client: client, Backend: backend, PluginDir: *pluginDir, RegistryDir: *registryDir}
 	if err := driver.Run(ctx, opts); err != nil {
@@ -133,37 +137,11 @@ func run(ctx context.Context, args []string, stderr io.Writer, reload <-chan os.
 	return 0
 }
 
-// reloadOnSignal re-reads the configuration on each signal. Only the
-// simulated GPU list is applied live: its health changes reach the driver
-// as health events, which publish the slice again (so a test can change GPU
-// health); everything else takes effect on restart, and a warning says so.
-func reloadOnSignal(ctx context.Context, sig <-chan os.Signal, configPath string, current *config.Config,
-	backend gpu.Backend, logger *slog.Logger) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-sig:
-		}
-		cfg, err := config.LoadResolved(configPath)
-		if err != nil {
-			logger.Error("reload: keeping the running configuration", "error", err)
-			continue
-		}
-		if !reflect.DeepEqual(cfg.DRA, current.DRA) || !reflect.DeepEqual(cfg.DevicePlugin, current.DevicePlugin) ||
-			cfg.Paths != current.Paths || cfg.GPU.Backend != current.GPU.Backend {
-			logger.Warn("reload: dra, device_plugin, paths and gpu.backend changes take effect on restart")
-		}
-		sim, ok := backend.(*gpu.Simulated)
-		if !ok || cfg.GPU.Backend != config.BackendSimulated {
-			logger.Info("reload: nothing to apply live (only simulated GPUs are reloaded)")
-			continue
-		}
-		if err := gpu.ValidateSimulated(cfg.GPU.Simulated); err != nil {
-			logger.Error("reload: invalid gpu.simulated; keeping the running GPUs", "error", err)
-			continue
-		}
-		sim.Update(cfg.GPU.Simulated)
-		logger.Info("reload: simulated GPUs updated", "gpus", len(cfg.GPU.Simulated))
+// restartOnly names what a reload does not apply to the DRA driver.
+func restartOnly(current, next *config.Config) string {
+	if !reflect.DeepEqual(next.DRA, current.DRA) || !reflect.DeepEqual(next.DevicePlugin, current.DevicePlugin) ||
+		next.Paths != current.Paths || next.GPU.Backend != current.GPU.Backend {
+		return "dra, device_plugin, paths and gpu.backend"
 	}
+	return ""
 }
