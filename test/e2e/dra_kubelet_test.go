@@ -17,7 +17,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
@@ -93,18 +92,7 @@ func testDRAClaimPodUnderTheKubelet(t *testing.T, containerd string) {
 	s.waitSlice(t, ctx, []string{draDeviceName(1)})
 
 	claimName := "quota"
-	claim := &resourceapi.ResourceClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: claimName, Namespace: podNamespace},
-		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
-			Name: "gpu",
-			Exactly: &resourceapi.ExactDeviceRequest{
-				DeviceClassName: draDriver,
-				Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
-					"memory": resource.MustParse("6Gi"), "cores": resource.MustParse("30"),
-				}},
-			},
-		}}}},
-	}
+	claim := gpuClaim(claimName, "6Gi", "30")
 	created, err := n.k.Client.ResourceV1().ResourceClaims(podNamespace).Create(ctx, claim, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -177,18 +165,7 @@ func sharedClaimPair(t *testing.T, ctx context.Context, n *clusterNode, gpuUUID 
 		t.Fatalf("the CUDA test image: %v", images.cudaTestErr)
 	}
 	claimName := "pair"
-	claim := &resourceapi.ResourceClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: claimName, Namespace: podNamespace},
-		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
-			Name: "gpu",
-			Exactly: &resourceapi.ExactDeviceRequest{
-				DeviceClassName: draDriver,
-				Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
-					"memory": resource.MustParse("6Gi"), "cores": resource.MustParse("30"),
-				}},
-			},
-		}}}},
-	}
+	claim := gpuClaim(claimName, "6Gi", "30")
 	if _, err := n.k.Client.ResourceV1().ResourceClaims(podNamespace).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

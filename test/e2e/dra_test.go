@@ -60,6 +60,31 @@ func (s *draScheduler) writeConfig(t *testing.T, unhealthy ...int) string {
 	return configPath
 }
 
+// start runs the DRA driver binary bin as a process until the test ends,
+// with its kubelet directories under s.dir.
+func (s *draScheduler) start(t *testing.T, bin, configPath, kubeconfig string) {
+	t.Helper()
+	// The kubelet's registration directory, which it makes.
+	if err := os.MkdirAll(filepath.Join(s.dir, "registry"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--config", configPath, "--kubeconfig", kubeconfig, "--node-name", s.k.NodeName,
+		"--plugin-dir", filepath.Join(s.dir, "plugin"), "--registry-dir", filepath.Join(s.dir, "registry"))
+	p, err := harness.StartProcess(cmd, s.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.driver = p
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("DRA driver log (tail):\n%s", harness.Tail(s.log, 30))
+		}
+		if err := p.Stop(10 * time.Second); err != nil {
+			t.Errorf("stopping the DRA driver: %v", err)
+		}
+	})
+}
+
 func startDRAScheduler(t *testing.T) *draScheduler {
 	t.Helper()
 	ctx := testContext(t, 3*time.Minute)
@@ -86,25 +111,7 @@ func startDRAScheduler(t *testing.T) *draScheduler {
 
 	s := &draScheduler{k: k, dir: dir, log: filepath.Join(dir, "dra-driver.log")}
 	configPath := s.writeConfig(t)
-	// The kubelet's registration directory, which it makes.
-	if err := os.MkdirAll(filepath.Join(dir, "registry"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "--config", configPath, "--kubeconfig", k.Kubeconfig, "--node-name", k.NodeName,
-		"--plugin-dir", filepath.Join(dir, "plugin"), "--registry-dir", filepath.Join(dir, "registry"))
-	p, err := harness.StartProcess(cmd, s.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.driver = p
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("DRA driver log (tail):\n%s", harness.Tail(s.log, 30))
-		}
-		if err := p.Stop(10 * time.Second); err != nil {
-			t.Errorf("stopping the DRA driver: %v", err)
-		}
-	})
+	s.start(t, bin, configPath, k.Kubeconfig)
 
 	// The DeviceClass the chart installs.
 	if _, err := k.Client.ResourceV1().DeviceClasses().Create(ctx, &resourceapi.DeviceClass{
@@ -155,18 +162,7 @@ func (s *draScheduler) waitSlice(t *testing.T, ctx context.Context, want []strin
 // and a pod that uses it, both named name.
 func (s *draScheduler) claimPod(t *testing.T, ctx context.Context, name, memory, cores string) {
 	t.Helper()
-	claim := &resourceapi.ResourceClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: podNamespace},
-		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
-			Name: "gpu",
-			Exactly: &resourceapi.ExactDeviceRequest{
-				DeviceClassName: draDriver,
-				Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
-					"memory": resource.MustParse(memory), "cores": resource.MustParse(cores),
-				}},
-			},
-		}}}},
-	}
+	claim := gpuClaim(name, memory, cores)
 	if _, err := s.k.Client.ResourceV1().ResourceClaims(podNamespace).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -182,6 +178,23 @@ func (s *draScheduler) claimPod(t *testing.T, ctx context.Context, name, memory,
 	}
 	if _, err := s.k.Client.CoreV1().Pods(podNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// gpuClaim is a ResourceClaim named name asking for memory and cores of
+// one GPU of the driver's DeviceClass.
+func gpuClaim(name, memory, cores string) *resourceapi.ResourceClaim {
+	return &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: podNamespace},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: "gpu",
+			Exactly: &resourceapi.ExactDeviceRequest{
+				DeviceClassName: draDriver,
+				Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
+					"memory": resource.MustParse(memory), "cores": resource.MustParse(cores),
+				}},
+			},
+		}}}},
 	}
 }
 

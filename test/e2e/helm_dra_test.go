@@ -144,24 +144,7 @@ current-context: e2e
 		t.Fatalf("the DRA driver's account lists pods: the API server does not enforce RBAC")
 	}
 
-	if err := os.MkdirAll(filepath.Join(dir, "registry"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "--config", chartConfig, "--kubeconfig", kubeconfig, "--node-name", k.NodeName,
-		"--plugin-dir", filepath.Join(dir, "plugin"), "--registry-dir", filepath.Join(dir, "registry"))
-	p, err := harness.StartProcess(cmd, s.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.driver = p
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("DRA driver log (tail):\n%s", harness.Tail(s.log, 30))
-		}
-		if err := p.Stop(10 * time.Second); err != nil {
-			t.Errorf("stopping the DRA driver: %v", err)
-		}
-	})
+	s.start(t, bin, chartConfig, kubeconfig)
 	want := []string{draDeviceName(0), draDeviceName(1)}
 	slices.Sort(want)
 	s.waitSlice(t, ctx, want)
