@@ -516,20 +516,23 @@ void vgpu_ctx_after_fork(void)
 	vgpu_pool_after_fork();
 }
 
+/* After a release (reset = 0) or reset (1) of dev's primary context that the
+ * driver accepted: what that context held goes. Returns the driver's rc. */
+static CUresult primary_released(CUresult rc, CUdevice dev, int reset)
+{
+	if (rc == CUDA_SUCCESS && vgpu.mode == VGPU_ENFORCE && dev >= 0 && dev < VGPU_MAX_DEVICES * 4)
+		primary_gone(dev, reset);
+	return rc;
+}
+
 VGPU_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
-	CUresult rc = NEXT(cuDevicePrimaryCtxRelease_v2)(dev);
-	if (rc == CUDA_SUCCESS && vgpu.mode == VGPU_ENFORCE && dev >= 0 && dev < VGPU_MAX_DEVICES * 4)
-		primary_gone(dev, 0);
-	return rc;
+	return primary_released(NEXT(cuDevicePrimaryCtxRelease_v2)(dev), dev, 0);
 }
 
 VGPU_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
-	CUresult rc = NEXT(cuDevicePrimaryCtxReset_v2)(dev);
-	if (rc == CUDA_SUCCESS && vgpu.mode == VGPU_ENFORCE && dev >= 0 && dev < VGPU_MAX_DEVICES * 4)
-		primary_gone(dev, 1);
-	return rc;
+	return primary_released(NEXT(cuDevicePrimaryCtxReset_v2)(dev), dev, 1);
 }
 
 /*
@@ -541,18 +544,12 @@ VGPU_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
  */
 VGPU_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
 {
-	CUresult rc = NEXT(cuDevicePrimaryCtxRelease)(dev);
-	if (rc == CUDA_SUCCESS && vgpu.mode == VGPU_ENFORCE && dev >= 0 && dev < VGPU_MAX_DEVICES * 4)
-		primary_gone(dev, 0);
-	return rc;
+	return primary_released(NEXT(cuDevicePrimaryCtxRelease)(dev), dev, 0);
 }
 
 VGPU_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev)
 {
-	CUresult rc = NEXT(cuDevicePrimaryCtxReset)(dev);
-	if (rc == CUDA_SUCCESS && vgpu.mode == VGPU_ENFORCE && dev >= 0 && dev < VGPU_MAX_DEVICES * 4)
-		primary_gone(dev, 1);
-	return rc;
+	return primary_released(NEXT(cuDevicePrimaryCtxReset)(dev), dev, 1);
 }
 
 VGPU_EXPORT CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned flags, CUdevice dev)
