@@ -13,7 +13,7 @@
  *                     process, without and with LD_PRELOAD of the shim
  *
  * BENCH_INIT_ONLY=shim (or direct) runs only that side of init_512, once,
- * for profiling.
+ * for profiling; BENCH_INIT_PROCS=N (1..512) starts N processes instead.
  *
  * The machine is shared and noisy: the call measures alternate direct and
  * shim in 300 short rounds and keep the fastest round of each; the process
@@ -37,6 +37,7 @@
 
 #define UUID "GPU-11111111-2222-3333-4444-555555555555"
 #define NPROC 512
+static int nproc = NPROC; /* processes an init run starts */
 
 typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
 			      CUstream, void **, void **);
@@ -88,9 +89,11 @@ static void line(const char *name, double direct, double shim)
 
 /* ---- init_512: one child process ---------------------------------------------------- */
 
-/* bench --init-child BUILD GO_FD OUT_FD END_FD: loads the fake driver, waits
- * for GO_FD to close, times cuInit to the first allocation, writes the ns to
- * OUT_FD and stays (holding its allocation) until END_FD closes. */
+/* bench --init-child BUILD GO_FD OUT_FD END_FD: loads the fake driver, says
+ * it is ready on OUT_FD (READY), waits for GO_FD to close, times cuInit to the
+ * first allocation, writes the ns to OUT_FD and stays (holding its
+ * allocation) until END_FD closes. */
+#define READY ((int64_t)-2)
 static int init_child(char **argv)
 {
 	char path[4096];
@@ -106,6 +109,9 @@ static int init_child(char **argv)
 	CUresult (*setcur)(CUcontext) = sym(RTLD_DEFAULT, "cuCtxSetCurrent");
 	alloc_fn alloc = sym(RTLD_DEFAULT, "cuMemAlloc_v2");
 	char c;
+	int64_t ready = READY;
+	if (write(out, &ready, sizeof(ready)) != sizeof(ready))
+		return 1;
 	while (read(go, &c, 1) < 0 && errno == EINTR)
 		;
 	double t0 = now();
@@ -151,7 +157,7 @@ static double init_run(const char *self, const char *b, const char *state, int s
 		exit(1);
 	pid_t kids[NPROC];
 	fflush(stdout);
-	for (int i = 0; i < NPROC; i++) {
+	for (int i = 0; i < nproc; i++) {
 		kids[i] = fork();
 		if (kids[i] < 0) {
 			perror("bench: fork");
@@ -170,40 +176,51 @@ static double init_run(const char *self, const char *b, const char *state, int s
 	close(go[0]);
 	close(out[1]);
 	close(end[0]);
-	/* Let them load first: the measure is cuInit -> first allocation. */
-	struct timespec ts = {1, 0};
-	nanosleep(&ts, NULL);
-	close(go[1]);
+	/* Let them all load first (each says so), and settle: the measure is
+	 * cuInit -> first allocation, not process start. */
 	int64_t t[NPROC];
-	int n = 0;
-	while (n < NPROC) {
-		ssize_t r = read(out[0], &t[n], sizeof(t[n]));
-		if (r == sizeof(t[n]))
-			n++;
-		else if (r == 0 || (r < 0 && errno != EINTR))
+	int n = 0, ready = 0, gone = 0;
+	while (n < nproc) {
+		int64_t v;
+		ssize_t r = read(out[0], &v, sizeof(v));
+		if (r == 0 || (r < 0 && errno != EINTR))
 			break;
+		if (r != sizeof(v))
+			continue;
+		if (v == READY) {
+			if (++ready == nproc) {
+				struct timespec ts = {0, 200000000};
+				nanosleep(&ts, NULL);
+				close(go[1]);
+				gone = 1;
+			}
+			continue;
+		}
+		t[n++] = v;
 	}
+	if (!gone)
+		close(go[1]);
 	close(end[1]);
 	close(out[0]);
 	int bad = 0;
 	for (int i = 0; i < n; i++)
 		bad += t[i] < 0;
-	for (int i = 0; i < NPROC; i++) {
+	for (int i = 0; i < nproc; i++) {
 		int st;
 		if (waitpid(kids[i], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
 			bad++;
 	}
-	if (n < NPROC || bad) {
-		fprintf(stderr, "bench: init_512: %d of %d processes reported, %d failed\n", n, NPROC, bad);
+	if (n < nproc || bad) {
+		fprintf(stderr, "bench: init: %d of %d processes reported, %d failed\n", n, nproc, bad);
 		exit(1);
 	}
-	qsort(t, NPROC, sizeof(t[0]), cmp);
+	qsort(t, nproc, sizeof(t[0]), cmp);
 	double sum = 0;
-	for (int i = 0; i < NPROC; i++)
+	for (int i = 0; i < nproc; i++)
 		sum += (double)t[i];
-	*p50 = t[NPROC / 2];
-	*p99 = t[NPROC * 99 / 100];
-	return sum / NPROC;
+	*p50 = t[nproc / 2];
+	*p99 = t[nproc * 99 / 100];
+	return sum / nproc;
 }
 
 int main(int argc, char **argv)
@@ -234,9 +251,18 @@ int main(int argc, char **argv)
 		self[k] = '\0';
 		snprintf(st, sizeof(st), "%s/state", tmpl);
 		setenv("FAKECUDA_STATE", st, 1);
+		const char *np = getenv("BENCH_INIT_PROCS");
+		if (np) {
+			nproc = atoi(np);
+			if (nproc < 1 || nproc > NPROC) {
+				fprintf(stderr, "bench: BENCH_INIT_PROCS=%s: want 1..%d\n", np, NPROC);
+				return 1;
+			}
+		}
 		int64_t p50, p99;
 		double m = init_run(self, b, st, !strcmp(only, "shim"), &p50, &p99);
-		printf("init %s: mean %.0f p50 %lld p99 %lld ns\n", only, m, (long long)p50, (long long)p99);
+		printf("init %s, %d processes: mean %.0f p50 %lld p99 %lld ns\n", only, nproc, m, (long long)p50,
+		       (long long)p99);
 		return 0;
 	}
 
