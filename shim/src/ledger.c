@@ -13,17 +13,36 @@
  *    moment the driver frees its memory: no reaping, no stale entries;
  *  - any process that can open the file can see all of them (F_OFD_GETLK).
  *
- * So each process publishes, per GPU, two amounts as the lengths of read
- * locks, in byte ranges of the lock space that are its own: its slot picks
- * the ranges, at offsets far beyond the file's end, where locks are allowed
- * and mean nothing to anyone else:
+ * Per GPU, the container's quota is an interval of the lock space exactly as
+ * long as the memory limit: the pool. A process's lease (the bytes it has
+ * taken from the quota: what it holds plus what it may still allocate
+ * without asking again, region.c) is a set of stretches of the pool that it
+ * holds read locks on, and no other process holds any lock on. Stretches of
+ * different processes are disjoint and lie inside an interval of `limit`
+ * bytes, so the leases of all processes together can never pass the limit:
+ * the kernel's lock list is the proof, whatever the others are doing.
  *
- *  - its lease: the bytes it has taken from the container's quota, what it
- *    holds plus what it may still allocate without asking again (region.c).
- *    Every quota decision measures the union of the others' leases;
- *  - what it holds: a report (cuMemGetInfo, NVML, the usage region), brought
- *    up to date whenever it takes or returns lease and otherwise within a
- *    tenth of a second. Never more than its lease.
+ * A stretch is taken by set-then-test: lock it, then ask whether any other
+ * description holds a lock in it (F_OFD_GETLK ignores only the asker's own
+ * description). If none does it is ours; if one does, it is given back and
+ * the search moves past that lock. Of two processes racing for overlapping
+ * stretches both may retreat, but never both stay: the one that tests second
+ * sees the first's lock. A grant therefore costs two queries whatever the
+ * number of processes, where the pool has room where the process looks: it
+ * first extends its last stretch, a new process starts at a random place.
+ * Only a nearly full pool makes it walk from lock to lock.
+ *
+ * Memory the driver has already handed out (vgpu_reserve_force) is counted
+ * whether or not it fits: what the pool cannot take goes to the GPU's
+ * overflow interval, taken the same way. While any process holds overflow,
+ * the container is at or past its limit, and a grant is checked against the
+ * union of every other lease (pool and overflow, one query per lock found)
+ * rather than by the pool alone.
+ *
+ * What each process holds (cuMemGetInfo, NVML, the usage region) is a report
+ * beside the lease, published as the length of a read lock in ranges of the
+ * process's own: brought up to date whenever it takes or returns lease and
+ * otherwise within a tenth of a second. Never more than its lease.
  *
  * A process can only add to what others measure (self-harm: its container
  * gets less, or looks fuller), never take away from it.
@@ -41,9 +60,9 @@
  * the asker's own description); if one does, it drops its own and tries
  * another slot. Of two processes racing for one slot both may retreat, but
  * never both stay: the one that tests second sees the first's lock. A slot is
- * also taken while any lock lies in its ranges (lease, held, host pid
- * claims, identity): a forged lock, or one whose description somehow lost
- * its ownership byte, costs that slot and is never joined. The first slot
+ * also taken while any lock lies in its ranges (held, host pid claims,
+ * identity): a forged lock, or one whose description somehow lost its
+ * ownership byte, costs that slot and is never joined. The first slot
  * tried is the process's pid (unique within one namespace: in the common
  * case slot = pid, and the lock space reads as before), then random ones,
  * 64 tries in all; a process that finds none (a tenant holding every
@@ -61,18 +80,18 @@
  * by none: its held bytes go where bytes no process can be named for go
  * (Contract 7).
  *
- * Lock space (64-bit offsets, one lock per (GPU, slot) and part):
- *   GPU d, lease / 4096:   d * 2^58 + slot * 2^35, length = lease >> 12
- *   GPU d, lease % 4096:   d * 2^58 + 2^57 + slot * 2^12, length = lease & 4095
+ * Lock space (64-bit offsets):
+ *   GPU d, pool:           d * 2^58 + [0, limit), stretches (open file description)
+ *   GPU d, overflow:       d * 2^58 + 2^48 + [0, 2^47), stretches (open file description)
  *   GPU d, held / 65536:   d * 2^58 + 2^57 + 2^56 + slot * 2^31, length = held >> 16
  *   GPU d, held % 65536:   d * 2^58 + 2^57 + 2^56 + 2^53 + slot * 2^16, length = held & 65535
  *   host pid claims:       2^62 + slot * 2^32 + host pid, length 1
  *   slot ownership:        2^62 + 2^54 + slot, length 1 (open file description)
  *   slot identity:         2^62 + 2^54 + 2^22 + slot, length 1 (process)
- * slot < 2^22 (PID_MAX_LIMIT on 64-bit kernels, so any pid is a slot); at
- * most 2^47 bytes (128 TiB) per process and GPU. The exact byte count needs
- * two ranges: one of 2^47 bytes per (GPU, slot) does not fit 2^26 times in
- * 2^63.
+ * slot < 2^22 (PID_MAX_LIMIT on 64-bit kernels, so any pid is a slot); a
+ * pool holds at most 2^47 bytes (128 TiB; a larger limit is that), and so
+ * does a process's held report per GPU. The exact held count needs two
+ * ranges: one of 2^47 bytes per (GPU, slot) does not fit 2^26 times in 2^63.
  *
  * The host pid claims give the SM limiter the container's processes in NVML's
  * numbering, on the same terms. They are process-associated locks (F_SETLK),
@@ -86,6 +105,10 @@
  * process-associated locks (claim and identity alike) when it closes any
  * descriptor of the file: still_ours() takes them again when the program
  * closed the shim's descriptor, claim_stands() when it closed one of its own.
+ *
+ * A process takes its slot before its first lease (vgpu_ledger_grow), so
+ * that no memory it holds goes unreported; memory the driver already handed
+ * out is counted without one.
  *
  * Nothing here takes a lock of its own: callers serialise publishing (the
  * process's mutex in region.c; the region lock is not needed for it);
@@ -122,25 +145,30 @@ _Static_assert(sizeof(off_t) == 8, "the ledger needs 64-bit file offsets");
 #define MAX_QUERIES 65536
 
 /*
- * One published amount per (GPU, pid): bytes >> unit in a "high" range of
- * 2^span units per pid at hi, bytes & (2^unit - 1) in a "low" range of
- * 2^unit per pid at lo (offsets within the GPU's block of 2^58).
+ * The held report per (GPU, slot): bytes >> unit in a "high" range of 2^span
+ * units per slot at hi, bytes & (2^unit - 1) in a "low" range of 2^unit per
+ * slot at lo (offsets within the GPU's block of 2^58).
  */
 struct family {
 	off_t hi, lo;
 	int unit, span;
 };
-static const struct family LEASE = {0, (off_t)1 << 57, 12, 35};
 static const struct family HELD = {((off_t)1 << 57) + ((off_t)1 << 56),
 				   ((off_t)1 << 57) + ((off_t)1 << 56) + ((off_t)1 << 53), 16, 31};
 
 /* End of a family's part of a GPU's block (relative to the block). */
 #define FAMILY_END(f) ((f).lo + ((off_t)1 << (PID_BITS + (f).unit)))
 
-_Static_assert(12 + 35 == 47 && 16 + 31 == 47, "both families hold 2^47 bytes per pid");
-_Static_assert(((off_t)1 << (PID_BITS + 35)) <= ((off_t)1 << 57), "lease highs fit below the lease lows");
-_Static_assert(((off_t)1 << 57) + ((off_t)1 << (PID_BITS + 12)) <= ((off_t)1 << 57) + ((off_t)1 << 56),
-	       "lease lows end before the held part");
+/* The pool and the overflow interval, relative to a GPU's block. */
+#define POOL_MAX ((off_t)1 << 47)
+#define OVER_AT ((off_t)1 << 48)
+#define OVER_END (OVER_AT + POOL_MAX)
+/* Stretches one process keeps per GPU: a lease taken from a fragmented pool
+ * needs several; beyond this many it takes no more (its grants fail). */
+#define MAX_STRETCHES 256
+
+_Static_assert(16 + 31 == 47, "the held report holds 2^47 bytes per slot");
+_Static_assert(OVER_END <= ((off_t)1 << 57) + ((off_t)1 << 56), "pool and overflow end before the held part");
 _Static_assert(((off_t)1 << (PID_BITS + 31)) <= ((off_t)1 << 53), "held highs fit below the held lows");
 _Static_assert(((off_t)1 << 57) + ((off_t)1 << 56) + ((off_t)1 << 53) + ((off_t)1 << (PID_BITS + 16)) <=
 		       ((off_t)1 << DEV_SHIFT),
@@ -153,9 +181,22 @@ static struct stat ident;                   /* what fd was opened on */
 static int32_t me;                          /* our pid, as getpid() says */
 static int32_t slot = -1;                   /* the slot our ranges belong to; -1 = none yet */
 static char path[4096];                     /* to reopen in a fork child */
-static uint64_t leased[VGPU_MAX_DEVICES];   /* lease our locks say, per GPU */
+static uint64_t leased[VGPU_MAX_DEVICES];   /* lease our locks say, per GPU: the sum of the stretches */
 static uint64_t held[VGPU_MAX_DEVICES];     /* held bytes our locks say, per GPU */
 static int32_t claimed_hp;                  /* host pid our claim says; 0 = none */
+
+/* Our lease on one GPU: disjoint stretches [s, e) of its pool and overflow
+ * (block-relative), sorted, none adjacent to another (the kernel merges
+ * adjacent locks of one description, and so do we). */
+struct stretch {
+	off_t s, e;
+};
+struct lease {
+	int n, placed;
+	off_t cursor; /* where the next grant looks first, once placed: the end of the last stretch taken */
+	struct stretch st[MAX_STRETCHES];
+};
+static struct lease lz[VGPU_MAX_DEVICES];
 
 static off_t hi_at(const struct family *f, int d, int32_t k)
 {
@@ -232,6 +273,7 @@ void vgpu_ledger_init(int limits_fd, const char *limits_path)
 	snprintf(path, sizeof(path), "%s", limits_path);
 	memset(leased, 0, sizeof(leased));
 	memset(held, 0, sizeof(held));
+	memset(lz, 0, sizeof(lz));
 	claimed_hp = 0;
 }
 
@@ -244,6 +286,7 @@ void vgpu_ledger_after_fork(void)
 	 * file, through /proc (the path may name another file by now). */
 	memset(leased, 0, sizeof(leased));
 	memset(held, 0, sizeof(held));
+	memset(lz, 0, sizeof(lz));
 	claimed_hp = 0;
 	me = (int32_t)getpid();
 	slot = -1; /* the parent's stays the parent's: ours is taken at our first publication */
@@ -291,12 +334,9 @@ static int slot_taken(int32_t k)
 	if (!r)
 		r = locked_by_other(hp_at(k, 0), (off_t)1 << 32, NULL);
 	for (int d = 0; !r && d < vgpu.limits.ngpu && d < VGPU_MAX_DEVICES; d++) {
-		const struct family *fs[2] = {&LEASE, &HELD};
-		for (int i = 0; !r && i < 2; i++) {
-			r = locked_by_other(hi_at(fs[i], d, k), (off_t)1 << fs[i]->span, NULL);
-			if (!r)
-				r = locked_by_other(lo_at(fs[i], d, k), (off_t)1 << fs[i]->unit, NULL);
-		}
+		r = locked_by_other(hi_at(&HELD, d, k), (off_t)1 << HELD.span, NULL);
+		if (!r)
+			r = locked_by_other(lo_at(&HELD, d, k), (off_t)1 << HELD.unit, NULL);
 	}
 	return r;
 }
@@ -395,6 +435,328 @@ static int put(const struct family *f, int d, uint64_t was, uint64_t bytes)
 	return 0;
 }
 
+/* ---- leases: stretches of the pool ----------------------------------------------------- */
+
+static off_t block_of(int d)
+{
+	return (off_t)d << DEV_SHIFT;
+}
+
+/* The pool's length on GPU d: its memory limit; without one, as long as a pool can be. */
+static off_t pool_len(int d)
+{
+	uint64_t limit = vgpu.limits.gpu[d].memory;
+	return limit && limit < (uint64_t)POOL_MAX ? (off_t)limit : POOL_MAX;
+}
+
+/*
+ * Our stretch containing c (its index), or -1; *next: the start of our first
+ * stretch beyond c (INT64_MAX when none).
+ */
+static int own_at(const struct lease *l, off_t c, off_t *next)
+{
+	*next = INT64_MAX;
+	for (int i = 0; i < l->n; i++) {
+		if (c >= l->st[i].s && c < l->st[i].e)
+			return i;
+		if (l->st[i].s > c) {
+			*next = l->st[i].s;
+			break;
+		}
+	}
+	return -1;
+}
+
+/* Records [s, e) as ours, merged with a stretch it touches. 0, or -1 when there is no room. */
+static int add_stretch(struct lease *l, off_t s, off_t e)
+{
+	int i = 0;
+	while (i < l->n && l->st[i].e < s)
+		i++;
+	if (i < l->n && l->st[i].e == s) { /* extends stretch i, perhaps up to the next */
+		l->st[i].e = e;
+		if (i + 1 < l->n && l->st[i + 1].s == e) {
+			l->st[i].e = l->st[i + 1].e;
+			memmove(&l->st[i + 1], &l->st[i + 2], (size_t)(l->n - i - 2) * sizeof(l->st[0]));
+			l->n--;
+		}
+		return 0;
+	}
+	if (i < l->n && l->st[i].s == e) { /* extends stretch i downwards */
+		l->st[i].s = s;
+		return 0;
+	}
+	if (l->n >= MAX_STRETCHES)
+		return -1;
+	memmove(&l->st[i + 1], &l->st[i], (size_t)(l->n - i) * sizeof(l->st[0]));
+	l->st[i] = (struct stretch){s, e};
+	l->n++;
+	return 0;
+}
+
+/* Gives back [s, e), which is ours. */
+static void drop_stretch(int d, struct lease *l, off_t s, off_t e)
+{
+	setlk(F_UNLCK, block_of(d) + s, e - s);
+	for (int i = 0; i < l->n; i++) {
+		struct stretch *t = &l->st[i];
+		if (e <= t->s || s >= t->e)
+			continue;
+		if (s <= t->s && e >= t->e) {
+			memmove(t, t + 1, (size_t)(l->n - i - 1) * sizeof(*t));
+			l->n--;
+			i--;
+		} else if (s <= t->s) {
+			t->s = e;
+		} else if (e >= t->e) {
+			t->e = s;
+		} else if (l->n < MAX_STRETCHES) { /* a hole in the middle */
+			memmove(t + 2, t + 1, (size_t)(l->n - i - 1) * sizeof(*t));
+			t[1] = (struct stretch){e, t->e};
+			t->e = s;
+			l->n++;
+			i++;
+		}
+	}
+}
+
+/*
+ * Another description's lock in [s, e) of GPU d's block: 1 and the part of
+ * it inside [s, e) in *cs, *ce; 0 when none; -1 with errno.
+ */
+static int conflict(int d, off_t s, off_t e, off_t *cs, off_t *ce)
+{
+	struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = block_of(d) + s, .l_len = e - s};
+	while (syscall(SYS_fcntl, fd, F_OFD_GETLK, &fl) != 0)
+		if (errno != EINTR)
+			return -1;
+	if (fl.l_type == F_UNLCK)
+		return 0;
+	off_t a = fl.l_start - block_of(d), b = fl.l_len > 0 ? a + fl.l_len : INT64_MAX - block_of(d);
+	*cs = a > s ? a : s;
+	*ce = b < e ? b : e;
+	return 1;
+}
+
+/* Stretches one grant took, to give back if it fails as a whole. */
+struct taken {
+	int n;
+	struct stretch st[MAX_STRETCHES];
+};
+
+/*
+ * Takes up to want bytes of [lo, hi) of GPU d that no other process holds,
+ * by set-then-test, starting at our cursor (a random place the first time)
+ * and going round once. Stops early at the first lock met once it has
+ * least: beyond that, more is worth no search. Adds to *got and records
+ * each stretch in *t. 0, or -1 with errno (the stretches taken so far stay
+ * ours and in *t).
+ */
+static int take(int d, off_t lo, off_t hi, uint64_t least, uint64_t want, uint64_t *got, struct taken *t)
+{
+	struct lease *l = &lz[d];
+	off_t start = l->cursor;
+	if (!l->placed || start < lo || start >= hi) {
+		off_t span = hi - lo - (want < (uint64_t)(hi - lo) ? (off_t)want : hi - lo);
+		start = lo + (span > 0 ? (off_t)(next_random() % (uint64_t)span) & ~(off_t)4095 : 0);
+	}
+	off_t c = start, end_lim = hi;
+	int wrapped = 0, queries = 0;
+	uint64_t got0 = *got;
+	while (*got - got0 < want) {
+		if (c >= end_lim) {
+			if (wrapped || start == lo)
+				break;
+			wrapped = 1;
+			c = lo;
+			end_lim = start;
+			continue;
+		}
+		off_t next;
+		int i = own_at(l, c, &next);
+		if (i >= 0) {
+			c = l->st[i].e;
+			continue;
+		}
+		uint64_t rest = want - (*got - got0);
+		off_t e = (uint64_t)(end_lim - c) < rest ? end_lim : c + (off_t)rest;
+		if (e > next)
+			e = next;
+		if (t->n >= (int)(sizeof(t->st) / sizeof(t->st[0])) || (queries += 2) > MAX_QUERIES) {
+			errno = E2BIG;
+			return -1;
+		}
+		if (setlk(F_RDLCK, block_of(d) + c, e - c) != 0)
+			return -1;
+		off_t cs = 0, ce = 0, skip = 0;
+		int r;
+		while ((r = conflict(d, c, e, &cs, &ce)) == 1) {
+			skip = ce;
+			if (cs <= c) {
+				setlk(F_UNLCK, block_of(d) + c, e - c);
+				e = c;
+				break;
+			}
+			/* Free up to the lock found, perhaps: keep that part and test it again. */
+			setlk(F_UNLCK, block_of(d) + cs, e - cs);
+			e = cs;
+			if (++queries > MAX_QUERIES) {
+				setlk(F_UNLCK, block_of(d) + c, e - c);
+				errno = E2BIG;
+				return -1;
+			}
+		}
+		if (r < 0) {
+			int err = errno;
+			setlk(F_UNLCK, block_of(d) + c, e - c);
+			errno = err;
+			return -1;
+		}
+		if (e > c) {
+			if (add_stretch(l, c, e) != 0) {
+				setlk(F_UNLCK, block_of(d) + c, e - c);
+				errno = ENOSPC;
+				return -1;
+			}
+			t->st[t->n++] = (struct stretch){c, e};
+			*got += (uint64_t)(e - c);
+			leased[d] += (uint64_t)(e - c);
+			l->cursor = e;
+			l->placed = 1;
+		}
+		if (skip) {
+			if (*got - got0 >= least)
+				break;
+			c = skip;
+		} else {
+			c = e;
+		}
+	}
+	return 0;
+}
+
+/* Gives back what one grant took. */
+static void untake(int d, struct taken *t)
+{
+	for (int i = 0; i < t->n; i++) {
+		drop_stretch(d, &lz[d], t->st[i].s, t->st[i].e);
+		leased[d] -= (uint64_t)(t->st[i].e - t->st[i].s);
+	}
+	t->n = 0;
+}
+
+/* Whether any process holds overflow on GPU d (us included): 1, 0, or -1 with errno. */
+static int over_held(int d)
+{
+	struct lease *l = &lz[d];
+	if (l->n && l->st[l->n - 1].e > OVER_AT)
+		return 1;
+	off_t cs, ce;
+	return conflict(d, OVER_AT, OVER_END, &cs, &ce);
+}
+
+static int leases_of_others(int idx, uint64_t *bytes);
+static int still_ours(void);
+
+int vgpu_ledger_grow(int idx, uint64_t least, uint64_t want, int force, uint64_t *got, uint64_t *short_by)
+{
+	*got = 0;
+	*short_by = 0;
+	if (!still_ours())
+		return -1;
+	if (idx < 0 || idx >= VGPU_MAX_DEVICES || want < least || want > MAX_BYTES ||
+	    leased[idx] + want > MAX_BYTES) {
+		errno = ERANGE;
+		return -1;
+	}
+	/* A process whose holdings no report could name takes no lease: the
+	 * slot first (memory the driver already handed out is counted without). */
+	if (take_slot() != 0 && !force)
+		return -1;
+	struct taken t = {0};
+	off_t pool = pool_len(idx);
+	if (force) {
+		/* Counted whether it fits or not: the pool as far as it has room
+		 * where we look (what a failed search took stays taken), the
+		 * overflow for the rest. */
+		take(idx, 0, pool, 0, want, got, &t);
+		uint64_t rest = want - *got, more = 0;
+		if (!rest)
+			return 0;
+		struct taken o = {0};
+		int r = take(idx, OVER_AT, OVER_END, rest, rest, &more, &o);
+		*got += more;
+		if (r == 0 && more < rest)
+			errno = ENOSPC;
+		return r == 0 && more == rest ? 0 : -1;
+	}
+	if (take(idx, 0, pool, least, want, got, &t) != 0) {
+		int e = errno;
+		untake(idx, &t);
+		*got = 0;
+		errno = e;
+		return -1;
+	}
+	if (*got < least) {
+		*short_by = least - *got;
+		untake(idx, &t);
+		*got = 0;
+		errno = EDQUOT;
+		return -1;
+	}
+	uint64_t limit = vgpu.limits.gpu[idx].memory, others = 0;
+	int r = limit ? over_held(idx) : 0;
+	if (r == 1 && (r = leases_of_others(idx, &others)) == 0 && (others > limit || leased[idx] > limit - others)) {
+		/* Past the limit already (memory counted by force): only what is given back makes room. */
+		uint64_t total = others + leased[idx];
+		*short_by = total - limit < least ? total - limit : least;
+		r = 1;
+		errno = EDQUOT;
+	} else if (r == 1) {
+		r = 0;
+	}
+	if (r != 0) {
+		int e = errno;
+		untake(idx, &t);
+		*got = 0;
+		errno = e;
+		return -1;
+	}
+	return 0;
+}
+
+void vgpu_ledger_shrink(int idx, uint64_t bytes)
+{
+	if (idx < 0 || idx >= VGPU_MAX_DEVICES)
+		return;
+	struct lease *l = &lz[idx];
+	/* From the top: the overflow first, then the pool's last stretches. */
+	while (bytes && l->n) {
+		struct stretch *t = &l->st[l->n - 1];
+		uint64_t len = (uint64_t)(t->e - t->s), give = bytes < len ? bytes : len;
+		off_t s = t->e - (off_t)give, e = t->e;
+		drop_stretch(idx, l, s, e);
+		leased[idx] -= give;
+		bytes -= give;
+		l->cursor = s < OVER_AT ? s : l->cursor;
+	}
+}
+
+/*
+ * Takes our leases again after the description holding them was closed:
+ * where they were if no one took those places meanwhile, by force in any
+ * case (the memory is held). 0, or -1 with errno.
+ */
+static int retake(int d)
+{
+	uint64_t bytes = leased[d], got, short_by;
+	memset(&lz[d], 0, sizeof(lz[d]));
+	leased[d] = 0;
+	if (!bytes)
+		return 0;
+	return vgpu_ledger_grow(d, bytes, bytes, 1, &got, &short_by);
+}
+
 /*
  * Whether fd is still the limits file. A program that closes descriptors it
  * did not open drops our locks with ours (the others then count us for
@@ -429,8 +791,8 @@ static int still_ours(void)
 	for (int d = 0; d < VGPU_MAX_DEVICES; d++)
 		any |= leased[d] || held[d];
 	int ok = !any || take_slot() == 0;
-	for (int d = 0; d < VGPU_MAX_DEVICES && ok && slot >= 0; d++)
-		ok = put(&LEASE, d, 0, leased[d]) == 0 && put(&HELD, d, 0, held[d]) == 0;
+	for (int d = 0; d < VGPU_MAX_DEVICES && ok; d++)
+		ok = retake(d) == 0 && (slot < 0 || put(&HELD, d, 0, held[d]) == 0);
 	if (ok && claimed_hp)
 		ok = claim_lk(F_RDLCK, hp_at(slot, claimed_hp)) == 0;
 	if (!ok) {
@@ -438,6 +800,7 @@ static int still_ours(void)
 		close(fd); /* drops what was published again: the next call starts over */
 		fd = -1;
 		slot = -1;
+		memset(lz, 0, sizeof(lz)); /* leased[] stays: what to take again */
 		errno = e;
 	}
 	return ok;
@@ -450,12 +813,16 @@ int vgpu_ledger_check(void)
 
 static int publish(const struct family *f, uint64_t *pub, int idx, uint64_t bytes)
 {
-	if (!still_ours())
-		return -1;
 	if (idx < 0 || idx >= VGPU_MAX_DEVICES || bytes > MAX_BYTES) {
 		errno = ERANGE;
 		return -1;
 	}
+	/* Unchanged: nothing to do (a lost descriptor is found by the keeper's
+	 * check and at the next change). */
+	if (bytes == pub[idx] && fd >= 0)
+		return 0;
+	if (!still_ours())
+		return -1;
 	if (bytes == pub[idx])
 		return 0;
 	if (take_slot() != 0)
@@ -464,11 +831,6 @@ static int publish(const struct family *f, uint64_t *pub, int idx, uint64_t byte
 		return -1;
 	pub[idx] = bytes;
 	return 0;
-}
-
-int vgpu_ledger_publish(int idx, uint64_t bytes)
-{
-	return publish(&LEASE, leased, idx, bytes);
 }
 
 int vgpu_ledger_publish_held(int idx, uint64_t bytes)
@@ -616,6 +978,27 @@ static void measure_visit(off_t s, off_t e, int32_t owner, void *arg)
 		m->collision = 1;
 }
 
+static void sum_visit(off_t s, off_t e, int32_t owner, void *arg)
+{
+	(void)owner;
+	add_len(arg, e - s);
+}
+
+/* The others' leases on idx: the union of their stretches, pool and overflow. */
+static int leases_of_others(int idx, uint64_t *bytes)
+{
+	if (idx < 0 || idx >= VGPU_MAX_DEVICES) {
+		errno = ERANGE;
+		return -1;
+	}
+	uint64_t sum = 0;
+	off_t b = block_of(idx);
+	if (scan(b, b + pool_len(idx), sum_visit, &sum) != 0 || scan(b + OVER_AT, b + OVER_END, sum_visit, &sum) != 0)
+		return -1;
+	*bytes = sum;
+	return 0;
+}
+
 /* What the others publish in family f on idx: the union of their locks. */
 static int others(const struct family *f, int idx, uint64_t *bytes)
 {
@@ -639,7 +1022,7 @@ static int others(const struct family *f, int idx, uint64_t *bytes)
 
 int vgpu_ledger_others(int idx, uint64_t *bytes)
 {
-	return others(&LEASE, idx, bytes);
+	return leases_of_others(idx, bytes);
 }
 
 int vgpu_ledger_others_held(int idx, uint64_t *bytes)

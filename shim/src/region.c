@@ -687,7 +687,6 @@ void vgpu_region_set_host_pid_locked(int32_t hp)
 static uint64_t lease[VGPU_MAX_DEVICES];  /* what this process leases; changed under mu, read atomically */
 static int64_t avail[VGPU_MAX_DEVICES];   /* the unused part: the lock-free path takes from it */
 static uint64_t grant[VGPU_MAX_DEVICES];  /* the last chunk granted (under mu) */
-static uint64_t others_seen[VGPU_MAX_DEVICES]; /* the others' leases at the last measurement (under mu) */
 
 static uint64_t own_of(int idx)
 {
@@ -715,20 +714,28 @@ static void unrecorded(int e)
 		     strerror(e));
 }
 
+/* Publishes what this process holds on idx in the ledger. Caller holds mu (the thread mutex). */
+static void publish_held(int idx, uint64_t now)
+{
+	if (vgpu_ledger_publish_held(idx, now) != 0)
+		LOGD("ledger: cannot publish %llu bytes held on GPU %d: %s", (unsigned long long)now, idx,
+		     strerror(errno));
+}
+
 /*
  * Publishes what this process holds on idx (ledger and region slot) and
- * moves the region's total by the difference. others_lease (measured at a
- * grant, or NULL): the others' leases, which cover what they hold; a total
- * that claims more than that for them means someone has gone without
- * telling the region (killed): rebuild. Caller holds the lock.
+ * moves the region's total by the difference; rebuilds the region from the
+ * ledger instead when the total says the others hold more than the pool
+ * leaves them beside our lease (someone went without telling the region:
+ * killed, or a forged entry), or when the last rebuild is old (such an
+ * entry is gone within that time whatever it says). Caller holds the lock.
  */
-static void show_locked(int idx, const uint64_t *others_lease)
+static void show_locked(int idx)
 {
+	uint64_t limit = vgpu.limits.gpu[idx].memory, mine = __atomic_load_n(&lease[idx], __ATOMIC_RELAXED);
 	uint64_t now = own_of(idx), was = shown[idx];
 	if (now != was) {
-		if (vgpu_ledger_publish_held(idx, now) != 0)
-			LOGD("ledger: cannot publish %llu bytes held on GPU %d: %s", (unsigned long long)now, idx,
-			     strerror(errno));
+		publish_held(idx, now);
 		shown[idx] = now;
 	}
 	if (!region)
@@ -736,7 +743,7 @@ static void show_locked(int idx, const uint64_t *others_lease)
 	struct vgpu_region_device *d = &region->devices[idx];
 	uint64_t total = __atomic_load_n(&d->used, __ATOMIC_RELAXED);
 	uint64_t others = total > was ? total - was : 0;
-	if ((others_lease && others > *others_lease) || now_ns() - synced_at > SYNC_NS ||
+	if ((limit && others > limit - (mine < limit ? mine : limit)) || now_ns() - synced_at > SYNC_NS ||
 	    (slot < 0 && !slots_add_up_locked())) {
 		sync_locked();
 		return;
@@ -754,17 +761,9 @@ static void trim_locked(int idx, uint64_t keep_at_most)
 			return;
 	} while (!__atomic_compare_exchange_n(&avail[idx], &a, (int64_t)keep_at_most, 1, __ATOMIC_SEQ_CST,
 					      __ATOMIC_RELAXED));
-	uint64_t give = (uint64_t)a - keep_at_most, l = lease[idx] - give, up = (4096 - (l & 4095)) & 4095;
-	if (keep_at_most && up <= give) {
-		/* Keep a whole number of pages (one lock, see whole()). */
-		__atomic_add_fetch(&avail[idx], (int64_t)up, __ATOMIC_SEQ_CST);
-		l += up;
-	}
-	/* Shrinking a lock cannot fail; if it did, the container would only be
-	 * counted for more than it holds. */
-	if (vgpu_ledger_publish(idx, l) != 0)
-		LOGD("ledger: cannot shrink the lease on GPU %d: %s", idx, strerror(errno));
-	__atomic_store_n(&lease[idx], l, __ATOMIC_RELEASE);
+	uint64_t give = (uint64_t)a - keep_at_most;
+	vgpu_ledger_shrink(idx, give);
+	__atomic_store_n(&lease[idx], lease[idx] - give, __ATOMIC_RELEASE);
 }
 
 /* The lock-free path: bytes from the unused lease, if it has them. */
@@ -779,43 +778,39 @@ static int take_avail(int idx, uint64_t bytes)
 	return 1;
 }
 
-/* The chunk to ask for on idx beyond need, with room left free by the others. */
-static uint64_t chunk(int idx, uint64_t limit, uint64_t room)
+/*
+ * The chunk to ask for on idx beyond need: none at a process's first grant
+ * (most processes that allocate once allocate little more, and a chunk
+ * would need the keeper to give it back), then twice the last, at most a
+ * sixteenth of the limit. It is taken only where the pool has room right
+ * after what the grant needs.
+ */
+static uint64_t chunk(int idx, uint64_t limit)
 {
+	if (!__atomic_load_n(&lease[idx], __ATOMIC_RELAXED))
+		return 0;
 	uint64_t c = 2 * grant[idx];
 	if (c < LEASE_START)
 		c = LEASE_START;
 	if (c > LEASE_MAX)
 		c = LEASE_MAX;
-	if (limit && c > room / LEASE_FRACTION)
-		c = room / LEASE_FRACTION;
+	if (limit && c > limit / LEASE_FRACTION)
+		c = limit / LEASE_FRACTION;
 	return c < LEASE_MIN ? 0 : c;
 }
 
 static void keeper_start(void);
 
 /*
- * base plus at most extra, as a whole number of pages when there is any
- * extra: a lease of whole pages is one lock in the ledger rather than two,
- * and every process's measurement walks every lock on the file.
+ * More lease for bytes on idx, under the thread mutex: the ledger takes it
+ * from the container's pool (ledger.c), where two processes can never both
+ * hold one byte, so nothing else needs measuring and the region's lock is
+ * not needed: hundreds of processes starting at once do not wait for each
+ * other. *short_by: on a refusal, what the others' unused leases would have
+ * to give back. *granted: set when lease was taken, for the report
+ * (show_locked).
  */
-static uint64_t whole(uint64_t base, uint64_t extra)
-{
-	uint64_t w = sat_add(base, extra) & ~(uint64_t)4095;
-	return extra && w > base ? w : base;
-}
-
-/*
- * More lease for bytes on idx, under the thread mutex: publish first, then
- * measure the others (of two processes reserving at once, the later to
- * measure sees the earlier), then keep only what fits. The region's lock is
- * not needed for that, and is not taken: measuring costs a query per lock
- * of every other process, and hundreds of processes starting at once would
- * each wait for all those before them. *short_by: on a refusal, what the
- * others' unused leases would have to give back. *granted: set with what was
- * measured when lease was published, for the report (show_locked).
- */
-static int grow_locked(int idx, uint64_t bytes, int force, uint64_t *short_by, int *granted, uint64_t *seen)
+static int grow_locked(int idx, uint64_t bytes, int force, uint64_t *short_by, int *granted)
 {
 	if (take_avail(idx, bytes))
 		return 0; /* another thread grew it meanwhile */
@@ -827,47 +822,32 @@ static int grow_locked(int idx, uint64_t bytes, int force, uint64_t *short_by, i
 		__atomic_add_fetch(&avail[idx], (int64_t)(mine - bytes), __ATOMIC_SEQ_CST);
 		return 0;
 	}
-	uint64_t base = sat_add(l, need), others = others_seen[idx];
-	uint64_t extra = force ? 0 : chunk(idx, limit, limit > sat_add(base, others) ? limit - sat_add(base, others) : 0);
-	uint64_t want = whole(base, extra);
+	uint64_t extra = force ? 0 : chunk(idx, limit), got = 0;
 	int rc = 0;
-	if (vgpu_ledger_publish(idx, want) != 0) {
-		unrecorded(errno);
-		rc = VGPU_UNRECORDED;
-	} else if (vgpu_ledger_others(idx, &others) != 0) {
-		unrecorded(errno);
-		rc = VGPU_UNRECORDED;
-	} else if (!force && limit) {
-		others_seen[idx] = others;
-		if (others > limit || base > limit - others) {
+	if (vgpu_ledger_grow(idx, need, sat_add(need, extra), force, &got, short_by) != 0) {
+		if (errno == EDQUOT && !force) {
 			rc = VGPU_OVER_QUOTA;
-			*short_by = others > limit ? UINT64_MAX : base - (limit - others);
-		} else if (want > limit - others) {
-			/* Less room than last seen: a smaller chunk (shrinking needs no new measurement). */
-			want = whole(base, chunk(idx, limit, limit - others - base));
-			vgpu_ledger_publish(idx, want);
+		} else if (!force) {
+			unrecorded(errno);
+			rc = VGPU_UNRECORDED;
+		} else {
+			/* Memory the driver already handed out: counted whatever the ledger says. */
+			unrecorded(errno);
+			got = need;
 		}
-	}
-	if (rc && force) {
-		/* Memory the driver already handed out: counted whatever the ledger says. */
-		rc = 0;
-		want = base;
-		extra = 0;
 	}
 	if (rc) {
 		/* Refused: what this process leased but did not use goes back too. */
-		if (vgpu_ledger_publish(idx, l - mine) != 0)
-			LOGD("ledger: cannot shrink the lease on GPU %d: %s", idx, strerror(errno));
+		vgpu_ledger_shrink(idx, mine);
 		__atomic_store_n(&lease[idx], l - mine, __ATOMIC_RELEASE);
 		return rc;
 	}
-	extra = want - base;
+	extra = got - need;
 	/* The order keeps lease - avail from ever reading less than is held. */
-	__atomic_store_n(&lease[idx], want, __ATOMIC_RELEASE);
+	__atomic_store_n(&lease[idx], l + got, __ATOMIC_RELEASE);
 	__atomic_add_fetch(&avail[idx], (int64_t)extra, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&grant[idx], extra, __ATOMIC_RELAXED);
 	*granted = 1;
-	*seen = others;
 	if (extra)
 		keeper_start();
 	return 0;
@@ -883,14 +863,18 @@ static int reserve(int idx, uint64_t bytes, int force)
 	int64_t waited = 0;
 	for (;;) {
 		int granted = 0;
-		uint64_t seen = 0;
 		pthread_mutex_lock(&mu);
-		int rc = grow_locked(idx, bytes, force, &short_by, &granted, &seen);
+		int rc = grow_locked(idx, bytes, force, &short_by, &granted);
+		/* The report: what we hold, in the ledger (our slot is taken
+		 * there the first time) without the region's lock, so that the
+		 * container's processes do not queue behind each other's system
+		 * calls on the limits file; then in the region, under its lock. */
+		if (granted)
+			publish_held(idx, own_of(idx));
 		pthread_mutex_unlock(&mu);
 		if (granted) {
-			/* The report: what we hold, published and in our slot. */
 			lock();
-			show_locked(idx, &seen);
+			show_locked(idx);
 			unlock();
 		}
 		if (rc != VGPU_OVER_QUOTA || waited >= WAIT_NS)
@@ -944,7 +928,7 @@ void vgpu_unreserve(int idx, uint64_t bytes)
 	if (unlikely((uint64_t)a > 2 * __atomic_load_n(&grant[idx], __ATOMIC_RELAXED) + LEASE_MIN)) {
 		lock();
 		trim_locked(idx, grant[idx]);
-		show_locked(idx, NULL);
+		show_locked(idx);
 		unlock();
 	}
 	if (unlikely(__atomic_load_n(&keeper_state, __ATOMIC_SEQ_CST) == 2))
@@ -983,7 +967,7 @@ static int keep_pass(void)
 		lock();
 		for (int d = 0; d < vgpu.limits.ngpu; d++)
 			if (shown[d] != own_of(d))
-				show_locked(d, NULL);
+				show_locked(d);
 		unlock();
 	}
 	for (int d = 0; d < vgpu.limits.ngpu; d++)
@@ -1142,7 +1126,6 @@ void vgpu_region_after_fork(void)
 	memset(lease, 0, sizeof(lease));
 	memset(avail, 0, sizeof(avail));
 	memset(grant, 0, sizeof(grant));
-	memset(others_seen, 0, sizeof(others_seen));
 	memset(kept, 0, sizeof(kept));
 	keeper_state = 0; /* the parent's keeper thread is not the child's */
 }

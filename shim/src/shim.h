@@ -177,18 +177,22 @@ int vgpu_high_fd(int fd);
 void vgpu_ledger_init(int limits_fd, const char *limits_path);
 /* A fork child's own open file description; the parent's locks stay the parent's. */
 void vgpu_ledger_after_fork(void);
-/* Publishes bytes as this process's lease on limits index idx (what it holds
- * or may allocate without asking again): 0, or -1 with errno. */
-int vgpu_ledger_publish(int idx, uint64_t bytes);
+/* Takes lease on limits index idx (what this process holds or may allocate
+ * without asking again) from the container's pool: at least least bytes and
+ * up to want, as much as the pool has where it looks, in *got. 0, or -1 with
+ * errno and nothing taken (EDQUOT: the pool has no room for least; *short_by:
+ * how much more the others would have to give back). force: memory the
+ * driver already handed out, taken past the limit where it must be. */
+int vgpu_ledger_grow(int idx, uint64_t least, uint64_t want, int force, uint64_t *got, uint64_t *short_by);
+/* Gives back bytes of this process's lease on idx (at most what it holds). */
+void vgpu_ledger_shrink(int idx, uint64_t bytes);
 /* Publishes bytes as what this process holds on idx (a report, never more
  * than its lease): 0, or -1 with errno. */
 int vgpu_ledger_publish_held(int idx, uint64_t bytes);
 /* Reopens the limits file and publishes everything again if the program
  * closed the descriptor: 0, or -1 with errno. */
 int vgpu_ledger_check(void);
-/* The union of the container's other processes' leases on idx: 0, or -1 with
- * errno (EEXIST: another process publishes in this process's own slot, a forgery;
- * EBUSY: no slot could be taken). */
+/* The union of the container's other processes' leases on idx: 0, or -1 with errno. */
 int vgpu_ledger_others(int idx, uint64_t *bytes);
 /* What the other processes say they hold on idx (the report). */
 int vgpu_ledger_others_held(int idx, uint64_t *bytes);

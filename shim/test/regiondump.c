@@ -6,12 +6,15 @@
  *                                         process would have left it
  *   regiondump hold LIMITS PID IDX BYTES READY [held]
  *                                         publish BYTES on limits index IDX in
- *                                         the ledger (src/ledger.c) in slot
- *                                         PID, as its lease (or, with "held",
- *                                         as what it holds), touch READY, wait
- *                                         to be killed (a forged ledger entry)
- *   regiondump ledger LIMITS PID IDX     print "lease=N held=M": what slot PID
- *                                         publishes on limits index IDX (a
+ *                                         the ledger (src/ledger.c): a lease
+ *                                         of the pool from PID * 4096 on (or,
+ *                                         with "held", what slot PID holds),
+ *                                         touch READY, wait to be killed (a
+ *                                         forged ledger entry)
+ *   regiondump ledger LIMITS PID IDX     print "lease=N held=M": every lease
+ *                                         on limits index IDX (the pool and
+ *                                         the overflow, whoever holds them)
+ *                                         and what slot PID says it holds (a
  *                                         process's slot is its pid unless
  *                                         another process holds that one)
  */
@@ -29,8 +32,8 @@
 
 /*
  * The ledger's lock space, written out here from its description in
- * src/ledger.c rather than taken from it: GPU d, bytes / 4096 at
- * d * 2^58 + pid * 2^35; bytes % 4096 at d * 2^58 + 2^57 + pid * 2^12.
+ * src/ledger.c rather than taken from it: GPU d's pool at d * 2^58 (as long
+ * as the limit), its overflow at d * 2^58 + 2^48 (2^47 long); held below.
  */
 static int hold(int argc, char **argv)
 {
@@ -47,8 +50,8 @@ static int hold(int argc, char **argv)
 	}
 	long long pid = atoll(argv[3]), d = atoll(argv[4]);
 	unsigned long long bytes = strtoull(argv[5], NULL, 10);
-	off_t hi = (off_t)(d << 58) + (off_t)(pid << 35), lo = (off_t)(d << 58) + ((off_t)1 << 57) + (off_t)(pid << 12);
-	unsigned long long unit = 4096;
+	off_t hi = (off_t)(d << 58) + (off_t)(pid << 12), lo = hi + (off_t)bytes;
+	unsigned long long unit = 1;
 	if (argc == 8) { /* the held ranges, described at ledger() below */
 		off_t hb = (off_t)(d << 58) + ((off_t)1 << 57) + ((off_t)1 << 56);
 		hi = hb + (off_t)(pid << 31);
@@ -56,7 +59,7 @@ static int hold(int argc, char **argv)
 		unit = 65536;
 	}
 	struct flock a = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = hi, .l_len = (off_t)(bytes / unit)};
-	struct flock b = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = lo, .l_len = (off_t)(bytes % unit)};
+	struct flock b = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = lo, .l_len = unit == 1 ? 0 : (off_t)(bytes % unit)};
 	if ((a.l_len && fcntl(fd, F_OFD_SETLK, &a) != 0) || (b.l_len && fcntl(fd, F_OFD_SETLK, &b) != 0)) {
 		perror("F_OFD_SETLK");
 		return 1;
@@ -82,9 +85,26 @@ static long long lock_len(int fd, off_t start, off_t span)
 	return q.l_type == F_UNLCK ? 0 : (long long)q.l_len;
 }
 
+/* The bytes of [lo, hi) under another description's lock (the union), one query per lock and gap. */
+static long long covered(int fd, off_t lo, off_t hi)
+{
+	if (lo >= hi)
+		return 0;
+	struct flock q = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = lo, .l_len = hi - lo};
+	if (fcntl(fd, F_OFD_GETLK, &q) != 0) {
+		perror("F_OFD_GETLK");
+		exit(1);
+	}
+	if (q.l_type == F_UNLCK)
+		return 0;
+	off_t s = q.l_start > lo ? q.l_start : lo, e = q.l_len && q.l_start + q.l_len < hi ? q.l_start + q.l_len : hi;
+	return (long long)(e - s) + covered(fd, lo, s) + covered(fd, e, hi);
+}
+
 /*
- * Lease: the ranges above. Held, in units of 2^16: d * 2^58 + 2^57 + 2^56 +
- * pid * 2^31 (bytes / 65536), and + 2^53 + pid * 2^16 (bytes % 65536).
+ * Lease: the pool and the overflow above. Held, in units of 2^16: d * 2^58 +
+ * 2^57 + 2^56 + pid * 2^31 (bytes / 65536), and + 2^53 + pid * 2^16 (bytes %
+ * 65536).
  */
 static int ledger(int argc, char **argv)
 {
@@ -99,8 +119,8 @@ static int ledger(int argc, char **argv)
 	}
 	long long pid = atoll(argv[3]), d = atoll(argv[4]);
 	off_t base = (off_t)(d << 58), hb = base + ((off_t)1 << 57) + ((off_t)1 << 56);
-	long long lease = lock_len(fd, base + (off_t)(pid << 35), (off_t)1 << 35) * 4096 +
-			  lock_len(fd, base + ((off_t)1 << 57) + (off_t)(pid << 12), 4096);
+	long long lease = covered(fd, base, base + ((off_t)1 << 47)) +
+			  covered(fd, base + ((off_t)1 << 48), base + ((off_t)1 << 48) + ((off_t)1 << 47));
 	long long held = lock_len(fd, hb + (off_t)(pid << 31), (off_t)1 << 31) * 65536 +
 			 lock_len(fd, hb + ((off_t)1 << 53) + (off_t)(pid << 16), 65536);
 	printf("lease=%lld held=%lld\n", lease, held);

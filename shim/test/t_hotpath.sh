@@ -74,6 +74,28 @@ test_lease_racers_never_exceed() {
 	[ "$refused" -gt 0 ] && [ "$ok" -gt 100 ] && [ "$peak" -ge $((24 * MiB)) ] && [ "$peak" -le $((48 * MiB)) ]
 }
 
+test_lease_fragmented_pool() {
+	# A lease is a set of stretches of a pool as long as the limit (src/ledger.c). With locks
+	# forged at four places of a 64 MiB pool (4 MiB each at 8, 24, 40 and 56 MiB), a process
+	# still gets exactly the 48 MiB left, from five holes, in one allocation or in three, and not
+	# one byte more; once the forgers are gone, all 64 MiB.
+	setup $((64 * MiB))
+	local at pids=""
+	for at in 8 24 40 56; do
+		# regiondump hold: a lease from PID * 4096 on
+		"$DUMP" hold "$T/limits" $((at * MiB / 4096)) 0 $((4 * MiB)) "$T/held.$at" &
+		pids="$pids $!"
+		waitfor "$T/held.$at" $! || return 1
+	done
+	run init alloc:$((48 * MiB)) alloc:1:2
+	run init alloc:16MiB alloc:16MiB alloc:16MiB alloc:1:2
+	# shellcheck disable=SC2086 # one pid per word
+	kill $pids
+	wait
+	run init alloc:64MiB alloc:1:2
+}
+
 t lease_used_not_inflated test_lease_used_not_inflated
 t lease_idle_return test_lease_idle_return
 t lease_racers_never_exceed test_lease_racers_never_exceed
+t lease_fragmented_pool test_lease_fragmented_pool
