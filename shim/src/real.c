@@ -13,6 +13,7 @@
 
 static const char *const lib_names[] = {"libcuda.so.1", "libnvidia-ml.so.1"};
 static void *lib_handle[2];
+static int lib_absent[2]; /* the loader's search found no such library: not searched again */
 
 typedef void *(*dlsym_fn)(void *, const char *);
 static dlsym_fn real_dlsym_fn;
@@ -66,8 +67,14 @@ void *vgpu_lib_handle(int lib)
 		return h;
 	/* Prefer the copy the process already has (whatever path it came from). */
 	h = dlopen(lib_names[lib], RTLD_LAZY | RTLD_NOLOAD);
-	if (!h)
+	/* A search that failed once fails again (it costs a hundred lookups of
+	 * paths that do not exist, at each context creation and each NVML
+	 * question): after that, only a copy the program loads itself is used. */
+	if (!h && !__atomic_load_n(&lib_absent[lib], __ATOMIC_RELAXED)) {
 		h = dlopen(lib_names[lib], RTLD_LAZY);
+		if (!h)
+			__atomic_store_n(&lib_absent[lib], 1, __ATOMIC_RELAXED);
+	}
 	if (h) {
 		void *prev = NULL;
 		/* Lost a race: drop our extra reference (the handle is the same). */
