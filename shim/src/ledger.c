@@ -692,6 +692,14 @@ int vgpu_ledger_grow(int idx, uint64_t least, uint64_t want, int force, uint64_t
 	}
 	if (take(idx, 0, pool, least, want, got, &t) != 0) {
 		int e = errno;
+		/* A pool cut into more pieces than a search may walk or a lease
+		 * may keep (locks sprayed over it): no room found, a refusal. */
+		if (e == E2BIG || e == ENOSPC) {
+			LOGD("ledger: GPU %d's pool is in too many pieces to find %llu bytes in", idx,
+			     (unsigned long long)least);
+			e = EDQUOT;
+			*short_by = least > *got ? least - *got : 0;
+		}
 		untake(idx, &t);
 		*got = 0;
 		errno = e;

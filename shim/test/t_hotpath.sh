@@ -95,7 +95,31 @@ test_lease_fragmented_pool() {
 	run init alloc:64MiB alloc:1:2
 }
 
+test_lease_pool_in_pieces() {
+	# A pool cut into 8192 pieces by forged locks (4 KiB free between every two): a lease
+	# gathers up to 256 stretches, so 512 KiB (128 holes) is granted and 2 MiB (512) is refused
+	# as over quota, with nothing said about the ledger being unusable (self-harm: the forger's
+	# own container). Once the forger is gone, the whole quota.
+	setup $((64 * MiB))
+	python3 - "$T/limits" "$T/pieces" <<-'EOF' &
+		import fcntl, os, struct, sys, time
+		fd = os.open(sys.argv[1], os.O_RDONLY)
+		lock = lambda at: fcntl.fcntl(fd, 37, struct.pack("hhqqi4x", fcntl.F_RDLCK, 0, at, 4096, 0))  # F_OFD_SETLK
+		[lock(i * 8192 + 4096) for i in range(8192)]
+		open(sys.argv[2], "w").close()
+		time.sleep(120)
+	EOF
+	local f=$!
+	waitfor "$T/pieces" $f || return 1
+	run init alloc:512KiB alloc:2MiB:2 || { kill $f; return 1; }
+	kill $f
+	wait $f 2>/dev/null || true
+	expect "stderr" "$(grep -c 'ledger' "$T/err")" 0
+	run init alloc:64MiB alloc:1:2
+}
+
 t lease_used_not_inflated test_lease_used_not_inflated
 t lease_idle_return test_lease_idle_return
 t lease_racers_never_exceed test_lease_racers_never_exceed
 t lease_fragmented_pool test_lease_fragmented_pool
+t lease_pool_in_pieces test_lease_pool_in_pieces
