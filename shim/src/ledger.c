@@ -494,35 +494,43 @@ static int add_stretch(struct lease *l, off_t s, off_t e)
 	return 0;
 }
 
-/* Gives back [s, e), which is ours. */
-static void drop_stretch(int d, struct lease *l, off_t s, off_t e)
+/*
+ * Gives back [s, e), which lies inside one stretch of ours: the bytes given
+ * back (0 when it would split a stretch and the table has no room for the
+ * second half: then it stays ours, locked and counted).
+ */
+static uint64_t drop_stretch(int d, struct lease *l, off_t s, off_t e)
 {
-	setlk(F_UNLCK, block_of(d) + s, e - s);
 	for (int i = 0; i < l->n; i++) {
 		struct stretch *t = &l->st[i];
 		if (e <= t->s || s >= t->e)
 			continue;
-		if (s <= t->s && e >= t->e) {
-			memmove(t, t + 1, (size_t)(l->n - i - 1) * sizeof(*t));
-			l->n--;
-			i--;
-		} else if (s <= t->s) {
-			t->s = e;
-		} else if (e >= t->e) {
-			t->e = s;
-		} else if (l->n < MAX_STRETCHES) { /* a hole in the middle */
+		if (s > t->s && e < t->e) { /* a hole in the middle */
+			if (l->n >= MAX_STRETCHES)
+				return 0;
 			memmove(t + 2, t + 1, (size_t)(l->n - i - 1) * sizeof(*t));
 			t[1] = (struct stretch){e, t->e};
 			t->e = s;
 			l->n++;
-			i++;
+		} else if (s <= t->s && e >= t->e) {
+			memmove(t, t + 1, (size_t)(l->n - i - 1) * sizeof(*t));
+			l->n--;
+		} else if (s <= t->s) {
+			t->s = e;
+		} else {
+			t->e = s;
 		}
+		setlk(F_UNLCK, block_of(d) + s, e - s);
+		return (uint64_t)(e - s);
 	}
+	return 0;
 }
 
 /*
- * Another description's lock in [s, e) of GPU d's block: 1 and the part of
- * it inside [s, e) in *cs, *ce; 0 when none; -1 with errno.
+ * Another description's lock in [s, e) of GPU d's block: 1, where it starts
+ * inside [s, e) in *cs and where it ends in *ce (past e when it goes on: all
+ * of [*cs, *ce) is someone else's, and a search jumps over it whole); 0 when
+ * none; -1 with errno.
  */
 static int conflict(int d, off_t s, off_t e, off_t *cs, off_t *ce)
 {
@@ -534,7 +542,7 @@ static int conflict(int d, off_t s, off_t e, off_t *cs, off_t *ce)
 		return 0;
 	off_t a = fl.l_start - block_of(d), b = fl.l_len > 0 ? a + fl.l_len : INT64_MAX - block_of(d);
 	*cs = a > s ? a : s;
-	*ce = b < e ? b : e;
+	*ce = b;
 	return 1;
 }
 
@@ -635,13 +643,12 @@ static int take(int d, off_t lo, off_t hi, uint64_t least, uint64_t want, uint64
 	return 0;
 }
 
-/* Gives back what one grant took. */
+/* Gives back what one grant took, the last taken first: each step restores
+ * the table as it was before that stretch, so no step splits a stretch. */
 static void untake(int d, struct taken *t)
 {
-	for (int i = 0; i < t->n; i++) {
-		drop_stretch(d, &lz[d], t->st[i].s, t->st[i].e);
-		leased[d] -= (uint64_t)(t->st[i].e - t->st[i].s);
-	}
+	for (int i = t->n - 1; i >= 0; i--)
+		leased[d] -= drop_stretch(d, &lz[d], t->st[i].s, t->st[i].e);
 	t->n = 0;
 }
 
@@ -743,11 +750,14 @@ void vgpu_ledger_shrink(int idx, uint64_t bytes)
 		struct stretch *t = &l->st[l->n - 1];
 		uint64_t len = (uint64_t)(t->e - t->s), give = bytes < len ? bytes : len;
 		off_t s = t->e - (off_t)give, e = t->e;
-		drop_stretch(idx, l, s, e);
-		leased[idx] -= give;
+		leased[idx] -= drop_stretch(idx, l, s, e); /* a tail: never a split */
 		bytes -= give;
 		l->cursor = s < OVER_AT ? s : l->cursor;
 	}
+	/* No stretches while they wait to be taken again (the descriptor was
+	 * closed, still_ours()): less to take again. */
+	if (bytes && !l->n)
+		leased[idx] -= bytes < leased[idx] ? bytes : leased[idx];
 }
 
 /*
@@ -760,9 +770,14 @@ static int retake(int d)
 	uint64_t bytes = leased[d], got, short_by;
 	memset(&lz[d], 0, sizeof(lz[d]));
 	leased[d] = 0;
-	if (!bytes)
+	if (!bytes || vgpu_ledger_grow(d, bytes, bytes, 1, &got, &short_by) == 0)
 		return 0;
-	return vgpu_ledger_grow(d, bytes, bytes, 1, &got, &short_by);
+	/* still_ours() gives the description up, and with it what this took:
+	 * all of it is to be taken again. */
+	int e = errno;
+	leased[d] = bytes;
+	errno = e;
+	return -1;
 }
 
 /*

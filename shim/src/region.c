@@ -687,6 +687,7 @@ void vgpu_region_set_host_pid_locked(int32_t hp)
 static uint64_t lease[VGPU_MAX_DEVICES];  /* what this process leases; changed under mu, read atomically */
 static int64_t avail[VGPU_MAX_DEVICES];   /* the unused part: the lock-free path takes from it */
 static uint64_t grant[VGPU_MAX_DEVICES];  /* the last chunk granted (under mu) */
+static uint64_t unled[VGPU_MAX_DEVICES];  /* counted in lease[] but not in the ledger: forced while it failed (under mu) */
 
 static uint64_t own_of(int idx)
 {
@@ -752,7 +753,15 @@ static void show_locked(int idx)
 	__atomic_store_n(&d->used, sat_add(others, now), __ATOMIC_RELAXED);
 }
 
-/* Gives back up to keep_at_most of idx's unused lease. Caller holds the lock. */
+/* Gives bytes of idx's lease back: first what the ledger never had, then its stretches. Caller holds mu. */
+static void give_back_locked(int idx, uint64_t bytes)
+{
+	uint64_t u = bytes < unled[idx] ? bytes : unled[idx];
+	unled[idx] -= u;
+	vgpu_ledger_shrink(idx, bytes - u);
+}
+
+/* Gives back up to keep_at_most of idx's unused lease. Caller holds mu. */
 static void trim_locked(int idx, uint64_t keep_at_most)
 {
 	int64_t a = __atomic_load_n(&avail[idx], __ATOMIC_RELAXED);
@@ -762,7 +771,7 @@ static void trim_locked(int idx, uint64_t keep_at_most)
 	} while (!__atomic_compare_exchange_n(&avail[idx], &a, (int64_t)keep_at_most, 1, __ATOMIC_SEQ_CST,
 					      __ATOMIC_RELAXED));
 	uint64_t give = (uint64_t)a - keep_at_most;
-	vgpu_ledger_shrink(idx, give);
+	give_back_locked(idx, give);
 	__atomic_store_n(&lease[idx], lease[idx] - give, __ATOMIC_RELEASE);
 }
 
@@ -831,14 +840,17 @@ static int grow_locked(int idx, uint64_t bytes, int force, uint64_t *short_by, i
 			unrecorded(errno);
 			rc = VGPU_UNRECORDED;
 		} else {
-			/* Memory the driver already handed out: counted whatever the ledger says. */
+			/* Memory the driver already handed out: counted whatever the
+			 * ledger says; what it did not take is remembered apart, so
+			 * that giving it back later gives back none of the ledger's. */
 			unrecorded(errno);
+			unled[idx] += need - got;
 			got = need;
 		}
 	}
 	if (rc) {
 		/* Refused: what this process leased but did not use goes back too. */
-		vgpu_ledger_shrink(idx, mine);
+		give_back_locked(idx, mine);
 		__atomic_store_n(&lease[idx], l - mine, __ATOMIC_RELEASE);
 		return rc;
 	}
@@ -1126,6 +1138,7 @@ void vgpu_region_after_fork(void)
 	memset(lease, 0, sizeof(lease));
 	memset(avail, 0, sizeof(avail));
 	memset(grant, 0, sizeof(grant));
+	memset(unled, 0, sizeof(unled));
 	memset(kept, 0, sizeof(kept));
 	keeper_state = 0; /* the parent's keeper thread is not the child's */
 }

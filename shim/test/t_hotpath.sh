@@ -118,8 +118,23 @@ test_lease_pool_in_pieces() {
 	run init alloc:64MiB alloc:1:2
 }
 
+test_lease_big_lock_skipped() {
+	# Another process's lease as one lock over all but the last MiB of an 8 GiB pool: a new
+	# process that starts its search inside it jumps over it whole (a search that walked it a
+	# few KiB at a time gave up long before the end and refused), gets the last MiB to the
+	# byte, and not one byte more.
+	setup $((8 * GiB))
+	"$DUMP" hold "$T/limits" 0 0 $((8 * GiB - MiB)) "$T/big" &
+	local h=$!
+	waitfor "$T/big" $h || return 1
+	run init alloc:4KiB alloc:$((MiB - 4096)) alloc:1:2 || { kill $h; return 1; }
+	kill $h
+	wait $h 2>/dev/null || true
+}
+
 t lease_used_not_inflated test_lease_used_not_inflated
 t lease_idle_return test_lease_idle_return
 t lease_racers_never_exceed test_lease_racers_never_exceed
 t lease_fragmented_pool test_lease_fragmented_pool
 t lease_pool_in_pieces test_lease_pool_in_pieces
+t lease_big_lock_skipped test_lease_big_lock_skipped
