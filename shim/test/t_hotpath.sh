@@ -8,20 +8,20 @@ ledger_of() { "$DUMP" ledger "$T/limits" "$1" 0; }
 child_of() { pgrep -P "$1" | head -n 1; }
 
 test_lease_used_not_inflated() {
-	# A 4 MiB allocation leases a chunk more (1 MiB, the first chunk) but reports, to itself,
-	# to the region and to another process, the 4 MiB it holds; the chunk is free to it
-	# (60 MiB) and not to the other process.
+	# Two 4 MiB allocations: the second grant leases a chunk more (1 MiB, the first chunk; the
+	# first grant takes none) but reports, to itself, to the region and to another process, the
+	# 8 MiB it holds; the chunk is free to it (56 MiB) and not to the other process.
 	setup $((64 * MiB))
-	LD_PRELOAD=$SHIM timeout 60 "$PROG" init alloc:4MiB nvml:0:64MiB:4MiB:60MiB info:60MiB:64MiB \
+	LD_PRELOAD=$SHIM timeout 60 "$PROG" init alloc:4MiB alloc:4MiB nvml:0:64MiB:8MiB:56MiB info:56MiB:64MiB \
 		touch:"$T/held" waitfile:"$T/end" >"$T/out.a" 2>"$T/err.a" &
 	local a=$!
 	waitfor "$T/held" $a || { cat "$T/out.a" "$T/err.a"; return 1; }
 	local pa
 	pa=$(child_of $a)
-	expect "region used" "$(used)" $((4 * MiB))
-	expect "slot used0" "$("$DUMP" "$T/region/usage" | sed -n "s/^proc pid=$pa .* used0=\([0-9]*\) .*/\1/p")" $((4 * MiB))
-	# The other process sees 4 MiB used whenever it looks (the chunk may be back by then).
-	run init nvml:0:64MiB:4MiB:-
+	expect "region used" "$(used)" $((8 * MiB))
+	expect "slot used0" "$("$DUMP" "$T/region/usage" | sed -n "s/^proc pid=$pa .* used0=\([0-9]*\) .*/\1/p")" $((8 * MiB))
+	# The other process sees 8 MiB used whenever it looks (the chunk may be back by then).
+	run init nvml:0:64MiB:8MiB:-
 	touch "$T/end"
 	wait $a
 }
