@@ -271,14 +271,10 @@ void vgpu_hostpid_after(struct vgpu_hostpid_scan *s, CUcontext ctx)
 		const char *why = "", *how = "";
 		int32_t pick = decide(s, ctx, &why, &how);
 		if (pick) {
-			/* The region's lock only around its short update; the pid is
-			 * stored under it, so the slot check there never sees the new
-			 * pid before the slot has it. */
-			vgpu_region_lock();
 			__atomic_store_n(&host_pid, pick, __ATOMIC_RELAXED);
 			__atomic_store_n(&confirmed, 1, __ATOMIC_RELEASE);
-			vgpu_region_set_host_pid_locked(pick);
-			vgpu_region_unlock();
+			/* Claimed in the ledger at once; the slot when the region's lock can be had. */
+			vgpu_region_set_host_pid(pick);
 			LOGD("pid %d is %d in NVML's process list (%s)", (int)getpid(), (int)pick, how);
 		} else if (!gave_up_logged) {
 			gave_up_logged = 1;

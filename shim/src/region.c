@@ -56,6 +56,7 @@
 #define RSIZE ((off_t)sizeof(struct vgpu_region))
 #define RETRY_NS 1000000000ll /* no usable region file: try again after this long */
 #define SYNC_NS 1000000000ll  /* rebuild the other processes' slots at least this often */
+#define REPORT_WAIT_NS 100000000ll /* a report waits this long for the region's lock at most */
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static char region_dir[4096], region_path[4200];
@@ -71,6 +72,7 @@ static int slot = -1;       /* our index in procs[], -1 = none yet */
 static int exiting;         /* the slot was given back at exit: take no other */
 static int32_t self;        /* getpid(), a system call with glibc >= 2.25: kept (reset in a fork child) */
 static uint64_t my_start;   /* /proc/self/stat field 22 */
+static int32_t slot_hp;     /* the host pid our slot was last given */
 /* What this process holds per limits index as it last published it (the
  * ledger's held part, its slot); the truth is lease - avail (below). */
 static uint64_t shown[VGPU_MAX_DEVICES];
@@ -86,6 +88,26 @@ static int ofd_lock(int fd, short type, int wait)
 			return 0;
 		if (errno != EINTR)
 			return -1;
+	}
+}
+
+/*
+ * The file's lock, waiting at most ns for another holder: 0, or -1 with
+ * errno (EAGAIN: still held by another when the time was up). The kernel
+ * has no timed wait for it: polled, from 50 us up to 5 ms apart.
+ */
+static int ofd_lock_within(int fd, int64_t ns)
+{
+	long step = 50000;
+	for (int64_t waited = 0;; waited += step, step = step < 5000000 ? step * 2 : step) {
+		if (ofd_lock(fd, F_WRLCK, 0) == 0)
+			return 0;
+		if (errno == EACCES)
+			errno = EAGAIN;
+		if (errno != EAGAIN || waited >= ns)
+			return -1;
+		struct timespec ts = {0, step};
+		nanosleep(&ts, NULL);
 	}
 }
 
@@ -169,12 +191,19 @@ static int free_slot_locked(void)
 	return -1;
 }
 
-/* Writes this process's slot (taking one if it has none) and its host-pid claim. */
-static void write_own_slot_locked(void)
+/* Claims this process's host pid in the ledger (what the SM limiter counts). Caller holds mu. */
+static void claim_locked(void)
 {
 	int32_t hp = vgpu_host_pid();
 	if (vgpu_ledger_claim_host_pid(hp) != 0)
 		LOGD("cannot claim host pid %d in the ledger: %s", (int)hp, strerror(errno));
+}
+
+/* Writes this process's slot (taking one if it has none) and its host-pid claim. */
+static void write_own_slot_locked(void)
+{
+	claim_locked();
+	int32_t hp = vgpu_host_pid();
 	if (!region || exiting)
 		return;
 	int32_t me = self;
@@ -195,6 +224,7 @@ static void write_own_slot_locked(void)
 		my_start = vgpu_proc_start_time(me);
 	s->start_time = my_start;
 	s->host_pid = hp;
+	slot_hp = hp;
 	for (int d = 0; d < VGPU_MAX_DEVICES; d++) {
 		s->used[d] = shown[d];
 		s->launches[d] = __atomic_load_n(&launches[d], __ATOMIC_RELAXED);
@@ -455,7 +485,7 @@ static int attach_locked(void)
 static int own_slot_ok(void)
 {
 	const struct vgpu_region_proc *s = &region->procs[slot];
-	if (s->pid != self || s->start_time != my_start || s->host_pid != vgpu_host_pid())
+	if (s->pid != self || s->start_time != my_start || s->host_pid != slot_hp)
 		return 0;
 	for (int d = 0; d < VGPU_MAX_DEVICES; d++)
 		if (s->used[d] != shown[d])
@@ -579,12 +609,27 @@ static void check_locked(void)
 	validate_locked(fresh, created);
 }
 
-static void lock(void)
+/*
+ * The region's lock (the thread mutex, then the file's lock) for a report,
+ * waiting at most ns for the file's lock, and the checks at the top of the
+ * file: 1 (held, checked), or 0 with nothing held. The region is a
+ * report: a process stopped while it holds the lock (or a tenant holding it
+ * on purpose) must not hold up its container's allocations, frees and
+ * exits; what is not written now is written at the next report, or by the
+ * next rebuild. The kernel has no timed wait for the lock: polled.
+ */
+static int lock_within(int64_t ns)
 {
 	pthread_mutex_lock(&mu);
-	if (rfd >= 0 && ofd_lock(rfd, F_WRLCK, 1) != 0)
+	if (rfd >= 0 && ofd_lock_within(rfd, ns) != 0) {
+		if (errno == EAGAIN) {
+			pthread_mutex_unlock(&mu);
+			return 0;
+		}
 		LOGD("usage region lock failed: %s", strerror(errno));
+	}
 	check_locked();
+	return 1;
 }
 
 static void unlock(void)
@@ -611,16 +656,6 @@ int vgpu_region_open(const char *dir, const struct vgpu_limits *l)
 	return ok ? 0 : -1;
 }
 
-void vgpu_region_lock(void)
-{
-	lock();
-}
-
-void vgpu_region_unlock(void)
-{
-	unlock();
-}
-
 /*
  * Whether the slots add up to the devices' totals, as the processes keep
  * them: checked when a process takes its slot, in place of the full rebuild
@@ -640,13 +675,21 @@ static int slots_add_up_locked(void)
 	return 1;
 }
 
-void vgpu_region_set_host_pid_locked(int32_t hp)
+void vgpu_region_set_host_pid(int32_t hp)
 {
-	(void)hp; /* vgpu_host_pid() already answers hp */
+	/* The claim at once (the ledger needs only the thread mutex); the slot
+	 * when the region's lock can be had. */
+	pthread_mutex_lock(&mu);
+	if (vgpu_ledger_claim_host_pid(hp) != 0)
+		LOGD("cannot claim host pid %d in the ledger: %s", (int)hp, strerror(errno));
+	pthread_mutex_unlock(&mu);
+	if (!lock_within(REPORT_WAIT_NS))
+		return;
 	if (region && slot < 0 && !slots_add_up_locked())
 		sync_locked();
 	else
 		write_own_slot_locked();
+	unlock();
 }
 
 /* ---- accounting ----------------------------------------------------------------------- */
@@ -884,10 +927,14 @@ static int reserve(int idx, uint64_t bytes, int force)
 		if (granted)
 			publish_held(idx, own_of(idx));
 		pthread_mutex_unlock(&mu);
-		if (granted) {
-			lock();
+		if (granted && lock_within(REPORT_WAIT_NS)) {
 			show_locked(idx);
 			unlock();
+		} else if (granted) {
+			/* The region later; the host pid claim (the SM limiter's) now. */
+			pthread_mutex_lock(&mu);
+			claim_locked();
+			pthread_mutex_unlock(&mu);
 		}
 		if (rc != VGPU_OVER_QUOTA || waited >= WAIT_NS)
 			return rc;
@@ -938,10 +985,14 @@ void vgpu_unreserve(int idx, uint64_t bytes)
 	/* Far more unused than the process asks for at a time (a large free):
 	 * back to the container now, where another process may be waiting. */
 	if (unlikely((uint64_t)a > 2 * __atomic_load_n(&grant[idx], __ATOMIC_RELAXED) + LEASE_MIN)) {
-		lock();
+		pthread_mutex_lock(&mu);
 		trim_locked(idx, grant[idx]);
-		show_locked(idx);
-		unlock();
+		publish_held(idx, own_of(idx));
+		pthread_mutex_unlock(&mu);
+		if (lock_within(REPORT_WAIT_NS)) {
+			show_locked(idx);
+			unlock();
+		}
 	}
 	if (unlikely(__atomic_load_n(&keeper_state, __ATOMIC_SEQ_CST) == 2))
 		keeper_kick();
@@ -972,11 +1023,12 @@ static int keep_pass(void)
 			trim_locked(d, 2 * grant[d]);
 		}
 		kept[d] = now;
-		stale |= shown[d] != now;
+		publish_held(d, own_of(d));
+		stale |= shown[d] != own_of(d);
 	}
 	pthread_mutex_unlock(&mu);
-	if (stale) {
-		lock();
+	/* Not waiting long: a busy region is written next period. */
+	if (stale && lock_within(KEEP_NS / 10)) {
 		for (int d = 0; d < vgpu.limits.ngpu; d++)
 			if (shown[d] != own_of(d))
 				show_locked(d);
@@ -1094,11 +1146,12 @@ __attribute__((destructor)) static void release_slot(void)
 		pthread_mutex_unlock(&mu);
 		return;
 	}
-	/* Not lock(): a file that is gone or damaged by now is not worth
+	/* Not lock_within(): a file that is gone or damaged by now is not worth
 	 * rebuilding on the way out, only worth not touching. */
 	struct stat st;
-	if (rfd >= 0 && (ofd_lock(rfd, F_WRLCK, 1) != 0 || xfstat(rfd, &st) != 0 || st.st_size != RSIZE))
-		slot = -1;
+	int held_lock = rfd >= 0 && ofd_lock_within(rfd, REPORT_WAIT_NS) == 0;
+	if (rfd >= 0 && (!held_lock || xfstat(rfd, &st) != 0 || st.st_size != RSIZE))
+		slot = -1; /* left to the next rebuild: this process is gone by then */
 	if (region && slot >= 0 && region->procs[slot].pid == self) {
 		for (int d = 0; d < vgpu.limits.ngpu; d++) {
 			uint64_t u = region->devices[d].used;
@@ -1108,7 +1161,9 @@ __attribute__((destructor)) static void release_slot(void)
 	}
 	slot = -1;
 	exiting = 1;
-	unlock();
+	if (held_lock)
+		ofd_lock(rfd, F_UNLCK, 0);
+	pthread_mutex_unlock(&mu);
 }
 
 void vgpu_region_after_fork(void)
@@ -1139,6 +1194,7 @@ void vgpu_region_after_fork(void)
 	memset(avail, 0, sizeof(avail));
 	memset(grant, 0, sizeof(grant));
 	memset(unled, 0, sizeof(unled));
+	slot_hp = 0;
 	memset(kept, 0, sizeof(kept));
 	keeper_state = 0; /* the parent's keeper thread is not the child's */
 }

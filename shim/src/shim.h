@@ -159,12 +159,9 @@ void vgpu_region_flush(void);
 void vgpu_region_after_fork(void);
 /* Reads /proc/<pid>/stat field 22; 0 when the process is gone. */
 uint64_t vgpu_proc_start_time(int pid);
-/* The region's lock (thread mutex + OFD lock), for multi-step updates elsewhere. */
-void vgpu_region_lock(void);
-void vgpu_region_unlock(void);
-/* Records hp as this process's host pid in its slot and in the ledger.
- * Caller holds the lock. */
-void vgpu_region_set_host_pid_locked(int32_t hp);
+/* Records hp as this process's host pid: its claim in the ledger at once, its
+ * slot when the region's lock can be had within a tenth of a second. */
+void vgpu_region_set_host_pid(int32_t hp);
 
 /* ---- ledger.c: what each process holds, where the tenant cannot write --------------- */
 

@@ -549,6 +549,40 @@ test_sigkill_mid_allocation() {
 	timeout 10 env LD_PRELOAD=$SHIM timeout 60 "$PROG" init alloc:64MiB >"$T/out" 2>"$T/err"
 }
 
+test_region_lock_held() {
+	# The region is a report: while another process holds its lock (one stopped inside it, or
+	# the tenant), a process of the container allocates, is refused, frees and exits, each
+	# report waiting a tenth of a second at most (it hung there before); the quota holds all
+	# the same, and the next process to report puts the region right from the ledger.
+	setup $((64 * MiB))
+	LD_PRELOAD=$SHIM timeout 60 "$PROG" init alloc:1MiB touch:"$T/a" waitfile:"$T/go" alloc:16MiB \
+		alloc:48MiB:2 free free >"$T/out" 2>"$T/err" &
+	local a=$!
+	waitfor "$T/a" $a || return 1
+	python3 - "$T/region/usage" <<-'EOF' &
+		import fcntl, os, struct, sys, time
+		fd = os.open(sys.argv[1], os.O_RDWR)
+		fcntl.fcntl(fd, 38, struct.pack('hhqqi4x', fcntl.F_WRLCK, 0, 0, 0, 0))  # F_OFD_SETLKW
+		open(sys.argv[1] + '.locked', 'w').close()
+		time.sleep(120)
+	EOF
+	local lk=$!
+	waitfor "$T/region/usage.locked" $lk || return 1
+	touch "$T/go"
+	wait $a || { cat "$T/out" "$T/err"; kill $lk; return 1; }
+	expect "stderr: the refusal alone" "$(grep -vc 'quota exceeded' "$T/err")" 0
+	kill -9 $lk
+	wait $lk 2>/dev/null || true
+	# Its slot was left behind (it could not give it back); the next report rebuilds.
+	LD_PRELOAD=$SHIM timeout 60 "$PROG" init alloc:64MiB alloc:1:2 touch:"$T/c" waitfile:"$T/end" >"$T/out" 2>"$T/err" &
+	local c=$!
+	waitfor "$T/c" $c || { cat "$T/out" "$T/err"; return 1; }
+	expect "region used" "$(used)" $((64 * MiB))
+	expect "slots" "$(slots)" 1
+	touch "$T/end"
+	wait $c
+}
+
 test_pid_reuse() {
 	# Slots are a report, not the accounting: one forged for a live process (this shell, with its
 	# real start time), one for a reused pid (the same pid, another start time) and one for a
@@ -1096,6 +1130,7 @@ t names_exact test_names_exact
 t stacked_interposer test_stacked_interposer
 t 16_racers test_16_racers
 t sigkill_mid_allocation test_sigkill_mid_allocation
+t region_lock_held test_region_lock_held
 t pid_reuse test_pid_reuse
 t fork test_fork
 t fork_nvml_threads test_fork_nvml_threads
