@@ -57,6 +57,7 @@
 #define RETRY_NS 1000000000ll /* no usable region file: try again after this long */
 #define SYNC_NS 1000000000ll  /* rebuild the other processes' slots at least this often */
 #define REPORT_WAIT_NS 100000000ll /* a report waits this long for the region's lock at most */
+#define OPEN_WAIT_NS 5000000000ll   /* opening the region waits this long for its lock at most */
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static char region_dir[4096], region_path[4200];
@@ -447,7 +448,9 @@ static int attach_locked(void)
 			if (fd < 0)
 				return -1;
 			created = 1;
-		} else if (ofd_lock(fd, F_WRLCK, 1) != 0) {
+		} else if (ofd_lock_within(fd, OPEN_WAIT_NS) != 0) {
+			/* Polled rather than queued: hundreds of processes starting at
+			 * once each woke at every release of a queued lock. */
 			int e = errno;
 			close(fd);
 			errno = e;
@@ -587,7 +590,9 @@ static void check_locked(void)
 	if (created < 0) {
 		int e = errno;
 		retry_at = now_ns() + RETRY_NS;
-		if (!warned_unusable++)
+		if (e == EAGAIN) /* held by another all that time: tried again later, nothing wrong with it */
+			LOGD("usage region %s: its lock is held by another process; opened later", region_path);
+		else if (!warned_unusable++)
 			LOGW("usage region %s unusable (%s); quotas are still enforced, usage is not reported to the host",
 			     region_path, strerror(e));
 		return;

@@ -552,8 +552,9 @@ test_sigkill_mid_allocation() {
 test_region_lock_held() {
 	# The region is a report: while another process holds its lock (one stopped inside it, or
 	# the tenant), a process of the container allocates, is refused, frees and exits, each
-	# report waiting a tenth of a second at most (it hung there before); the quota holds all
-	# the same, and the next process to report puts the region right from the ledger.
+	# report waiting a tenth of a second at most, and a new process starts (both hung there
+	# before); the quota holds all the same, and the next process to report after the lock
+	# is free puts the region right from the ledger.
 	setup $((64 * MiB))
 	LD_PRELOAD=$SHIM timeout 60 "$PROG" init alloc:1MiB touch:"$T/a" waitfile:"$T/go" alloc:16MiB \
 		alloc:48MiB:2 free free >"$T/out" 2>"$T/err" &
@@ -570,6 +571,11 @@ test_region_lock_held() {
 	waitfor "$T/region/usage.locked" $lk || return 1
 	touch "$T/go"
 	wait $a || { cat "$T/out" "$T/err"; kill $lk; return 1; }
+	expect "stderr: the refusal alone" "$(grep -vc 'quota exceeded' "$T/err")" 0
+	# A process that starts meanwhile waits for the lock to open the region (5 s at most),
+	# then goes on without it: its whole quota, and nothing said but the refusal.
+	LD_PRELOAD=$SHIM timeout 60 "$PROG" init alloc:64MiB alloc:1:2 >"$T/out" 2>"$T/err" ||
+		{ cat "$T/out" "$T/err"; kill $lk; return 1; }
 	expect "stderr: the refusal alone" "$(grep -vc 'quota exceeded' "$T/err")" 0
 	kill -9 $lk
 	wait $lk 2>/dev/null || true
