@@ -7,7 +7,16 @@
 
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <link.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "shim.h"
 
@@ -60,18 +69,121 @@ void *vgpu_real_dlsym(void *handle, const char *name)
 	return f ? f(handle, name) : NULL;
 }
 
+/* Whether dir/name exists. */
+static int in_dir(const char *dir, size_t len, const char *name)
+{
+	char p[PATH_MAX];
+	if (len == 0)
+		dir = ".", len = 1; /* an empty entry of LD_LIBRARY_PATH is the working directory */
+	if (snprintf(p, sizeof(p), "%.*s/%s", (int)len, dir, name) >= (int)sizeof(p))
+		return 0;
+	return access(p, F_OK) == 0;
+}
+
+/* Whether the loader's cache (/etc/ld.so.cache) names name: its string table holds every soname. */
+static int in_cache(const char *name)
+{
+	int fd = open("/etc/ld.so.cache", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	struct stat st;
+	void *m = MAP_FAILED;
+	/* fstat through syscall(2): glibc >= 2.33 exports fstat@GLIBC_2.33. */
+	if (syscall(SYS_fstat, fd, &st) == 0 && st.st_size > 0 && st.st_size < (64 << 20))
+		m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+	close(fd);
+	if (m == MAP_FAILED)
+		return 0;
+	int found = memmem(m, (size_t)st.st_size, name, strlen(name) + 1) != NULL; /* with its NUL */
+	munmap(m, (size_t)st.st_size);
+	return found;
+}
+
+/*
+ * Whether dlopen(name) could find the library, asked of the places its search
+ * looks (LD_LIBRARY_PATH, the loader's cache, the system directories: those
+ * of libc and the usual ones) rather than of the loader itself: a search
+ * that finds nothing walks every directory and its hardware-capability
+ * subdirectories, about a hundred lookups and 0.1 ms at each process's first
+ * context where NVML is not installed, where this costs a few. A program's
+ * own RPATH/RUNPATH is not looked at: NVIDIA's driver libraries come from
+ * the driver, never with a program (and one the program loads itself is
+ * found through RTLD_NOLOAD).
+ */
+static int findable(const char *name)
+{
+	const char *lp = getenv("LD_LIBRARY_PATH");
+	for (const char *p = lp; p && *p;) {
+		size_t n = strcspn(p, ":;");
+		if (in_dir(p, n, name))
+			return 1;
+		p += n;
+		if (*p)
+			p++;
+	}
+	if (in_cache(name))
+		return 1;
+	static const char *const sys[] = {"/lib64", "/usr/lib64", "/lib", "/usr/lib"};
+	for (size_t i = 0; i < sizeof(sys) / sizeof(sys[0]); i++)
+		if (in_dir(sys[i], strlen(sys[i]), name))
+			return 1;
+	/* libc's own directory, and its twin under /usr (multiarch: /lib/x86_64-linux-gnu). */
+	Dl_info di;
+	if (dladdr((void *)&getpid, &di) && di.dli_fname && strrchr(di.dli_fname, '/')) {
+		const char *d = di.dli_fname;
+		size_t n = (size_t)(strrchr(d, '/') - d);
+		char usr[PATH_MAX];
+		if (in_dir(d, n, name))
+			return 1;
+		if (!strncmp(d, "/lib/", 5) && snprintf(usr, sizeof(usr), "/usr%.*s", (int)n, d) < (int)sizeof(usr) &&
+		    in_dir(usr, strlen(usr), name))
+			return 1;
+	}
+	return 0;
+}
+
+struct loaded {
+	const char *name;
+	char path[PATH_MAX];
+};
+
+static int loaded_visit(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	(void)size;
+	struct loaded *l = arg;
+	const char *n = info->dlpi_name, *base = n ? strrchr(n, '/') : NULL;
+	if (!n || strcmp(base ? base + 1 : n, l->name) != 0)
+		return 0;
+	snprintf(l->path, sizeof(l->path), "%s", n);
+	return 1;
+}
+
+/*
+ * A handle on name if the process has loaded it (by any path), else NULL.
+ * Not dlopen(name, RTLD_NOLOAD): that searches the file system first, as
+ * for a load, before it says no.
+ */
+static void *already_loaded(const char *name)
+{
+	struct loaded l = {name, ""};
+	if (!dl_iterate_phdr(loaded_visit, &l))
+		return NULL;
+	return dlopen(l.path, RTLD_LAZY | RTLD_NOLOAD);
+}
+
 void *vgpu_lib_handle(int lib)
 {
 	void *h = __atomic_load_n(&lib_handle[lib], __ATOMIC_ACQUIRE);
 	if (likely(h))
 		return h;
 	/* Prefer the copy the process already has (whatever path it came from). */
-	h = dlopen(lib_names[lib], RTLD_LAZY | RTLD_NOLOAD);
+	h = already_loaded(lib_names[lib]);
 	/* A search that failed once fails again (it costs a hundred lookups of
 	 * paths that do not exist, at each context creation and each NVML
 	 * question): after that, only a copy the program loads itself is used. */
 	if (!h && !__atomic_load_n(&lib_absent[lib], __ATOMIC_RELAXED)) {
-		h = dlopen(lib_names[lib], RTLD_LAZY);
+		/* NVML only: libcuda is loaded by the time anything here runs. */
+		h = lib == LIB_CUDA || findable(lib_names[lib]) ? dlopen(lib_names[lib], RTLD_LAZY) : NULL;
 		if (!h)
 			__atomic_store_n(&lib_absent[lib], 1, __ATOMIC_RELAXED);
 	}
