@@ -549,6 +549,26 @@ test_sigkill_mid_allocation() {
 	timeout 10 env LD_PRELOAD=$SHIM timeout 60 "$PROG" init alloc:64MiB >"$T/out" 2>"$T/err"
 }
 
+test_nvml_absent_no_search() {
+	# No NVML where the loader would look (a libcuda but no libnvidia-ml on LD_LIBRARY_PATH):
+	# the shim does not ask the loader for it (a search walks every library directory, twice
+	# per context before: once to see whether it was loaded, once to load it), allocates to
+	# the byte all the same, and NVML it needs is looked for no further.
+	setup $((64 * MiB))
+	mkdir "$T/cudaonly"
+	ln -s "$B/fake/libcuda.so.1" "$T/cudaonly/libcuda.so.1"
+	LD_LIBRARY_PATH=$T/cudaonly LD_DEBUG=libs LD_DEBUG_OUTPUT=$T/ld LD_PRELOAD=$SHIM timeout 60 \
+		"$PROG" init alloc:64MiB alloc:1:2 ctx:0 >"$T/out" 2>"$T/err" || { cat "$T/out" "$T/err"; return 1; }
+	expect "loader searches for NVML" "$(cat "$T"/ld.* | grep -c 'find library=libnvidia-ml.so.1' || true)" 0
+	# With NVML where the loader looks: found, and used (the slot's host pid is NVML's).
+	LD_PRELOAD=$SHIM timeout 60 "$PROG" init alloc:1MiB touch:"$T/held" waitfile:"$T/end" >"$T/out" 2>"$T/err" &
+	local a=$!
+	waitfor "$T/held" $a || { cat "$T/out" "$T/err"; return 1; }
+	expect_hostpids 1 0
+	touch "$T/end"
+	wait $a
+}
+
 test_region_lock_held() {
 	# The region is a report: while another process holds its lock (one stopped inside it, or
 	# the tenant), a process of the container allocates, is refused, frees and exits, each
@@ -1136,6 +1156,7 @@ t names_exact test_names_exact
 t stacked_interposer test_stacked_interposer
 t 16_racers test_16_racers
 t sigkill_mid_allocation test_sigkill_mid_allocation
+t nvml_absent_no_search test_nvml_absent_no_search
 t region_lock_held test_region_lock_held
 t pid_reuse test_pid_reuse
 t fork test_fork
