@@ -23,12 +23,13 @@
  * The lock is a thread mutex plus an fcntl OFD write lock on the whole
  * region file: the kernel drops an OFD lock when its holder dies (no wedge);
  * it does not exclude the threads of one process (hence the mutex); a fork
- * child reopens the file to get a description of its own. It makes the
- * container's processes reserve one at a time, so that near the quota one of
- * two gets the memory rather than both refusing. The quota does not depend
- * on it: a process publishes before it measures the others, so two processes
- * that reserve at once without it (the tenant replaced the file between them)
- * can both refuse, never both pass.
+ * child reopens the file to get a description of its own. It guards the
+ * report only: the quota is the ledger's pool, taken under the thread mutex
+ * alone. So no process waits long for it: a report waits REPORT_WAIT_NS at
+ * most and leaves what it could not write to the next report or rebuild,
+ * and opening the region OPEN_WAIT_NS (a process stopped while it holds the
+ * lock, or a tenant holding it, must not stop the container's allocations,
+ * frees, exits and starts).
  *
  * The mapping is only touched under the lock, after the size check, so a
  * truncated file costs no SIGBUS; a truncation racing with that access still
@@ -710,12 +711,14 @@ void vgpu_region_set_host_pid(int32_t hp)
  * lease - avail. The sum over processes of what they lease never passes the
  * limit, so neither does what they hold.
  *
- * A chunk starts at LEASE_START and doubles with each grant (halves with
- * each quiet keeper period), so a process that allocates once takes little
- * and one that allocates all the time asks rarely; it is never more than a
- * sixteenth of what the container left free at the last measurement, nor
- * LEASE_MAX: near the limit it shrinks to nothing and every allocation
- * reserves exactly its own size, as without leases. Unused
+ * The first grant takes no chunk (a process that allocates once needs
+ * none, nor the keeper to give it back). Then a chunk starts at LEASE_START
+ * and doubles with each grant (halves with each quiet keeper period), so one
+ * that allocates all the time asks rarely; it is never more than a
+ * sixteenth of the limit, nor LEASE_MAX, and is taken only where the pool
+ * has room right after the stretch (ledger.c): near the limit it shrinks to
+ * nothing and every allocation reserves exactly its own size, as without
+ * leases. Unused
  * lease goes back to the container (the keeper thread, below) when the
  * process allocates nothing for a keeper period, and beyond twice its last
  * chunk otherwise; at a refusal; at exit; and with the process, when it dies.
