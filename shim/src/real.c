@@ -69,6 +69,22 @@ void *vgpu_real_dlsym(void *handle, const char *name)
 	return f ? f(handle, name) : NULL;
 }
 
+struct loaded {
+	const char *name;
+	char path[PATH_MAX];
+};
+
+static int loaded_visit(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	(void)size;
+	struct loaded *l = arg;
+	const char *n = info->dlpi_name, *base = n ? strrchr(n, '/') : NULL;
+	if (!n || strcmp(base ? base + 1 : n, l->name) != 0)
+		return 0;
+	snprintf(l->path, sizeof(l->path), "%s", n);
+	return 1;
+}
+
 /* Whether dir/name exists. */
 static int in_dir(const char *dir, size_t len, const char *name)
 {
@@ -127,10 +143,11 @@ static int findable(const char *name)
 	for (size_t i = 0; i < sizeof(sys) / sizeof(sys[0]); i++)
 		if (in_dir(sys[i], strlen(sys[i]), name))
 			return 1;
-	/* libc's own directory, and its twin under /usr (multiarch: /lib/x86_64-linux-gnu). */
-	Dl_info di;
-	if (dladdr((void *)&getpid, &di) && di.dli_fname && strrchr(di.dli_fname, '/')) {
-		const char *d = di.dli_fname;
+	/* libc's own directory, and its twin under /usr (multiarch: /lib/x86_64-linux-gnu).
+	 * Found among the loaded objects: dladdr() would scan libc's symbols. */
+	struct loaded libc = {"libc.so.6", ""};
+	if (dl_iterate_phdr(loaded_visit, &libc) && strrchr(libc.path, '/')) {
+		const char *d = libc.path;
 		size_t n = (size_t)(strrchr(d, '/') - d);
 		char usr[PATH_MAX];
 		if (in_dir(d, n, name))
@@ -140,22 +157,6 @@ static int findable(const char *name)
 			return 1;
 	}
 	return 0;
-}
-
-struct loaded {
-	const char *name;
-	char path[PATH_MAX];
-};
-
-static int loaded_visit(struct dl_phdr_info *info, size_t size, void *arg)
-{
-	(void)size;
-	struct loaded *l = arg;
-	const char *n = info->dlpi_name, *base = n ? strrchr(n, '/') : NULL;
-	if (!n || strcmp(base ? base + 1 : n, l->name) != 0)
-		return 0;
-	snprintf(l->path, sizeof(l->path), "%s", n);
-	return 1;
 }
 
 /*
@@ -243,21 +244,56 @@ static const char *base_name(const char *path)
 	return s ? s + 1 : path;
 }
 
+/*
+ * The loaded object an address lies in, found by its load segments. Not
+ * dladdr(): that also looks for the nearest symbol, scanning the object's
+ * whole symbol table, tens of microseconds in a large library, and these run
+ * at every cuGetProcAddress and dlsym a program makes (cudart makes
+ * hundreds as it starts).
+ */
+struct owner {
+	uintptr_t addr;
+	const char *name; /* the object's path ("" for the program) */
+	uintptr_t bias;   /* its load address: with name, which object */
+};
+
+static int owner_visit(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	(void)size;
+	struct owner *o = arg;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		uintptr_t lo = (uintptr_t)info->dlpi_addr + ph->p_vaddr;
+		if (ph->p_type == PT_LOAD && o->addr >= lo && o->addr - lo < ph->p_memsz) {
+			o->name = info->dlpi_name ? info->dlpi_name : "";
+			o->bias = (uintptr_t)info->dlpi_addr;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+static int owner_of_addr(const void *addr, struct owner *o)
+{
+	*o = (struct owner){(uintptr_t)addr, NULL, 0};
+	return addr && dl_iterate_phdr(owner_visit, o) != 0;
+}
+
 int vgpu_addr_in_driver(const void *addr)
 {
-	Dl_info info;
-	if (!addr || !dladdr(addr, &info) || !info.dli_fname)
+	struct owner o;
+	if (!owner_of_addr(addr, &o))
 		return 0;
-	const char *b = base_name(info.dli_fname);
+	const char *b = base_name(o.name);
 	return strncmp(b, "libcuda.so", 10) == 0 || strncmp(b, "libnvidia-ml.so", 15) == 0;
 }
 
 int vgpu_addr_in_self(const void *addr)
 {
-	Dl_info self, other;
-	if (!addr || !dladdr((const void *)&vgpu_addr_in_self, &self) || !dladdr(addr, &other))
+	struct owner self, other;
+	if (!owner_of_addr((const void *)&vgpu_addr_in_self, &self) || !owner_of_addr(addr, &other))
 		return 0;
-	return self.dli_fbase == other.dli_fbase;
+	return self.bias == other.bias && self.name == other.name;
 }
 
 /* ---- plain calls the shim makes for itself ------------------------------------ */
