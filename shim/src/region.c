@@ -58,6 +58,7 @@
 #define RETRY_NS 1000000000ll /* no usable region file: try again after this long */
 #define SYNC_NS 1000000000ll  /* rebuild the other processes' slots at least this often */
 #define REPORT_WAIT_NS 100000000ll /* a report waits this long for the region's lock at most */
+#define REPORT_TRY_NS 1000000ll     /* a grant's or a free's report, which the keeper can write later */
 #define OPEN_WAIT_NS 5000000000ll   /* opening the region waits this long for its lock at most */
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -935,13 +936,15 @@ static int reserve(int idx, uint64_t bytes, int force)
 		if (granted)
 			publish_held(idx, own_of(idx));
 		pthread_mutex_unlock(&mu);
-		if (granted && lock_within(REPORT_WAIT_NS)) {
+		if (granted && lock_within(REPORT_TRY_NS)) {
 			show_locked(idx);
 			unlock();
 		} else if (granted) {
-			/* The region later; the host pid claim (the SM limiter's) now. */
+			/* The region later, by the keeper (a report it sees is not
+			 * written yet); the host pid claim (the SM limiter's) now. */
 			pthread_mutex_lock(&mu);
 			claim_locked();
+			keeper_start();
 			pthread_mutex_unlock(&mu);
 		}
 		if (rc != VGPU_OVER_QUOTA || waited >= WAIT_NS)
@@ -997,9 +1000,13 @@ void vgpu_unreserve(int idx, uint64_t bytes)
 		trim_locked(idx, grant[idx]);
 		publish_held(idx, own_of(idx));
 		pthread_mutex_unlock(&mu);
-		if (lock_within(REPORT_WAIT_NS)) {
+		if (lock_within(REPORT_TRY_NS)) {
 			show_locked(idx);
 			unlock();
+		} else {
+			pthread_mutex_lock(&mu);
+			keeper_start(); /* the region when its lock is free */
+			pthread_mutex_unlock(&mu);
 		}
 	}
 	if (unlikely(__atomic_load_n(&keeper_state, __ATOMIC_SEQ_CST) == 2))
