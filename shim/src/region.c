@@ -25,11 +25,12 @@
  * it does not exclude the threads of one process (hence the mutex); a fork
  * child reopens the file to get a description of its own. It guards the
  * report only: the quota is the ledger's pool, taken under the thread mutex
- * alone. So no process waits long for it: a report waits REPORT_WAIT_NS at
- * most and leaves what it could not write to the next report or rebuild,
- * and opening the region OPEN_WAIT_NS (a process stopped while it holds the
- * lock, or a tenant holding it, must not stop the container's allocations,
- * frees, exits and starts).
+ * alone. So no process waits long for it: the report of a grant or a free
+ * tries REPORT_TRY_NS and leaves the rest to the keeper thread, the keeper
+ * and an exit wait a little longer and leave what they could not write to
+ * the next report or rebuild, and opening the region waits OPEN_WAIT_NS (a
+ * process stopped while it holds the lock, or a tenant holding it, must not
+ * stop the container's allocations, frees, exits and starts).
  *
  * The mapping is only touched under the lock, after the size check, so a
  * truncated file costs no SIGBUS; a truncation racing with that access still
