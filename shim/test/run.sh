@@ -87,6 +87,19 @@ run() {
 used() { "$DUMP" "$T/region/usage" | sed -n 's/^dev 0 .*used=\([0-9]*\).*/\1/p'; }
 slots() { "$DUMP" "$T/region/usage" | grep -c '^proc ' || true; }
 
+# write_locker FILE SECONDS — holds an OFD write lock on all of FILE for SECONDS (as a process
+# stopped while holding it would), touching FILE.locked once it has it; run in the background
+# ($! is the holder itself).
+write_locker() {
+	exec python3 - "$1" "$2" <<-'EOF'
+		import fcntl, os, struct, sys, time
+		fd = os.open(sys.argv[1], os.O_RDWR)
+		fcntl.fcntl(fd, 38, struct.pack('hhqqi4x', fcntl.F_WRLCK, 0, 0, 0, 0))  # F_OFD_SETLKW
+		open(sys.argv[1] + '.locked', 'w').close()
+		time.sleep(float(sys.argv[2]))
+	EOF
+}
+
 waitfor() { # waitfor FILE [PID] — up to 30 s, or until PID is gone
 	local i
 	for i in $(seq 600); do
@@ -582,13 +595,7 @@ test_region_lock_held() {
 		alloc:48MiB:2 touch:"$T/b" waitfile:"$T/end" free >"$T/out.a" 2>"$T/err.a" &
 	local a=$!
 	waitfor "$T/a" $a || return 1
-	python3 - "$T/region/usage" <<-'EOF' &
-		import fcntl, os, struct, sys, time
-		fd = os.open(sys.argv[1], os.O_RDWR)
-		fcntl.fcntl(fd, 38, struct.pack('hhqqi4x', fcntl.F_WRLCK, 0, 0, 0, 0))  # F_OFD_SETLKW
-		open(sys.argv[1] + '.locked', 'w').close()
-		time.sleep(120)
-	EOF
+	write_locker "$T/region/usage" 120 &
 	local lk=$! i
 	waitfor "$T/region/usage.locked" $lk || return 1
 	touch "$T/go"
@@ -658,13 +665,7 @@ test_fork_during_init() {
 	# the last child initialises, allocates and is counted in a slot of its own.
 	setup $((64 * MiB))
 	run init # creates the region
-	python3 - "$T/region/usage" <<-'EOF' &
-		import fcntl, os, struct, sys, time
-		fd = os.open(sys.argv[1], os.O_RDWR)
-		fcntl.fcntl(fd, 38, struct.pack('hhqqi4x', fcntl.F_WRLCK, 0, 0, 0, 0))  # F_OFD_SETLKW
-		open(sys.argv[1] + '.locked', 'w').close()
-		time.sleep(60)
-	EOF
+	write_locker "$T/region/usage" 60 &
 	local lk=$!
 	waitfor "$T/region/usage.locked"
 	LD_PRELOAD=$SHIM timeout 60 "$PROG" cuinit forkinit:"$T/forked":300:40 touch:"$T/held" waitfile:"$T/end" \
@@ -845,13 +846,7 @@ test_ledger_unusable_fails_closed() {
 	# lock on the limits file, which the read-only mount rules out in a container), GPU memory is
 	# refused with one clear line, and allowed again once it can.
 	setup $((64 * MiB))
-	python3 - "$T/limits" <<-'EOF' &
-		import fcntl, os, struct, sys, time
-		fd = os.open(sys.argv[1], os.O_RDWR)
-		fcntl.fcntl(fd, 38, struct.pack('hhqqi4x', fcntl.F_WRLCK, 0, 0, 0, 0))  # F_OFD_SETLKW
-		open(sys.argv[1] + '.locked', 'w').close()
-		time.sleep(60)
-	EOF
+	write_locker "$T/limits" 60 &
 	local lk=$!
 	waitfor "$T/limits.locked"
 	run init alloc:1MiB:2 managed:1MiB:2 info:0:64MiB
