@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "graph.h"
@@ -78,6 +79,23 @@ static void atfork_child(void)
  * children, so a re-run of init_once in a child registers nothing twice. */
 static int atfork_registered;
 
+#ifdef VGPU_TEST_HOOKS
+/* Test builds only (build/testhooks): the initialisation waits here until the
+ * file NRI_VGPU_TEST_INIT_HOLD names exists, so that a test can fork while a
+ * thread is inside it (nothing in it waits for anything otherwise). */
+static void test_hold(void)
+{
+	const char *f = getenv("NRI_VGPU_TEST_INIT_HOLD");
+	struct timespec ts = {0, 1000000};
+	while (f && access(f, F_OK) != 0)
+		nanosleep(&ts, NULL);
+}
+#else
+static void test_hold(void)
+{
+}
+#endif
+
 /*
  * Fork during initialisation: glibc's pthread_once stores the fork
  * generation with its in-progress mark, so a child forked while another
@@ -117,6 +135,7 @@ static void init_once(void)
 				vgpu.throttled = 1;
 		/* The read-only limits file also carries the ledger (ledger.c). */
 		vgpu_ledger_init(lfd, lpath);
+		test_hold();
 		vgpu_region_open(rdir, &vgpu.limits); /* says itself when it cannot: quotas do not depend on it */
 		LOGD("limits from %s: %d GPU(s)", lpath, vgpu.limits.ngpu);
 		return;

@@ -28,9 +28,10 @@
  * alone. So no process waits long for it: the report of a grant or a free
  * tries REPORT_TRY_NS and leaves the rest to the keeper thread, the keeper
  * and an exit wait a little longer and leave what they could not write to
- * the next report or rebuild, and opening the region waits OPEN_WAIT_NS (a
- * process stopped while it holds the lock, or a tenant holding it, must not
- * stop the container's allocations, frees, exits and starts).
+ * the next report or rebuild, a process's start maps a sound file without
+ * it, and making or repairing the file waits OPEN_WAIT_NS (a process
+ * stopped while it holds the lock, or a tenant holding it, must not stop the
+ * container's allocations, frees, exits and starts).
  *
  * The mapping is only touched under the lock, after the size check, so a
  * truncated file costs no SIGBUS; a truncation racing with that access still
@@ -647,6 +648,36 @@ static void unlock(void)
 	pthread_mutex_unlock(&mu);
 }
 
+/*
+ * At a process's start: the region file as it is, mapped without its lock,
+ * when it is a regular file of the right size; it is checked (path, header,
+ * devices), like at every access, under the lock at the first report. 0, or
+ * -1 when it has to be made or put right, which takes the lock. Hundreds of
+ * processes starting at once each waited here for the lock only to map the
+ * file, and queued behind each other's checks for tens of milliseconds.
+ */
+static int attach_quietly(void)
+{
+	int fd = open(region_path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	struct stat st;
+	void *m = MAP_FAILED;
+	if (xfstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == RSIZE)
+		m = mmap(NULL, (size_t)RSIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED) {
+		close(fd);
+		return -1;
+	}
+	rfd = vgpu_high_fd(fd);
+	rdev = st.st_dev;
+	rino = st.st_ino;
+	region = m;
+	attached = 1;
+	synced_at = now_ns(); /* the periodic rebuild a second on, as for any attach */
+	return 0;
+}
+
 int vgpu_region_open(const char *dir, const struct vgpu_limits *l)
 {
 	(void)l; /* the same as vgpu.limits, which every later check reads */
@@ -658,7 +689,8 @@ int vgpu_region_open(const char *dir, const struct vgpu_limits *l)
 	retry_at = 0;
 	self = (int32_t)getpid();
 	my_start = vgpu_proc_start_time((int)self);
-	check_locked();
+	if (attach_quietly() != 0)
+		check_locked(); /* made or put right under the lock (attach_locked takes it) */
 	int ok = region != NULL;
 	unlock();
 	return ok ? 0 : -1;

@@ -585,8 +585,8 @@ test_nvml_absent_no_search() {
 test_region_lock_held() {
 	# The region is a report: while another process holds its lock (one stopped inside it, or
 	# the tenant), a process of the container allocates and is refused without waiting for it
-	# (its report is left to its keeper thread), and a new process starts, waiting 5 s at most
-	# to open the region (both hung there before); the quota holds all the same. Once the lock
+	# (its report is left to its keeper thread), and a new process starts (it maps the file
+	# without the lock; both hung there before); the quota holds all the same. Once the lock
 	# is free the keeper writes what was left, and a process's exit gives its slot back.
 	setup $((64 * MiB))
 	# Its first grant comes while the lock is held: no chunk, so no keeper but the one the
@@ -656,25 +656,21 @@ test_fork() {
 }
 
 test_fork_during_init() {
-	# A thread is inside the shim's first initialisation (held there by a
-	# lock on the usage region) when the main thread forks, while another
-	# thread keeps taking the tracker's lock. The children must find no lock
-	# left held (the fork handler is in place from the start of the
+	# A thread is inside the shim's first initialisation (held there by the
+	# test build's hook, build/testhooks) when the main thread forks, while
+	# another thread keeps taking the tracker's lock. The children must find
+	# no lock left held (the fork handler is in place from the start of the
 	# initialisation), and since glibc's pthread_once lets a child run the
 	# initialisation itself rather than wait for a thread it does not have,
 	# the last child initialises, allocates and is counted in a slot of its own.
 	setup $((64 * MiB))
 	run init # creates the region
-	write_locker "$T/region/usage" 60 &
-	local lk=$!
-	waitfor "$T/region/usage.locked"
-	LD_PRELOAD=$SHIM timeout 60 "$PROG" cuinit forkinit:"$T/forked":300:40 touch:"$T/held" waitfile:"$T/end" \
-		>"$T/out" 2>"$T/err" &
+	NRI_VGPU_TEST_INIT_HOLD=$T/release LD_PRELOAD=$B/testhooks/libvgpu-shim.so timeout 60 "$PROG" cuinit \
+		forkinit:"$T/forked":300:40 touch:"$T/held" waitfile:"$T/end" >"$T/out" 2>"$T/err" &
 	local pid=$!
 	waitfor "$T/forked"
-	sleep 0.3 # the child is initialising too, waiting for the same lock
-	kill -9 $lk
-	wait $lk 2>/dev/null || true
+	sleep 0.3 # the child is initialising too, held at the same place
+	touch "$T/release"
 	waitfor "$T/held"
 	grep -q '^forkinit ok$' "$T/out"
 	# Two slots: the parent's with its 1 MiB, and the child's own (its 1 MiB allocation succeeded,
