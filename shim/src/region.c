@@ -214,6 +214,11 @@ static void write_own_slot_locked(void)
 	int32_t me = self;
 	if (slot >= 0 && region->procs[slot].pid != me)
 		slot = -1; /* someone wrote another pid over it */
+	/* An entry another process's rebuild made for us (from the ledger) before
+	 * our first report: ours, not a second one. */
+	for (int i = 0; slot < 0 && i < VGPU_MAX_PROCS; i++)
+		if (region->procs[i].pid == me && region->procs[i].start_time == my_start)
+			slot = i;
 	if (slot < 0) {
 		slot = free_slot_locked();
 		if (slot < 0) {
