@@ -615,6 +615,26 @@ test_region_lock_held() {
 	run init alloc:64MiB alloc:1:2
 }
 
+test_slot_made_for_it() {
+	# An entry for a process that another's rebuild made from the ledger before the process's
+	# first report (here forged, with its pid and start time, holding nothing): the process
+	# takes that entry rather than a second one.
+	setup $((64 * MiB))
+	run init # creates the region
+	LD_PRELOAD=$SHIM timeout 60 "$PROG" cuinit touch:"$T/a" waitfile:"$T/go" ctx:0 alloc:8MiB touch:"$T/b" \
+		waitfile:"$T/end" >"$T/out" 2>"$T/err" &
+	local a=$! pa
+	waitfor "$T/a" $a || return 1
+	pa=$(pgrep -P $a | head -n 1)
+	"$DUMP" forge "$T/region/usage" "$pa" "$(awk '{print $22}' /proc/"$pa"/stat)" 0 0 >/dev/null
+	touch "$T/go"
+	waitfor "$T/b" $a || { cat "$T/out" "$T/err"; return 1; }
+	expect "entries of the process (used0)" \
+		"$("$DUMP" "$T/region/usage" | sed -n "s/^proc pid=$pa .* used0=\([0-9]*\) .*/\1/p")" $((8 * MiB))
+	touch "$T/end"
+	wait $a
+}
+
 test_pid_reuse() {
 	# Slots are a report, not the accounting: one forged for a live process (this shell, with its
 	# real start time), one for a reused pid (the same pid, another start time) and one for a
@@ -1148,6 +1168,7 @@ t 16_racers test_16_racers
 t sigkill_mid_allocation test_sigkill_mid_allocation
 t nvml_absent_no_search test_nvml_absent_no_search
 t region_lock_held test_region_lock_held
+t slot_made_for_it test_slot_made_for_it
 t pid_reuse test_pid_reuse
 t fork test_fork
 t fork_nvml_threads test_fork_nvml_threads
