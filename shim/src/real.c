@@ -69,6 +69,12 @@ void *vgpu_real_dlsym(void *handle, const char *name)
 	return f ? f(handle, name) : NULL;
 }
 
+static const char *base_name(const char *path)
+{
+	const char *s = strrchr(path, '/');
+	return s ? s + 1 : path;
+}
+
 struct loaded {
 	const char *name;
 	char path[PATH_MAX];
@@ -78,8 +84,8 @@ static int loaded_visit(struct dl_phdr_info *info, size_t size, void *arg)
 {
 	(void)size;
 	struct loaded *l = arg;
-	const char *n = info->dlpi_name, *base = n ? strrchr(n, '/') : NULL;
-	if (!n || strcmp(base ? base + 1 : n, l->name) != 0)
+	const char *n = info->dlpi_name;
+	if (!n || strcmp(base_name(n), l->name) != 0)
 		return 0;
 	snprintf(l->path, sizeof(l->path), "%s", n);
 	return 1;
@@ -124,7 +130,7 @@ static int in_cache(const char *name)
  * context where NVML is not installed, where this costs a few. A program's
  * own RPATH/RUNPATH is not looked at: NVIDIA's driver libraries come from
  * the driver, never with a program (and one the program loads itself is
- * found through RTLD_NOLOAD).
+ * found among the loaded objects: already_loaded()).
  */
 static int findable(const char *name)
 {
@@ -236,12 +242,6 @@ int vgpu_hook_find(const char *name)
 		if (strcmp(vgpu_hooks[i].name, name) == 0)
 			return i;
 	return -1;
-}
-
-static const char *base_name(const char *path)
-{
-	const char *s = strrchr(path, '/');
-	return s ? s + 1 : path;
 }
 
 /*

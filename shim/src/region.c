@@ -434,6 +434,15 @@ static void detach_locked(void)
 	slot = -1;
 }
 
+/* Takes fd (the file st describes), mapped at m, as the region. */
+static void map_locked(int fd, const struct stat *st, void *m)
+{
+	rfd = vgpu_high_fd(fd);
+	rdev = st->st_dev;
+	rino = st->st_ino;
+	region = m;
+}
+
 /*
  * Opens, locks and maps the file at the path, making it a region file of the
  * right size if it is not one. Returns 1 when this process created it, 0
@@ -484,10 +493,7 @@ static int attach_locked(void)
 			errno = e;
 			return -1;
 		}
-		rfd = vgpu_high_fd(fd);
-		rdev = st.st_dev;
-		rino = st.st_ino;
-		region = m;
+		map_locked(fd, &st, m);
 		return created;
 	}
 	errno = EAGAIN;
@@ -674,10 +680,7 @@ static int attach_quietly(void)
 		close(fd);
 		return -1;
 	}
-	rfd = vgpu_high_fd(fd);
-	rdev = st.st_dev;
-	rino = st.st_ino;
-	region = m;
+	map_locked(fd, &st, m);
 	attached = 1;
 	synced_at = now_ns(); /* the periodic rebuild a second on, as for any attach */
 	return 0;
@@ -724,9 +727,9 @@ void vgpu_region_set_host_pid(int32_t hp)
 {
 	/* The claim at once (the ledger needs only the thread mutex); the slot
 	 * when the region's lock can be had. */
+	(void)hp; /* vgpu_host_pid() answers it already */
 	pthread_mutex_lock(&mu);
-	if (vgpu_ledger_claim_host_pid(hp) != 0)
-		LOGD("cannot claim host pid %d in the ledger: %s", (int)hp, strerror(errno));
+	claim_locked();
 	pthread_mutex_unlock(&mu);
 	if (!lock_within(REPORT_WAIT_NS))
 		return;
@@ -955,6 +958,24 @@ static int grow_locked(int idx, uint64_t bytes, int force, uint64_t *short_by, i
 	return 0;
 }
 
+/*
+ * The region's part of a grant's or a free's report: now if its lock comes
+ * within REPORT_TRY_NS, else by the keeper (a report it sees is not written
+ * yet); the host pid claim (the SM limiter's) now either way.
+ */
+static void report(int idx)
+{
+	if (lock_within(REPORT_TRY_NS)) {
+		show_locked(idx);
+		unlock();
+		return;
+	}
+	pthread_mutex_lock(&mu);
+	claim_locked();
+	keeper_start();
+	pthread_mutex_unlock(&mu);
+}
+
 static int reserve(int idx, uint64_t bytes, int force)
 {
 	if (bytes == 0 || idx < 0 || idx >= VGPU_MAX_DEVICES)
@@ -974,17 +995,8 @@ static int reserve(int idx, uint64_t bytes, int force)
 		if (granted)
 			publish_held(idx, own_of(idx));
 		pthread_mutex_unlock(&mu);
-		if (granted && lock_within(REPORT_TRY_NS)) {
-			show_locked(idx);
-			unlock();
-		} else if (granted) {
-			/* The region later, by the keeper (a report it sees is not
-			 * written yet); the host pid claim (the SM limiter's) now. */
-			pthread_mutex_lock(&mu);
-			claim_locked();
-			keeper_start();
-			pthread_mutex_unlock(&mu);
-		}
+		if (granted)
+			report(idx);
 		if (rc != VGPU_OVER_QUOTA || waited >= WAIT_NS)
 			return rc;
 		/* Others' unused leases could cover it: they go back within a
@@ -1038,14 +1050,7 @@ void vgpu_unreserve(int idx, uint64_t bytes)
 		trim_locked(idx, grant[idx]);
 		publish_held(idx, own_of(idx));
 		pthread_mutex_unlock(&mu);
-		if (lock_within(REPORT_TRY_NS)) {
-			show_locked(idx);
-			unlock();
-		} else {
-			pthread_mutex_lock(&mu);
-			keeper_start(); /* the region when its lock is free */
-			pthread_mutex_unlock(&mu);
-		}
+		report(idx);
 	}
 	if (unlikely(__atomic_load_n(&keeper_state, __ATOMIC_SEQ_CST) == 2))
 		keeper_kick();
