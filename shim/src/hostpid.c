@@ -8,14 +8,16 @@
  * (NVML's per-process memory) against this process's, so each process must
  * find its own:
  *
- *  1. Cheap route: /proc/self/status NSpid lists the pid in every namespace
- *     from the one /proc was mounted in inwards. With more than one entry
- *     /proc comes from an ancestor namespace and the first entry is the
- *     outermost pid visible; it is recorded when the slot is registered.
+ *  1. Cheap route: /proc/self/stat gives our pid as the namespace /proc
+ *     was mounted in numbers it (the first entry of NSpid in
+ *     /proc/self/status). When that is not getpid(), /proc comes from an
+ *     ancestor namespace and the number is the outermost pid visible; it is
+ *     recorded when the slot is registered (read once, with the start
+ *     time the region needs: region.c).
  *  2. Discovery, once per process, around its first context on a device:
  *     NVML's compute-process list before and after. A pid that is new is
- *     ours if it is the only one; preferred: the NSpid pid when it is among
- *     them. Several new pids mean other processes (of this container or
+ *     ours if it is the only one; preferred: route 1's pid when it is
+ *     among them. Several new pids mean other processes (of this container or
  *     another) started contexts at the same moment: a short probe
  *     allocation (a size drawn at random) shows which of them grew by
  *     exactly that much, retried a few times with backoff.
@@ -54,40 +56,15 @@
 #define INIT_PID_NS "pid:[4026531836]" /* PROC_PID_INIT_INO: the initial pid namespace */
 
 static int32_t host_pid;  /* 0 = unknown */
-static int nspid_read;    /* host_pid holds the NSpid result (or 0) */
+static int nspid_read;    /* host_pid holds the cheap route's result (or 0) */
 static int confirmed;     /* discovery found host_pid; nothing left to do */
 static int gave_up_logged;
 static unsigned char ctx_seen[MAX_DEV]; /* this process has had a context on the device */
 
-/* The outermost pid NSpid shows, or 0 when it shows only our own namespace. */
-static int32_t nspid_outer(void)
-{
-	char buf[8192];
-	int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	size_t n = 0;
-	for (ssize_t r; n < sizeof(buf) - 1 && (r = read(fd, buf + n, sizeof(buf) - 1 - n)) > 0;)
-		n += (size_t)r;
-	close(fd);
-	buf[n] = '\0';
-	char *p = strstr(buf, "\nNSpid:");
-	if (!p)
-		return 0;
-	char *end;
-	long outer = strtol(p + 7, &end, 10);
-	/* A second number on the same line: /proc is from an ancestor namespace. */
-	while (*end == ' ' || *end == '\t')
-		end++;
-	if (*end < '0' || *end > '9' || outer <= 0 || outer > INT32_MAX)
-		return 0;
-	return (int32_t)outer;
-}
-
 int32_t vgpu_host_pid(void)
 {
 	if (unlikely(!__atomic_load_n(&nspid_read, __ATOMIC_ACQUIRE))) {
-		int32_t outer = nspid_outer();
+		int32_t outer = vgpu_outer_pid();
 		int32_t none = 0;
 		/* Discovery may have stored a value meanwhile: it wins. */
 		__atomic_compare_exchange_n(&host_pid, &none, outer, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
@@ -209,7 +186,7 @@ int vgpu_hostpid_before(CUdevice dev, struct vgpu_hostpid_scan *s)
 	if (idx < 0 || vgpu_nvml_init() != NVML_SUCCESS ||
 	    vgpu_nvml_handle_by_uuid(vgpu.limits.gpu[idx].uuid, &s->nvml) != NVML_SUCCESS)
 		return 0;
-	vgpu_host_pid(); /* the NSpid answer first, so discovery's result replaces it */
+	vgpu_host_pid(); /* the cheap answer first, so discovery's result replaces it */
 	/* Two threads of this process may both get here: each decides on its own
 	 * lists, and a pid both find is the same answer. */
 	if (list_procs(s->nvml, &s->before, &s->nbefore) != 0)
@@ -229,7 +206,7 @@ static int32_t decide(struct vgpu_hostpid_scan *s, CUcontext ctx, const char **w
 		return 0;
 	}
 	unsigned *cand = malloc((nafter ? nafter : 1) * sizeof(*cand)), ncand = 0;
-	int32_t outer = nspid_outer(), pick = 0;
+	int32_t outer = vgpu_outer_pid(), pick = 0;
 	for (unsigned i = 0; cand && i < nafter; i++) {
 		unsigned pid = after[i].pid;
 		if (pid && pid <= INT32_MAX && !find(s->before, s->nbefore, pid))
@@ -238,7 +215,7 @@ static int32_t decide(struct vgpu_hostpid_scan *s, CUcontext ctx, const char **w
 	for (unsigned i = 0; outer && i < ncand; i++)
 		if (cand[i] == (unsigned)outer) {
 			pick = outer;
-			*how = "NSpid";
+			*how = "the pid /proc shows";
 		}
 	if (!pick && ncand == 1) {
 		pick = (int32_t)cand[0];
@@ -280,7 +257,7 @@ void vgpu_hostpid_after(struct vgpu_hostpid_scan *s, CUcontext ctx)
 			gave_up_logged = 1;
 			LOGD("host pid of %d not found on CUDA device %d (%s); SM limit and context footprint "
 			     "rely on %s",
-			     (int)getpid(), (int)s->dev, why, host_pid ? "the NSpid pid" : "nothing: left unknown");
+			     (int)getpid(), (int)s->dev, why, host_pid ? "the pid /proc shows" : "nothing: left unknown");
 		}
 	}
 	free(s->before);

@@ -272,9 +272,11 @@ void vgpu_ledger_init(int limits_fd, const char *limits_path)
 	me = (int32_t)getpid();
 	slot = -1;
 	snprintf(path, sizeof(path), "%s", limits_path);
+	/* lz[] (64 KiB) is not cleared here: zero in a new process, and a fork
+	 * child's are cleared by vgpu_ledger_after_fork before it can re-run
+	 * this; writing it would fault in 16 pages for nothing. */
 	memset(leased, 0, sizeof(leased));
 	memset(held, 0, sizeof(held));
-	memset(lz, 0, sizeof(lz));
 	claimed_hp = 0;
 }
 

@@ -76,7 +76,9 @@ static int64_t looked_at;   /* CLOCK_MONOTONIC ns the path was last compared wit
 static int slot = -1;       /* our index in procs[], -1 = none yet */
 static int exiting;         /* the slot was given back at exit: take no other */
 static int32_t self;        /* getpid(), a system call with glibc >= 2.25: kept (reset in a fork child) */
-static uint64_t my_start;   /* /proc/self/stat field 22 */
+static uint64_t my_start;   /* our start time as others read it (read_self) */
+static int32_t outer_pid;   /* our pid as /proc numbers it when that is another namespace's; else 0 */
+static int self_read;       /* my_start and outer_pid are this process's */
 static int32_t slot_hp;     /* the host pid our slot was last given */
 /* What this process holds per limits index as it last published it (the
  * ledger's held part, its slot); the truth is lease - avail (below). */
@@ -139,26 +141,81 @@ static uint64_t sat_add(uint64_t a, uint64_t b)
 	return a + b < a ? UINT64_MAX : a + b;
 }
 
-uint64_t vgpu_proc_start_time(int pid)
+/* Fields 1 (the pid, as the namespace /proc belongs to numbers it) and 22
+ * (the start time, in clock ticks after boot) of a stat file of /proc:
+ * 0, or -1 when it cannot be read or parsed. */
+static int read_stat(const char *path, int32_t *pid, uint64_t *start)
 {
-	char path[64], buf[1024];
-	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	char buf[1024];
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return 0;
+		return -1;
 	ssize_t n = read(fd, buf, sizeof(buf) - 1);
 	close(fd);
 	if (n <= 0)
-		return 0;
+		return -1;
 	buf[n] = '\0';
+	long p1 = strtol(buf, NULL, 10);
 	/* comm (field 2) may contain spaces and ')': fields resume after the last ')'. */
 	char *p = strrchr(buf, ')');
-	if (!p)
-		return 0;
+	if (!p || p1 <= 0 || p1 > INT32_MAX)
+		return -1;
 	p++;
 	for (int field = 3; field < 22 && p; field++)
 		p = strchr(p + 1, ' ');
-	return p ? strtoull(p + 1, NULL, 10) : 0;
+	if (!p)
+		return -1;
+	*pid = (int32_t)p1;
+	*start = strtoull(p + 1, NULL, 10);
+	return 0;
+}
+
+uint64_t vgpu_proc_start_time(int pid)
+{
+	char path[64];
+	int32_t seen;
+	uint64_t start;
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	return read_stat(path, &seen, &start) == 0 ? start : 0;
+}
+
+/*
+ * This process as /proc shows it, read once (a fork child reads again): its
+ * start time as the others read it, at /proc/<getpid()>/stat (slot_alive),
+ * and its pid in /proc's numbering when that is not getpid(): /proc then
+ * belongs to an ancestor pid namespace, and the number is the outermost
+ * pid this process can see of itself (the host pid where /proc is the
+ * host's; hostpid.c). One read of /proc/self/stat answers both in the usual
+ * case; only with an ancestor's /proc is /proc/<getpid()>/stat another
+ * file. A pid equal in both numberings by chance reads as "no ancestor"
+ * (host-pid discovery then decides, as it does for any container).
+ * Two threads may both read it: the answers are the same.
+ */
+static void read_self(void)
+{
+	if (__atomic_load_n(&self_read, __ATOMIC_ACQUIRE))
+		return;
+	int32_t me = (int32_t)getpid(), seen = 0;
+	uint64_t start = 0;
+	if (read_stat("/proc/self/stat", &seen, &start) != 0)
+		seen = 0;
+	if (seen != me)
+		start = vgpu_proc_start_time(me);
+	__atomic_store_n(&outer_pid, seen != me && seen > 0 ? seen : 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&my_start, start, __ATOMIC_RELAXED);
+	__atomic_store_n(&self_read, 1, __ATOMIC_RELEASE);
+}
+
+static uint64_t start_time(void)
+{
+	read_self();
+	return __atomic_load_n(&my_start, __ATOMIC_RELAXED);
+}
+
+int32_t vgpu_outer_pid(void)
+{
+	read_self();
+	return __atomic_load_n(&outer_pid, __ATOMIC_RELAXED);
 }
 
 /* Whether a slot still belongs to a live process (not a dead or reused pid). */
@@ -216,8 +273,9 @@ static void write_own_slot_locked(void)
 		slot = -1; /* someone wrote another pid over it */
 	/* An entry another process's rebuild made for us (from the ledger) before
 	 * our first report: ours, not a second one. */
+	uint64_t st = start_time();
 	for (int i = 0; slot < 0 && i < VGPU_MAX_PROCS; i++)
-		if (region->procs[i].pid == me && region->procs[i].start_time == my_start)
+		if (region->procs[i].pid == me && region->procs[i].start_time == st)
 			slot = i;
 	if (slot < 0) {
 		slot = free_slot_locked();
@@ -230,9 +288,7 @@ static void write_own_slot_locked(void)
 		memset(&region->procs[slot], 0, sizeof(region->procs[slot]));
 	}
 	struct vgpu_region_proc *s = &region->procs[slot];
-	if (!my_start)
-		my_start = vgpu_proc_start_time(me);
-	s->start_time = my_start;
+	s->start_time = st;
 	s->host_pid = hp;
 	slot_hp = hp;
 	for (int d = 0; d < VGPU_MAX_DEVICES; d++) {
@@ -503,7 +559,7 @@ static int attach_locked(void)
 static int own_slot_ok(void)
 {
 	const struct vgpu_region_proc *s = &region->procs[slot];
-	if (s->pid != self || s->start_time != my_start || s->host_pid != slot_hp)
+	if (s->pid != self || s->start_time != start_time() || s->host_pid != slot_hp)
 		return 0;
 	for (int d = 0; d < VGPU_MAX_DEVICES; d++)
 		if (s->used[d] != shown[d])
@@ -696,7 +752,7 @@ int vgpu_region_open(const char *dir, const struct vgpu_limits *l)
 	attached = 0;
 	retry_at = 0;
 	self = (int32_t)getpid();
-	my_start = vgpu_proc_start_time((int)self);
+	read_self();
 	if (attach_quietly() != 0)
 		check_locked(); /* made or put right under the lock (attach_locked takes it) */
 	int ok = region != NULL;
@@ -1245,6 +1301,8 @@ void vgpu_region_after_fork(void)
 	looked_at = 0;
 	self = (int32_t)getpid();
 	my_start = 0;
+	outer_pid = 0;
+	self_read = 0;
 	/* The child holds none of the parent's device memory (CUDA state does not survive fork). */
 	memset(shown, 0, sizeof(shown));
 	memset(launches, 0, sizeof(launches));

@@ -159,6 +159,8 @@ void vgpu_region_flush(void);
 void vgpu_region_after_fork(void);
 /* Reads /proc/<pid>/stat field 22; 0 when the process is gone. */
 uint64_t vgpu_proc_start_time(int pid);
+/* Our pid as /proc numbers it when /proc is an ancestor pid namespace's, else 0 (region.c). */
+int32_t vgpu_outer_pid(void);
 /* Records hp as this process's host pid: its claim in the ledger at once, its
  * slot when the region's lock can be had within a tenth of a second. */
 void vgpu_region_set_host_pid(int32_t hp);

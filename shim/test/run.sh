@@ -582,6 +582,29 @@ test_nvml_absent_no_search() {
 	wait $a
 }
 
+test_hostpid_from_proc() {
+	# A process of another pid namespace that sees this namespace's /proc (and has no NVML to
+	# ask) records its pid here (the outermost NSpid entry) as its host pid; with a /proc of
+	# its own it can name none (0).
+	setup $((64 * MiB))
+	mkdir "$T/cudaonly"
+	ln -s "$B/fake/libcuda.so.1" "$T/cudaonly/libcuda.so.1"
+	local mp u p want
+	for mp in "" --mount-proc; do
+		rm -f "$T/held" "$T/end"
+		LD_LIBRARY_PATH=$T/cudaonly LD_PRELOAD=$SHIM timeout 60 unshare --pid --fork $mp \
+			"$PROG" init alloc:1MiB touch:"$T/held" waitfile:"$T/end" >"$T/out" 2>"$T/err" &
+		u=$!
+		waitfor "$T/held" $u || { cat "$T/out" "$T/err"; return 1; }
+		p=$(pgrep -P "$(pgrep -P $u)")
+		want=$(awk '/^NSpid/ {print $2, $3}' /proc/"$p"/status) # here, there
+		if [ -z "$mp" ]; then want="${want#* } ${want% *}"; else want="${want#* } 0"; fi
+		expect "slot (pid host_pid) with /proc ${mp:-of the parent namespace}" "$(hostpids)" "$want"
+		touch "$T/end"
+		wait $u
+	done
+}
+
 test_region_lock_held() {
 	# The region is a report: while another process holds its lock (one stopped inside it, or
 	# the tenant), a process of the container allocates and is refused without waiting for it
@@ -1167,6 +1190,7 @@ t stacked_interposer test_stacked_interposer
 t 16_racers test_16_racers
 t sigkill_mid_allocation test_sigkill_mid_allocation
 t nvml_absent_no_search test_nvml_absent_no_search
+t hostpid_from_proc test_hostpid_from_proc
 t region_lock_held test_region_lock_held
 t slot_made_for_it test_slot_made_for_it
 t pid_reuse test_pid_reuse
