@@ -103,8 +103,9 @@ static nvmlDevice_t handle(int idx)
 	return h;
 }
 
-/* What NVML says this process holds on idx: 0 and *out, or -1 when it cannot tell. */
-static int nvml_mine(int idx, uint64_t *out)
+/* What NVML says this process holds on idx: 0 and *out, or -1 when it cannot
+ * tell. created: the context whose creation is being measured, or NULL. */
+static int nvml_mine(int idx, CUcontext created, uint64_t *out)
 {
 	int32_t hp = vgpu_host_pid();
 	nvmlDevice_t h;
@@ -112,7 +113,7 @@ static int nvml_mine(int idx, uint64_t *out)
 		return -1;
 	nvmlProcessInfo_v1_t *v;
 	unsigned n;
-	if (vgpu_nvml_list_procs(h, &v, &n) != 0) {
+	if (vgpu_nvml_list_procs_at(h, created, &v, &n) != 0) {
 		if (!__atomic_exchange_n(&warned_list, 1, __ATOMIC_RELAXED))
 			LOGD("NVML's process list is unavailable: the context footprint is left as last measured");
 		return -1;
@@ -194,7 +195,7 @@ static void shrink(int idx, uint64_t bytes)
 static void measure(int idx, CUcontext ctx)
 {
 	uint64_t mine;
-	if (nvml_mine(idx, &mine) != 0)
+	if (nvml_mine(idx, ctx, &mine) != 0)
 		return;
 	int over = 0;
 	pthread_mutex_lock(&mu);

@@ -16,9 +16,10 @@
  *     time the region needs: region.c).
  *  2. Discovery, once per process, around its first context on a device:
  *     NVML's compute-process list before and after. A pid that is new is
- *     ours if it is the only one; preferred: route 1's pid when it is
- *     among them. Several new pids mean other processes (of this container or
- *     another) started contexts at the same moment: a short probe
+ *     ours if it is the only one; preferred: the pid known without NVML
+ *     (route 1's, or getpid() in the initial pid namespace) when it is
+ *     among them. Otherwise several new pids mean other processes (of this
+ *     container or another) started contexts at the same moment: a short probe
  *     allocation (a size drawn at random) shows which of them grew by
  *     exactly that much, retried a few times with backoff.
  *     No lock is held across any of it (the context creation, NVML, the
@@ -85,11 +86,44 @@ static int in_init_pid_ns(void)
 
 #define MAX_PROCS_LISTED (1u << 20) /* a count beyond this is not believed */
 
+static unsigned listed_last; /* how many the last list held: the next is sized for it */
+
+/* The list discovery took right after a context was created, kept for the
+ * footprint's first measure of that context, which the same thread makes
+ * next (mem.c): one query of the driver fewer at every process's start. */
+static __thread nvmlProcessInfo_v1_t *snap;
+static __thread unsigned snap_n;
+static __thread nvmlDevice_t snap_dev;
+static __thread CUcontext snap_ctx;
+
+static void snap_put(nvmlDevice_t dev, CUcontext ctx, nvmlProcessInfo_v1_t *v, unsigned n)
+{
+	free(snap);
+	snap = v;
+	snap_n = n;
+	snap_dev = dev;
+	snap_ctx = ctx;
+}
+
+int vgpu_nvml_list_procs_at(nvmlDevice_t dev, CUcontext created, nvmlProcessInfo_v1_t **out, unsigned *n)
+{
+	if (created && snap && snap_dev == dev && snap_ctx == created) {
+		*out = snap;
+		*n = snap_n;
+		snap = NULL;
+		return 0;
+	}
+	return vgpu_nvml_list_procs(dev, out, n);
+}
+
 /* NVML's compute processes on dev, in a malloc'ed array; -1 on error. The
- * array is sized from the count NVML answers with INSUFFICIENT_SIZE. */
+ * array is sized for the last answer and some more (each query is a driver
+ * call that hundreds of processes starting at once make in turn), and again
+ * from the count NVML answers with INSUFFICIENT_SIZE if that was short. */
 int vgpu_nvml_list_procs(nvmlDevice_t dev, nvmlProcessInfo_v1_t **out, unsigned *n)
 {
-	unsigned cap = 64;
+	unsigned cap = __atomic_load_n(&listed_last, __ATOMIC_RELAXED);
+	cap = cap ? cap + cap / 4 + 16 : 1024; /* 16 KiB: one query for the first list too */
 	*out = NULL;
 	for (int tries = 0; tries < 4; tries++) {
 		nvmlProcessInfo_v1_t *v = realloc(*out, cap * sizeof(*v));
@@ -100,6 +134,7 @@ int vgpu_nvml_list_procs(nvmlDevice_t dev, nvmlProcessInfo_v1_t **out, unsigned 
 		nvmlReturn_t rc = vgpu_nvml_compute_procs(dev, &count, v);
 		if (rc == NVML_SUCCESS) {
 			*n = count < cap ? count : cap;
+			__atomic_store_n(&listed_last, *n, __ATOMIC_RELAXED);
 			return 0;
 		}
 		if (rc != NVML_ERROR_INSUFFICIENT_SIZE || count > MAX_PROCS_LISTED)
@@ -196,6 +231,21 @@ int vgpu_hostpid_before(CUdevice dev, struct vgpu_hostpid_scan *s)
 	return 1;
 }
 
+/*
+ * Our pid in NVML's numbering as far as it is known without NVML: the pid
+ * /proc shows where /proc is an ancestor namespace's (route 1), getpid() in
+ * the initial pid namespace (where a driver numbering pids globally and one
+ * numbering them in the caller's namespace agree), else 0. Preferred among
+ * new pids: it spares the probe when many processes start contexts at once.
+ */
+static int32_t known_pid(void)
+{
+	int32_t outer = vgpu_outer_pid();
+	if (outer)
+		return outer;
+	return in_init_pid_ns() ? (int32_t)getpid() : 0;
+}
+
 /* Picks our pid out of NVML's lists (see the top of the file); 0 when unsure. */
 static int32_t decide(struct vgpu_hostpid_scan *s, CUcontext ctx, const char **why, const char **how)
 {
@@ -206,15 +256,15 @@ static int32_t decide(struct vgpu_hostpid_scan *s, CUcontext ctx, const char **w
 		return 0;
 	}
 	unsigned *cand = malloc((nafter ? nafter : 1) * sizeof(*cand)), ncand = 0;
-	int32_t outer = vgpu_outer_pid(), pick = 0;
+	int32_t known = known_pid(), pick = 0;
 	for (unsigned i = 0; cand && i < nafter; i++) {
 		unsigned pid = after[i].pid;
 		if (pid && pid <= INT32_MAX && !find(s->before, s->nbefore, pid))
 			cand[ncand++] = pid;
 	}
-	for (unsigned i = 0; outer && i < ncand; i++)
-		if (cand[i] == (unsigned)outer) {
-			pick = outer;
+	for (unsigned i = 0; known && i < ncand; i++)
+		if (cand[i] == (unsigned)known) {
+			pick = known;
 			*how = "the pid /proc shows";
 		}
 	if (!pick && ncand == 1) {
@@ -235,7 +285,7 @@ static int32_t decide(struct vgpu_hostpid_scan *s, CUcontext ctx, const char **w
 			*why = "no new process appeared in NVML's list with this process's context";
 	}
 	free(cand);
-	free(after);
+	snap_put(s->nvml, ctx, after, nafter);
 	return pick;
 }
 
@@ -273,4 +323,5 @@ void vgpu_hostpid_after_fork(void)
 	confirmed = 0;
 	gave_up_logged = 0;
 	memset(ctx_seen, 0, sizeof(ctx_seen));
+	snap_put(NULL, NULL, NULL, 0); /* the parent's, taken for its context */
 }

@@ -310,6 +310,17 @@ void vgpu_ledger_after_fork(void)
 	fd = vgpu_high_fd(nfd); /* -1: allocations fail closed, with a line saying why */
 }
 
+/* What our locks publish: held bytes on GPU d, the host pid claimed (0: none). */
+uint64_t vgpu_ledger_held(int d)
+{
+	return d >= 0 && d < VGPU_MAX_DEVICES ? held[d] : 0;
+}
+
+int32_t vgpu_ledger_claimed(void)
+{
+	return claimed_hp;
+}
+
 /* ---- slots ----------------------------------------------------------------------------- */
 
 /* Whether another description or process holds a lock in [start, start + len): one query. */

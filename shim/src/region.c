@@ -80,6 +80,7 @@ static uint64_t my_start;   /* our start time as others read it (read_self) */
 static int32_t outer_pid;   /* our pid as /proc numbers it when that is another namespace's; else 0 */
 static int self_read;       /* my_start and outer_pid are this process's */
 static int32_t slot_hp;     /* the host pid our slot was last given */
+static int32_t hp_tried;    /* the host pid a slot write last tried to give it (under mu) */
 /* What this process holds per limits index as it last published it (the
  * ledger's held part, its slot); the truth is lease - avail (below). */
 static uint64_t shown[VGPU_MAX_DEVICES];
@@ -266,6 +267,7 @@ static void write_own_slot_locked(void)
 {
 	claim_locked();
 	int32_t hp = vgpu_host_pid();
+	__atomic_store_n(&hp_tried, hp, __ATOMIC_RELAXED);
 	if (!region || exiting)
 		return;
 	int32_t me = self;
@@ -556,14 +558,23 @@ static int attach_locked(void)
 	return -1;
 }
 
+/*
+ * Whether our slot says what we wrote there, or what the ledger says for us:
+ * another process's rebuild (sync_locked) writes that when our report waited
+ * for the lock, and it is no damage. Taken as ours then. Caller holds the lock.
+ */
 static int own_slot_ok(void)
 {
-	const struct vgpu_region_proc *s = &region->procs[slot];
-	if (s->pid != self || s->start_time != start_time() || s->host_pid != slot_hp)
+	struct vgpu_region_proc *s = &region->procs[slot];
+	int32_t hp = s->host_pid;
+	if (s->pid != self || s->start_time != start_time() || (hp != slot_hp && hp != vgpu_ledger_claimed()))
 		return 0;
 	for (int d = 0; d < VGPU_MAX_DEVICES; d++)
-		if (s->used[d] != shown[d])
+		if (s->used[d] != shown[d] && (d >= vgpu.limits.ngpu || s->used[d] != vgpu_ledger_held(d)))
 			return 0;
+	slot_hp = hp;
+	for (int d = 0; d < VGPU_MAX_DEVICES; d++)
+		shown[d] = s->used[d];
 	return 1;
 }
 
@@ -779,16 +790,23 @@ static int slots_add_up_locked(void)
 	return 1;
 }
 
+static void keeper_start(void);
+
 void vgpu_region_set_host_pid(int32_t hp)
 {
 	/* The claim at once (the ledger needs only the thread mutex); the slot
-	 * when the region's lock can be had. */
+	 * if the region's lock comes within REPORT_TRY_NS, else by the keeper
+	 * (this is on the way to the process's first context). */
 	(void)hp; /* vgpu_host_pid() answers it already */
 	pthread_mutex_lock(&mu);
 	claim_locked();
 	pthread_mutex_unlock(&mu);
-	if (!lock_within(REPORT_WAIT_NS))
+	if (!lock_within(REPORT_TRY_NS)) {
+		pthread_mutex_lock(&mu);
+		keeper_start();
+		pthread_mutex_unlock(&mu);
 		return;
+	}
 	if (region && slot < 0 && !slots_add_up_locked())
 		sync_locked();
 	else
@@ -956,8 +974,6 @@ static uint64_t chunk(int idx, uint64_t limit)
 		c = limit / LEASE_FRACTION;
 	return c < LEASE_MIN ? 0 : c;
 }
-
-static void keeper_start(void);
 
 /*
  * More lease for bytes on idx, under the thread mutex: the ledger takes it
@@ -1140,14 +1156,18 @@ static int keep_pass(void)
 		publish_held(d, own_of(d));
 		stale |= shown[d] != own_of(d);
 	}
+	int hp_stale = __atomic_load_n(&hp_tried, __ATOMIC_RELAXED) != vgpu_host_pid(); /* a host pid found while the region was busy */
 	pthread_mutex_unlock(&mu);
 	/* Not waiting long: a busy region is written next period. */
-	if (stale && lock_within(KEEP_NS / 10)) {
+	if ((stale || hp_stale) && lock_within(KEEP_NS / 10)) {
 		for (int d = 0; d < vgpu.limits.ngpu; d++)
 			if (shown[d] != own_of(d))
 				show_locked(d);
+		if (__atomic_load_n(&hp_tried, __ATOMIC_RELAXED) != vgpu_host_pid())
+			write_own_slot_locked();
 		unlock();
 	}
+	busy = __atomic_load_n(&hp_tried, __ATOMIC_RELAXED) != vgpu_host_pid();
 	for (int d = 0; d < vgpu.limits.ngpu; d++)
 		busy |= __atomic_load_n(&avail[d], __ATOMIC_RELAXED) != 0 || shown[d] != own_of(d);
 	return busy;
@@ -1311,6 +1331,7 @@ void vgpu_region_after_fork(void)
 	memset(grant, 0, sizeof(grant));
 	memset(unled, 0, sizeof(unled));
 	slot_hp = 0;
+	hp_tried = 0;
 	memset(kept, 0, sizeof(kept));
 	keeper_state = 0; /* the parent's keeper thread is not the child's */
 }

@@ -197,6 +197,9 @@ int vgpu_ledger_others(int idx, uint64_t *bytes);
 int vgpu_ledger_others_held(int idx, uint64_t *bytes);
 /* Publishes this process's host pid (0 withdraws it): 0, or -1 with errno. */
 int vgpu_ledger_claim_host_pid(int32_t hp);
+/* What our locks publish now: held bytes on limits index d; the host pid claimed (0: none). */
+uint64_t vgpu_ledger_held(int d);
+int32_t vgpu_ledger_claimed(void);
 /* Calls fn for each (pid, bytes held) another process publishes on idx, under its pid
  * here; a process this pid namespace cannot see is not named (its bytes are still
  * in vgpu_ledger_others_held). */
@@ -240,6 +243,9 @@ void vgpu_hostpid_after_fork(void);
 /* NVML's compute processes on dev in a malloc'ed array sized from NVML's own
  * count (NVML_ERROR_INSUFFICIENT_SIZE): 0, or -1 on an error. */
 int vgpu_nvml_list_procs(nvmlDevice_t dev, nvmlProcessInfo_v1_t **out, unsigned *n);
+/* The same; for the first measure of a context just created (created), the
+ * list host-pid discovery took right after its creation, when it took one. */
+int vgpu_nvml_list_procs_at(nvmlDevice_t dev, CUcontext created, nvmlProcessInfo_v1_t **out, unsigned *n);
 
 /* ---- mem.c: allocation bookkeeping ----------------------------------------------- */
 

@@ -582,6 +582,39 @@ test_nvml_absent_no_search() {
 	wait $a
 }
 
+test_slot_rebuilt_ahead() {
+	# A process's report waits for the region's lock (its grant is in the ledger already) and
+	# another's periodic rebuild writes the ledger's figures into its slot first: when it gets
+	# to its slot it finds what it would have written, not a tampered slot.
+	setup $((64 * MiB))
+	LD_PRELOAD=$SHIM timeout 60 "$PROG" init alloc:1MiB touch:"$T/c" waitfile:"$T/go2" alloc:1MiB \
+		touch:"$T/c2" waitfile:"$T/end" >"$T/out.c" 2>"$T/err.c" &
+	local c=$!
+	LD_PRELOAD=$SHIM timeout 60 "$PROG" init alloc:1MiB touch:"$T/a" waitfile:"$T/go" alloc:2MiB \
+		touch:"$T/b" waitfile:"$T/end" >"$T/out.a" 2>"$T/err.a" &
+	local a=$!
+	waitfor "$T/c" $c && waitfor "$T/a" $a || return 1
+	write_locker "$T/region/usage" 120 &
+	local lk=$! p
+	waitfor "$T/region/usage.locked" $lk || return 1
+	touch "$T/go"
+	waitfor "$T/b" $a || { kill $lk; return 1; }
+	p=$(pgrep -P $a)
+	kill -STOP "$p" # its keeper too: the rebuild comes first
+	kill -9 $lk
+	wait $lk 2>/dev/null || true
+	sleep 1.1 # the other's last rebuild is a second old: its next report rebuilds
+	touch "$T/go2"
+	waitfor "$T/c2" $c || { kill -CONT "$p"; return 1; }
+	kill -CONT "$p"
+	for i in $(seq 60); do [ "$(used)" = $((5 * MiB)) ] && break; sleep 0.05; done
+	sleep 0.3 # its keeper's pass: it checks its slot
+	expect "region used" "$(used)" $((5 * MiB))
+	expect "stderr of the process whose slot was rebuilt ahead of it" "$(cat "$T/err.a")" ""
+	touch "$T/end"
+	wait $a $c
+}
+
 test_hostpid_from_proc() {
 	# A process of another pid namespace that sees this namespace's /proc (and has no NVML to
 	# ask) records its pid here (the outermost NSpid entry) as its host pid; with a /proc of
@@ -1077,6 +1110,58 @@ test_hostpid_ambiguous_stays_unknown() {
 	wait
 }
 
+test_hostpid_initial_namespace() {
+	# Processes of the initial pid namespace whose contexts start at the same moment, on a GPU
+	# too full for a probe: each knows its pid in NVML's numbering is getpid() and takes it
+	# from among the new pids, with no probe (the case above leaves them unknown).
+	setup $GiB 50 hard debug
+	export FAKECUDA_DEVICES="$UUID0:1MiB:132"
+	two_containers init launch:1
+	local d
+	for d in "$T" "$T2"; do
+		T=$d expect_hostpids 1 0
+		grep -q "in NVML's process list (the pid /proc shows)" "$d/err" ||
+			{ echo "    $d: not found without a probe:"; cat "$d/err"; return 1; }
+	done
+	touch "$T/end"
+	wait
+}
+
+test_hostpid_queries_at_start() {
+	# What a process's start costs the driver in NVML process lists (hundreds of processes of
+	# the node make them in turn): two, one before its first context and one after, which
+	# also gives the footprint; 300 processes listed make no list ask twice.
+	local off
+	for off in 0 $PIDNS; do
+		setup
+		pidns $off
+		export FAKECUDA_NVML_EXTRA_PROCS=300 FAKECUDA_NVML_LOG=$T/nvml.log
+		run init alloc:1MiB
+		expect "NVML process lists a start asks for (offset $off)" "$(grep -c '^list ' "$T/nvml.log")" 2
+		unset FAKECUDA_NVML_EXTRA_PROCS FAKECUDA_NVML_LOG
+	done
+}
+
+test_hostpid_region_busy() {
+	# A process finds its host pid at its first context while another holds the region's lock
+	# (a process stopped inside it): it goes on without the lock, and its keeper gives its slot
+	# the host pid once the lock is free.
+	setup $((64 * MiB))
+	run init
+	write_locker "$T/region/usage" 120 &
+	local lk=$! i
+	waitfor "$T/region/usage.locked" $lk || return 1
+	LD_PRELOAD=$SHIM timeout 60 "$PROG" init touch:"$T/a" waitfile:"$T/end" >"$T/out" 2>"$T/err" &
+	local a=$!
+	waitfor "$T/a" $a || { cat "$T/out" "$T/err"; kill $lk; return 1; }
+	kill -9 $lk
+	wait $lk 2>/dev/null || true
+	for i in $(seq 60); do [ -n "$(hostpids | awk '$2 > 0 && $1 == $2')" ] && break; sleep 0.05; done
+	expect_hostpids 1 0
+	touch "$T/end"
+	wait $a
+}
+
 test_hostpid_fork_child() {
 	# A fork child's context is its own: it finds its own host pid.
 	setup
@@ -1190,6 +1275,7 @@ t stacked_interposer test_stacked_interposer
 t 16_racers test_16_racers
 t sigkill_mid_allocation test_sigkill_mid_allocation
 t nvml_absent_no_search test_nvml_absent_no_search
+t slot_rebuilt_ahead test_slot_rebuilt_ahead
 t hostpid_from_proc test_hostpid_from_proc
 t region_lock_held test_region_lock_held
 t slot_made_for_it test_slot_made_for_it
@@ -1222,6 +1308,9 @@ t hostpid_discovery test_hostpid_discovery
 t hostpid_same_namespace_concurrent test_hostpid_same_namespace_concurrent
 t hostpid_other_container_concurrent test_hostpid_other_container_concurrent
 t hostpid_ambiguous_stays_unknown test_hostpid_ambiguous_stays_unknown
+t hostpid_initial_namespace test_hostpid_initial_namespace
+t hostpid_region_busy test_hostpid_region_busy
+t hostpid_queries_at_start test_hostpid_queries_at_start
 t hostpid_fork_child test_hostpid_fork_child
 t sm_unlimited_no_thread test_sm_unlimited_no_thread
 t sm_shares_30_70 test_sm_shares

@@ -5,6 +5,7 @@
  * the caller's previous sample).
  */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -168,6 +169,8 @@ enum { R_V1, R_V2, R_DETAIL };
  *   FAKECUDA_NVML_USED_NA          usedGpuMemory is NVML_VALUE_NOT_AVAILABLE,
  *                                  as always under WDDM / WSL2
  *   FAKECUDA_NVML_PROCS_FAIL       the lists fail with NVML_ERROR_UNKNOWN
+ *   FAKECUDA_NVML_LOG=FILE         a line "list PID" appended for every
+ *                                  list asked for (what a start costs the driver)
  */
 #define FK_EXTRA_PID 30000000u
 
@@ -193,6 +196,15 @@ static nvmlReturn_t list_procs(nvmlDevice_t h, int which, int rec, unsigned *cou
 		return NVML_ERROR_INVALID_ARGUMENT;
 	if (fk_knob("FAKECUDA_NVML_PROCS_FAIL"))
 		return NVML_ERROR_UNKNOWN;
+	const char *log = getenv("FAKECUDA_NVML_LOG");
+	int lfd = log && *log ? open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0666) : -1;
+	if (lfd >= 0) {
+		char line[32];
+		int len = snprintf(line, sizeof(line), "list %d\n", (int)getpid());
+		if (write(lfd, line, (size_t)len) != len)
+			fprintf(stderr, "fakenvml: FAKECUDA_NVML_LOG: short write\n");
+		close(lfd);
+	}
 	unsigned n = 0;
 	nvmlReturn_t rc = NVML_SUCCESS;
 	const char *extra = getenv("FAKECUDA_NVML_EXTRA_PROCS");
