@@ -10,7 +10,11 @@
  *   launch_cores100   cuLaunchKernel with cores = 100 (a flag test), ns per launch
  *   init_512          512 processes started at once, each timing cuInit ->
  *                     primary context -> first cuMemAlloc_v2; mean ns per
- *                     process, without and with LD_PRELOAD of the shim
+ *                     process, without and with LD_PRELOAD of the shim. As on
+ *                     a GPU node: NVML where the loader finds it (the shim
+ *                     asks it for the host pid and the context footprint at
+ *                     the first context), the region on tmpfs (/run there;
+ *                     /dev/shm here when it is one)
  *
  * BENCH_INIT_ONLY=shim (or direct) runs only that side of init_512, once,
  * for profiling; BENCH_INIT_PROCS=N (1..512) starts N processes instead.
@@ -29,7 +33,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -241,7 +247,10 @@ int main(int argc, char **argv)
 	if (argc > 5 && !strcmp(argv[1], "--init-child"))
 		return init_child(argv);
 	const char *b = argc > 1 ? argv[1] : "build";
-	char tmpl[] = "/tmp/shimbench.XXXXXX", path[4096], state[4200];
+	char tmpl[64], path[4096], state[4200];
+	struct statfs sf;
+	snprintf(tmpl, sizeof(tmpl), "%s/shimbench.XXXXXX",
+		 statfs("/dev/shm", &sf) == 0 && sf.f_type == TMPFS_MAGIC && access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
 	if (!mkdtemp(tmpl))
 		return 1;
 	snprintf(path, sizeof(path), "%s/limits", tmpl);
@@ -252,6 +261,9 @@ int main(int argc, char **argv)
 	setenv("NRI_VGPU_REGION_DIR", tmpl, 1);
 	setenv("FAKECUDA_DEVICES", UUID ":16GiB:132", 1);
 	setenv("FAKECUDA_KERNEL_US", "0", 1);
+	/* The driver's libraries where the loader looks, NVML among them. */
+	snprintf(path, sizeof(path), "%s/fake", b);
+	setenv("LD_LIBRARY_PATH", path, 1);
 	unsetenv("FAKECUDA_STATE");
 	unsetenv("LD_PRELOAD");
 
