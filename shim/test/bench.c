@@ -58,6 +58,14 @@ static double now(void)
 	return ts.tv_sec * 1e9 + ts.tv_nsec;
 }
 
+/* CPU this process has used (every thread: the shim's keeper too), ns. */
+static double cpu_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
 static void *sym(void *h, const char *n)
 {
 	void *p = dlsym(h, n);
@@ -116,19 +124,19 @@ static int init_child(char **argv)
 	CUresult (*setcur)(CUcontext) = sym(RTLD_DEFAULT, "cuCtxSetCurrent");
 	alloc_fn alloc = sym(RTLD_DEFAULT, "cuMemAlloc_v2");
 	char c;
-	int64_t ready = READY;
-	if (write(out, &ready, sizeof(ready)) != sizeof(ready))
+	int64_t ready[2] = {READY, 0};
+	if (write(out, ready, sizeof(ready)) != sizeof(ready))
 		return 1;
 	while (read(go, &c, 1) < 0 && errno == EINTR)
 		;
-	double t0 = now();
+	double t0 = now(), c0 = cpu_now();
 	CUcontext ctx;
 	CUdeviceptr p;
 	int ok = init(0) == CUDA_SUCCESS && retain(&ctx, 0) == CUDA_SUCCESS && setcur(ctx) == CUDA_SUCCESS &&
 		 alloc(&p, 1 << 20) == CUDA_SUCCESS;
 	/* A record whatever happened: the parent waits for one from each child. */
-	int64_t ns = ok ? (int64_t)(now() - t0) : -1;
-	if (write(out, &ns, sizeof(ns)) != sizeof(ns) || !ok) {
+	int64_t rec[2] = {ok ? (int64_t)(now() - t0) : -1, (int64_t)(cpu_now() - c0)};
+	if (write(out, rec, sizeof(rec)) != sizeof(rec) || !ok) {
 		fprintf(stderr, "bench child: initialisation or first allocation failed\n");
 		return 1;
 	}
@@ -151,7 +159,8 @@ static double children_cpu(void)
 	return (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e9 + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e3;
 }
 
-static double last_cpu; /* CPU per child of the last init_run, start-up included, ns */
+static double last_cpu;        /* CPU per child of the last init_run, start-up included, ns */
+static double last_window_cpu; /* CPU per child between cuInit and its first allocation's return, ns */
 
 /* Starts NPROC children (with the shim preloaded when shim is set), lets them
  * go at once, returns the mean of their times; fills p50/p99. */
@@ -197,14 +206,16 @@ static double init_run(const char *self, const char *b, const char *state, int s
 	/* Let them all load first (each says so), and settle: the measure is
 	 * cuInit -> first allocation, not process start. */
 	int64_t t[NPROC];
+	double wcpu = 0;
 	int n = 0, ready = 0, gone = 0;
 	while (n < nproc) {
-		int64_t v;
-		ssize_t r = read(out[0], &v, sizeof(v));
+		int64_t rec[2]; /* wall ns, CPU ns: written whole (less than PIPE_BUF) */
+		ssize_t r = read(out[0], rec, sizeof(rec));
 		if (r == 0 || (r < 0 && errno != EINTR))
 			break;
-		if (r != sizeof(v))
+		if (r != sizeof(rec))
 			continue;
+		int64_t v = rec[0];
 		if (v == READY) {
 			if (++ready == nproc) {
 				struct timespec ts = {0, 200000000};
@@ -214,6 +225,7 @@ static double init_run(const char *self, const char *b, const char *state, int s
 			}
 			continue;
 		}
+		wcpu += (double)rec[1];
 		t[n++] = v;
 	}
 	if (!gone)
@@ -239,6 +251,7 @@ static double init_run(const char *self, const char *b, const char *state, int s
 	*p50 = t[nproc / 2];
 	*p99 = t[nproc * 99 / 100];
 	last_cpu = (children_cpu() - cpu0) / nproc;
+	last_window_cpu = wcpu / nproc;
 	return sum / nproc;
 }
 
@@ -286,8 +299,9 @@ int main(int argc, char **argv)
 		}
 		int64_t p50, p99;
 		double m = init_run(self, b, st, !strcmp(only, "shim"), &p50, &p99);
-		printf("init %s, %d processes: mean %.0f p50 %lld p99 %lld ns; cpu %.0f ns a process, start-up included\n",
-		       only, nproc, m, (long long)p50, (long long)p99, last_cpu);
+		printf("init %s, %d processes: mean %.0f p50 %lld p99 %lld ns; cpu %.0f ns a process in the window, "
+		       "%.0f start-up included\n",
+		       only, nproc, m, (long long)p50, (long long)p99, last_window_cpu, last_cpu);
 		return 0;
 	}
 
@@ -340,7 +354,7 @@ int main(int argc, char **argv)
 	if (n <= 0)
 		return 1;
 	self[n] = '\0';
-	double ir = 1e18, is = 1e18, rc = 1e18, sc = 1e18;
+	double ir = 1e18, is = 1e18, rc = 1e18, sc = 1e18, rw = 1e18, sw = 1e18;
 	int64_t r50 = 0, r99 = 0, s50 = 0, s99 = 0;
 	for (int r = 0; r < 3; r++) {
 		int64_t a50, a99;
@@ -349,6 +363,8 @@ int main(int argc, char **argv)
 			ir = x, r50 = a50, r99 = a99;
 		if (last_cpu < rc)
 			rc = last_cpu;
+		if (last_window_cpu < rw)
+			rw = last_window_cpu;
 		snprintf(path, sizeof(path), "rm -f %s/region/usage", tmpl);
 		if (system(path) != 0)
 			return 1;
@@ -357,10 +373,13 @@ int main(int argc, char **argv)
 			is = x, s50 = a50, s99 = a99;
 		if (last_cpu < sc)
 			sc = last_cpu;
+		if (last_window_cpu < sw)
+			sw = last_window_cpu;
 	}
 	printf("  init, %d processes    direct %8.0f ns   shim %8.0f ns   (p50 %lld / %lld, p99 %lld / %lld ns)\n",
 	       NPROC, ir, is, (long long)r50, (long long)s50, (long long)r99, (long long)s99);
 	/* Less at the mercy of scheduling than the means: what each process cost in CPU. */
+	printf("  init, CPU a process   direct %8.0f ns   shim %8.0f ns   (cuInit to the allocation's return)\n", rw, sw);
 	printf("  init, CPU a process   direct %8.0f ns   shim %8.0f ns   (start-up included)\n", rc, sc);
 
 	line("alloc_free_quota", ar, as);

@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define FK_MAGIC 0x46414b4543554441ull
+#define FK_MAGIC 0x46414b4543554442ull /* changes with the layout */
 
 struct fk_state *fk;
 static int fd = -1;
@@ -137,12 +137,47 @@ void fk_unlock(void)
 	pthread_mutex_unlock(&mu);
 }
 
+/*
+ * Whether the process of slot p is gone. Its live mutex held (by a thread of
+ * the process: EBUSY) says it is not, without a system call; released by the
+ * kernel (the holding thread gone: EOWNERDEAD) or never taken, the kernel is
+ * asked, as before: a process whose holding thread exited lives on, and a
+ * zombie counts as alive until it is waited for. Caller holds the lock.
+ */
+static int gone(struct fk_proc *p)
+{
+	int rc = pthread_mutex_trylock(&p->live);
+	if (rc == EOWNERDEAD)
+		pthread_mutex_consistent(&p->live);
+	if (rc == 0 || rc == EOWNERDEAD)
+		pthread_mutex_unlock(&p->live); /* left free: the process takes it again at its next call */
+	else if (rc != ENOTRECOVERABLE)
+		return 0;
+	return kill(p->pid, 0) != 0 && errno == ESRCH;
+}
+
+/* This process holds its slot's live mutex (see gone): taken at the slot's
+ * first use, and again after a thread that held it exited. */
+static void hold_live(struct fk_proc *p, int fresh)
+{
+	if (fresh) {
+		pthread_mutexattr_t a;
+		pthread_mutexattr_init(&a);
+		pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+		pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+		pthread_mutex_init(&p->live, &a);
+		pthread_mutexattr_destroy(&a);
+	}
+	if (pthread_mutex_trylock(&p->live) == EOWNERDEAD)
+		pthread_mutex_consistent(&p->live); /* ours now; EBUSY: a thread of ours has it */
+}
+
 void fk_reap(void)
 {
 	for (int i = 0; i < FK_MAX_PROC; i++) {
 		struct fk_proc *p = &fk->proc[i];
 		/* A process of another (simulated) pid namespace cannot be checked from here. */
-		if (!p->pid || p->nvpid != p->pid + fk_pidns_offset() || (kill(p->pid, 0) != 0 && errno == ESRCH) == 0)
+		if (!p->pid || p->nvpid != p->pid + fk_pidns_offset() || !gone(p))
 			continue;
 		/* The process is gone: the driver frees what it held. */
 		for (int d = 0; d < FK_MAX_DEV; d++)
@@ -156,8 +191,10 @@ struct fk_proc *fk_me(void)
 	int me = getpid(), nv = me + fk_pidns_offset(), free_slot = -1;
 	for (int pass = 0; pass < 2; pass++) {
 		for (int i = 0; i < FK_MAX_PROC; i++) {
-			if (fk->proc[i].pid == me && fk->proc[i].nvpid == nv)
+			if (fk->proc[i].pid == me && fk->proc[i].nvpid == nv) {
+				hold_live(&fk->proc[i], 0);
 				return &fk->proc[i];
+			}
 			if (!fk->proc[i].pid && free_slot < 0)
 				free_slot = i;
 		}
@@ -172,6 +209,7 @@ struct fk_proc *fk_me(void)
 	memset(&fk->proc[free_slot], 0, sizeof(fk->proc[free_slot]));
 	fk->proc[free_slot].pid = me;
 	fk->proc[free_slot].nvpid = nv;
+	hold_live(&fk->proc[free_slot], 1);
 	return &fk->proc[free_slot];
 }
 

@@ -14,6 +14,7 @@
 #ifndef FAKESTATE_H
 #define FAKESTATE_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #define FK_MAX_DEV 16
@@ -55,6 +56,11 @@ struct fk_proc {
 	 * also lists the process as a graphics / MPS client. */
 	int32_t also;
 	int32_t pad2;
+	/* Held by the process for its life (robust, process-shared): the kernel
+	 * marks it when the holding thread is gone, the way a driver learns of a
+	 * client's exit from the release of its file, with no question asked of
+	 * each process at each query (fk_reap). */
+	pthread_mutex_t live;
 };
 
 #define FK_ALSO_GRAPHICS 1
