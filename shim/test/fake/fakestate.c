@@ -13,12 +13,20 @@
 #include <time.h>
 #include <unistd.h>
 
-#define FK_MAGIC 0x46414b4543554442ull /* changes with the layout */
+#define FK_MAGIC 0x46414b4543554443ull /* changes with the layout */
 
 struct fk_state *fk;
-static int fd = -1;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void robust_init(pthread_mutex_t *m)
+{
+	pthread_mutexattr_t a;
+	pthread_mutexattr_init(&a);
+	pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+	pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+	pthread_mutex_init(m, &a);
+	pthread_mutexattr_destroy(&a);
+}
 
 static uint64_t parse_size(const char *s)
 {
@@ -72,69 +80,52 @@ static void init_once(void)
 	if (dir && *dir) {
 		char path[4096];
 		snprintf(path, sizeof(path), "%s/fakecuda.state", dir);
-		fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+		int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
 		if (fd < 0) {
 			fprintf(stderr, "fakecuda: %s: %s\n", path, strerror(errno));
 			abort();
 		}
+		/* The file's lock only while it is made: from then on, fk->mu. */
 		struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
-		fcntl(fd, F_OFD_SETLKW, &fl);
+		while (fcntl(fd, F_OFD_SETLKW, &fl) != 0 && errno == EINTR)
+			;
 		if (ftruncate(fd, sizeof(struct fk_state)) != 0)
 			abort();
 		fk = mmap(NULL, sizeof(*fk), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 		if (fk == MAP_FAILED)
 			abort();
 		if (fk->magic != FK_MAGIC) {
+			robust_init(&fk->mu);
 			configure();
 			fk->magic = FK_MAGIC;
 		}
+		/* Unlocked by hand: the mapping keeps the open file description,
+		 * and with it the lock, after the close. */
 		fl.l_type = F_UNLCK;
 		fcntl(fd, F_OFD_SETLK, &fl);
+		close(fd);
 	} else {
 		fk = calloc(1, sizeof(*fk));
+		robust_init(&fk->mu);
 		configure();
 		fk->magic = FK_MAGIC;
 	}
 }
 
-static void child_reset(void)
-{
-	/* The OFD lock belongs to the open file description: a child needs its own. */
-	pthread_mutex_init(&mu, NULL);
-	if (fd >= 0) {
-		char path[64];
-		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-		int nfd = open(path, O_RDWR | O_CLOEXEC);
-		close(fd);
-		fd = nfd;
-	}
-}
-
 void fk_init(void)
 {
-	static int atfork;
 	pthread_once(&once, init_once);
-	if (!__atomic_exchange_n(&atfork, 1, __ATOMIC_SEQ_CST))
-		pthread_atfork(NULL, NULL, child_reset);
 }
 
 void fk_lock(void)
 {
-	pthread_mutex_lock(&mu);
-	if (fd >= 0) {
-		struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
-		while (fcntl(fd, F_OFD_SETLKW, &fl) != 0 && errno == EINTR)
-			;
-	}
+	if (pthread_mutex_lock(&fk->mu) == EOWNERDEAD)
+		pthread_mutex_consistent(&fk->mu); /* its holder was killed mid-call: the driver goes on */
 }
 
 void fk_unlock(void)
 {
-	if (fd >= 0) {
-		struct flock fl = {.l_type = F_UNLCK, .l_whence = SEEK_SET};
-		fcntl(fd, F_OFD_SETLK, &fl);
-	}
-	pthread_mutex_unlock(&mu);
+	pthread_mutex_unlock(&fk->mu);
 }
 
 /*
@@ -160,14 +151,8 @@ static int gone(struct fk_proc *p)
  * first use, and again after a thread that held it exited. */
 static void hold_live(struct fk_proc *p, int fresh)
 {
-	if (fresh) {
-		pthread_mutexattr_t a;
-		pthread_mutexattr_init(&a);
-		pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
-		pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
-		pthread_mutex_init(&p->live, &a);
-		pthread_mutexattr_destroy(&a);
-	}
+	if (fresh)
+		robust_init(&p->live);
 	if (pthread_mutex_trylock(&p->live) == EOWNERDEAD)
 		pthread_mutex_consistent(&p->live); /* ours now; EBUSY: a thread of ours has it */
 }

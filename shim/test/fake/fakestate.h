@@ -68,6 +68,10 @@ struct fk_proc {
 
 struct fk_state {
 	uint64_t magic;
+	/* The driver's own serialisation of its calls (robust, process-shared):
+	 * waiters sleep and are woken one at a time, as on a kernel mutex, and a
+	 * holder killed mid-call releases it (fk_lock). */
+	pthread_mutex_t mu;
 	int32_t ndev;
 	int32_t pidns_offset; /* unused: each process's own FAKECUDA_PIDNS_OFFSET counts */
 	struct fk_dev dev[FK_MAX_DEV];
