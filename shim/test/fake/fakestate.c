@@ -17,6 +17,7 @@
 
 struct fk_state *fk;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+static int shared; /* the state is a file's, seen by other processes */
 
 static void robust_init(pthread_mutex_t *m)
 {
@@ -104,9 +105,10 @@ static void init_once(void)
 		fl.l_type = F_UNLCK;
 		fcntl(fd, F_OFD_SETLK, &fl);
 		close(fd);
+		shared = 1;
 	} else {
 		fk = calloc(1, sizeof(*fk));
-		robust_init(&fk->mu);
+		pthread_mutex_init(&fk->mu, NULL); /* one process: a plain mutex, as cheap as before */
 		configure();
 		fk->magic = FK_MAGIC;
 	}
@@ -119,7 +121,7 @@ void fk_init(void)
 
 void fk_lock(void)
 {
-	if (pthread_mutex_lock(&fk->mu) == EOWNERDEAD)
+	if (pthread_mutex_lock(&fk->mu) == EOWNERDEAD) /* never, for the plain mutex of a machine of one process */
 		pthread_mutex_consistent(&fk->mu); /* its holder was killed mid-call: the driver goes on */
 }
 
@@ -151,6 +153,8 @@ static int gone(struct fk_proc *p)
  * first use, and again after a thread that held it exited. */
 static void hold_live(struct fk_proc *p, int fresh)
 {
+	if (!shared)
+		return; /* a machine of one process: nobody else reaps it */
 	if (fresh)
 		robust_init(&p->live);
 	if (pthread_mutex_trylock(&p->live) == EOWNERDEAD)
