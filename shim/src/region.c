@@ -1134,9 +1134,15 @@ void vgpu_unreserve(int idx, uint64_t bytes)
  * beyond twice the last chunk on the others. Returns whether anything is
  * left to watch (unused lease, or held bytes not yet published).
  */
+/* A host pid found while the region was busy, not in our slot yet (see write_own_slot_locked). */
+static int host_pid_unwritten(void)
+{
+	return __atomic_load_n(&hp_tried, __ATOMIC_RELAXED) != vgpu_host_pid();
+}
+
 static int keep_pass(void)
 {
-	int busy = 0, stale = 0;
+	int busy, stale = 0;
 	/* The thread mutex alone: giving lease back touches only the ledger. The
 	 * region (its lock, its checks, making it anew) only when there is
 	 * something to report, as for an allocation. */
@@ -1156,18 +1162,18 @@ static int keep_pass(void)
 		publish_held(d, own_of(d));
 		stale |= shown[d] != own_of(d);
 	}
-	int hp_stale = __atomic_load_n(&hp_tried, __ATOMIC_RELAXED) != vgpu_host_pid(); /* a host pid found while the region was busy */
+	stale |= host_pid_unwritten();
 	pthread_mutex_unlock(&mu);
 	/* Not waiting long: a busy region is written next period. */
-	if ((stale || hp_stale) && lock_within(KEEP_NS / 10)) {
+	if (stale && lock_within(KEEP_NS / 10)) {
 		for (int d = 0; d < vgpu.limits.ngpu; d++)
 			if (shown[d] != own_of(d))
 				show_locked(d);
-		if (__atomic_load_n(&hp_tried, __ATOMIC_RELAXED) != vgpu_host_pid())
+		if (host_pid_unwritten())
 			write_own_slot_locked();
 		unlock();
 	}
-	busy = __atomic_load_n(&hp_tried, __ATOMIC_RELAXED) != vgpu_host_pid();
+	busy = host_pid_unwritten();
 	for (int d = 0; d < vgpu.limits.ngpu; d++)
 		busy |= __atomic_load_n(&avail[d], __ATOMIC_RELAXED) != 0 || shown[d] != own_of(d);
 	return busy;
