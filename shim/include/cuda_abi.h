@@ -285,6 +285,16 @@ typedef struct {
 	unsigned int numAttrs;
 } CUlaunchConfig;
 
+/* cuLaunchCooperativeKernelMultiDevice (9.0, deprecated): one entry per device. */
+typedef struct {
+	CUfunction function;
+	unsigned int gridDimX, gridDimY, gridDimZ;
+	unsigned int blockDimX, blockDimY, blockDimZ;
+	unsigned int sharedMemBytes;
+	CUstream hStream;
+	void **kernelParams;
+} CUDA_LAUNCH_PARAMS;
+
 _Static_assert(sizeof(CUresult) == 4, "CUresult");
 _Static_assert(sizeof(CUdeviceptr) == 8, "CUdeviceptr");
 _Static_assert(sizeof(CUuuid) == 16 && _Alignof(CUuuid) == 1, "CUuuid");
@@ -316,6 +326,8 @@ _Static_assert(sizeof(CUlaunchAttribute) == 72, "CUlaunchAttribute");
 _Static_assert(sizeof(CUlaunchConfig) == 56, "CUlaunchConfig");
 _Static_assert(offsetof(CUlaunchConfig, hStream) == 32, "lc.hStream");
 _Static_assert(offsetof(CUlaunchConfig, numAttrs) == 48, "lc.numAttrs");
+_Static_assert(sizeof(CUDA_LAUNCH_PARAMS) == 56, "CUDA_LAUNCH_PARAMS");
+_Static_assert(offsetof(CUDA_LAUNCH_PARAMS, hStream) == 40, "lp.hStream");
 
 /* ---- CUDA graphs (graph.c; the fake driver's fakegraph.c) ------------------ */
 

@@ -610,10 +610,9 @@ static int capturing(CUstream s, int ptsz)
 /* The throttled path: account the launch, wait for tokens. g: a graph
  * launch, charged the waves of its kernel nodes (graph.c counted them at
  * instantiation; one wave when unknown: not instantiated through the shim). */
-static __attribute__((noinline)) void gate(uint64_t blocks, CUgraphExec g, CUstream s, int ptsz)
+static __attribute__((noinline)) void gate_on(int idx, CUdevice dev, uint64_t blocks, CUgraphExec g, CUstream s,
+					       int ptsz)
 {
-	CUdevice dev;
-	int idx = vgpu_current_index(&dev);
 	if (idx < 0 || vgpu.limits.gpu[idx].cores >= 100)
 		return;
 	if (capturing(s, ptsz))
@@ -626,6 +625,14 @@ static __attribute__((noinline)) void gate(uint64_t blocks, CUgraphExec g, CUstr
 	struct bucket *b = throttled_bucket(idx);
 	if (b)
 		charge_waves(b, idx, vgpu_graph_exec_waves(g));
+}
+
+/* The same, on the current context's device. */
+static void gate(uint64_t blocks, CUgraphExec g, CUstream s, int ptsz)
+{
+	CUdevice dev;
+	int idx = vgpu_current_index(&dev);
+	gate_on(idx, dev, blocks, g, s, ptsz);
 }
 
 #define GRID(x, y, z) ((uint64_t)(x) * (uint64_t)(y) * (uint64_t)(z))
@@ -680,6 +687,53 @@ VGPU_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f
 	if (THROTTLED())
 		gate(c ? GRID(c->gridDimX, c->gridDimY, c->gridDimZ) : 1, NULL, c ? c->hStream : NULL, 1);
 	return NEXT(cuLaunchKernelEx_ptsz)(c, f, params, extra);
+}
+
+/*
+ * The launch ABIs from before cuLaunchKernel (4.0): the grid comes from the
+ * arguments (cuLaunch: one block), the block shape from cuFuncSetBlockShape.
+ * Deprecated, still exported by current drivers: without these a kernel
+ * would run outside the SM limit. A negative dimension is the driver's error
+ * to return; it is charged one block.
+ */
+static uint64_t grid2(int w, int h)
+{
+	return w > 0 && h > 0 ? GRID(w, h, 1) : 1;
+}
+
+VGPU_EXPORT CUresult cuLaunch(CUfunction f)
+{
+	if (THROTTLED())
+		gate(1, NULL, NULL, 0);
+	return NEXT(cuLaunch)(f);
+}
+
+VGPU_EXPORT CUresult cuLaunchGrid(CUfunction f, int grid_w, int grid_h)
+{
+	if (THROTTLED())
+		gate(grid2(grid_w, grid_h), NULL, NULL, 0);
+	return NEXT(cuLaunchGrid)(f, grid_w, grid_h);
+}
+
+VGPU_EXPORT CUresult cuLaunchGridAsync(CUfunction f, int grid_w, int grid_h, CUstream s)
+{
+	if (THROTTLED())
+		gate(grid2(grid_w, grid_h), NULL, s, 0);
+	return NEXT(cuLaunchGridAsync)(f, grid_w, grid_h, s);
+}
+
+/* One cooperative grid per entry, each on the device of its stream. */
+VGPU_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list, unsigned n, unsigned flags)
+{
+	if (THROTTLED() && list) {
+		for (unsigned i = 0; i < n; i++) {
+			CUdevice dev;
+			int idx = vgpu_stream_index(list[i].hStream, &dev);
+			gate_on(idx, dev, GRID(list[i].gridDimX, list[i].gridDimY, list[i].gridDimZ), NULL,
+				list[i].hStream, 0);
+		}
+	}
+	return NEXT(cuLaunchCooperativeKernelMultiDevice)(list, n, flags);
 }
 
 /* A graph is charged the waves of its kernel nodes (see gate). */

@@ -311,7 +311,7 @@ static int ptr_take(CUdeviceptr p, struct ptr *out)
  * the special handles name a stream of the current context; so does a
  * stream whose context cannot be asked (a driver without cuStreamGetCtx).
  */
-static int stream_index(CUstream s, CUdevice *dev)
+int vgpu_stream_index(CUstream s, CUdevice *dev)
 {
 	CUcontext cur = NULL, sc = NULL;
 	vgpu_cu_ctx_get_current(&cur);
@@ -352,7 +352,7 @@ int vgpu_pool_admit(CUmemoryPool pool, CUstream s, uint64_t bytes, struct vgpu_p
 	if (vgpu.mode != VGPU_ENFORCE)
 		return op->go = vgpu_mem_admit_index(-1, bytes);
 	CUdevice sdev = -1;
-	int sidx = stream_index(s, &sdev);
+	int sidx = vgpu_stream_index(s, &sdev);
 	if (sidx == -2)
 		return op->go; /* no current context: the driver returns its own error */
 	if (pool) {

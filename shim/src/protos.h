@@ -88,6 +88,10 @@ API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, u
 API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
 					    unsigned by, unsigned bz, unsigned shm, CUstream s, void **params);
 API CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra);
+API CUresult cuLaunch(CUfunction f);
+API CUresult cuLaunchGrid(CUfunction f, int grid_w, int grid_h);
+API CUresult cuLaunchGridAsync(CUfunction f, int grid_w, int grid_h, CUstream s);
+API CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list, unsigned n, unsigned flags);
 API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra);
 API CUresult cuGraphLaunch(CUgraphExec g, CUstream s);
 API CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s);

@@ -118,6 +118,8 @@ static inline void vgpu_init(void)
 /* Limits index of the current context's device: >= 0, or -1 (no limits
  * entry for it: refused unless pass-through), or -2 (no current context). */
 int vgpu_current_index(CUdevice *dev_out);
+/* Limits index and ordinal of the device stream s belongs to (pool.c). */
+int vgpu_stream_index(CUstream s, CUdevice *dev);
 /* Limits index of a CUDA device ordinal; -1 when the device is not listed. */
 int vgpu_device_index(CUdevice dev);
 /* Limits index of an NVML handle; -1 when not listed. */

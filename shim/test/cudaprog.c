@@ -84,6 +84,10 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction, unsigned, unsigned, unsigned
 					unsigned, CUstream, void **);
 CUresult cuGraphLaunch(CUgraphExec, CUstream);
 CUresult cuGraphLaunch_ptsz(CUgraphExec, CUstream);
+CUresult cuLaunch(CUfunction);
+CUresult cuLaunchGrid(CUfunction, int, int);
+CUresult cuLaunchGridAsync(CUfunction, int, int, CUstream);
+CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *, unsigned, unsigned);
 CUresult cuGetProcAddress_v2(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
 /* Pools, CUDA 13 pools by location, the pre-3.2 allocation ABIs (the pool and legacy ops). */
 CUresult cuMemPoolTrimTo(CUmemoryPool, size_t);
@@ -1178,8 +1182,26 @@ static void run(int argc, char **argv)
 			double total = atof(a[1]), warm = atof(a[2]);
 			unsigned grid = (unsigned)atoi(a[3]);
 			/* launchfor:...:GRID:KIND — KIND coop or ex launches through
-			 * cuLaunchCooperativeKernel or cuLaunchKernelEx instead. */
+			 * cuLaunchCooperativeKernel or cuLaunchKernelEx instead; the pre-4.0 ABIs:
+			 * grid (cuLaunchGrid, GRID x 1), gridasync (cuLaunchGridAsync), one
+			 * (cuLaunch: one block, whatever GRID says), multi
+			 * (cuLaunchCooperativeKernelMultiDevice, one entry). */
 			const char *kind = a[4] ? a[4] : "kernel";
+			CUresult (*lgrid)(CUfunction, int, int) = NULL;
+			CUresult (*lgrida)(CUfunction, int, int, CUstream) = NULL;
+			CUresult (*lone)(CUfunction) = NULL;
+			CUresult (*lmulti)(CUDA_LAUNCH_PARAMS *, unsigned, unsigned) = NULL;
+			CUDA_LAUNCH_PARAMS lp = {.gridDimX = grid, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 128,
+						 .blockDimY = 1, .blockDimZ = 1};
+			if (!strcmp(kind, "grid"))
+				lgrid = ENTRY(cuLaunchGrid, "cuLaunchGrid", 2000, 0);
+			else if (!strcmp(kind, "gridasync"))
+				lgrida = ENTRY(cuLaunchGridAsync, "cuLaunchGridAsync", 2000, 0);
+			else if (!strcmp(kind, "one"))
+				lone = ENTRY(cuLaunch, "cuLaunch", 2000, 0);
+			else if (!strcmp(kind, "multi"))
+				lmulti = ENTRY(cuLaunchCooperativeKernelMultiDevice, "cuLaunchCooperativeKernelMultiDevice",
+					       9000, 0);
 			CUlaunchConfig cfg = {.gridDimX = grid, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 128,
 					      .blockDimY = 1, .blockDimZ = 1};
 			if (!busy_fn)
@@ -1193,7 +1215,15 @@ static void run(int argc, char **argv)
 					b0 = busy_fn(getpid(), 0, &w0);
 				/* No synchronisation: the (fake) launch queue blocks when full, so
 				 * an unthrottled process keeps the device busy, as on a real GPU. */
-				if (!strcmp(kind, "coop"))
+				if (lgrid)
+					check_rc("cuLaunchGrid", lgrid(NULL, (int)grid, 1), NULL);
+				else if (lgrida)
+					check_rc("cuLaunchGridAsync", lgrida(NULL, (int)grid, 1, NULL), NULL);
+				else if (lone)
+					check_rc("cuLaunch", lone(NULL), NULL);
+				else if (lmulti)
+					check_rc("cuLaunchCooperativeKernelMultiDevice", lmulti(&lp, 1, 0), NULL);
+				else if (!strcmp(kind, "coop"))
 					check_rc("cuLaunchCooperativeKernel",
 						 api.LaunchCooperativeKernel(NULL, grid, 1, 1, 128, 1, 1, 0, NULL, NULL),
 						 NULL);

@@ -50,6 +50,20 @@ test_sm_launch_kinds() {
 	share_in "$T/out" 25 35 "shares of cooperative and Ex launches"
 }
 
+test_sm_launch_legacy() {
+	# The launch ABIs from before cuLaunchKernel, deprecated but still exported by the driver, are
+	# charged like it: cuLaunchGrid and cuLaunchGridAsync by their grid (10 waves), cuLaunch one
+	# block, a multi-device cooperative launch by each entry's grid on its stream's device; the
+	# runtime's way (cuGetProcAddress) reaches the same wrappers. Unhooked, each runs at 100 %.
+	setup $GiB 30 hard
+	export FAKECUDA_SAMPLE_MS=166
+	run init launchfor:2:0.5:1320:grid launchfor:2:0.5:1320:gridasync launchfor:2:0.5:1:one \
+		launchfor:2:0.5:1320:multi || return 1
+	share_in "$T/out" 25 35 "shares of cuLaunchGrid, cuLaunchGridAsync, cuLaunch and multi-device launches"
+	run -m rt12 init launchfor:2:0.5:1320:grid launchfor:2:0.5:1:one || return 1
+	share_in "$T/out" 25 35 "shares of cuLaunchGrid and cuLaunch through cuGetProcAddress_v2"
+}
+
 # sm_small_waves IDLE — kernels of 50 us a wave at a 10 % limit: the first guess (1 ms a wave) lets
 # the container run 0.5 % of the GPU, less than NVML's 1 % resolution. NVML shows it as IDLE says
 # (absent: no samples at all; zero: listed with 0 %); either way the rate must climb to the share.
@@ -104,6 +118,7 @@ test_sm_carried_debt_keeps_share() {
 t sm_huge_kernel_no_stall test_sm_huge_kernel_no_stall
 t sm_charged_by_waves test_sm_charged_by_waves
 t sm_launch_kinds test_sm_launch_kinds
+t sm_launch_legacy test_sm_launch_legacy
 t sm_no_samples test_sm_no_samples
 t sm_zero_samples test_sm_zero_samples
 t sm_nvml_unsupported test_sm_nvml_unsupported

@@ -1543,6 +1543,44 @@ EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsign
 	return cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shm, s, params);
 }
 
+/* The launch ABIs before cuLaunchKernel, still exported by real drivers. */
+EXPORT CUresult cuLaunchGridAsync(CUfunction f, int w, int h, CUstream s)
+{
+	(void)f;
+	if (w <= 0 || h <= 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc;
+	if (fg_capture_kernel(s, (unsigned)w, (unsigned)h, 1, &rc))
+		return rc;
+	return run_kernel(GRID(w, h, 1));
+}
+
+EXPORT CUresult cuLaunchGrid(CUfunction f, int w, int h)
+{
+	return cuLaunchGridAsync(f, w, h, NULL);
+}
+
+EXPORT CUresult cuLaunch(CUfunction f)
+{
+	return cuLaunchGridAsync(f, 1, 1, NULL);
+}
+
+EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list, unsigned n, unsigned flags)
+{
+	(void)flags;
+	if (!list || !n)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (unsigned i = 0; i < n; i++) {
+		CUresult rc = cuLaunchCooperativeKernel(list[i].function, list[i].gridDimX, list[i].gridDimY,
+							list[i].gridDimZ, list[i].blockDimX, list[i].blockDimY,
+							list[i].blockDimZ, list[i].sharedMemBytes, list[i].hStream,
+							list[i].kernelParams);
+		if (rc != CUDA_SUCCESS)
+			return rc;
+	}
+	return CUDA_SUCCESS;
+}
+
 EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
 {
 	(void)f, (void)params, (void)extra;
@@ -1864,6 +1902,10 @@ static const struct entry table[] = {
 	{"cuLaunchKernel", 7000, (void *)cuLaunchKernel, (void *)cuLaunchKernel_ptsz},
 	EP(cuLaunchKernelEx, 11060, cuLaunchKernelEx),
 	EP(cuLaunchCooperativeKernel, 9000, cuLaunchCooperativeKernel),
+	E(cuLaunch, 2000, cuLaunch),
+	E(cuLaunchGrid, 2000, cuLaunchGrid),
+	E(cuLaunchGridAsync, 2000, cuLaunchGridAsync),
+	E(cuLaunchCooperativeKernelMultiDevice, 9000, cuLaunchCooperativeKernelMultiDevice),
 	EP(cuGraphLaunch, 10000, cuGraphLaunch),
 	E(cuGraphCreate, 10000, cuGraphCreate),
 	E(cuGraphDestroy, 10000, cuGraphDestroy),
