@@ -51,6 +51,7 @@
 
 #include "mem.h"
 #include "shim.h"
+#include "track.h"
 
 #define MAX_ENTS 64              /* contexts with a footprint; more share one entry */
 #define POLL_NS 1000000000ll     /* the allocation path measures at most this often */
@@ -199,8 +200,12 @@ static void measure(int idx, CUcontext ctx)
 		return;
 	int over = 0;
 	pthread_mutex_lock(&mu);
-	uint64_t fp = total[idx], own = vgpu_own_used(idx);
+	/* IPC imports are counted for this process but, as far as is known, are
+	 * in the exporter's figure, not ours: left out of what NVML's is compared
+	 * with (were they in ours, they would count twice: over, never under). */
+	uint64_t fp = total[idx], own = vgpu_own_used(idx), ipc = vgpu_track_ipc_bytes(idx);
 	uint64_t allocs = own > fp ? own - fp : 0;
+	allocs = allocs > ipc ? allocs - ipc : 0;
 	uint64_t m = mine > allocs ? mine - allocs : 0, target = m;
 	if (m < fp) {
 		/* Lower: only as low as the previous measure, and only if that was lower too. */

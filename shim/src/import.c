@@ -1,8 +1,20 @@
 /*
  * Device memory the process holds without allocating it through the
- * allocation calls: imported external memory and memory bound to multicast
- * objects. IPC-imported memory is deliberately not here (see the README's
- * accounting section): the exporter holds it and is charged for it.
+ * allocation calls: imported external memory, IPC-imported memory and memory
+ * bound to multicast objects.
+ *
+ * IPC-imported memory (cuIpcOpenMemHandle) is charged to the importer too,
+ * its size on the device it lives on, refused (the import closed again) over
+ * the quota. The driver keeps an exported allocation alive while any import
+ * of it is open, after the exporter's cuMemFree and after the exporter's
+ * exit (seen on an H200, driver 580: validate.sh check 10), so an import is
+ * a reference of its own, as an imported VMM handle is. Charging only the
+ * exporter let a container hold memory nothing counted: allocate, export,
+ * import in a sibling, free in the exporter, again. Marks that would let a
+ * holder skip its charge while another pays could be forged by any process
+ * that can open the limits file; a charge each holder takes for itself
+ * cannot. So while both hold it the block counts twice (an overestimate, as
+ * for VMM imports and external memory).
  *
  * External memory (cuImportExternalMemory: a Vulkan, D3D or NvSciBuf
  * allocation) is device memory another API allocated, which the shim never
@@ -62,6 +74,78 @@ static CUresult do_destroy(void *a)
 VGPU_EXPORT CUresult cuDestroyExternalMemory(CUexternalMemory ext)
 {
 	return vgpu_mem_release(TRACK_EXTMEM, (uint64_t)(uintptr_t)ext, do_destroy, &ext);
+}
+
+/* ---- IPC-imported memory ------------------------------------------------------------------------ */
+
+#define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
+
+/* Size and limits index of the allocation an imported pointer maps: 0, or -1
+ * when the driver cannot say (the import is then not counted, said once). */
+static int ipc_extent(CUdeviceptr p, uint64_t *bytes, int *idx)
+{
+	static CUresult (*range)(CUdeviceptr *, size_t *, CUdeviceptr);
+	static CUresult (*attr)(void *, int, CUdeviceptr);
+	void *lib = vgpu_lib_handle(LIB_CUDA);
+	if (!range && lib)
+		range = (CUresult(*)(CUdeviceptr *, size_t *, CUdeviceptr))vgpu_real_dlsym(lib, "cuMemGetAddressRange_v2");
+	if (!attr && lib)
+		attr = (CUresult(*)(void *, int, CUdeviceptr))vgpu_real_dlsym(lib, "cuPointerGetAttribute");
+	CUdeviceptr base = 0;
+	size_t size = 0;
+	if (!range || range(&base, &size, p) != CUDA_SUCCESS || !size)
+		return -1;
+	int ord = -1;
+	*idx = attr && attr(&ord, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p) == CUDA_SUCCESS && ord >= 0
+		       ? vgpu_device_index(ord)
+		       : vgpu_current_index(NULL);
+	*bytes = size;
+	return 0;
+}
+
+/* After a successful open: charges the import, or closes it again over the quota. */
+static CUresult ipc_opened(CUresult rc, CUdeviceptr *p)
+{
+	static int warned;
+	uint64_t bytes;
+	int idx;
+	if (rc != CUDA_SUCCESS || !p || vgpu.mode == VGPU_PASSTHROUGH)
+		return rc;
+	if (ipc_extent(*p, &bytes, &idx) != 0) {
+		if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+			LOGW("IPC-imported memory at 0x%llx: the driver does not say its size; imports are not counted",
+			     (unsigned long long)*p);
+		return rc;
+	}
+	int go = vgpu_mem_admit_index(idx, bytes);
+	if (go == GO_REFUSE) {
+		NEXT(cuIpcCloseMemHandle)(*p);
+		*p = 0;
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	return vgpu_mem_settle(rc, go, TRACK_IPC, *p, bytes, idx);
+}
+
+VGPU_EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *p, CUipcMemHandle h, unsigned flags)
+{
+	vgpu_init();
+	return ipc_opened(NEXT(cuIpcOpenMemHandle)(p, h, flags), p);
+}
+
+VGPU_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, CUipcMemHandle h, unsigned flags)
+{
+	vgpu_init();
+	return ipc_opened(NEXT(cuIpcOpenMemHandle_v2)(p, h, flags), p);
+}
+
+static CUresult do_ipc_close(void *a)
+{
+	return NEXT(cuIpcCloseMemHandle)(*(CUdeviceptr *)a);
+}
+
+VGPU_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p)
+{
+	return vgpu_mem_release(TRACK_IPC, p, do_ipc_close, &p);
 }
 
 /* ---- VMM handles imported from another process ---------------------------------------------- */

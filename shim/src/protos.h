@@ -89,6 +89,9 @@ API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned 
 					    unsigned by, unsigned bz, unsigned shm, CUstream s, void **params);
 API CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra);
 API CUresult cuLaunch(CUfunction f);
+API CUresult cuIpcOpenMemHandle(CUdeviceptr *p, CUipcMemHandle h, unsigned flags);
+API CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, CUipcMemHandle h, unsigned flags);
+API CUresult cuIpcCloseMemHandle(CUdeviceptr p);
 API CUresult cuLaunchGrid(CUfunction f, int grid_w, int grid_h);
 API CUresult cuLaunchGridAsync(CUfunction f, int grid_w, int grid_h, CUstream s);
 API CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list, unsigned n, unsigned flags);

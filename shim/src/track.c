@@ -28,6 +28,24 @@ struct entry {
 
 static struct entry *buckets[NBUCKETS];
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t ipc_bytes[VGPU_MAX_DEVICES]; /* TRACK_IPC entries' bytes per index; under mu */
+
+/* Keeps ipc_bytes in step as entry e comes (sign 1) or goes (-1); caller holds mu. */
+static void ipc_count_locked(const struct entry *e, int sign)
+{
+	if (e->kind == TRACK_IPC && e->idx >= 0 && e->idx < VGPU_MAX_DEVICES)
+		ipc_bytes[e->idx] += sign > 0 ? e->bytes : -e->bytes;
+}
+
+uint64_t vgpu_track_ipc_bytes(int idx)
+{
+	if (idx < 0 || idx >= VGPU_MAX_DEVICES)
+		return 0;
+	pthread_mutex_lock(&mu);
+	uint64_t b = ipc_bytes[idx];
+	pthread_mutex_unlock(&mu);
+	return b;
+}
 
 static unsigned hash(int kind, uint64_t key)
 {
@@ -53,6 +71,7 @@ int vgpu_track_add(int kind, uint64_t key, uint64_t bytes, int idx, CUcontext ct
 	pthread_mutex_lock(&mu);
 	e->next = buckets[h];
 	buckets[h] = e;
+	ipc_count_locked(e, 1);
 	pthread_mutex_unlock(&mu);
 	return 0;
 }
@@ -65,6 +84,7 @@ int vgpu_track_take(int kind, uint64_t key, struct vgpu_tracked *out)
 		struct entry *e = *pp;
 		if (e->kind == kind && e->key == key) {
 			*pp = e->next;
+			ipc_count_locked(e, -1);
 			pthread_mutex_unlock(&mu);
 			out->bytes = e->bytes;
 			out->idx = e->idx;
@@ -172,6 +192,7 @@ void vgpu_track_drop_ctx(CUcontext ctx)
 			struct entry *e = *pp;
 			if (e->ctx == ctx) {
 				*pp = e->next;
+				ipc_count_locked(e, -1);
 				freed[e->idx] += e->bytes;
 				free(e);
 			} else {
@@ -190,5 +211,7 @@ void vgpu_mem_after_fork(void)
 	 * parent thread may have been mid-update. */
 	for (int h = 0; h < NBUCKETS; h++)
 		buckets[h] = NULL;
+	for (int d = 0; d < VGPU_MAX_DEVICES; d++)
+		ipc_bytes[d] = 0;
 	pthread_mutex_init(&mu, NULL);
 }

@@ -835,7 +835,7 @@ static void run(int argc, char **argv)
 				hold(A_ARRAY, (uintptr_t)arr);
 		} else if (!strncmp(op, "ipc", 3) || !strcmp(op, "poolexport") || !strcmp(op, "poolimport")) {
 			/* ipcexport:FILE / poolexport:FILE — the last held pointer's cuIpcGetMemHandle /
-			 * cuMemPoolExportPointer written to FILE; ipcopen:FILE — cuIpcOpenMemHandle of it
+			 * cuMemPoolExportPointer written to FILE; ipcopen:FILE[:RC] — cuIpcOpenMemHandle of it
 			 * (ipcclose closes the last opened); poolimport:FILE — cuMemPoolImportPointer of it
 			 * from the current device's default pool, held as an async pointer (free: cuMemFreeAsync). */
 			static CUdeviceptr opened[16];
@@ -870,8 +870,10 @@ static void run(int argc, char **argv)
 						ENTRY(cuIpcOpenMemHandle_v2, "cuIpcOpenMemHandle", 11000, 0);
 					CUipcMemHandle h;
 					memcpy(&h, buf, 64);
-					check_rc("cuIpcOpenMemHandle", f(&opened[nopened], h, 1), NULL);
-					nopened++;
+					rc = f(&opened[nopened], h, 1);
+					check_rc("cuIpcOpenMemHandle", rc, a[2]);
+					if (rc == CUDA_SUCCESS)
+						nopened++;
 				} else {
 					CUresult (*f)(CUdeviceptr *, CUmemoryPool, CUmemPoolPtrExportData *) =
 						ENTRY(cuMemPoolImportPointer, "cuMemPoolImportPointer", 11020, 0);

@@ -1384,7 +1384,9 @@ EXPORT CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mc, CUdevice d, s
 
 /*
  * IPC: a handle names the exporter's allocation; opening it maps that memory
- * into the importer (a new address, nothing taken: the exporter holds it).
+ * into the importer (a new address). The device's memory stays the
+ * exporter's here; a real driver also keeps it alive while an import is open
+ * after the exporter frees it (what the shim charges the importer for).
  */
 struct ipc_handle {
 	uint64_t magic, ptr, size;
@@ -1418,6 +1420,48 @@ static CUresult ipc_import(CUdeviceptr *p, const void *in)
 	if (!p || h.magic != IPC_MAGIC || h.pid == getpid())
 		return CUDA_ERROR_INVALID_VALUE; /* as the real driver: not in the exporting process */
 	*p = record(K_IPC, 0, h.size, h.dev);
+	return CUDA_SUCCESS;
+}
+
+/* The allocation holding p (any kind): its base, size and device; -1 if none. */
+static int extent_of(CUdeviceptr p, uint64_t *base, uint64_t *size, int *dev)
+{
+	int rc = -1;
+	pthread_mutex_lock(&amu);
+	for (size_t i = 0; i < nallocs && rc; i++)
+		if (p >= allocs[i].key && p - allocs[i].key < (allocs[i].size ? allocs[i].size : 1)) {
+			*base = allocs[i].key;
+			*size = allocs[i].size;
+			*dev = allocs[i].dev;
+			rc = 0;
+		}
+	pthread_mutex_unlock(&amu);
+	return rc;
+}
+
+EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p)
+{
+	uint64_t b, s;
+	int dev;
+	if (extent_of(p, &b, &s, &dev) != 0)
+		return CUDA_ERROR_NOT_FOUND;
+	if (base)
+		*base = b;
+	if (size)
+		*size = s;
+	return CUDA_SUCCESS;
+}
+
+/* Only CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL (9). */
+EXPORT CUresult cuPointerGetAttribute(void *out, int attr, CUdeviceptr p)
+{
+	uint64_t b, s;
+	int dev;
+	if (attr != 9 || !out)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (extent_of(p, &b, &s, &dev) != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	*(int *)out = dev;
 	return CUDA_SUCCESS;
 }
 
@@ -1845,6 +1889,8 @@ static const struct entry table[] = {
 	E(cuMemGetMemPool, 13000, cuMemGetMemPool),
 	E(cuMemSetMemPool, 13000, cuMemSetMemPool),
 	E(cuIpcGetMemHandle, 4010, cuIpcGetMemHandle),
+	E(cuMemGetAddressRange, 3020, cuMemGetAddressRange_v2),
+	E(cuPointerGetAttribute, 4000, cuPointerGetAttribute),
 	E(cuIpcOpenMemHandle, 4010, cuIpcOpenMemHandle),
 	E(cuIpcOpenMemHandle, 11000, cuIpcOpenMemHandle_v2),
 	E(cuIpcCloseMemHandle, 4010, cuIpcCloseMemHandle),
