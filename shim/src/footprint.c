@@ -251,17 +251,25 @@ static void measure_all(void)
 	__atomic_store_n(&busy, 0, __ATOMIC_RELEASE);
 }
 
-void vgpu_fp_ctx_created(CUcontext ctx, CUdevice dev)
+int vgpu_fp_ctx_created(CUcontext ctx, CUdevice dev)
 {
 	if (vgpu.mode != VGPU_ENFORCE || !ctx)
-		return;
+		return 0;
 	int idx = vgpu_device_index(dev);
 	if (idx < 0 || idx >= VGPU_MAX_DEVICES)
-		return;
+		return 0;
 	__atomic_store_n(&active[idx], 1, __ATOMIC_RELAXED);
 	__atomic_store_n(&any, 1, __ATOMIC_RELEASE);
+	pthread_mutex_lock(&mu);
+	uint64_t before = total[idx];
+	pthread_mutex_unlock(&mu);
 	measure(idx, ctx);
 	__atomic_store_n(&due_ns, coarse_ns() + POLL_NS, __ATOMIC_RELAXED);
+	pthread_mutex_lock(&mu);
+	int grew = total[idx] > before;
+	pthread_mutex_unlock(&mu);
+	uint64_t limit = vgpu.limits.gpu[idx].memory;
+	return grew && limit && vgpu_used(idx) > limit;
 }
 
 void vgpu_fp_ctx_gone(CUcontext ctx)

@@ -454,9 +454,45 @@ VGPU_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray m)
  * through NVML and counts it under the context, so destroying the context
  * gives it back.
  */
-static void count_ctx(CUcontext ctx, CUdevice dev)
+static int count_ctx(CUcontext ctx, CUdevice dev)
 {
-	vgpu_fp_ctx_created(ctx, dev);
+	return vgpu_fp_ctx_created(ctx, dev);
+}
+
+/*
+ * A context whose own memory takes the container past its limit is undone,
+ * and its creation fails as out of memory: the driver holds that memory for
+ * as long as the context lives, and nothing can refuse it later. Without
+ * this, processes that created their contexts after the others had filled
+ * the quota carried the container past it by a context each (518 MiB on an
+ * H200: validate.sh check 11). Measured, not guessed: a context that cannot
+ * be measured (no host pid yet, NVML silent) is let be, as before.
+ */
+static void refused_ctx(CUdevice dev)
+{
+	static int warned;
+	int idx = vgpu_device_index(dev);
+	if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+		LOGW("GPU memory quota exceeded on %s: a new context's own memory would take the container past "
+		     "its limit (%llu of %llu bytes in use with it); the context is destroyed and its creation "
+		     "fails",
+		     idx >= 0 ? vgpu.limits.gpu[idx].uuid : "?", (unsigned long long)(idx >= 0 ? vgpu_used(idx) : 0),
+		     (unsigned long long)(idx >= 0 ? vgpu.limits.gpu[idx].memory : 0));
+}
+
+/* After cuCtxCreate*: undoes a context that count_ctx found past the limit. */
+static CUresult created(CUresult rc, CUcontext *ctx, CUdevice dev)
+{
+	if (rc != CUDA_SUCCESS || !ctx || !count_ctx(*ctx, dev))
+		return rc;
+	refused_ctx(dev);
+	if (NEXT(cuCtxDestroy_v2)(*ctx) == CUDA_SUCCESS) {
+		vgpu_track_drop_ctx(*ctx);
+		vgpu_pool_ctx_gone(*ctx);
+		vgpu_fp_ctx_gone(*ctx);
+	}
+	*ctx = NULL;
+	return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 static CUcontext primary[VGPU_MAX_DEVICES * 4];
@@ -474,6 +510,8 @@ static pthread_mutex_t primary_mu = PTHREAD_MUTEX_INITIALIZER;
 		rc_;                                                                     \
 	})
 
+static void primary_gone(CUdevice dev, int reset);
+
 VGPU_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev)
 {
 	vgpu_init();
@@ -484,8 +522,13 @@ VGPU_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev)
 	int first = primary_refs[dev]++ == 0;
 	primary[dev] = *ctx;
 	pthread_mutex_unlock(&primary_mu);
-	if (first)
-		count_ctx(*ctx, dev);
+	if (first && count_ctx(*ctx, dev)) {
+		refused_ctx(dev);
+		if (NEXT(cuDevicePrimaryCtxRelease_v2)(dev) == CUDA_SUCCESS)
+			primary_gone(dev, 0);
+		*ctx = NULL;
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	return rc;
 }
 
@@ -555,28 +598,19 @@ VGPU_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev)
 VGPU_EXPORT CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned flags, CUdevice dev)
 {
 	vgpu_init();
-	CUresult rc = WITH_DISCOVERY(dev, NEXT(cuCtxCreate_v2)(ctx, flags, dev), ctx);
-	if (rc == CUDA_SUCCESS)
-		count_ctx(*ctx, dev);
-	return rc;
+	return created(WITH_DISCOVERY(dev, NEXT(cuCtxCreate_v2)(ctx, flags, dev), ctx), ctx, dev);
 }
 
 VGPU_EXPORT CUresult cuCtxCreate_v3(CUcontext *ctx, void *affinity, int n, unsigned flags, CUdevice dev)
 {
 	vgpu_init();
-	CUresult rc = WITH_DISCOVERY(dev, NEXT(cuCtxCreate_v3)(ctx, affinity, n, flags, dev), ctx);
-	if (rc == CUDA_SUCCESS)
-		count_ctx(*ctx, dev);
-	return rc;
+	return created(WITH_DISCOVERY(dev, NEXT(cuCtxCreate_v3)(ctx, affinity, n, flags, dev), ctx), ctx, dev);
 }
 
 VGPU_EXPORT CUresult cuCtxCreate_v4(CUcontext *ctx, void *params, unsigned flags, CUdevice dev)
 {
 	vgpu_init();
-	CUresult rc = WITH_DISCOVERY(dev, NEXT(cuCtxCreate_v4)(ctx, params, flags, dev), ctx);
-	if (rc == CUDA_SUCCESS)
-		count_ctx(*ctx, dev);
-	return rc;
+	return created(WITH_DISCOVERY(dev, NEXT(cuCtxCreate_v4)(ctx, params, flags, dev), ctx), ctx, dev);
 }
 
 VGPU_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)

@@ -257,8 +257,10 @@ void vgpu_ctx_after_fork(void);
 
 /* ---- footprint.c: the driver's own memory for this process (context footprint) ---- */
 
-/* A context was created on dev: measures its footprint and counts it under ctx. */
-void vgpu_fp_ctx_created(CUcontext ctx, CUdevice dev);
+/* A context was created on dev: measures its footprint and counts it under ctx.
+ * Returns 1 when that grew the count and the container is now past its limit
+ * on dev (the caller undoes the creation), else 0. */
+int vgpu_fp_ctx_created(CUcontext ctx, CUdevice dev);
 /* ctx was destroyed (or its primary context released or reset): gives back its footprint. */
 void vgpu_fp_ctx_gone(CUcontext ctx);
 /* After a call that may have changed the footprint (module load, set-limit): measures now. */

@@ -651,6 +651,15 @@ static void run(int argc, char **argv)
 			fork_during_init(a[1], atoi(a[2]), atoi(a[3]));
 		} else if (!strcmp(op, "ctx")) {
 			set_ctx(atoi(a[1]));
+		} else if (!strcmp(op, "primary")) {
+			/* primary:DEV[:RC] — cuDevicePrimaryCtxRetain, made current when it succeeds. */
+			CUdevice d;
+			CUcontext c = NULL;
+			check_rc("cuDeviceGet", api.DeviceGet(&d, atoi(a[1])), NULL);
+			rc = api.PrimaryCtxRetain(&c, d);
+			check_rc("cuDevicePrimaryCtxRetain", rc, a[2]);
+			if (rc == CUDA_SUCCESS)
+				check_rc("cuCtxSetCurrent", api.CtxSetCurrent(c), NULL);
 		} else if (!strcmp(op, "noctx")) {
 			check_rc("cuCtxSetCurrent", api.CtxSetCurrent(NULL), NULL);
 		} else if (!strcmp(op, "newctx")) {

@@ -420,13 +420,14 @@ test_reported_memory() {
 	limits 0 100 hard
 	run init alloc:1GiB info:15GiB:16GiB total:0:16GiB
 	# Another process's usage counts (the container's, not the caller's), and used above the
-	# limit (contexts are counted even past it: 64 MiB each here) saturates free at 0 rather
-	# than wrapping.
+	# limit (a module loaded after the quota filled is counted even past it: 64 MiB here, as are
+	# the contexts, 64 MiB each) saturates free at 0 rather than wrapping.
 	setup $GiB
-	export FAKECUDA_CTX_BYTES=$((64 * MiB))
-	LD_PRELOAD=$SHIM timeout 60 "$PROG" init alloc:960MiB touch:"$T/held" waitfile:"$T/end" >"$T/out.a" 2>&1 &
+	export FAKECUDA_CTX_BYTES=$((64 * MiB)) FAKECUDA_MODULE_BYTES=$((64 * MiB))
+	LD_PRELOAD=$SHIM timeout 60 "$PROG" init alloc:896MiB touch:"$T/held" waitfile:"$T/end" >"$T/out.a" 2>&1 &
 	waitfor "$T/held"
-	run init info:0:1GiB nvml:0:1GiB:1088MiB:0 alloc:1:2
+	run init modload:data info:0:1GiB nvml:0:1GiB:1088MiB:0 alloc:1:2
+	unset FAKECUDA_MODULE_BYTES
 	touch "$T/end"
 	wait
 	# Real free below the slice's: min(slice free, real free).

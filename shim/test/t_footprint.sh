@@ -32,6 +32,21 @@ test_fp_many_processes() { # [PIDNS_OFFSET]
 	run init alloc:192MiB alloc:1:2 info:0:256MiB
 }
 
+test_fp_ctx_past_limit() {
+	# A context whose own memory (16 MiB here, 518 MiB on an H200) would take the container past
+	# its limit is destroyed and its creation fails as out of memory, primary or not: the first
+	# process holds 16 + 40 of 64 MiB, so a second one's contexts (16 more each) are refused and
+	# the container stays at 56 MiB. Once the first is gone, a context is counted as before.
+	setup $((64 * MiB))
+	export FAKECUDA_CTX_BYTES=$((16 * MiB))
+	held first init alloc:40MiB
+	run cuinit primary:0:2 newctx:0:2 || { release first; return 1; }
+	expect "used with the refused contexts gone" "$(used)" $((56 * MiB))
+	expect "warning" "$(grep -c "new context's own memory would take the container past" "$T/err")" 1
+	release first
+	run init alloc:48MiB alloc:1:2
+}
+
 # ---- growth after the context's creation ----------------------------------------------------------
 
 test_fp_module_loads() {
@@ -148,6 +163,7 @@ test_lock_reentrant_alloc() { # [interposer]
 	[ -z "${1:-}" ] || grep -q "interposer: 2 calls" "$T/err"
 }
 
+t fp_ctx_past_limit test_fp_ctx_past_limit
 t fp_nvml_not_available test_fp_nvml_not_available
 t fp_nvml_unknown_keeps_na test_fp_nvml_unknown_keeps na
 t fp_nvml_unknown_keeps_fail test_fp_nvml_unknown_keeps fail
