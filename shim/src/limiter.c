@@ -109,6 +109,7 @@ struct bucket {
 	int starved;     /* a launch found the bucket empty since the rate last moved */
 	int clipped;     /* a launch hit the bounded debt since the rate last moved */
 	int debt_clipped; /* the last charge hit the bounded debt: the debt is a kernel's beyond its share */
+	int climbing;    /* from the first guess until a measure first reaches half the target */
 	uint64_t carries; /* launches let go after WAIT_CAP_NS with debt carried (debug log) */
 	int launched;    /* a launch was charged since the rate last moved */
 	int sms;         /* the device's SM count: blocks per wave */
@@ -212,8 +213,8 @@ static int measure(struct bucket *b, unsigned *mine, unsigned *all)
 }
 
 /* The next refill rate, from fresh measurements of the container's share. */
-static int64_t adjust(int idx, int64_t rate, int starved, int clipped, int launched, unsigned mine,
-		      unsigned all)
+static int64_t adjust(int idx, struct bucket *b, int64_t rate, int starved, int clipped, int launched,
+		      unsigned mine, unsigned all)
 {
 	int target = vgpu.limits.gpu[idx].cores;
 	if (vgpu.limits.policy == VGPU_POLICY_BURST) {
@@ -232,6 +233,20 @@ static int64_t adjust(int idx, int64_t rate, int starved, int clipped, int launc
 		/* Multiplicative step, half the gap per period: converges geometrically
 		 * whatever the SM count or kernel size. */
 		double ratio = (double)target / (double)mine;
+		/* Climbing from the first guess (a wave a millisecond) while launches
+		 * wait for tokens, far below the target: the guess is that far off
+		 * for short waves, and half-steps of at most 1.5x took 2-3 s to close
+		 * the gap (1-element kernels on an H200). Go most of the way at once,
+		 * up to 6x a step. Only while climbing: later, a launcher descheduled
+		 * on a loaded host also looks far below, and a large step then
+		 * overshoots. */
+		if (b->climbing && ratio < 2.0)
+			b->climbing = 0;
+		if (b->climbing && starved) {
+			if (ratio > 8.0)
+				ratio = 8.0;
+			return clamp_rate(idx, (int64_t)((double)rate * 0.75 * ratio));
+		}
 		if (ratio > 2.0)
 			ratio = 2.0;
 		if (ratio < 0.5)
@@ -298,7 +313,7 @@ static void steer(int idx, struct bucket *b)
 			      __atomic_load_n(&b->waiting, __ATOMIC_RELAXED) > 0;
 		int clipped = __atomic_exchange_n(&b->clipped, 0, __ATOMIC_RELAXED);
 		int launched = __atomic_exchange_n(&b->launched, 0, __ATOMIC_RELAXED);
-		rate = adjust(idx, rate, starved, clipped, launched, mine, all);
+		rate = adjust(idx, b, rate, starved, clipped, launched, mine, all);
 		b->heard_ns = now;
 	} else if (m > 0 && now - b->heard_ns >= STALE_NS) {
 		/* No samples for a while: nothing the container ran reached 1 % of
@@ -358,6 +373,7 @@ static void start_watcher(void)
 				continue;
 			}
 			b->rate = clamp_rate(i, nominal_rate(i));
+			b->climbing = 1;
 			b->tokens = b->rate;
 			b->refilled_ns = b->heard_ns = now_ns();
 			b->active = 1;

@@ -34,8 +34,9 @@
  *
  * Usage: limiterbench BUILD_DIR [SECONDS] (SECONDS measured after 3 s of
  * warm-up, long enough for the rate to reach 15 us waves from its first guess
- * of 1 ms; default 3). The child mode "limiterbench --load MIX SECONDS WARMUP"
- * is what each container runs.
+ * of 1 ms; default 3; LIMITERBENCH_WARMUP=S sets the warm-up, 0 measures the
+ * climb itself). The child mode "limiterbench --load MIX SECONDS WARMUP" is
+ * what each container runs.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -255,6 +256,7 @@ static int load(const char *mix, double seconds, double warm)
 
 static char self[4096], build[4096], root[4096];
 static double seconds = 3.0;
+static const char *warmup = "3"; /* LIMITERBENCH_WARMUP: 0 measures the climb from the first guess */
 
 struct container {
 	const char *mix;
@@ -305,7 +307,7 @@ static void start(struct container *c, int idx, const char *state)
 		setenv("LD_LIBRARY_PATH", v, 1);
 		snprintf(v, sizeof(v), "%s/libvgpu-shim.so", build);
 		setenv("LD_PRELOAD", v, 1);
-		execl(self, self, "--load", c->mix, secs, "3", (char *)NULL);
+		execl(self, self, "--load", c->mix, secs, warmup, (char *)NULL);
 		_exit(127);
 	}
 	close(p[1]);
@@ -401,6 +403,8 @@ int main(int argc, char **argv)
 	}
 	if (argc > 2)
 		seconds = atof(argv[2]);
+	if (getenv("LIMITERBENCH_WARMUP"))
+		warmup = getenv("LIMITERBENCH_WARMUP");
 	if (!realpath("/proc/self/exe", self) || !realpath(argv[1], build)) {
 		perror("limiterbench: realpath");
 		return 1;

@@ -64,6 +64,17 @@ test_sm_launch_legacy() {
 	share_in "$T/out" 25 35 "shares of cuLaunchGrid and cuLaunch through cuGetProcAddress_v2"
 }
 
+test_sm_quick_climb() {
+	# Kernels of 50 us a wave at 30 %: the first guess (1 ms a wave) lets the container run 1.5 %.
+	# The rate gets most of the way in one step while far below the share and starved (half-steps
+	# of 1.5x at most took 2-3 s on an H200), so the window from 0.5 s to 1.5 s after the first
+	# launch is already near the share.
+	setup $GiB 30 hard
+	export FAKECUDA_SAMPLE_MS=166 FAKECUDA_KERNEL_US=50
+	run init launchfor:1.5:0.5:1 || return 1
+	share_in "$T/out" 20 35 "share from 0.5 s to 1.5 s"
+}
+
 # sm_small_waves IDLE — kernels of 50 us a wave at a 10 % limit: the first guess (1 ms a wave) lets
 # the container run 0.5 % of the GPU, less than NVML's 1 % resolution. NVML shows it as IDLE says
 # (absent: no samples at all; zero: listed with 0 %); either way the rate must climb to the share.
@@ -119,6 +130,7 @@ t sm_huge_kernel_no_stall test_sm_huge_kernel_no_stall
 t sm_charged_by_waves test_sm_charged_by_waves
 t sm_launch_kinds test_sm_launch_kinds
 t sm_launch_legacy test_sm_launch_legacy
+t sm_quick_climb test_sm_quick_climb
 t sm_no_samples test_sm_no_samples
 t sm_zero_samples test_sm_zero_samples
 t sm_nvml_unsupported test_sm_nvml_unsupported
