@@ -84,7 +84,10 @@ func (d *Driver) Run(ctx context.Context, opts RunOptions) error {
 			}
 		}
 		if n != last {
-			d.log.Info("ResourceSlice published", "pool", d.pool, "gpus", n)
+			// PublishResources only hands the slice to the plugin helper's
+			// controller, which writes it to the API server in the
+			// background; its failures come through HandleError.
+			d.log.Info("ResourceSlice updated; written to the API server in the background", "pool", d.pool, "gpus", n)
 			last = n
 		}
 	}
