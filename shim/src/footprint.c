@@ -192,13 +192,14 @@ static void shrink(int idx, uint64_t bytes)
 		}
 }
 
-/* Measures idx and counts the difference; growth is attributed to ctx if given. */
-static void measure(int idx, CUcontext ctx)
+/* Measures idx and counts the difference; growth is attributed to ctx if
+ * given. Returns 1 when the count grew, else 0. */
+static int measure(int idx, CUcontext ctx)
 {
 	uint64_t mine;
 	if (nvml_mine(idx, ctx, &mine) != 0)
-		return;
-	int over = 0;
+		return 0;
+	int over = 0, grew = 0;
 	pthread_mutex_lock(&mu);
 	/* IPC imports are counted for this process but, as far as is known, are
 	 * in the exporter's figure, not ours: left out of what NVML's is compared
@@ -223,6 +224,7 @@ static void measure(int idx, CUcontext ctx)
 			vgpu_reserve_force(idx, target - fp);
 			uint64_t limit = vgpu.limits.gpu[idx].memory;
 			over = limit && vgpu_used(idx) > limit;
+			grew = 1;
 		}
 	} else if (target < fp) {
 		shrink(idx, fp - target);
@@ -230,12 +232,14 @@ static void measure(int idx, CUcontext ctx)
 		vgpu_unreserve(idx, fp - target);
 	}
 	pthread_mutex_unlock(&mu);
-	if (over && !__atomic_exchange_n(&warned_over, 1, __ATOMIC_RELAXED))
+	/* A new context past the limit is undone by its creator (mem.c), which says so. */
+	if (over && !ctx && !__atomic_exchange_n(&warned_over, 1, __ATOMIC_RELAXED))
 		LOGW("GPU memory on %s: the driver's own memory for this process (context footprint: modules, "
 		     "stacks, heap) grew to %llu bytes and the container now holds %llu of %llu; it cannot be "
 		     "refused after the fact, further allocations fail until memory is freed",
 		     vgpu.limits.gpu[idx].uuid, (unsigned long long)target, (unsigned long long)vgpu_used(idx),
 		     (unsigned long long)vgpu.limits.gpu[idx].memory);
+	return grew;
 }
 
 /* Measures every index this process has a context on (one thread at a time). */
@@ -260,14 +264,8 @@ int vgpu_fp_ctx_created(CUcontext ctx, CUdevice dev)
 		return 0;
 	__atomic_store_n(&active[idx], 1, __ATOMIC_RELAXED);
 	__atomic_store_n(&any, 1, __ATOMIC_RELEASE);
-	pthread_mutex_lock(&mu);
-	uint64_t before = total[idx];
-	pthread_mutex_unlock(&mu);
-	measure(idx, ctx);
+	int grew = measure(idx, ctx);
 	__atomic_store_n(&due_ns, coarse_ns() + POLL_NS, __ATOMIC_RELAXED);
-	pthread_mutex_lock(&mu);
-	int grew = total[idx] > before;
-	pthread_mutex_unlock(&mu);
 	uint64_t limit = vgpu.limits.gpu[idx].memory;
 	return grew && limit && vgpu_used(idx) > limit;
 }

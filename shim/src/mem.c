@@ -459,6 +459,14 @@ static int count_ctx(CUcontext ctx, CUdevice dev)
 	return vgpu_fp_ctx_created(ctx, dev);
 }
 
+/* A context is gone (destroyed, or a primary one released or reset): so is everything it held. */
+static void ctx_gone(CUcontext ctx)
+{
+	vgpu_track_drop_ctx(ctx);
+	vgpu_pool_ctx_gone(ctx);
+	vgpu_fp_ctx_gone(ctx);
+}
+
 /*
  * A context whose own memory takes the container past its limit is undone,
  * and its creation fails as out of memory: the driver holds that memory for
@@ -471,13 +479,13 @@ static int count_ctx(CUcontext ctx, CUdevice dev)
 static void refused_ctx(CUdevice dev)
 {
 	static int warned;
-	int idx = vgpu_device_index(dev);
-	if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+	int idx = vgpu_device_index(dev); /* listed: count_ctx found it past its limit */
+	if (idx >= 0 && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
 		LOGW("GPU memory quota exceeded on %s: a new context's own memory would take the container past "
 		     "its limit (%llu of %llu bytes in use with it); the context is destroyed and its creation "
 		     "fails",
-		     idx >= 0 ? vgpu.limits.gpu[idx].uuid : "?", (unsigned long long)(idx >= 0 ? vgpu_used(idx) : 0),
-		     (unsigned long long)(idx >= 0 ? vgpu.limits.gpu[idx].memory : 0));
+		     vgpu.limits.gpu[idx].uuid, (unsigned long long)vgpu_used(idx),
+		     (unsigned long long)vgpu.limits.gpu[idx].memory);
 }
 
 /* After cuCtxCreate*: undoes a context that count_ctx found past the limit. */
@@ -486,11 +494,8 @@ static CUresult created(CUresult rc, CUcontext *ctx, CUdevice dev)
 	if (rc != CUDA_SUCCESS || !ctx || !count_ctx(*ctx, dev))
 		return rc;
 	refused_ctx(dev);
-	if (NEXT(cuCtxDestroy_v2)(*ctx) == CUDA_SUCCESS) {
-		vgpu_track_drop_ctx(*ctx);
-		vgpu_pool_ctx_gone(*ctx);
-		vgpu_fp_ctx_gone(*ctx);
-	}
+	if (NEXT(cuCtxDestroy_v2)(*ctx) == CUDA_SUCCESS)
+		ctx_gone(*ctx);
 	*ctx = NULL;
 	return CUDA_ERROR_OUT_OF_MEMORY;
 }
@@ -542,11 +547,8 @@ static void primary_gone(CUdevice dev, int reset)
 	if (reset)
 		primary_refs[dev] = 0;
 	pthread_mutex_unlock(&primary_mu);
-	if (c) {
-		vgpu_track_drop_ctx(c);
-		vgpu_pool_ctx_gone(c);
-		vgpu_fp_ctx_gone(c);
-	}
+	if (c)
+		ctx_gone(c);
 }
 
 void vgpu_ctx_after_fork(void)
@@ -616,11 +618,8 @@ VGPU_EXPORT CUresult cuCtxCreate_v4(CUcontext *ctx, void *params, unsigned flags
 VGPU_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
 	CUresult rc = NEXT(cuCtxDestroy_v2)(ctx);
-	if (rc == CUDA_SUCCESS && vgpu.mode == VGPU_ENFORCE) {
-		vgpu_track_drop_ctx(ctx);
-		vgpu_pool_ctx_gone(ctx);
-		vgpu_fp_ctx_gone(ctx);
-	}
+	if (rc == CUDA_SUCCESS && vgpu.mode == VGPU_ENFORCE)
+		ctx_gone(ctx);
 	return rc;
 }
 

@@ -31,25 +31,9 @@ limits $((8 << 30)) 100
 shimmed python3 $P timeline "$PWD/build/regiondump" "$W/region/usage" | sed 's/^/shim   /'
 
 echo "== 3. SM limiter at cores=30, shares of the unlimited rate in 2 s windows"
-windows='
-import sys, time, torch
-x = torch.ones(1, device="cuda"); s = torch.cuda.Stream()
-with torch.cuda.stream(s):
-    x.add_(1)
-torch.cuda.synchronize()
-g = torch.cuda.CUDAGraph()
-with torch.cuda.graph(g):
-    for _ in range(50):
-        x.add_(1)
-run = (lambda: g.replay()) if sys.argv[1] == "graph" else (lambda: x.add_(1))
-for w in range(int(sys.argv[2])):
-    torch.cuda.synchronize(); t = time.time(); n = 0
-    while time.time() - t < 2:
-        run(); n += 1
-    torch.cuda.synchronize(); print(round(n / (time.time() - t)))'
 for kind in graph eager; do
-	base=$(CUDA_VISIBLE_DEVICES=$gpu python3 -c "$windows" $kind 2 | tail -n 1)
+	base=$(CUDA_VISIBLE_DEVICES=$gpu python3 validate/smallkernels.py $kind 2 2 | tail -n 1)
 	limits 0 30
-	got=$(shimmed python3 -c "$windows" $kind 6 | tr '\n' ' ')
+	got=$(shimmed python3 validate/smallkernels.py $kind 2 2 2 2 2 2 | grep -v '^capture_ms' | tr '\n' ' ')
 	echo "  $kind: unlimited $base/s; at cores=30: $(for r in $got; do printf '%s%% ' "$(python3 -c "print(round(100 * $r / $base, 1))")"; done)"
 done

@@ -200,28 +200,11 @@ result $? "SM limiter: small kernels held to 30 % of GPU time, no launch waits o
 #     unlimited rate (replays keep the GPU busy: the rate is the share); charged as one wave
 #     (its 50 blocks on the GPU's SMs) it would run far above. Capturing it at 30 % is not
 #     charged (no replay has run yet).
-gr='
-import time, torch
-x = torch.ones(1, device="cuda"); s = torch.cuda.Stream()
-with torch.cuda.stream(s):
-    x.add_(1)
-torch.cuda.synchronize()
-g = torch.cuda.CUDAGraph()
-t = time.time()
-with torch.cuda.graph(g):
-    for _ in range(50):
-        x.add_(1)
-cap = time.time() - t
-def replay(sec):
-    torch.cuda.synchronize(); t = time.time(); n = 0
-    while time.time() - t < sec:
-        g.replay(); n += 1
-    torch.cuda.synchronize(); return n / (time.time() - t)
-replay(4)
-print(replay(3), round(cap * 1000, 1))'
-read -r graph_base _ < <(CUDA_VISIBLE_DEVICES=$gpu python3 -c "$gr")
+graph_base=$(CUDA_VISIBLE_DEVICES=$gpu python3 validate/smallkernels.py graph 4 3 | tail -n 1)
 limits 0 30
-read -r graph_got cap_ms < <(shimmed python3 -c "$gr")
+out=$(shimmed python3 validate/smallkernels.py graph 4 3)
+graph_got=$(echo "$out" | tail -n 1)
+cap_ms=$(echo "$out" | sed -n 's/^capture_ms //p')
 share=$(python3 -c "print(round(100 * $graph_got / $graph_base, 1))")
 echo "  cores=30: a 50-kernel graph replays at $share % of its unlimited rate once settled; capturing it took $cap_ms ms"
 python3 -c "import sys; sys.exit(0 if 25 <= $share <= 35 else 1)"
