@@ -84,14 +84,16 @@ test_slots_reports_two_namespaces() {
 }
 
 # race_start N DIR OFFSET — N processes started by one shell (so their pids follow one another in
-# its namespace) that take a context, wait for $T/go, allocate 1 MiB, then wait for $T/end.
+# its namespace) that take a context once all N are started (a thread made earlier, such as the
+# shim's keeper when a racer finds the region busy at its start, would take a pid between two of
+# them), wait for $T/go, allocate 1 MiB, then wait for $T/end.
 race_start() {
 	local n=$1 dir=$2
 	mkdir -p "$T/$dir"
 	in_ns "$3" "$dir.sh" sh -c 'for i in $(seq "$1"); do
-		"$2" init touch:"$3/ready.$i" waitfile:"$4/go" alloc:1MiB touch:"$3/held.$i" waitfile:"$4/end" \
-			>"$3/out.$i" 2>"$3/err.$i" &
-	done; wait' race "$n" "$PROG" "$T/$dir" "$T"
+		"$2" waitfile:"$3/forked" init touch:"$3/ready.$i" waitfile:"$4/go" alloc:1MiB touch:"$3/held.$i" \
+			waitfile:"$4/end" >"$3/out.$i" 2>"$3/err.$i" &
+	done; touch "$3/forked"; wait' race "$n" "$PROG" "$T/$dir" "$T"
 }
 
 nspids() { # nspids PID — the pids of PID's children in their own namespace, sorted
