@@ -3,14 +3,19 @@
  * allocation calls: imported external memory, IPC-imported memory and memory
  * bound to multicast objects.
  *
- * IPC-imported memory (cuIpcOpenMemHandle) is charged to the importer too,
+ * IPC-imported memory (cuIpcOpenMemHandle, and a stream-ordered pool's
+ * pointer imported with cuMemPoolImportPointer) is charged to the importer too,
  * its size on the device it lives on, refused (the import closed again) over
  * the quota. The driver keeps an exported allocation alive while any import
  * of it is open, after the exporter's cuMemFree and after the exporter's
  * exit (seen on an H200, driver 580: validate.sh check 10), so an import is
  * a reference of its own, as an imported VMM handle is. Charging only the
  * exporter let a container hold memory nothing counted: allocate, export,
- * import in a sibling, free in the exporter, again. Marks that would let a
+ * import in a sibling, free in the exporter, again. A pool import is freed
+ * with cuMemFree[Async] in the importer; the driver requires that before the
+ * exporter's free, as it does the close of an IPC import before the
+ * exporter's cuMemFree, which the 580 driver does not enforce: a tenant need
+ * not keep either rule, so both are charged alike. Marks that would let a
  * holder skip its charge while another pays could be forged by any process
  * that can open the limits file; a charge each holder takes for itself
  * cannot. So while both hold it the block counts twice (an overestimate, as
@@ -103,8 +108,8 @@ static int ipc_extent(CUdeviceptr p, uint64_t *bytes, int *idx)
 	return 0;
 }
 
-/* After a successful open: charges the import, or closes it again over the quota. */
-static CUresult ipc_opened(CUresult rc, CUdeviceptr *p)
+/* After a successful import: charges it (kind), or undoes it over the quota. */
+static CUresult ipc_opened(CUresult rc, CUdeviceptr *p, int kind, CUresult (*undo)(CUdeviceptr))
 {
 	static int warned;
 	uint64_t bytes;
@@ -119,23 +124,28 @@ static CUresult ipc_opened(CUresult rc, CUdeviceptr *p)
 	}
 	int go = vgpu_mem_admit_index(idx, bytes);
 	if (go == GO_REFUSE) {
-		NEXT(cuIpcCloseMemHandle)(*p);
+		undo(*p);
 		*p = 0;
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	return vgpu_mem_settle(rc, go, TRACK_IPC, *p, bytes, idx);
+	return vgpu_mem_settle(rc, go, kind, *p, bytes, idx);
+}
+
+static CUresult ipc_close(CUdeviceptr p)
+{
+	return NEXT(cuIpcCloseMemHandle)(p);
 }
 
 VGPU_EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *p, CUipcMemHandle h, unsigned flags)
 {
 	vgpu_init();
-	return ipc_opened(NEXT(cuIpcOpenMemHandle)(p, h, flags), p);
+	return ipc_opened(NEXT(cuIpcOpenMemHandle)(p, h, flags), p, TRACK_IPC, ipc_close);
 }
 
 VGPU_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, CUipcMemHandle h, unsigned flags)
 {
 	vgpu_init();
-	return ipc_opened(NEXT(cuIpcOpenMemHandle_v2)(p, h, flags), p);
+	return ipc_opened(NEXT(cuIpcOpenMemHandle_v2)(p, h, flags), p, TRACK_IPC, ipc_close);
 }
 
 static CUresult do_ipc_close(void *a)
@@ -146,6 +156,20 @@ static CUresult do_ipc_close(void *a)
 VGPU_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p)
 {
 	return vgpu_mem_release(TRACK_IPC, p, do_ipc_close, &p);
+}
+
+/* ---- pool pointers imported from another process ----------------------------------------------- */
+
+static CUresult pool_import_free(CUdeviceptr p)
+{
+	return NEXT(cuMemFree_v2)(p);
+}
+
+/* Freed by cuMemFree[Async] (mem.c finds the entry when the pointer is none of its own). */
+VGPU_EXPORT CUresult cuMemPoolImportPointer(CUdeviceptr *p, CUmemoryPool pool, CUmemPoolPtrExportData *data)
+{
+	vgpu_init();
+	return ipc_opened(NEXT(cuMemPoolImportPointer)(p, pool, data), p, TRACK_POOL_IMPORT, pool_import_free);
 }
 
 /* ---- VMM handles imported from another process ---------------------------------------------- */

@@ -100,6 +100,12 @@ static CUresult release(int kind, uint64_t key, CUresult (*call)(void *), void *
 	/* Untrack first: once the driver has freed the address, another thread may
 	 * get it back from a new allocation and track it. */
 	int had = vgpu_track_take(kind, key, &t) == 0;
+	/* Not an allocation of ours: perhaps a pool pointer imported from
+	 * another process (import.c), which cuMemFree[Async] frees too. */
+	if (!had && kind == TRACK_PTR && vgpu_track_take(TRACK_POOL_IMPORT, key, &t) == 0) {
+		had = 1;
+		kind = TRACK_POOL_IMPORT;
+	}
 	CUresult rc = call(arg);
 	if (had) {
 		if (rc == CUDA_SUCCESS)

@@ -92,6 +92,7 @@ API CUresult cuLaunch(CUfunction f);
 API CUresult cuIpcOpenMemHandle(CUdeviceptr *p, CUipcMemHandle h, unsigned flags);
 API CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, CUipcMemHandle h, unsigned flags);
 API CUresult cuIpcCloseMemHandle(CUdeviceptr p);
+API CUresult cuMemPoolImportPointer(CUdeviceptr *p, CUmemoryPool pool, CUmemPoolPtrExportData *data);
 API CUresult cuLaunchGrid(CUfunction f, int grid_w, int grid_h);
 API CUresult cuLaunchGridAsync(CUfunction f, int grid_w, int grid_h, CUstream s);
 API CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list, unsigned n, unsigned flags);

@@ -28,12 +28,12 @@ struct entry {
 
 static struct entry *buckets[NBUCKETS];
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t ipc_bytes[VGPU_MAX_DEVICES]; /* TRACK_IPC entries' bytes per index; under mu */
+static uint64_t ipc_bytes[VGPU_MAX_DEVICES]; /* TRACK_IPC and TRACK_POOL_IMPORT entries' bytes per index; under mu */
 
 /* Keeps ipc_bytes in step as entry e comes (sign 1) or goes (-1); caller holds mu. */
 static void ipc_count_locked(const struct entry *e, int sign)
 {
-	if (e->kind == TRACK_IPC && e->idx >= 0 && e->idx < VGPU_MAX_DEVICES)
+	if ((e->kind == TRACK_IPC || e->kind == TRACK_POOL_IMPORT) && e->idx >= 0 && e->idx < VGPU_MAX_DEVICES)
 		ipc_bytes[e->idx] += sign > 0 ? e->bytes : -e->bytes;
 }
 

@@ -7,8 +7,9 @@
 #include "shim.h"
 
 enum { TRACK_PTR = 0, TRACK_HANDLE = 1, TRACK_ARRAY = 2, TRACK_MIPMAP = 3, TRACK_MAP = 5 };
-/* Imported external memory, IPC-imported memory (import.c). */
-enum { TRACK_EXTMEM = 16, TRACK_IPC = 17 };
+/* Imported external memory, IPC-imported memory, pool pointers imported from
+ * another process (import.c; the last two are IPC imports alike). */
+enum { TRACK_EXTMEM = 16, TRACK_IPC = 17, TRACK_POOL_IMPORT = 18 };
 
 struct vgpu_tracked {
 	uint64_t bytes;
@@ -34,8 +35,9 @@ int vgpu_track_map_add(uint64_t va, uint64_t h);
 void vgpu_track_unmap(uint64_t va, uint64_t len, uint64_t freed[VGPU_MAX_DEVICES]);
 /* Forgets and gives back everything allocated in ctx (context destroyed). */
 void vgpu_track_drop_ctx(CUcontext ctx);
-/* Bytes of IPC-imported memory tracked on limits index idx: counted for this
- * process although the driver's per-process figure is the exporter's. */
+/* Bytes of IPC-imported memory (both kinds) tracked on limits index idx:
+ * counted for this process although the driver's per-process figure is the
+ * exporter's. */
 uint64_t vgpu_track_ipc_bytes(int idx);
 
 #endif

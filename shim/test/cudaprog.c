@@ -845,7 +845,7 @@ static void run(int argc, char **argv)
 		} else if (!strncmp(op, "ipc", 3) || !strcmp(op, "poolexport") || !strcmp(op, "poolimport")) {
 			/* ipcexport:FILE / poolexport:FILE — the last held pointer's cuIpcGetMemHandle /
 			 * cuMemPoolExportPointer written to FILE; ipcopen:FILE[:RC] — cuIpcOpenMemHandle of it
-			 * (ipcclose closes the last opened); poolimport:FILE — cuMemPoolImportPointer of it
+			 * (ipcclose closes the last opened); poolimport:FILE[:RC] — cuMemPoolImportPointer of it
 			 * from the current device's default pool, held as an async pointer (free: cuMemFreeAsync). */
 			static CUdeviceptr opened[16];
 			static int nopened;
@@ -890,8 +890,10 @@ static void run(int argc, char **argv)
 					CUdevice d;
 					check_rc("cuCtxGetDevice", api.CtxGetDevice(&d), NULL);
 					check_rc("cuDeviceGetDefaultMemPool", api.DeviceGetDefaultMemPool(&pool, d), NULL);
-					check_rc("cuMemPoolImportPointer", f(&p, pool, (CUmemPoolPtrExportData *)buf), NULL);
-					hold(A_ASYNC, p);
+					rc = f(&p, pool, (CUmemPoolPtrExportData *)buf);
+					check_rc("cuMemPoolImportPointer", rc, a[2]);
+					if (rc == CUDA_SUCCESS)
+						hold(A_ASYNC, p);
 				}
 			}
 		} else if (!strcmp(op, "extimport") || !strcmp(op, "extmap") || !strcmp(op, "extdestroy")) {

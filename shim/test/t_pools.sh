@@ -215,14 +215,15 @@ test_ipc_imports() {
 	for m in "-m direct" "-m rt12" "-m rt11"; do
 		setup $((64 * MiB))
 		# The exporter holds 16 MiB and a pool block of 8 MiB. A second process of the container
-		# that opens the 16 MiB with cuIpcOpenMemHandle is charged them too (the driver keeps
-		# the memory while an import is open, whatever the exporter does): 40 MiB, so 24 more
-		# fill the quota; closing the import gives its 16 back. The pool pointer's import is the
-		# exporter's (not charged again).
+		# that opens the 16 MiB with cuIpcOpenMemHandle and imports the pool block with
+		# cuMemPoolImportPointer is charged both too (the driver keeps the memory while an import
+		# is open, whatever the exporter does): 48 MiB, so 16 more fill the quota. Freeing that and
+		# the pool import (cuMemFreeAsync) gives 24 back; closing the IPC import 16 more.
 		# shellcheck disable=SC2086
 		held exporter $m init alloc:16MiB ipcexport:"$T/h" async:8MiB poolexport:"$T/ph"
 		# shellcheck disable=SC2086
-		run $m init ipcopen:"$T/h" poolimport:"$T/ph" alloc:24MiB alloc:1:2 ipcclose alloc:16MiB alloc:1:2
+		run $m init ipcopen:"$T/h" poolimport:"$T/ph" alloc:16MiB alloc:1:2 free free alloc:24MiB alloc:1:2 \
+			ipcclose alloc:16MiB alloc:1:2
 		expect "$m used once the importer is gone" "$(used)" $((24 * MiB))
 		release exporter
 	done
@@ -258,6 +259,22 @@ test_ipc_free_while_imported() {
 	expect "importer's refusal" "$(grep -c 'quota exceeded' "$T/imp.err")" 1
 }
 
+test_pool_import_free_while_imported() {
+	# The same way past the quota with a stream-ordered pool: allocate from the pool, export the
+	# pointer, import it in a sibling, free it in the exporter and trim the pool, allocate again.
+	# The driver requires the importer to free first; nothing makes a tenant do so. The second
+	# import would make 96 MiB resident on a 64 MiB quota: refused, and freed again.
+	setup $((64 * MiB))
+	LD_PRELOAD=$SHIM timeout 60 "$PROG" init waitfile:"$T/h1.ready" poolimport:"$T/h1" touch:"$T/opened" \
+		waitfile:"$T/h2.ready" poolimport:"$T/h2":2 touch:"$T/tried" waitfile:"$T/end" >"$T/imp.out" 2>"$T/imp.err" &
+	local imp=$!
+	run init async:32MiB poolexport:"$T/h1" touch:"$T/h1.ready" waitfile:"$T/opened" free sync trim:0 \
+		async:32MiB poolexport:"$T/h2" touch:"$T/h2.ready" waitfile:"$T/tried" || { touch "$T/end"; wait $imp; return 1; }
+	touch "$T/end"
+	wait $imp || { cat "$T/imp.out" "$T/imp.err"; return 1; }
+	expect "importer's refusal" "$(grep -c 'quota exceeded' "$T/imp.err")" 1
+}
+
 t pool_release_threshold test_pool_release_threshold
 t pool_sync_points test_pool_sync_points
 t pool_attributes test_pool_attributes
@@ -266,6 +283,7 @@ t legacy_entry_points test_legacy_entry_points
 t pool_without_attributes test_pool_without_attributes
 t pool_table_full test_pool_table_full
 t ipc_imports test_ipc_imports
+t pool_import_free_while_imported test_pool_import_free_while_imported
 t ipc_free_while_imported test_ipc_free_while_imported
 t ipc_import_footprint test_ipc_import_footprint
 t external_memory test_external_memory
