@@ -144,6 +144,8 @@ _Static_assert(sizeof(off_t) == 8, "the ledger needs 64-bit file offsets");
 /* Queries one measurement may take: two per lock found, plus one. A tenant
  * who sprays more locks than this only makes its own allocations fail. */
 #define MAX_QUERIES 65536
+/* A host pid claim made or seen standing this recently is not queried again. */
+#define CLAIM_FRESH_NS 50000000ll
 
 /*
  * The held report per (GPU, slot): bytes >> unit in a "high" range of 2^span
@@ -185,6 +187,7 @@ static char path[4096];                     /* to reopen in a fork child */
 static uint64_t leased[VGPU_MAX_DEVICES];   /* lease our locks say, per GPU: the sum of the stretches */
 static uint64_t held[VGPU_MAX_DEVICES];     /* held bytes our locks say, per GPU */
 static int32_t claimed_hp;                  /* host pid our claim says; 0 = none */
+static int64_t claim_seen_ns;               /* CLOCK_MONOTONIC_COARSE when the claim was last made or seen */
 
 /* Our lease on one GPU: disjoint stretches [s, e) of its pool and overflow
  * (block-relative), sorted, none adjacent to another (the kernel merges
@@ -278,6 +281,7 @@ void vgpu_ledger_init(int limits_fd, const char *limits_path)
 	memset(leased, 0, sizeof(leased));
 	memset(held, 0, sizeof(held));
 	claimed_hp = 0;
+	claim_seen_ns = 0;
 }
 
 void vgpu_ledger_after_fork(void)
@@ -291,6 +295,7 @@ void vgpu_ledger_after_fork(void)
 	memset(held, 0, sizeof(held));
 	memset(lz, 0, sizeof(lz));
 	claimed_hp = 0;
+	claim_seen_ns = 0;
 	me = (int32_t)getpid();
 	slot = -1; /* the parent's stays the parent's: ours is taken at our first publication */
 	if (fd < 0)
@@ -875,21 +880,37 @@ int vgpu_ledger_publish_held(int idx, uint64_t bytes)
 	return publish(&HELD, held, idx, bytes);
 }
 
+static int64_t coarse_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
+
 /*
  * Whether our claim still stands. A process drops its process-associated
  * locks when it closes any descriptor of the file, ours or not: a program
  * that reads the limits file itself drops the claim, and the descriptor
- * check of still_ours() cannot see that. Checked (one query) each time the
- * claim is written, which the SM limiter's watcher does periodically. The
+ * check of still_ours() cannot see that. Checked (one query) when the claim
+ * is written, which the SM limiter's watcher does periodically, unless it was
+ * made or checked within CLAIM_FRESH_NS. The
  * slot's identity byte goes with it (the same kind of lock, dropped at the
  * same moment) and is taken again with it.
  */
 static int claim_stands(void)
 {
+	/* Made or found standing moments ago: a process's start writes it two or
+	 * three times within a millisecond, and each query walks every lock on
+	 * the file. A claim dropped since is found at the next write after this. */
+	if (coarse_now() - claim_seen_ns < CLAIM_FRESH_NS)
+		return 1;
 	struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = hp_at(slot, claimed_hp), .l_len = 1};
 	if (fd < 0 || syscall(SYS_fcntl, fd, F_OFD_GETLK, &fl) != 0)
 		return 1; /* cannot tell: still_ours() below deals with a lost descriptor */
-	return fl.l_type != F_UNLCK && fl.l_pid == me;
+	int ok = fl.l_type != F_UNLCK && fl.l_pid == me;
+	if (ok)
+		claim_seen_ns = coarse_now();
+	return ok;
 }
 
 int vgpu_ledger_claim_host_pid(int32_t hp)
@@ -898,14 +919,16 @@ int vgpu_ledger_claim_host_pid(int32_t hp)
 		return 0;
 	if (!still_ours())
 		return -1;
+	int fresh = slot < 0; /* take_slot() below takes the identity with the slot */
 	if (hp && take_slot() != 0)
 		return -1;
 	/* Identity first: a claim names us only while we hold our slot's identity. */
-	if (hp && (claim_lk(F_RDLCK, ID_AT + slot) != 0 || claim_lk(F_RDLCK, hp_at(slot, hp)) != 0))
+	if (hp && ((!fresh && claim_lk(F_RDLCK, ID_AT + slot) != 0) || claim_lk(F_RDLCK, hp_at(slot, hp)) != 0))
 		return -1;
 	if (claimed_hp && claimed_hp != hp && slot >= 0)
 		claim_lk(F_UNLCK, hp_at(slot, claimed_hp));
 	claimed_hp = hp;
+	claim_seen_ns = hp ? coarse_now() : 0;
 	return 0;
 }
 

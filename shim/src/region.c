@@ -26,7 +26,9 @@
  * child reopens the file to get a description of its own. It guards the
  * report only: the quota is the ledger's pool, taken under the thread mutex
  * alone. So no process waits long for it: the report of a grant or a free
- * tries REPORT_TRY_NS and leaves the rest to the keeper thread, the keeper
+ * takes it only if it is free and otherwise leaves the report to the keeper
+ * thread (a process that sleeps for it on a busy node waits behind every
+ * runnable process before it runs again, for a report that can wait), the keeper
  * and an exit wait a little longer and leave what they could not write to
  * the next report or rebuild, a process's start maps a sound file without
  * it, and making or repairing the file waits OPEN_WAIT_NS (a process
@@ -60,7 +62,7 @@
 #define RETRY_NS 1000000000ll /* no usable region file: try again after this long */
 #define SYNC_NS 1000000000ll  /* rebuild the other processes' slots at least this often */
 #define REPORT_WAIT_NS 100000000ll /* a report waits this long for the region's lock at most */
-#define REPORT_TRY_NS 1000000ll     /* a grant's or a free's report, which the keeper can write later */
+#define REPORT_TRY_NS 0ll          /* a grant's or a free's report: one try, the keeper writes it later */
 #define OPEN_WAIT_NS 5000000000ll   /* opening the region waits this long for its lock at most */
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -795,7 +797,7 @@ static void keeper_start(void);
 void vgpu_region_set_host_pid(int32_t hp)
 {
 	/* The claim at once (the ledger needs only the thread mutex); the slot
-	 * if the region's lock comes within REPORT_TRY_NS, else by the keeper
+	 * if the region's lock is free, else by the keeper
 	 * (this is on the way to the process's first context). */
 	(void)hp; /* vgpu_host_pid() answers it already */
 	pthread_mutex_lock(&mu);
@@ -1031,8 +1033,8 @@ static int grow_locked(int idx, uint64_t bytes, int force, uint64_t *short_by, i
 }
 
 /*
- * The region's part of a grant's or a free's report: now if its lock comes
- * within REPORT_TRY_NS, else by the keeper (a report it sees is not written
+ * The region's part of a grant's or a free's report: now if its lock is
+ * free, else by the keeper (a report it sees is not written
  * yet); the host pid claim (the SM limiter's) now either way.
  */
 static void report(int idx)
