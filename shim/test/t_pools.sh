@@ -275,6 +275,35 @@ test_pool_import_free_while_imported() {
 	expect "importer's refusal" "$(grep -c 'quota exceeded' "$T/imp.err")" 1
 }
 
+test_ipc_share_script() {
+	# validate/ipcshare.py, which check 10 of validate.sh runs on a GPU, run here on the fake
+	# driver: both ways of sharing a block run to the end, and the shim's figures in the
+	# importer are those check 10 judges by (the import charged while shared and after the
+	# exporter's free, given back at the close).
+	command -v python3 >/dev/null || { echo "    info: no python3: skipped"; return 0; }
+	local mode blk=$((16 * MiB)) d
+	for mode in ipc pool; do
+		setup $((64 * MiB))
+		d=$T/w
+		mkdir "$d"
+		LD_PRELOAD=$SHIM timeout 60 python3 "$HERE/../validate/ipcshare.py" $mode export "$d" $blk >"$T/exp.out" 2>&1 &
+		local e=$!
+		LD_PRELOAD=$SHIM timeout 60 python3 "$HERE/../validate/ipcshare.py" $mode import "$d" $blk >"$T/imp.out" 2>&1 &
+		local i=$!
+		waitfor "$d/opened" $i
+		touch "$d/go_free"
+		waitfor "$d/measured" $i
+		touch "$d/go_close"
+		waitfor "$d/closed" $i
+		touch "$d/done"
+		wait $e && wait $i || { cat "$T/exp.out" "$T/imp.out"; return 1; }
+		# The container's used, as the importer's cuMemGetInfo says: both charged while shared.
+		expect "$mode: used while shared" "$(cat "$d/opened")" $((2 * blk))
+		expect "$mode: used after the exporter's free" "$(cat "$d/measured")" $blk
+		expect "$mode: used after the close" "$(cat "$d/closed")" 0
+	done
+}
+
 t pool_release_threshold test_pool_release_threshold
 t pool_sync_points test_pool_sync_points
 t pool_attributes test_pool_attributes
@@ -284,6 +313,7 @@ t pool_without_attributes test_pool_without_attributes
 t pool_table_full test_pool_table_full
 t ipc_imports test_ipc_imports
 t pool_import_free_while_imported test_pool_import_free_while_imported
+t ipc_share_script test_ipc_share_script
 t ipc_free_while_imported test_ipc_free_while_imported
 t ipc_import_footprint test_ipc_import_footprint
 t external_memory test_external_memory

@@ -379,85 +379,55 @@ sys.exit(0 if ok else 1)
 PY
 result $? "pre-11.0 primary-context release gives memory back; pre-3.2 cuMemGetInfo / cuDeviceTotalMem report the slice"
 
-# 10. IPC lifetime: memory still resident after the exporter's cuMemFree, while a sibling holds
-#     cuIpcOpenMemHandle, must stay charged (the 580 driver keeps it: the importer is charged
-#     for its import). Two shimmed processes of one container: the exporter allocates a quarter
-#     of the limit and exports it, the importer opens it, the exporter frees it, the importer
-#     closes it. The device's real "used" (nvidia-smi, no shim) and the shim's (cuMemGetInfo in
-#     the importer) are read while shared, after the exporter's free and after the close; NVML's
-#     per-process figures while shared say whose figure the import is in (the context footprint
-#     assumes the exporter's). Passes when, if the driver keeps the block after the exporter's
-#     free, the shim still charges it then and gives it back at the close.
-limits "$limit" 100
-cat >"$W/ipc.py" <<'PY'
-import ctypes, os, sys, time
-from ctypes import byref, c_int, c_size_t, c_uint64, c_void_p, create_string_buffer
-role, w, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
-cu = ctypes.CDLL("libcuda.so.1")
-assert cu.cuInit(0) == 0
-dev, ctx = c_int(), c_void_p()
-assert cu.cuDeviceGet(byref(dev), 0) == 0 and cu.cuDevicePrimaryCtxRetain(byref(ctx), dev) == 0
-assert cu.cuCtxSetCurrent(ctx) == 0
-def wait(name):
-    while not os.path.exists(os.path.join(w, name)):
-        time.sleep(0.05)
-def mark(name, text=""):
-    open(os.path.join(w, name), "w").write(text)
-def used():
-    f, t = c_size_t(), c_size_t()
-    cu.cuMemGetInfo_v2(byref(f), byref(t))
-    return t.value - f.value
-if role == "export":
-    p, h = c_uint64(), create_string_buffer(64)
-    assert cu.cuMemAlloc_v2(byref(p), c_size_t(size)) == 0
-    assert cu.cuIpcGetMemHandle(h, p) == 0
-    open(os.path.join(w, "ipc.handle"), "wb").write(h.raw)
-    mark("exported"); wait("go_free")
-    print(f"  exporter: cuMemFree rc={cu.cuMemFree_v2(p)}")
-    mark("freed"); wait("done")
-else:
-    wait("exported")
-    class Handle(ctypes.Structure):  # CUipcMemHandle: 64 bytes, passed by value
-        _fields_ = [("reserved", ctypes.c_char * 64)]
-    h = Handle.from_buffer_copy(open(os.path.join(w, "ipc.handle"), "rb").read())
-    p = c_uint64()
-    cu.cuIpcOpenMemHandle_v2.argtypes = [ctypes.POINTER(c_uint64), Handle, ctypes.c_uint]
-    rc = cu.cuIpcOpenMemHandle_v2(byref(p), h, 1)  # CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
-    print(f"  importer: cuIpcOpenMemHandle rc={rc}")
-    mark("opened", str(used())); wait("freed"); time.sleep(0.5)
-    mark("measured", str(used())); wait("go_close")
-    print(f"  importer: cuIpcCloseMemHandle rc={cu.cuIpcCloseMemHandle(p)}")
-    time.sleep(0.5)
-    mark("closed", str(used())); wait("done")
-PY
+# 10. IPC lifetime: memory still resident after the exporter's free, while a sibling holds an
+#     import, must stay charged (the 580 driver keeps an IPC block: the importer is charged for
+#     its import). Two shimmed processes of one container (validate/ipcshare.py), once per way
+#     of sharing: cuIpcOpenMemHandle of a cuMemAlloc block, and cuMemPoolImportPointer of a
+#     block of a pool shared as a file descriptor (the exporter frees it and trims the pool).
+#     The exporter allocates a quarter of the limit and exports it, the importer imports it,
+#     the exporter frees it, the importer closes (frees) it. The device's real "used"
+#     (nvidia-smi, no shim) and the shim's (cuMemGetInfo in the importer) are read while
+#     shared, after the exporter's free and after the close; NVML's per-process figures while
+#     shared say whose figure the import is in (the context footprint assumes the exporter's).
+#     Passes when, if the driver keeps the block after the exporter's free, the shim still
+#     charges it then and gives it back at the close.
 gpu_used() { nvidia-smi -i "$gpu" --query-gpu=memory.used --format=csv,noheader,nounits | tr -d ' '; }
-await() { for _ in $(seq 600); do [ -e "$W/$1" ] && return 0; sleep 0.1; done; return 1; }
-block=$((limit / 4))
-shimmed python3 "$W/ipc.py" export "$W" "$block" &
-shimmed python3 "$W/ipc.py" import "$W" "$block" &
-await opened
-u_shared=$(gpu_used)
-echo "  NVML per process while shared (pid, MiB): $(nvidia-smi -i "$gpu" --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | tr '\n' ' ')"
-touch "$W/go_free"
-await measured
-u_after=$(gpu_used)
-touch "$W/go_close"
-await closed
-u_closed=$(gpu_used)
-touch "$W/done"
-wait
-s_shared=$(cat "$W/opened" 2>/dev/null)
-s_after=$(cat "$W/measured" 2>/dev/null)
-s_closed=$(cat "$W/closed" 2>/dev/null)
-echo "  device used (MiB, no shim): shared $u_shared, after the exporter's free $u_after, after the close $u_closed"
-echo "  shim's used (bytes): shared ${s_shared:-?}, after the exporter's free ${s_after:-?}, after the close ${s_closed:-?} (block $block)"
-awk -v a="$u_shared" -v b="$u_after" -v sb="${s_after:--1}" -v sc="${s_closed:--1}" -v blk="$block" 'BEGIN {
-	if (sb < 0 || sc < 0) exit 1
-	keeps = (a - b) * 1048576 <= blk / 2; charged = (sb - sc) > blk / 2
-	print "  the driver " (keeps ? "keeps the block while an import holds it (refcounts)" : "frees the block at the exporter'"'"'s cuMemFree") \
-		"; the shim " (charged ? "charges it until the close" : "does not charge it after the exporter'"'"'s free")
-	exit !(!keeps || charged) }'
+await() { for _ in $(seq 600); do [ -e "$W/share/$1" ] && return 0; sleep 0.1; done; return 1; }
+share_check() { # share_check MODE (ipc or pool)
+	limits "$limit" 100
+	rm -rf "$W/share" && mkdir -p "$W/share"
+	local block=$((limit / 4)) u_shared u_after u_closed s_shared s_after s_closed
+	shimmed python3 validate/ipcshare.py "$1" export "$W/share" "$block" &
+	shimmed python3 validate/ipcshare.py "$1" import "$W/share" "$block" &
+	await opened
+	u_shared=$(gpu_used)
+	echo "  NVML per process while shared (pid, MiB): $(nvidia-smi -i "$gpu" --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | tr '\n' ' ')"
+	touch "$W/share/go_free"
+	await measured
+	u_after=$(gpu_used)
+	touch "$W/share/go_close"
+	await closed
+	u_closed=$(gpu_used)
+	touch "$W/share/done"
+	wait
+	s_shared=$(cat "$W/share/opened" 2>/dev/null)
+	s_after=$(cat "$W/share/measured" 2>/dev/null)
+	s_closed=$(cat "$W/share/closed" 2>/dev/null)
+	echo "  device used (MiB, no shim): shared $u_shared, after the exporter's free $u_after, after the close $u_closed"
+	echo "  shim's used (bytes): shared ${s_shared:-?}, after the exporter's free ${s_after:-?}, after the close ${s_closed:-?} (block $block)"
+	awk -v a="$u_shared" -v b="$u_after" -v sb="${s_after:--1}" -v sc="${s_closed:--1}" -v blk="$block" 'BEGIN {
+		if (sb < 0 || sc < 0) exit 1
+		keeps = (a - b) * 1048576 <= blk / 2; charged = (sb - sc) > blk / 2
+		print "  the driver " (keeps ? "keeps the block while an import holds it (refcounts)" : "frees the block at the exporter'"'"'s free") \
+			"; the shim " (charged ? "charges it until the close" : "does not charge it after the exporter'"'"'s free")
+		exit !(!keeps || charged) }'
+}
+echo "  cuIpcOpenMemHandle:"
+share_check ipc
 result $? "IPC: memory resident after the exporter's free is what the shim charges"
+echo "  cuMemPoolImportPointer:"
+share_check pool
+result $? "pool import: memory resident after the exporter's free and trim is what the shim charges"
 
 # 11. Leases: an allocation inside a process's lease takes no lock. Cost of cuMemAlloc_v2 +
 # cuMemFree_v2 (4 KiB, a memory limit in force) with and without the shim, and 8 processes

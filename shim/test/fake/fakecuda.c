@@ -1499,6 +1499,37 @@ EXPORT CUresult cuMemPoolImportPointer(CUdeviceptr *p, CUmemoryPool pool, CUmemP
 	return pool && d ? ipc_import(p, d) : CUDA_ERROR_INVALID_VALUE;
 }
 
+/* A pool shared with another process: a file descriptor (POSIX_FD, 1) that
+ * names nothing here (imports only need a pool handle to import into). */
+EXPORT CUresult cuMemPoolExportToShareableHandle(void *out, CUmemoryPool pool, int type, unsigned long long flags)
+{
+	NEED_INIT();
+	if (!out || !pool || type != 1 || flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*(int *)out = fd;
+	return CUDA_SUCCESS;
+}
+
+/* The importer's handle of such a pool: its pointers come in by cuMemPoolImportPointer. */
+EXPORT CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool, void *handle, int type, unsigned long long flags)
+{
+	NEED_INIT();
+	if (!pool || type != 1 || flags || (intptr_t)handle < 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUmemLocation l = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+	struct CUmemPoolHandle_st *p = calloc(1, sizeof(*p));
+	pool_init(p, &l, CU_MEM_ALLOCATION_TYPE_PINNED);
+	pthread_mutex_lock(&pmu);
+	p->next = all_pools;
+	all_pools = p;
+	pthread_mutex_unlock(&pmu);
+	*pool = p;
+	return CUDA_SUCCESS;
+}
+
 /* ---- launches on the simulated SM timeline ---------------------------------------------------- */
 
 /*
@@ -1896,6 +1927,8 @@ static const struct entry table[] = {
 	E(cuIpcCloseMemHandle, 4010, cuIpcCloseMemHandle),
 	E(cuMemPoolExportPointer, 11020, cuMemPoolExportPointer),
 	E(cuMemPoolImportPointer, 11020, cuMemPoolImportPointer),
+	E(cuMemPoolExportToShareableHandle, 11020, cuMemPoolExportToShareableHandle),
+	E(cuMemPoolImportFromShareableHandle, 11020, cuMemPoolImportFromShareableHandle),
 	E(cuImportExternalMemory, 10000, cuImportExternalMemory),
 	E(cuDestroyExternalMemory, 10000, cuDestroyExternalMemory),
 	E(cuExternalMemoryGetMappedBuffer, 10000, cuExternalMemoryGetMappedBuffer),
