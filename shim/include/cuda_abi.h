@@ -24,6 +24,13 @@ typedef struct CUarray_st *CUarray;
 typedef struct CUmipmappedArray_st *CUmipmappedArray;
 typedef struct CUgraphExec_st *CUgraphExec;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
+/* Green contexts (CUDA 12.4): opaque handles. Not in the ABI notes; signatures
+ * as the driver API reference gives them, unverified here:
+ *   cuGreenCtxCreate(CUgreenCtx *, CUdevResourceDesc, CUdevice, unsigned) @12040,
+ *   cuGreenCtxDestroy(CUgreenCtx) @12040,
+ *   cuCtxFromGreenCtx(CUcontext *, CUgreenCtx) @12040. */
+typedef struct CUgreenCtx_st *CUgreenCtx;
+typedef struct CUdevResourceDesc_st *CUdevResourceDesc;
 typedef unsigned long long CUmemGenericAllocationHandle;
 typedef uint64_t cuuint64_t;
 /* Modules and libraries (context footprint): opaque handles, 8 bytes (ABI notes ✔✔). */

@@ -168,6 +168,7 @@ static struct ent *grow_to(CUcontext ctx, int idx)
 	if (ctx)
 		return entry(ctx, idx, 1);
 	vgpu_cu_ctx_get_current(&ctx);
+	ctx = vgpu_ctx_owner(ctx);
 	if (ctx && (e = entry(ctx, idx, 0)))
 		return e;
 	for (int i = 0; i < MAX_ENTS; i++)
@@ -181,6 +182,7 @@ static void shrink(int idx, uint64_t bytes)
 {
 	CUcontext cur = NULL;
 	vgpu_cu_ctx_get_current(&cur);
+	cur = vgpu_ctx_owner(cur);
 	for (int pass = 0; pass < 2 && bytes; pass++)
 		for (int i = 0; i < MAX_ENTS && bytes; i++) {
 			struct ent *e = &ents[i];
@@ -368,6 +370,7 @@ int vgpu_fp_limit_admit(CUlimit limit, size_t value, struct vgpu_fp_limit *l)
 	if (vgpu_cu_ctx_get_current(&ctx) != CUDA_SUCCESS || !ctx || (idx = vgpu_current_index(&dev)) < 0 ||
 	    idx >= VGPU_MAX_DEVICES)
 		return 0; /* no context or not a GPU of ours: the driver answers */
+	ctx = vgpu_ctx_owner(ctx);
 	if (!get) {
 		void *lib = vgpu_lib_handle(LIB_CUDA);
 		get = lib ? (CUresult(*)(size_t *, CUlimit))vgpu_real_dlsym(lib, "cuCtxGetLimit") : NULL;

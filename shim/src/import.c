@@ -249,7 +249,7 @@ void vgpu_vmm_import_map_end(uint64_t h, CUresult rc, int go, uint64_t size, int
 		return;
 	CUcontext ctx = NULL;
 	vgpu_cu_ctx_get_current(&ctx);
-	if (rc == CUDA_SUCCESS && vgpu_track_add(TRACK_HANDLE, h, size, idx, ctx) == 0)
+	if (rc == CUDA_SUCCESS && vgpu_track_add(TRACK_HANDLE, h, size, idx, vgpu_ctx_owner(ctx)) == 0)
 		return;
 	vgpu_unreserve(idx, size);
 	if (rc != CUDA_SUCCESS)

@@ -70,11 +70,12 @@ static int admit_current(uint64_t bytes, int *idx)
 	return admit_index(*idx, bytes);
 }
 
+/* The context whose end frees what is allocated now (a green context's memory is its primary's). */
 static CUcontext current_ctx(void)
 {
 	CUcontext c = NULL;
 	vgpu_cu_ctx_get_current(&c);
-	return c;
+	return vgpu_ctx_owner(c);
 }
 
 /* After the driver call: track on success (under ctx, the context whose
@@ -522,6 +523,7 @@ static pthread_mutex_t primary_mu = PTHREAD_MUTEX_INITIALIZER;
 	})
 
 static void primary_gone(CUdevice dev, int reset);
+static void greens_after_fork(void);
 
 VGPU_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev)
 {
@@ -564,6 +566,7 @@ void vgpu_ctx_after_fork(void)
 	pthread_mutex_init(&primary_mu, NULL);
 	memset(primary, 0, sizeof(primary));
 	memset(primary_refs, 0, sizeof(primary_refs));
+	greens_after_fork();
 	vgpu_pool_after_fork();
 }
 
@@ -626,6 +629,106 @@ VGPU_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 	CUresult rc = NEXT(cuCtxDestroy_v2)(ctx);
 	if (rc == CUDA_SUCCESS && vgpu.mode == VGPU_ENFORCE)
 		ctx_gone(ctx);
+	return rc;
+}
+
+/*
+ * Green contexts (CUDA 12.4): a share of a device's SMs on its primary
+ * context. Creating one retains the primary context inside the driver,
+ * making it (with its memory) if there was none, and destroying it releases
+ * that; memory allocated while its CUcontext (cuCtxFromGreenCtx) is current
+ * is the primary context's. The shim sees none of that retain: a process
+ * that used only green contexts made its context unseen, with no host-pid
+ * discovery, no footprint and no refusal past the limit, and memory it
+ * allocated was tracked under a context whose end the shim never saw. So
+ * the shim takes a primary reference of its own through its own retain (the
+ * footprint counted, a context past the limit refused) before the green
+ * context is made, and gives it back when that is destroyed: the primary
+ * context lives exactly as long as it would without the shim. Allocations
+ * are tracked under the primary context (vgpu_ctx_owner).
+ */
+#define MAX_GREEN 256
+
+static struct green {
+	CUgreenCtx g;
+	CUcontext as_ctx; /* cuCtxFromGreenCtx(g) */
+	CUcontext primary;
+	CUdevice dev;
+} greens[MAX_GREEN];
+static int ngreen; /* entries in use (a hint for the allocation path; under green_mu) */
+static pthread_mutex_t green_mu = PTHREAD_MUTEX_INITIALIZER;
+
+CUcontext vgpu_ctx_owner(CUcontext ctx)
+{
+	if (likely(!__atomic_load_n(&ngreen, __ATOMIC_RELAXED)) || !ctx)
+		return ctx;
+	CUcontext owner = ctx;
+	pthread_mutex_lock(&green_mu);
+	for (int i = 0; i < MAX_GREEN; i++)
+		if (greens[i].g && greens[i].as_ctx == ctx)
+			owner = greens[i].primary;
+	pthread_mutex_unlock(&green_mu);
+	return owner;
+}
+
+static void greens_after_fork(void)
+{
+	/* The child holds none of the parent's green contexts. */
+	pthread_mutex_init(&green_mu, NULL);
+	memset(greens, 0, sizeof(greens));
+	ngreen = 0;
+}
+
+VGPU_EXPORT CUresult cuGreenCtxCreate(CUgreenCtx *g, CUdevResourceDesc desc, CUdevice dev, unsigned flags)
+{
+	static int warned;
+	vgpu_init();
+	if (vgpu.mode != VGPU_ENFORCE || !g)
+		return NEXT(cuGreenCtxCreate)(g, desc, dev, flags);
+	CUcontext primary = NULL, as_ctx = NULL;
+	CUresult rc = cuDevicePrimaryCtxRetain(&primary, dev);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	rc = NEXT(cuGreenCtxCreate)(g, desc, dev, flags);
+	if (rc != CUDA_SUCCESS) {
+		cuDevicePrimaryCtxRelease_v2(dev);
+		return rc;
+	}
+	vgpu_cu_ctx_from_green(&as_ctx, *g);
+	pthread_mutex_lock(&green_mu);
+	int i = 0;
+	while (i < MAX_GREEN && greens[i].g)
+		i++;
+	if (i < MAX_GREEN) {
+		greens[i] = (struct green){*g, as_ctx, primary, dev};
+		ngreen++;
+	}
+	pthread_mutex_unlock(&green_mu);
+	/* Past the table, the shim's reference stays until the process ends: the
+	 * primary context may outlive the green ones, never the other way round. */
+	if (i == MAX_GREEN && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+		LOGW("more than %d green contexts at once: the primary context of device %d is kept until exit",
+		     MAX_GREEN, dev);
+	return rc;
+}
+
+VGPU_EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx g)
+{
+	CUresult rc = NEXT(cuGreenCtxDestroy)(g);
+	if (rc != CUDA_SUCCESS || !g)
+		return rc;
+	CUdevice dev = -1;
+	pthread_mutex_lock(&green_mu);
+	for (int i = 0; i < MAX_GREEN; i++)
+		if (greens[i].g == g) {
+			dev = greens[i].dev;
+			greens[i] = (struct green){0};
+			ngreen--;
+			break;
+		}
+	pthread_mutex_unlock(&green_mu);
+	if (dev >= 0)
+		cuDevicePrimaryCtxRelease_v2(dev);
 	return rc;
 }
 

@@ -276,7 +276,7 @@ static int ptr_add(CUdeviceptr p, int slot, int idx, uint64_t bytes)
 		return -1;
 	CUcontext ctx = NULL;
 	vgpu_cu_ctx_get_current(&ctx);
-	*e = (struct ptr){NULL, p, bytes, slot, idx, ctx};
+	*e = (struct ptr){NULL, p, bytes, slot, idx, vgpu_ctx_owner(ctx)};
 	unsigned b = hash(p);
 	pthread_mutex_lock(&ptr_mu);
 	e->next = ptrs[b];

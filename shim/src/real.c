@@ -332,6 +332,11 @@ CUresult vgpu_cu_ctx_set_current(CUcontext ctx)
 	PLAIN(LIB_CUDA, "cuCtxSetCurrent", CUresult(*)(CUcontext), CUDA_ERROR_NOT_FOUND, ctx);
 }
 
+CUresult vgpu_cu_ctx_from_green(CUcontext *ctx, CUgreenCtx g)
+{
+	PLAIN(LIB_CUDA, "cuCtxFromGreenCtx", CUresult(*)(CUcontext *, CUgreenCtx), CUDA_ERROR_NOT_FOUND, ctx, g);
+}
+
 CUresult vgpu_cu_stream_get_ctx(CUstream s, CUcontext *ctx)
 {
 	/* Not in every driver we may meet (9.2+): absent, the caller falls back. */

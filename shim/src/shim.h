@@ -70,6 +70,8 @@ CUresult vgpu_cu_device_uuid(CUdevice dev, CUuuid *uuid);
 CUresult vgpu_cu_device_attr(int *value, int attr, CUdevice dev);
 CUresult vgpu_cu_ctx_get_current(CUcontext *ctx);
 CUresult vgpu_cu_ctx_set_current(CUcontext ctx);
+/* cuCtxFromGreenCtx; CUDA_ERROR_NOT_FOUND when the driver lacks it. */
+CUresult vgpu_cu_ctx_from_green(CUcontext *ctx, CUgreenCtx g);
 /* The context a (non-special) stream belongs to; CUDA_ERROR_NOT_FOUND when
  * the driver lacks cuStreamGetCtx. */
 CUresult vgpu_cu_stream_get_ctx(CUstream s, CUcontext *ctx);
@@ -254,6 +256,9 @@ int vgpu_nvml_list_procs_at(nvmlDevice_t dev, CUcontext created, nvmlProcessInfo
 void vgpu_mem_after_fork(void);
 /* Forgets the parent's primary contexts in a fork child. */
 void vgpu_ctx_after_fork(void);
+/* The context that owns memory allocated while ctx is current: for the
+ * CUcontext of a green context its device's primary context, else ctx. */
+CUcontext vgpu_ctx_owner(CUcontext ctx);
 
 /* ---- footprint.c: the driver's own memory for this process (context footprint) ---- */
 

@@ -127,6 +127,10 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *, CUipcMemHandle, unsigned);
 CUresult cuIpcCloseMemHandle(CUdeviceptr);
 CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *, CUdeviceptr);
 CUresult cuMemPoolImportPointer(CUdeviceptr *, CUmemoryPool, CUmemPoolPtrExportData *);
+/* Green contexts (the green ops). */
+CUresult cuGreenCtxCreate(CUgreenCtx *, CUdevResourceDesc, CUdevice, unsigned);
+CUresult cuGreenCtxDestroy(CUgreenCtx);
+CUresult cuCtxFromGreenCtx(CUcontext *, CUgreenCtx);
 /* External memory and multicast objects (the ext and mc ops). */
 CUresult cuImportExternalMemory(CUexternalMemory *, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *);
 CUresult cuDestroyExternalMemory(CUexternalMemory);
@@ -660,6 +664,30 @@ static void run(int argc, char **argv)
 			check_rc("cuDevicePrimaryCtxRetain", rc, a[2]);
 			if (rc == CUDA_SUCCESS)
 				check_rc("cuCtxSetCurrent", api.CtxSetCurrent(c), NULL);
+		} else if (!strcmp(op, "green") || !strcmp(op, "greendestroy")) {
+			/* green:DEV[:RC] — cuGreenCtxCreate on DEV (no resource descriptor), made current
+			 * through cuCtxFromGreenCtx when it succeeds; greendestroy[:RC] — cuGreenCtxDestroy
+			 * of the last one made. */
+			static CUgreenCtx greens[16];
+			static int ngreens;
+			if (!strcmp(op, "green")) {
+				CUresult (*f)(CUgreenCtx *, CUdevResourceDesc, CUdevice, unsigned) =
+					ENTRY(cuGreenCtxCreate, "cuGreenCtxCreate", 12040, 0);
+				CUresult (*from)(CUcontext *, CUgreenCtx) =
+					ENTRY(cuCtxFromGreenCtx, "cuCtxFromGreenCtx", 12040, 0);
+				CUdevice d;
+				CUcontext c;
+				check_rc("cuDeviceGet", api.DeviceGet(&d, atoi(a[1])), NULL);
+				rc = f(&greens[ngreens], NULL, d, 0);
+				check_rc("cuGreenCtxCreate", rc, a[2]);
+				if (rc == CUDA_SUCCESS) {
+					check_rc("cuCtxFromGreenCtx", from(&c, greens[ngreens++]), NULL);
+					check_rc("cuCtxSetCurrent", api.CtxSetCurrent(c), NULL);
+				}
+			} else {
+				CUresult (*f)(CUgreenCtx) = ENTRY(cuGreenCtxDestroy, "cuGreenCtxDestroy", 12040, 0);
+				check_rc("cuGreenCtxDestroy", f(greens[--ngreens]), a[1]);
+			}
 		} else if (!strcmp(op, "noctx")) {
 			check_rc("cuCtxSetCurrent", api.CtxSetCurrent(NULL), NULL);
 		} else if (!strcmp(op, "newctx")) {

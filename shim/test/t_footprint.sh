@@ -47,6 +47,38 @@ test_fp_ctx_past_limit() {
 	run init alloc:48MiB alloc:1:2
 }
 
+test_fp_green_contexts() { # [PIDNS_OFFSET]
+	# A green context retains its device's primary context inside the driver, making it (16 MiB
+	# here) if there is none. A process that uses only green contexts has that context counted
+	# like any other: 16 + 48 fill 64 MiB. In a pid namespace the host pid is found only around a
+	# context's creation the shim sees.
+	setup $((64 * MiB))
+	pidns "${1:-0}"
+	export FAKECUDA_CTX_BYTES=$((16 * MiB))
+	run cuinit green:0 alloc:48MiB alloc:1:2 || return 1
+	# Past the limit it is refused like a primary context: the first process holds 16 + 40.
+	held first init alloc:40MiB
+	run cuinit green:0:2 || { release first; return 1; }
+	expect "used with the refused context gone" "$(used)" $((56 * MiB))
+	release first
+	# What is allocated in a green context is the primary context's, and goes with it when the
+	# last green context goes: 32 MiB allocated, the green context destroyed (the primary with
+	# it), a new one made, and 16 + 48 fit again.
+	run cuinit green:0 alloc:32MiB greendestroy green:0 alloc:48MiB alloc:1:2
+}
+
+test_green_script() {
+	# validate/greenctx.py, which check 12b of validate.sh runs on a GPU, run here on the fake
+	# driver: the green context's primary context (16 MiB) counted at once, then 16 + 32, and
+	# 16 again after the green context (the primary with it) is destroyed and another made.
+	command -v python3 >/dev/null || { echo "    info: no python3: skipped"; return 0; }
+	setup $((256 * MiB))
+	export FAKECUDA_CTX_BYTES=$((16 * MiB))
+	LD_PRELOAD=$SHIM timeout 60 python3 "$HERE/../validate/greenctx.py" $((32 * MiB)) >"$T/out" 2>&1 ||
+		{ cat "$T/out"; return 1; }
+	expect "made, allocated, again" "$(cat "$T/out")" "green $((16 * MiB)) $((48 * MiB)) $((16 * MiB))"
+}
+
 # ---- growth after the context's creation ----------------------------------------------------------
 
 test_fp_module_loads() {
@@ -164,6 +196,9 @@ test_lock_reentrant_alloc() { # [interposer]
 }
 
 t fp_ctx_past_limit test_fp_ctx_past_limit
+t fp_green_contexts test_fp_green_contexts
+t fp_green_contexts_pidns test_fp_green_contexts $PIDNS
+t green_script test_green_script
 t fp_nvml_not_available test_fp_nvml_not_available
 t fp_nvml_unknown_keeps_na test_fp_nvml_unknown_keeps na
 t fp_nvml_unknown_keeps_fail test_fp_nvml_unknown_keeps fail

@@ -508,6 +508,21 @@ echo "  32 processes at once, cuInit -> first allocation (mean): direct ${start_
 awk -v d="$start_direct" -v s="$start_shim" 'BEGIN { exit !(d > 0 && s > 0 && s <= 1.2 * d) }'
 result $? "process start with 32 processes at once costs at most 1.2x the driver's own"
 
+# 12b. Green contexts: a process that uses only green contexts (validate/greenctx.py). Creating
+#     one retains the primary context inside the driver; the shim retains it first itself, so
+#     the context's memory is counted at once, and what is allocated in the green context goes
+#     with the primary context when the green one is destroyed. Printed without the shim too
+#     (the driver's own used memory, the whole card's). Passes when the shim counts hundreds of
+#     MiB at once (a context on this card) and gives the allocation back.
+green_size=$((limit / 8))
+echo "  without the shim (card's used, bytes): $(CUDA_VISIBLE_DEVICES=$gpu python3 validate/greenctx.py "$green_size")"
+limits "$limit" 100
+green_out=$(shimmed python3 validate/greenctx.py "$green_size")
+echo "  with the shim (container's used, bytes): $green_out (allocated $green_size)"
+echo "$green_out" | awk -v sz="$green_size" '$1 == "green" {
+	ok = $2 >= 64 * 1048576 && $3 - $2 >= sz && $4 <= $2 + sz / 2; found = 1 } END { exit !(found && ok) }'
+result $? "green contexts: the primary context counted at once, the allocation given back with it"
+
 # 13. The ABI facts the shim's notes mark as inferred, read from the driver itself (no shim:
 #     they describe the driver), and the NVML names nvidia-smi resolves with dlsym (those the
 #     shim must hook for nvidia-smi's numbers). Passes when the probe ran to its end.

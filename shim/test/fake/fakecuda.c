@@ -32,6 +32,12 @@ struct CUctx_st {
 	int dev;
 	int primary;
 	int refs;
+	struct CUctx_st *owner; /* a green context's CUcontext: the primary context whose memory it uses */
+};
+
+/* A green context: a view of its device's primary context, which it retains. */
+struct CUgreenCtx_st {
+	struct CUctx_st view;
 };
 
 /* A stream belongs to the context that was current when it was created. */
@@ -226,7 +232,8 @@ static uint64_t record(int kind, uint64_t key, uint64_t size, int dev)
 		capallocs = capallocs ? capallocs * 2 : 256;
 		allocs = realloc(allocs, capallocs * sizeof(*allocs));
 	}
-	allocs[nallocs++] = (struct alloc){key, size, dev, kind, NULL, current};
+	/* Memory allocated in a green context is its primary context's. */
+	allocs[nallocs++] = (struct alloc){key, size, dev, kind, NULL, current && current->owner ? current->owner : current};
 	pthread_mutex_unlock(&amu);
 	return key;
 }
@@ -485,7 +492,7 @@ EXPORT CUresult cuCtxCreate_v4(CUcontext *c, void *params, unsigned flags, CUdev
 
 EXPORT CUresult cuCtxDestroy_v2(CUcontext c)
 {
-	if (!c || c->primary)
+	if (!c || c->primary || c->owner)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	if (ctx_bytes())
 		give(c->dev, ctx_bytes());
@@ -494,6 +501,69 @@ EXPORT CUresult cuCtxDestroy_v2(CUcontext c)
 	if (current == c)
 		current = NULL;
 	free(c);
+	return CUDA_SUCCESS;
+}
+
+/*
+ * Green contexts: a share of a device's SMs on its primary context. Creating
+ * one retains the primary context (made, with its memory, if there is none),
+ * inside the driver where no interposer sees it; destroying it releases that.
+ * It shares the primary context's memory. The SM share is not modelled.
+ */
+EXPORT CUresult cuGreenCtxCreate(CUgreenCtx *g, CUdevResourceDesc desc, CUdevice d, unsigned flags)
+{
+	(void)desc, (void)flags;
+	NEED_INIT();
+	if (!g)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUcontext p;
+	CUresult rc = cuDevicePrimaryCtxRetain(&p, d);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	struct CUgreenCtx_st *x = calloc(1, sizeof(*x));
+	x->view.dev = d;
+	x->view.owner = p;
+	*g = x;
+	return CUDA_SUCCESS;
+}
+
+/* The device's SMs as one resource (CUdevResource: type at 0, the SM count at 96). */
+EXPORT CUresult cuDeviceGetDevResource(CUdevice d, void *res, int type)
+{
+	CHECK_DEV(d);
+	if (!res || type != 1)
+		return CUDA_ERROR_INVALID_VALUE;
+	memset(res, 0, 144);
+	*(int *)res = type;
+	*(unsigned *)((char *)res + 96) = (unsigned)(fk->dev[d].sms > 0 ? fk->dev[d].sms : 1);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDevResourceGenerateDesc(CUdevResourceDesc *desc, void *res, unsigned n)
+{
+	static char token;
+	if (!desc || !res || n < 1 || *(int *)res != 1)
+		return CUDA_ERROR_INVALID_VALUE;
+	*desc = (CUdevResourceDesc)(void *)&token;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx g)
+{
+	if (!g)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (current == &g->view)
+		current = NULL;
+	cuDevicePrimaryCtxRelease_v2(g->view.dev);
+	free(g);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxFromGreenCtx(CUcontext *c, CUgreenCtx g)
+{
+	if (!c || !g)
+		return CUDA_ERROR_INVALID_VALUE;
+	*c = &g->view;
 	return CUDA_SUCCESS;
 }
 
@@ -1927,6 +1997,11 @@ static const struct entry table[] = {
 	E(cuIpcCloseMemHandle, 4010, cuIpcCloseMemHandle),
 	E(cuMemPoolExportPointer, 11020, cuMemPoolExportPointer),
 	E(cuMemPoolImportPointer, 11020, cuMemPoolImportPointer),
+	E(cuGreenCtxCreate, 12040, cuGreenCtxCreate),
+	E(cuGreenCtxDestroy, 12040, cuGreenCtxDestroy),
+	E(cuCtxFromGreenCtx, 12040, cuCtxFromGreenCtx),
+	E(cuDeviceGetDevResource, 12040, cuDeviceGetDevResource),
+	E(cuDevResourceGenerateDesc, 12040, cuDevResourceGenerateDesc),
 	E(cuMemPoolExportToShareableHandle, 11020, cuMemPoolExportToShareableHandle),
 	E(cuMemPoolImportFromShareableHandle, 11020, cuMemPoolImportFromShareableHandle),
 	E(cuImportExternalMemory, 10000, cuImportExternalMemory),
