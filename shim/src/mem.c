@@ -633,6 +633,28 @@ VGPU_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 }
 
 /*
+ * The pre-3.2 cuCtxCreate and cuCtxDestroy, still exported (the 580 driver
+ * does) and reached by a dlsym of the bare name or cuGetProcAddress below
+ * 3020: the same arguments, a context holding the same memory. Passed
+ * through, they made contexts the shim never counted or refused (the way
+ * past the quota that check 11 found, by another door), and destroyed ones
+ * whose memory it kept counting.
+ */
+VGPU_EXPORT CUresult cuCtxCreate(CUcontext *ctx, unsigned flags, CUdevice dev)
+{
+	vgpu_init();
+	return created(WITH_DISCOVERY(dev, NEXT(cuCtxCreate)(ctx, flags, dev), ctx), ctx, dev);
+}
+
+VGPU_EXPORT CUresult cuCtxDestroy(CUcontext ctx)
+{
+	CUresult rc = NEXT(cuCtxDestroy)(ctx);
+	if (rc == CUDA_SUCCESS && vgpu.mode == VGPU_ENFORCE)
+		ctx_gone(ctx);
+	return rc;
+}
+
+/*
  * Green contexts (CUDA 12.4): a share of a device's SMs on its primary
  * context. Creating one retains the primary context inside the driver,
  * making it (with its memory) if there was none, and destroying it releases

@@ -73,6 +73,8 @@ API CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned flags, CUdevice dev);
 API CUresult cuCtxCreate_v3(CUcontext *ctx, void *affinity, int n, unsigned flags, CUdevice dev);
 API CUresult cuCtxCreate_v4(CUcontext *ctx, void *params, unsigned flags, CUdevice dev);
 API CUresult cuCtxDestroy_v2(CUcontext ctx);
+API CUresult cuCtxCreate(CUcontext *ctx, unsigned flags, CUdevice dev);
+API CUresult cuCtxDestroy(CUcontext ctx);
 API CUresult cuGreenCtxCreate(CUgreenCtx *g, CUdevResourceDesc desc, CUdevice dev, unsigned flags);
 API CUresult cuGreenCtxDestroy(CUgreenCtx g);
 API CUresult cuMemGetInfo_v2(size_t *free_out, size_t *total_out);

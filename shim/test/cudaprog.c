@@ -42,6 +42,8 @@ CUresult cuDeviceTotalMem(unsigned *, CUdevice);
 CUresult cuCtxSetCurrent(CUcontext);
 CUresult cuCtxCreate_v2(CUcontext *, unsigned, CUdevice);
 CUresult cuCtxDestroy_v2(CUcontext);
+CUresult cuCtxCreate(CUcontext *, unsigned, CUdevice);
+CUresult cuCtxDestroy(CUcontext);
 CUresult cuCtxSynchronize(void);
 CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
 CUresult cuMemAllocManaged(CUdeviceptr *, size_t, unsigned);
@@ -694,6 +696,16 @@ static void run(int argc, char **argv)
 			check_rc("cuCtxCreate", api.CtxCreate(&created[ncreated++], 0, atoi(a[1])), a[2]);
 		} else if (!strcmp(op, "delctx")) {
 			check_rc("cuCtxDestroy", api.CtxDestroy(created[--ncreated]), a[1]);
+		} else if (!strcmp(op, "newctxv1") || !strcmp(op, "delctxv1")) {
+			/* newctxv1:DEV[:RC] / delctxv1[:RC] — the pre-3.2 cuCtxCreate / cuCtxDestroy (asked for
+			 * at 2000), on the same stack of contexts as newctx / delctx. */
+			if (!strcmp(op, "newctxv1")) {
+				CUresult (*f)(CUcontext *, unsigned, CUdevice) = ENTRY(cuCtxCreate, "cuCtxCreate", 2000, 0);
+				check_rc("cuCtxCreate", f(&created[ncreated++], 0, atoi(a[1])), a[2]);
+			} else {
+				CUresult (*f)(CUcontext) = ENTRY(cuCtxDestroy, "cuCtxDestroy", 2000, 0);
+				check_rc("cuCtxDestroy", f(created[--ncreated]), a[1]);
+			}
 		} else if (!strcmp(op, "release")) {
 			check_rc("cuDevicePrimaryCtxRelease", api.PrimaryCtxRelease(atoi(a[1])), a[2]);
 		} else if (!strcmp(op, "relv1") || !strcmp(op, "reset") || !strcmp(op, "resetv1")) {
@@ -1467,8 +1479,8 @@ static void run(int argc, char **argv)
 			void *q = dlsym(RTLD_DEFAULT, a[1]);
 			printf("wheredef %s %s %s\n", a[1], owner(q), symname(q));
 		} else if (!strcmp(op, "calllegacy")) {
-			/* calllegacy:NAME — what a caller that asked for NAME's pre-3.2 ABI gets
-			 * (cuCtxCreate: one the shim leaves alone; the fake aborts). */
+			/* calllegacy:NAME — what a caller that asked for NAME at 2000 gets, called
+			 * (cuCtxAttach: one the shim leaves alone; the fake aborts). */
 			void *q = NULL;
 			CUdriverProcAddressQueryResult st;
 			if (gpa5)

@@ -406,6 +406,8 @@ test_context_footprint() { # [PIDNS_OFFSET]
 	export FAKECUDA_CTX_BYTES=$((64 * MiB))
 	run init alloc:192MiB alloc:1:2 info:0:256MiB
 	run init newctx:0 alloc:128MiB alloc:1:2 delctx ctx:0 alloc:192MiB alloc:1:2
+	# The same through the pre-3.2 cuCtxCreate / cuCtxDestroy (asked for at 2000).
+	run -m rt12 init newctxv1:0 alloc:128MiB alloc:1:2 delctxv1 ctx:0 alloc:192MiB alloc:1:2
 	run init release:0 ctx:0 alloc:192MiB
 }
 
@@ -485,13 +487,16 @@ test_names_exact() {
 	run -m rt11 init gpa:cuNoSuchThing:11030:0 gpa:cuMemAlloc:3020:0
 	grep -q '^gpa cuNoSuchThing 11030 rc=500 status=-1 NULL' "$T/out"
 	grep -q '^gpa cuMemAlloc 3020 rc=0 status=-1 libvgpu-shim.so cuMemAlloc_v2$' "$T/out"
-	# A legacy ABI the shim does not count is passed through unwrapped, and the fake makes
-	# the mix-up loud.
-	if LD_PRELOAD=$SHIM timeout 20 "$PROG" -m rt12 init calllegacy:cuCtxCreate >"$T/out" 2>"$T/err"; then
-		echo "    calling the legacy cuCtxCreate did not abort"
+	# A legacy entry point the shim does not need is passed through unwrapped (the fake makes
+	# the call loud); the pre-3.2 cuCtxCreate is the shim's.
+	if LD_PRELOAD=$SHIM timeout 20 "$PROG" -m rt12 init calllegacy:cuCtxAttach >"$T/out" 2>"$T/err"; then
+		echo "    calling the legacy cuCtxAttach did not abort"
 		return 1
 	fi
-	grep -q "legacy ABI cuCtxCreate called" "$T/err"
+	grep -q "legacy ABI cuCtxAttach called" "$T/err"
+	run -m rt12 init gpa:cuCtxCreate:2000:0 gpa:cuCtxDestroy:2000:0
+	grep -q '^gpa cuCtxCreate 2000 rc=0 status=0 libvgpu-shim.so cuCtxCreate$' "$T/out"
+	grep -q '^gpa cuCtxDestroy 2000 rc=0 status=0 libvgpu-shim.so cuCtxDestroy$' "$T/out"
 	# Every launch entry point through each access path.
 	run init launchall
 	run -p init launchall

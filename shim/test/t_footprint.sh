@@ -41,6 +41,7 @@ test_fp_ctx_past_limit() {
 	export FAKECUDA_CTX_BYTES=$((16 * MiB))
 	held first init alloc:40MiB
 	run cuinit primary:0:2 newctx:0:2 || { release first; return 1; }
+	run -m rt12 cuinit newctxv1:0:2 || { release first; return 1; }
 	expect "used with the refused contexts gone" "$(used)" $((56 * MiB))
 	expect "warning" "$(grep -c "new context's own memory would take the container past" "$T/err")" 1
 	release first

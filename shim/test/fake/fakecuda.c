@@ -1785,8 +1785,20 @@ EXPORT unsigned long long fakecudaDeviceUsed(int dev)
 		fprintf(stderr, "fakecuda: legacy ABI " #name " called (ABI mix-up)\n"); \
 		abort();                                                                  \
 	}
-LEGACY(cuCtxCreate)
-LEGACY(cuCtxDestroy)
+LEGACY(cuCtxAttach)
+
+/* The pre-3.2 context calls: the same arguments as the _v2s (what differs in
+ * the real driver is the API version the context reports). */
+EXPORT CUresult cuCtxCreate(CUcontext *c, unsigned flags, CUdevice d)
+{
+	(void)flags;
+	return ctx_create(c, d);
+}
+
+EXPORT CUresult cuCtxDestroy(CUcontext c)
+{
+	return cuCtxDestroy_v2(c);
+}
 
 /*
  * The pre-3.2 allocation ABIs work, with 32-bit sizes and addresses (below
@@ -1972,6 +1984,7 @@ static const struct entry table[] = {
 	E(cuCtxCreate, 11040, cuCtxCreate_v3),
 	E(cuCtxCreate, 12050, cuCtxCreate_v4),
 	E(cuCtxDestroy, 2000, cuCtxDestroy),
+	E(cuCtxAttach, 2000, cuCtxAttach),
 	E(cuCtxDestroy, 4000, cuCtxDestroy_v2),
 	E(cuCtxSetCurrent, 4000, cuCtxSetCurrent),
 	E(cuCtxGetCurrent, 4000, cuCtxGetCurrent),
