@@ -655,6 +655,35 @@ VGPU_EXPORT CUresult cuCtxDestroy(CUcontext ctx)
 }
 
 /*
+ * Contexts made for OpenGL or VDPAU interoperability (deprecated since CUDA
+ * 5.0, still exported by the 580 driver, in both ABIs): contexts like any
+ * other, with memory of their own.
+ */
+VGPU_EXPORT CUresult cuGLCtxCreate_v2(CUcontext *ctx, unsigned flags, CUdevice dev)
+{
+	vgpu_init();
+	return created(WITH_DISCOVERY(dev, NEXT(cuGLCtxCreate_v2)(ctx, flags, dev), ctx), ctx, dev);
+}
+
+VGPU_EXPORT CUresult cuGLCtxCreate(CUcontext *ctx, unsigned flags, CUdevice dev)
+{
+	vgpu_init();
+	return created(WITH_DISCOVERY(dev, NEXT(cuGLCtxCreate)(ctx, flags, dev), ctx), ctx, dev);
+}
+
+VGPU_EXPORT CUresult cuVDPAUCtxCreate_v2(CUcontext *ctx, unsigned flags, CUdevice dev, uint32_t vdp, void *get_proc)
+{
+	vgpu_init();
+	return created(WITH_DISCOVERY(dev, NEXT(cuVDPAUCtxCreate_v2)(ctx, flags, dev, vdp, get_proc), ctx), ctx, dev);
+}
+
+VGPU_EXPORT CUresult cuVDPAUCtxCreate(CUcontext *ctx, unsigned flags, CUdevice dev, uint32_t vdp, void *get_proc)
+{
+	vgpu_init();
+	return created(WITH_DISCOVERY(dev, NEXT(cuVDPAUCtxCreate)(ctx, flags, dev, vdp, get_proc), ctx), ctx, dev);
+}
+
+/*
  * Green contexts (CUDA 12.4): a share of a device's SMs on its primary
  * context. Creating one retains the primary context inside the driver,
  * making it (with its memory) if there was none, and destroying it releases

@@ -75,6 +75,11 @@ API CUresult cuCtxCreate_v4(CUcontext *ctx, void *params, unsigned flags, CUdevi
 API CUresult cuCtxDestroy_v2(CUcontext ctx);
 API CUresult cuCtxCreate(CUcontext *ctx, unsigned flags, CUdevice dev);
 API CUresult cuCtxDestroy(CUcontext ctx);
+API CUresult cuGLCtxCreate_v2(CUcontext *ctx, unsigned flags, CUdevice dev);
+API CUresult cuGLCtxCreate(CUcontext *ctx, unsigned flags, CUdevice dev);
+/* VdpDevice is a uint32_t, VdpGetProcAddress * a function pointer. */
+API CUresult cuVDPAUCtxCreate_v2(CUcontext *ctx, unsigned flags, CUdevice dev, uint32_t vdp, void *get_proc);
+API CUresult cuVDPAUCtxCreate(CUcontext *ctx, unsigned flags, CUdevice dev, uint32_t vdp, void *get_proc);
 API CUresult cuGreenCtxCreate(CUgreenCtx *g, CUdevResourceDesc desc, CUdevice dev, unsigned flags);
 API CUresult cuGreenCtxDestroy(CUgreenCtx g);
 API CUresult cuMemGetInfo_v2(size_t *free_out, size_t *total_out);

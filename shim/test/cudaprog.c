@@ -43,6 +43,8 @@ CUresult cuCtxSetCurrent(CUcontext);
 CUresult cuCtxCreate_v2(CUcontext *, unsigned, CUdevice);
 CUresult cuCtxDestroy_v2(CUcontext);
 CUresult cuCtxCreate(CUcontext *, unsigned, CUdevice);
+CUresult cuGLCtxCreate_v2(CUcontext *, unsigned, CUdevice);
+CUresult cuVDPAUCtxCreate_v2(CUcontext *, unsigned, CUdevice, uint32_t, void *);
 CUresult cuCtxDestroy(CUcontext);
 CUresult cuCtxSynchronize(void);
 CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
@@ -696,12 +698,22 @@ static void run(int argc, char **argv)
 			check_rc("cuCtxCreate", api.CtxCreate(&created[ncreated++], 0, atoi(a[1])), a[2]);
 		} else if (!strcmp(op, "delctx")) {
 			check_rc("cuCtxDestroy", api.CtxDestroy(created[--ncreated]), a[1]);
-		} else if (!strcmp(op, "newctxv1") || !strcmp(op, "delctxv1")) {
+		} else if (!strcmp(op, "newctxv1") || !strcmp(op, "delctxv1") || !strcmp(op, "newctxgl") ||
+			   !strcmp(op, "newctxvdpau")) {
 			/* newctxv1:DEV[:RC] / delctxv1[:RC] — the pre-3.2 cuCtxCreate / cuCtxDestroy (asked for
-			 * at 2000), on the same stack of contexts as newctx / delctx. */
+			 * at 2000); newctxgl / newctxvdpau:DEV[:RC] — cuGLCtxCreate_v2 / cuVDPAUCtxCreate_v2
+			 * (no OpenGL or VDPAU device); on the same stack of contexts as newctx / delctx. */
 			if (!strcmp(op, "newctxv1")) {
 				CUresult (*f)(CUcontext *, unsigned, CUdevice) = ENTRY(cuCtxCreate, "cuCtxCreate", 2000, 0);
 				check_rc("cuCtxCreate", f(&created[ncreated++], 0, atoi(a[1])), a[2]);
+			} else if (!strcmp(op, "newctxgl")) {
+				CUresult (*f)(CUcontext *, unsigned, CUdevice) =
+					ENTRY(cuGLCtxCreate_v2, "cuGLCtxCreate", 3020, 0);
+				check_rc("cuGLCtxCreate", f(&created[ncreated++], 0, atoi(a[1])), a[2]);
+			} else if (!strcmp(op, "newctxvdpau")) {
+				CUresult (*f)(CUcontext *, unsigned, CUdevice, uint32_t, void *) =
+					ENTRY(cuVDPAUCtxCreate_v2, "cuVDPAUCtxCreate", 3020, 0);
+				check_rc("cuVDPAUCtxCreate", f(&created[ncreated++], 0, atoi(a[1]), 0, NULL), a[2]);
 			} else {
 				CUresult (*f)(CUcontext) = ENTRY(cuCtxDestroy, "cuCtxDestroy", 2000, 0);
 				check_rc("cuCtxDestroy", f(created[--ncreated]), a[1]);

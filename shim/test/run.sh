@@ -494,9 +494,11 @@ test_names_exact() {
 		return 1
 	fi
 	grep -q "legacy ABI cuCtxAttach called" "$T/err"
-	run -m rt12 init gpa:cuCtxCreate:2000:0 gpa:cuCtxDestroy:2000:0
+	run -m rt12 init gpa:cuCtxCreate:2000:0 gpa:cuCtxDestroy:2000:0 gpa:cuGLCtxCreate:2000:0 gpa:cuVDPAUCtxCreate:3010:0
 	grep -q '^gpa cuCtxCreate 2000 rc=0 status=0 libvgpu-shim.so cuCtxCreate$' "$T/out"
 	grep -q '^gpa cuCtxDestroy 2000 rc=0 status=0 libvgpu-shim.so cuCtxDestroy$' "$T/out"
+	grep -q '^gpa cuGLCtxCreate 2000 rc=0 status=0 libvgpu-shim.so cuGLCtxCreate$' "$T/out"
+	grep -q '^gpa cuVDPAUCtxCreate 3010 rc=0 status=0 libvgpu-shim.so cuVDPAUCtxCreate$' "$T/out"
 	# Every launch entry point through each access path.
 	run init launchall
 	run -p init launchall

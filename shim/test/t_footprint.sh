@@ -34,7 +34,8 @@ test_fp_many_processes() { # [PIDNS_OFFSET]
 
 test_fp_ctx_past_limit() {
 	# A context whose own memory (16 MiB here, 518 MiB on an H200) would take the container past
-	# its limit is destroyed and its creation fails as out of memory, primary or not: the first
+	# its limit is destroyed and its creation fails as out of memory, primary or not, in every
+	# ABI and through every entry point that makes one: the first
 	# process holds 16 + 40 of 64 MiB, so a second one's contexts (16 more each) are refused and
 	# the container stays at 56 MiB. Once the first is gone, a context is counted as before.
 	setup $((64 * MiB))
@@ -42,6 +43,9 @@ test_fp_ctx_past_limit() {
 	held first init alloc:40MiB
 	run cuinit primary:0:2 newctx:0:2 || { release first; return 1; }
 	run -m rt12 cuinit newctxv1:0:2 || { release first; return 1; }
+	# So are the contexts made for OpenGL and VDPAU interoperability.
+	run cuinit newctxgl:0:2 newctxvdpau:0:2 || { release first; return 1; }
+	run -m rt12 cuinit newctxgl:0:2 newctxvdpau:0:2 || { release first; return 1; }
 	expect "used with the refused contexts gone" "$(used)" $((56 * MiB))
 	expect "warning" "$(grep -c "new context's own memory would take the container past" "$T/err")" 1
 	release first

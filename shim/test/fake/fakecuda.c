@@ -1800,6 +1800,29 @@ EXPORT CUresult cuCtxDestroy(CUcontext c)
 	return cuCtxDestroy_v2(c);
 }
 
+/* Interoperability contexts: no OpenGL or VDPAU here, the context alone. */
+EXPORT CUresult cuGLCtxCreate_v2(CUcontext *c, unsigned flags, CUdevice d)
+{
+	(void)flags;
+	return ctx_create(c, d);
+}
+
+EXPORT CUresult cuGLCtxCreate(CUcontext *c, unsigned flags, CUdevice d)
+{
+	return cuGLCtxCreate_v2(c, flags, d);
+}
+
+EXPORT CUresult cuVDPAUCtxCreate_v2(CUcontext *c, unsigned flags, CUdevice d, uint32_t vdp, void *get_proc)
+{
+	(void)flags, (void)vdp, (void)get_proc;
+	return ctx_create(c, d);
+}
+
+EXPORT CUresult cuVDPAUCtxCreate(CUcontext *c, unsigned flags, CUdevice d, uint32_t vdp, void *get_proc)
+{
+	return cuVDPAUCtxCreate_v2(c, flags, d, vdp, get_proc);
+}
+
 /*
  * The pre-3.2 allocation ABIs work, with 32-bit sizes and addresses (below
  * 4 GiB, apart from the 64-bit ones), as the bare names do in the real
@@ -1985,6 +2008,10 @@ static const struct entry table[] = {
 	E(cuCtxCreate, 12050, cuCtxCreate_v4),
 	E(cuCtxDestroy, 2000, cuCtxDestroy),
 	E(cuCtxAttach, 2000, cuCtxAttach),
+	E(cuGLCtxCreate, 2000, cuGLCtxCreate),
+	E(cuGLCtxCreate, 3020, cuGLCtxCreate_v2),
+	E(cuVDPAUCtxCreate, 3010, cuVDPAUCtxCreate),
+	E(cuVDPAUCtxCreate, 3020, cuVDPAUCtxCreate_v2),
 	E(cuCtxDestroy, 4000, cuCtxDestroy_v2),
 	E(cuCtxSetCurrent, 4000, cuCtxSetCurrent),
 	E(cuCtxGetCurrent, 4000, cuCtxGetCurrent),
