@@ -274,6 +274,43 @@ typedef struct {
 
 #define CUDA_ARRAY3D_LAYERED 0x01
 #define CUDA_ARRAY3D_CUBEMAP 0x04
+/* Arrays whose memory is mapped into them later (cuMemMapArrayAsync): none of their own. */
+#define CUDA_ARRAY3D_SPARSE 0x40
+#define CUDA_ARRAY3D_DEFERRED_MAPPING 0x80
+
+/*
+ * cuMemMapArrayAsync(CUarrayMapInfo *, unsigned count, CUstream) @11010 (and
+ * _ptsz): maps tiles of cuMemCreate allocations into sparse arrays, or unmaps
+ * them. Layout as the driver API reference and cuda-python's 13.0
+ * declarations give it (two sources; offsets computed here); not in the ABI
+ * notes.
+ */
+#define CU_MEM_OPERATION_TYPE_MAP 1
+#define CU_MEM_OPERATION_TYPE_UNMAP 2
+#define CU_MEM_HANDLE_TYPE_GENERIC 0
+typedef struct {
+	int resourceType; /* CUresourcetype: 0 array, 1 mipmapped array */
+	void *resource;   /* the CUarray or CUmipmappedArray */
+	int subresourceType;
+	union {
+		unsigned int sparseLevel[8]; /* level, layer, offsetX/Y/Z, extentWidth/Height/Depth */
+		struct {
+			unsigned int layer;
+			unsigned long long offset, size;
+		} miptail;
+	} subresource;
+	int memOperationType;
+	int memHandleType;
+	CUmemGenericAllocationHandle memHandle;
+	unsigned long long offset;
+	unsigned int deviceBitMask;
+	unsigned int flags;
+	unsigned int reserved[2];
+} CUarrayMapInfo;
+_Static_assert(sizeof(CUarrayMapInfo) == 96, "CUarrayMapInfo");
+_Static_assert(offsetof(CUarrayMapInfo, subresource) == 24 && offsetof(CUarrayMapInfo, memOperationType) == 56 &&
+		       offsetof(CUarrayMapInfo, memHandle) == 64,
+	       "CUarrayMapInfo offsets");
 
 typedef struct {
 	int id; /* CUlaunchAttributeID */

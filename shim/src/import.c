@@ -46,6 +46,9 @@
  * unmap). An imported handle released without ever being mapped costs
  * nothing: it can be neither used nor mapped after that.
  *
+ * Sparse CUDA arrays own no device memory either; tiles of cuMemCreate
+ * allocations mapped into them (cuMemMapArrayAsync) are held like mappings.
+ *
  * Multicast objects own no device memory; memory is bound to them per
  * device. A cuMemCreate allocation bound to one is held like a mapping: a
  * cuMemRelease while bound leaves it counted until cuMulticastUnbind.
@@ -54,6 +57,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "mem.h"
 #include "shim.h"
@@ -424,11 +428,133 @@ VGPU_EXPORT CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mc, CUdevice
 	return rc;
 }
 
+/* ---- memory mapped into sparse arrays ------------------------------------------------------------ */
+
+/*
+ * A sparse CUDA array (or one with deferred mapping) holds no memory of its
+ * own (mem.c charges it nothing): tiles of cuMemCreate allocations are mapped
+ * into it with cuMemMapArrayAsync. Such an allocation lives while it is
+ * mapped there, after its cuMemRelease, as after a cuMemMap: each map entry
+ * is one more mapping of its handle until an unmap entry names the same
+ * array and subresource, or the array is destroyed. An unmap naming a region
+ * no map named (a part of one, or several) cannot say which handle it
+ * frees: those stay counted until the array goes. Counted at the call, not
+ * when the stream gets there: a mapping still queued is counted already.
+ */
+struct amap {
+	struct amap *next;
+	void *res;
+	int sub_type;
+	unsigned int sub[8];
+	uint64_t h;
+};
+
+static struct amap *amaps;
+static pthread_mutex_t amu = PTHREAD_MUTEX_INITIALIZER;
+
+static void amap_key(const CUarrayMapInfo *m, struct amap *k)
+{
+	k->res = m->resource;
+	k->sub_type = m->subresourceType;
+	memcpy(k->sub, &m->subresource, sizeof(k->sub));
+}
+
+/* One mapping fewer of handle h: gives it back when nothing else holds it. */
+static void amap_drop(uint64_t h)
+{
+	struct vgpu_tracked t;
+	if (vgpu_track_handle_adjust(h, 0, -1, &t) == 1)
+		vgpu_unreserve(t.idx, t.bytes);
+}
+
+static void array_mapped(const CUarrayMapInfo *list, unsigned n)
+{
+	static int warned;
+	for (unsigned i = 0; i < n; i++) {
+		const CUarrayMapInfo *m = &list[i];
+		struct amap k;
+		amap_key(m, &k);
+		if (m->memOperationType == CU_MEM_OPERATION_TYPE_MAP && m->memHandleType == CU_MEM_HANDLE_TYPE_GENERIC) {
+			struct amap *e = malloc(sizeof(*e));
+			if (!e || vgpu_track_handle_adjust(m->memHandle, 0, 1, NULL) != 0) {
+				free(e); /* not a handle of ours (or no memory): nothing to keep */
+				continue;
+			}
+			*e = k;
+			e->h = m->memHandle;
+			pthread_mutex_lock(&amu);
+			e->next = amaps;
+			amaps = e;
+			pthread_mutex_unlock(&amu);
+		} else if (m->memOperationType == CU_MEM_OPERATION_TYPE_UNMAP) {
+			struct amap *gone = NULL;
+			pthread_mutex_lock(&amu);
+			for (struct amap **pp = &amaps; *pp; pp = &(*pp)->next)
+				if ((*pp)->res == k.res && (*pp)->sub_type == k.sub_type &&
+				    !memcmp((*pp)->sub, k.sub, sizeof(k.sub))) {
+					gone = *pp;
+					*pp = gone->next;
+					break;
+				}
+			pthread_mutex_unlock(&amu);
+			if (gone) {
+				amap_drop(gone->h);
+				free(gone);
+			} else if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED)) {
+				LOGD("sparse array %p: an unmap that no single map named; what is mapped there stays "
+				     "counted until the array is destroyed",
+				     m->resource);
+			}
+		}
+	}
+}
+
+static CUresult map_array(CUresult rc, const CUarrayMapInfo *list, unsigned n)
+{
+	if (rc == CUDA_SUCCESS && list && vgpu.mode == VGPU_ENFORCE)
+		array_mapped(list, n);
+	return rc;
+}
+
+VGPU_EXPORT CUresult cuMemMapArrayAsync(CUarrayMapInfo *list, unsigned n, CUstream s)
+{
+	vgpu_init();
+	return map_array(NEXT(cuMemMapArrayAsync)(list, n, s), list, n);
+}
+
+VGPU_EXPORT CUresult cuMemMapArrayAsync_ptsz(CUarrayMapInfo *list, unsigned n, CUstream s)
+{
+	vgpu_init();
+	return map_array(NEXT(cuMemMapArrayAsync_ptsz)(list, n, s), list, n);
+}
+
+void vgpu_array_maps_gone(void *res)
+{
+	for (;;) {
+		struct amap *gone = NULL;
+		pthread_mutex_lock(&amu);
+		for (struct amap **pp = &amaps; *pp; pp = &(*pp)->next)
+			if ((*pp)->res == res) {
+				gone = *pp;
+				*pp = gone->next;
+				break;
+			}
+		pthread_mutex_unlock(&amu);
+		if (!gone)
+			return;
+		amap_drop(gone->h);
+		free(gone);
+	}
+}
+
 void vgpu_import_after_fork(void)
 {
-	/* The child holds none of the parent's binds or imported handles; entries leak on purpose. */
+	/* The child holds none of the parent's binds, imported handles or array
+	 * mappings; entries leak on purpose. */
 	pthread_mutex_init(&mu, NULL);
 	binds = NULL;
 	pthread_mutex_init(&vmu, NULL);
 	vimps = NULL;
+	pthread_mutex_init(&amu, NULL);
+	amaps = NULL;
 }

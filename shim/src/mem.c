@@ -412,9 +412,15 @@ VGPU_EXPORT CUresult cuArrayCreate_v2(CUarray *arr, const CUDA_ARRAY_DESCRIPTOR 
 	return settle(rc, go, TRACK_ARRAY, arr ? (uint64_t)(uintptr_t)*arr : 0, bytes, idx);
 }
 
+/* A sparse array, or one whose memory is mapped later, holds none of its own:
+ * what is mapped into it is counted as the allocation it is (import.c). */
+#define ARRAY_NO_MEMORY (CUDA_ARRAY3D_SPARSE | CUDA_ARRAY3D_DEFERRED_MAPPING)
+
 VGPU_EXPORT CUresult cuArray3DCreate_v2(CUarray *arr, const CUDA_ARRAY3D_DESCRIPTOR *a)
 {
-	uint64_t bytes = a ? array_bytes(a->Width, a->Height, a->Depth, a->Format, a->NumChannels) : 0;
+	uint64_t bytes = a && !(a->Flags & ARRAY_NO_MEMORY)
+				 ? array_bytes(a->Width, a->Height, a->Depth, a->Format, a->NumChannels)
+				 : 0;
 	int idx, go = admit_current(bytes, &idx);
 	if (go == GO_REFUSE)
 		return REFUSED;
@@ -429,13 +435,16 @@ static CUresult do_array_destroy(void *a)
 
 VGPU_EXPORT CUresult cuArrayDestroy(CUarray arr)
 {
-	return release(TRACK_ARRAY, (uint64_t)(uintptr_t)arr, do_array_destroy, &arr);
+	CUresult rc = release(TRACK_ARRAY, (uint64_t)(uintptr_t)arr, do_array_destroy, &arr);
+	if (rc == CUDA_SUCCESS)
+		vgpu_array_maps_gone(arr);
+	return rc;
 }
 
 VGPU_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *m, const CUDA_ARRAY3D_DESCRIPTOR *a,
 					    unsigned levels)
 {
-	uint64_t bytes = a ? mipmap_bytes(a, levels) : 0;
+	uint64_t bytes = a && !(a->Flags & ARRAY_NO_MEMORY) ? mipmap_bytes(a, levels) : 0;
 	int idx, go = admit_current(bytes, &idx);
 	if (go == GO_REFUSE)
 		return REFUSED;
@@ -450,7 +459,10 @@ static CUresult do_mipmap_destroy(void *a)
 
 VGPU_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray m)
 {
-	return release(TRACK_MIPMAP, (uint64_t)(uintptr_t)m, do_mipmap_destroy, &m);
+	CUresult rc = release(TRACK_MIPMAP, (uint64_t)(uintptr_t)m, do_mipmap_destroy, &m);
+	if (rc == CUDA_SUCCESS)
+		vgpu_array_maps_gone(m);
+	return rc;
 }
 
 /* ---- contexts: their own footprint, and everything freed with them ---------------------- */

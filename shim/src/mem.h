@@ -32,6 +32,8 @@ int vgpu_vmm_import_map_begin(uint64_t h, uint64_t size, int *idx);
 void vgpu_vmm_import_map_end(uint64_t h, CUresult rc, int go, uint64_t size, int idx);
 /* A successful cuMemRelease of h: an imported handle never mapped is forgotten. */
 void vgpu_vmm_import_release(uint64_t h);
+/* A sparse array is gone: the handles mapped into it lose those mappings (import.c). */
+void vgpu_array_maps_gone(void *res);
 /* A fork child forgets the parent's multicast binds (import.c). */
 void vgpu_import_after_fork(void);
 

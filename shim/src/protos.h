@@ -102,6 +102,8 @@ API CUresult cuIpcOpenMemHandle(CUdeviceptr *p, CUipcMemHandle h, unsigned flags
 API CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, CUipcMemHandle h, unsigned flags);
 API CUresult cuIpcCloseMemHandle(CUdeviceptr p);
 API CUresult cuMemPoolImportPointer(CUdeviceptr *p, CUmemoryPool pool, CUmemPoolPtrExportData *data);
+API CUresult cuMemMapArrayAsync(CUarrayMapInfo *list, unsigned n, CUstream s);
+API CUresult cuMemMapArrayAsync_ptsz(CUarrayMapInfo *list, unsigned n, CUstream s);
 API CUresult cuLaunchGrid(CUfunction f, int grid_w, int grid_h);
 API CUresult cuLaunchGridAsync(CUfunction f, int grid_w, int grid_h, CUstream s);
 API CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list, unsigned n, unsigned flags);

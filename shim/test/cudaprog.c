@@ -44,6 +44,7 @@ CUresult cuCtxCreate_v2(CUcontext *, unsigned, CUdevice);
 CUresult cuCtxDestroy_v2(CUcontext);
 CUresult cuCtxCreate(CUcontext *, unsigned, CUdevice);
 CUresult cuGLCtxCreate_v2(CUcontext *, unsigned, CUdevice);
+CUresult cuMemMapArrayAsync(CUarrayMapInfo *, unsigned, CUstream);
 CUresult cuVDPAUCtxCreate_v2(CUcontext *, unsigned, CUdevice, uint32_t, void *);
 CUresult cuCtxDestroy(CUcontext);
 CUresult cuCtxSynchronize(void);
@@ -623,7 +624,11 @@ static void fork_during_init(const char *forked, int delay_ms, int forks)
 	if (c == 0) {
 		CUdeviceptr p;
 		set_ctx(0);
-		_exit(api.MemAlloc(&p, 1 << 20) == CUDA_SUCCESS ? 0 : 1);
+		int ok = api.MemAlloc(&p, 1 << 20) == CUDA_SUCCESS;
+		/* Its slot in the region may be left to its keeper thread (a tenth of a
+		 * second) when the region's lock is busy: it stays long enough for that. */
+		usleep(1000000);
+		_exit(ok ? 0 : 1);
 	}
 	printf("forked %d from %d\n", c, getpid());
 	FILE *f = fopen(forked, "w");
@@ -655,7 +660,8 @@ static void run(int argc, char **argv)
 		} else if (!strcmp(op, "forkinit")) {
 			/* forkinit:FORKED:MS:N — a thread makes the first hooked call and another keeps
 			 * freeing; MS later the main thread forks N children that each free once, then
-			 * one more and touches FORKED; that child initialises and allocates 1 MiB. */
+			 * one more and touches FORKED; that child initialises, allocates 1 MiB and
+			 * exits a second later. */
 			fork_during_init(a[1], atoi(a[2]), atoi(a[3]));
 		} else if (!strcmp(op, "ctx")) {
 			set_ctx(atoi(a[1]));
@@ -1088,6 +1094,37 @@ static void run(int argc, char **argv)
 			check_rc("cuArray3DCreate", rc, a[4]);
 			if (rc == CUDA_SUCCESS)
 				hold(A_ARRAY, (uintptr_t)arr);
+		} else if (!strcmp(op, "sparse")) {
+			/* sparse:W:H[:RC] — a sparse 2D array (CUDA_ARRAY3D_SPARSE), held like any array. */
+			CUDA_ARRAY3D_DESCRIPTOR d = {size_arg(a[1]), size_arg(a[2]), 0, 0x20, 1, CUDA_ARRAY3D_SPARSE};
+			CUarray arr;
+			rc = api.Array3DCreate(&arr, &d);
+			check_rc("cuArray3DCreate", rc, a[3]);
+			if (rc == CUDA_SUCCESS)
+				hold(A_ARRAY, (uintptr_t)arr);
+		} else if (!strcmp(op, "amap") || !strcmp(op, "aunmap")) {
+			/* amap — maps the last held VMM handle into the last held array (level 0, a 64 x 64
+			 * tile at the origin; cuGetProcAddress at 11010 outside direct mode); aunmap unmaps
+			 * that tile. */
+			CUresult (*f)(CUarrayMapInfo *, unsigned, CUstream) =
+				ENTRY(cuMemMapArrayAsync, "cuMemMapArrayAsync", 11010, 0);
+			CUarrayMapInfo m = {0};
+			int ia = nheld - 1, ih = nheld - 1;
+			while (ia >= 0 && held[ia].kind != A_ARRAY)
+				ia--;
+			while (ih >= 0 && held[ih].kind != A_HANDLE)
+				ih--;
+			if (ia < 0 || (!strcmp(op, "amap") && ih < 0))
+				die("%s: no array or handle held%s", op, "");
+			m.resourceType = 0;
+			m.resource = (void *)(uintptr_t)held[ia].key;
+			m.subresource.sparseLevel[5] = m.subresource.sparseLevel[6] = 64;
+			m.subresource.sparseLevel[7] = 1;
+			m.memOperationType = !strcmp(op, "amap") ? CU_MEM_OPERATION_TYPE_MAP : CU_MEM_OPERATION_TYPE_UNMAP;
+			m.memHandleType = CU_MEM_HANDLE_TYPE_GENERIC;
+			m.memHandle = !strcmp(op, "amap") ? held[ih].key : 0;
+			m.deviceBitMask = 1;
+			check_rc("cuMemMapArrayAsync", f(&m, 1, NULL), NULL);
 		} else if (!strcmp(op, "mipmap")) {
 			CUDA_ARRAY3D_DESCRIPTOR d = {size_arg(a[1]), size_arg(a[2]), 0, 0x20, 1, 0};
 			CUmipmappedArray m;

@@ -105,8 +105,24 @@ test_vmm_import() {
 
 t primary_ctx_v1 test_primary_ctx_v1
 t report_32bit test_report_32bit
+test_sparse_arrays() {
+	# A sparse array holds no memory of its own: 256 MiB of virtual texture on a 64 MiB quota
+	# costs nothing. A cuMemCreate allocation mapped into it (cuMemMapArrayAsync) stays held
+	# after its cuMemRelease, as after a cuMemMap: 32 MiB stay counted until the tile is
+	# unmapped, or until the array is destroyed.
+	local m
+	for m in "-m direct" "-m rt12"; do
+		setup $((64 * MiB))
+		# shellcheck disable=SC2086
+		run $m init sparse:8192:8192 create:0:32MiB amap free alloc:32MiB alloc:1:2 aunmap alloc:32MiB alloc:1:2
+		# shellcheck disable=SC2086
+		run $m init sparse:8192:8192 create:0:32MiB amap free alloc:32MiB alloc:1:2 free free alloc:64MiB alloc:1:2
+	done
+}
+
 t library_get_module test_library_get_module
 t nvml_accounting test_nvml_accounting
 t nvml_accounting_pidns test_nvml_accounting $PIDNS
 t pool_ctx_gone test_pool_ctx_gone
 t vmm_import test_vmm_import
+t sparse_arrays test_sparse_arrays

@@ -1314,13 +1314,42 @@ EXPORT CUresult cuArrayCreate_v2(CUarray *a, const CUDA_ARRAY_DESCRIPTOR *desc)
 EXPORT CUresult cuArray3DCreate_v2(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *desc)
 {
 	uint64_t key;
+	/* A sparse array takes no memory: tiles are mapped into it (cuMemMapArrayAsync). */
 	CUresult rc = array_common("cuArray3DCreate_v2", K_ARRAY,
-				   m1(desc->Width) * m1(desc->Height) * m1(desc->Depth) * fmt_bytes(desc->Format) *
-					   m1(desc->NumChannels),
+				   desc->Flags & (CUDA_ARRAY3D_SPARSE | CUDA_ARRAY3D_DEFERRED_MAPPING)
+					   ? 0
+					   : m1(desc->Width) * m1(desc->Height) * m1(desc->Depth) *
+						     fmt_bytes(desc->Format) * m1(desc->NumChannels),
 				   &key);
 	if (rc == CUDA_SUCCESS)
 		*a = (CUarray)(uintptr_t)key;
 	return rc;
+}
+
+/* Maps or unmaps tiles of sparse arrays: checked, nothing else modelled (this
+ * driver frees a released handle's memory at its release, mapped or not). */
+static CUresult map_array(CUarrayMapInfo *list, unsigned n)
+{
+	if (!list || !n)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (unsigned i = 0; i < n; i++)
+		if ((list[i].resourceType != 0 && list[i].resourceType != 1) || !list[i].resource ||
+		    (list[i].memOperationType != CU_MEM_OPERATION_TYPE_MAP &&
+		     list[i].memOperationType != CU_MEM_OPERATION_TYPE_UNMAP))
+			return CUDA_ERROR_INVALID_VALUE;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemMapArrayAsync(CUarrayMapInfo *list, unsigned n, CUstream s)
+{
+	(void)s;
+	return map_array(list, n);
+}
+
+EXPORT CUresult cuMemMapArrayAsync_ptsz(CUarrayMapInfo *list, unsigned n, CUstream s)
+{
+	(void)s;
+	return map_array(list, n);
 }
 
 EXPORT CUresult cuArrayDestroy(CUarray a)
@@ -2092,6 +2121,7 @@ static const struct entry table[] = {
 	E(cuArrayDestroy, 2000, cuArrayDestroy),
 	E(cuMipmappedArrayCreate, 5000, cuMipmappedArrayCreate),
 	E(cuMipmappedArrayDestroy, 5000, cuMipmappedArrayDestroy),
+	EP(cuMemMapArrayAsync, 11010, cuMemMapArrayAsync),
 	{"cuLaunchKernel", 4000, (void *)cuLaunchKernel, NULL},
 	{"cuLaunchKernel", 7000, (void *)cuLaunchKernel, (void *)cuLaunchKernel_ptsz},
 	EP(cuLaunchKernelEx, 11060, cuLaunchKernelEx),
