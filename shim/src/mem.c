@@ -534,6 +534,10 @@ static pthread_mutex_t primary_mu = PTHREAD_MUTEX_INITIALIZER;
 		rc_;                                                                     \
 	})
 
+/* A context creation on dev, through ctxp: inside host-pid discovery, its
+ * footprint counted, undone past the limit. */
+#define NEW_CTX(dev, ctxp, call) (vgpu_init(), created(WITH_DISCOVERY((dev), (call), (ctxp)), (ctxp), (dev)))
+
 static void primary_gone(CUdevice dev, int reset);
 static void greens_after_fork(void);
 
@@ -620,28 +624,30 @@ VGPU_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev)
 
 VGPU_EXPORT CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned flags, CUdevice dev)
 {
-	vgpu_init();
-	return created(WITH_DISCOVERY(dev, NEXT(cuCtxCreate_v2)(ctx, flags, dev), ctx), ctx, dev);
+	return NEW_CTX(dev, ctx, NEXT(cuCtxCreate_v2)(ctx, flags, dev));
 }
 
 VGPU_EXPORT CUresult cuCtxCreate_v3(CUcontext *ctx, void *affinity, int n, unsigned flags, CUdevice dev)
 {
-	vgpu_init();
-	return created(WITH_DISCOVERY(dev, NEXT(cuCtxCreate_v3)(ctx, affinity, n, flags, dev), ctx), ctx, dev);
+	return NEW_CTX(dev, ctx, NEXT(cuCtxCreate_v3)(ctx, affinity, n, flags, dev));
 }
 
 VGPU_EXPORT CUresult cuCtxCreate_v4(CUcontext *ctx, void *params, unsigned flags, CUdevice dev)
 {
-	vgpu_init();
-	return created(WITH_DISCOVERY(dev, NEXT(cuCtxCreate_v4)(ctx, params, flags, dev), ctx), ctx, dev);
+	return NEW_CTX(dev, ctx, NEXT(cuCtxCreate_v4)(ctx, params, flags, dev));
+}
+
+/* After a context's destruction that the driver accepted: what it held goes. */
+static CUresult destroyed(CUresult rc, CUcontext ctx)
+{
+	if (rc == CUDA_SUCCESS && vgpu.mode == VGPU_ENFORCE)
+		ctx_gone(ctx);
+	return rc;
 }
 
 VGPU_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
-	CUresult rc = NEXT(cuCtxDestroy_v2)(ctx);
-	if (rc == CUDA_SUCCESS && vgpu.mode == VGPU_ENFORCE)
-		ctx_gone(ctx);
-	return rc;
+	return destroyed(NEXT(cuCtxDestroy_v2)(ctx), ctx);
 }
 
 /*
@@ -654,16 +660,12 @@ VGPU_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
  */
 VGPU_EXPORT CUresult cuCtxCreate(CUcontext *ctx, unsigned flags, CUdevice dev)
 {
-	vgpu_init();
-	return created(WITH_DISCOVERY(dev, NEXT(cuCtxCreate)(ctx, flags, dev), ctx), ctx, dev);
+	return NEW_CTX(dev, ctx, NEXT(cuCtxCreate)(ctx, flags, dev));
 }
 
 VGPU_EXPORT CUresult cuCtxDestroy(CUcontext ctx)
 {
-	CUresult rc = NEXT(cuCtxDestroy)(ctx);
-	if (rc == CUDA_SUCCESS && vgpu.mode == VGPU_ENFORCE)
-		ctx_gone(ctx);
-	return rc;
+	return destroyed(NEXT(cuCtxDestroy)(ctx), ctx);
 }
 
 /*
@@ -673,26 +675,22 @@ VGPU_EXPORT CUresult cuCtxDestroy(CUcontext ctx)
  */
 VGPU_EXPORT CUresult cuGLCtxCreate_v2(CUcontext *ctx, unsigned flags, CUdevice dev)
 {
-	vgpu_init();
-	return created(WITH_DISCOVERY(dev, NEXT(cuGLCtxCreate_v2)(ctx, flags, dev), ctx), ctx, dev);
+	return NEW_CTX(dev, ctx, NEXT(cuGLCtxCreate_v2)(ctx, flags, dev));
 }
 
 VGPU_EXPORT CUresult cuGLCtxCreate(CUcontext *ctx, unsigned flags, CUdevice dev)
 {
-	vgpu_init();
-	return created(WITH_DISCOVERY(dev, NEXT(cuGLCtxCreate)(ctx, flags, dev), ctx), ctx, dev);
+	return NEW_CTX(dev, ctx, NEXT(cuGLCtxCreate)(ctx, flags, dev));
 }
 
 VGPU_EXPORT CUresult cuVDPAUCtxCreate_v2(CUcontext *ctx, unsigned flags, CUdevice dev, uint32_t vdp, void *get_proc)
 {
-	vgpu_init();
-	return created(WITH_DISCOVERY(dev, NEXT(cuVDPAUCtxCreate_v2)(ctx, flags, dev, vdp, get_proc), ctx), ctx, dev);
+	return NEW_CTX(dev, ctx, NEXT(cuVDPAUCtxCreate_v2)(ctx, flags, dev, vdp, get_proc));
 }
 
 VGPU_EXPORT CUresult cuVDPAUCtxCreate(CUcontext *ctx, unsigned flags, CUdevice dev, uint32_t vdp, void *get_proc)
 {
-	vgpu_init();
-	return created(WITH_DISCOVERY(dev, NEXT(cuVDPAUCtxCreate)(ctx, flags, dev, vdp, get_proc), ctx), ctx, dev);
+	return NEW_CTX(dev, ctx, NEXT(cuVDPAUCtxCreate)(ctx, flags, dev, vdp, get_proc));
 }
 
 /*
