@@ -80,13 +80,6 @@ static int busy;         /* a thread is measuring: others need not */
 static int nvml_ok;      /* nvmlInit_v2 succeeded in this process */
 static int warned_na, warned_list, warned_over;
 
-static int64_t coarse_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
-}
-
 /* NVML's handle for limits index idx, or NULL. */
 static nvmlDevice_t handle(int idx)
 {
@@ -250,7 +243,7 @@ static void measure_all(void)
 	if (__atomic_exchange_n(&busy, 1, __ATOMIC_ACQUIRE))
 		return;
 	__atomic_store_n(&dirty, 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&due_ns, coarse_ns() + POLL_NS, __ATOMIC_RELAXED);
+	__atomic_store_n(&due_ns, vgpu_coarse_ns() + POLL_NS, __ATOMIC_RELAXED);
 	for (int i = 0; i < vgpu.limits.ngpu && i < VGPU_MAX_DEVICES; i++)
 		if (__atomic_load_n(&active[i], __ATOMIC_RELAXED))
 			measure(i, NULL);
@@ -267,7 +260,7 @@ int vgpu_fp_ctx_created(CUcontext ctx, CUdevice dev)
 	__atomic_store_n(&active[idx], 1, __ATOMIC_RELAXED);
 	__atomic_store_n(&any, 1, __ATOMIC_RELEASE);
 	int grew = measure(idx, ctx);
-	__atomic_store_n(&due_ns, coarse_ns() + POLL_NS, __ATOMIC_RELAXED);
+	__atomic_store_n(&due_ns, vgpu_coarse_ns() + POLL_NS, __ATOMIC_RELAXED);
 	uint64_t limit = vgpu.limits.gpu[idx].memory;
 	return grew && limit && vgpu_used(idx) > limit;
 }
@@ -311,7 +304,7 @@ void vgpu_fp_poll(void)
 {
 	if (likely(!__atomic_load_n(&any, __ATOMIC_RELAXED)))
 		return;
-	if (__atomic_load_n(&dirty, __ATOMIC_RELAXED) || coarse_ns() >= __atomic_load_n(&due_ns, __ATOMIC_RELAXED))
+	if (__atomic_load_n(&dirty, __ATOMIC_RELAXED) || vgpu_coarse_ns() >= __atomic_load_n(&due_ns, __ATOMIC_RELAXED))
 		measure_all();
 }
 

@@ -308,6 +308,15 @@ static int device_count(void)
 	return f && f(&n) == CUDA_SUCCESS && n > 0 ? (n < 64 ? n : 64) : 0;
 }
 
+/* Handle h has one holder (mapping or bind) fewer: when that was its last,
+ * after its release, its bytes go back. */
+static void holder_gone(uint64_t h)
+{
+	struct vgpu_tracked t;
+	if (vgpu_track_handle_adjust(h, 0, -1, &t) == 1)
+		vgpu_unreserve(t.idx, t.bytes); /* released meanwhile: this was its last holder */
+}
+
 /* After a successful bind of handle mem: it now has one more holder. */
 static void bound(CUmemGenericAllocationHandle mc, CUdevice dev, size_t off, size_t size,
 		  CUmemGenericAllocationHandle mem)
@@ -419,10 +428,8 @@ VGPU_EXPORT CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mc, CUdevice
 	pthread_mutex_unlock(&mu);
 	while (gone) {
 		struct bind *b = gone;
-		struct vgpu_tracked t;
 		gone = b->next;
-		if (vgpu_track_handle_adjust(b->mem, 0, -1, &t) == 1)
-			vgpu_unreserve(t.idx, t.bytes); /* released meanwhile: this was its last holder */
+		holder_gone(b->mem);
 		free(b);
 	}
 	return rc;
@@ -459,14 +466,6 @@ static void amap_key(const CUarrayMapInfo *m, struct amap *k)
 	memcpy(k->sub, &m->subresource, sizeof(k->sub));
 }
 
-/* One mapping fewer of handle h: gives it back when nothing else holds it. */
-static void amap_drop(uint64_t h)
-{
-	struct vgpu_tracked t;
-	if (vgpu_track_handle_adjust(h, 0, -1, &t) == 1)
-		vgpu_unreserve(t.idx, t.bytes);
-}
-
 static void array_mapped(const CUarrayMapInfo *list, unsigned n)
 {
 	static int warned;
@@ -498,7 +497,7 @@ static void array_mapped(const CUarrayMapInfo *list, unsigned n)
 				}
 			pthread_mutex_unlock(&amu);
 			if (gone) {
-				amap_drop(gone->h);
+				holder_gone(gone->h);
 				free(gone);
 			} else if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED)) {
 				LOGD("sparse array %p: an unmap that no single map named; what is mapped there stays "
@@ -530,20 +529,24 @@ VGPU_EXPORT CUresult cuMemMapArrayAsync_ptsz(CUarrayMapInfo *list, unsigned n, C
 
 void vgpu_array_maps_gone(void *res)
 {
-	for (;;) {
-		struct amap *gone = NULL;
-		pthread_mutex_lock(&amu);
-		for (struct amap **pp = &amaps; *pp; pp = &(*pp)->next)
-			if ((*pp)->res == res) {
-				gone = *pp;
-				*pp = gone->next;
-				break;
-			}
-		pthread_mutex_unlock(&amu);
-		if (!gone)
-			return;
-		amap_drop(gone->h);
-		free(gone);
+	struct amap *gone = NULL;
+	pthread_mutex_lock(&amu);
+	for (struct amap **pp = &amaps; *pp;) {
+		struct amap *e = *pp;
+		if (e->res == res) {
+			*pp = e->next;
+			e->next = gone;
+			gone = e;
+		} else {
+			pp = &e->next;
+		}
+	}
+	pthread_mutex_unlock(&amu);
+	while (gone) {
+		struct amap *e = gone;
+		gone = e->next;
+		holder_gone(e->h);
+		free(e);
 	}
 }
 

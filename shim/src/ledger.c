@@ -880,13 +880,6 @@ int vgpu_ledger_publish_held(int idx, uint64_t bytes)
 	return publish(&HELD, held, idx, bytes);
 }
 
-static int64_t coarse_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
-}
-
 /*
  * Whether our claim still stands. A process drops its process-associated
  * locks when it closes any descriptor of the file, ours or not: a program
@@ -902,14 +895,14 @@ static int claim_stands(void)
 	/* Made or found standing moments ago: a process's start writes it two or
 	 * three times within a millisecond, and each query walks every lock on
 	 * the file. A claim dropped since is found at the next write after this. */
-	if (coarse_now() - claim_seen_ns < CLAIM_FRESH_NS)
+	if (vgpu_coarse_ns() - claim_seen_ns < CLAIM_FRESH_NS)
 		return 1;
 	struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = hp_at(slot, claimed_hp), .l_len = 1};
 	if (fd < 0 || syscall(SYS_fcntl, fd, F_OFD_GETLK, &fl) != 0)
 		return 1; /* cannot tell: still_ours() below deals with a lost descriptor */
 	int ok = fl.l_type != F_UNLCK && fl.l_pid == me;
 	if (ok)
-		claim_seen_ns = coarse_now();
+		claim_seen_ns = vgpu_coarse_ns();
 	return ok;
 }
 
@@ -928,7 +921,7 @@ int vgpu_ledger_claim_host_pid(int32_t hp)
 	if (claimed_hp && claimed_hp != hp && slot >= 0)
 		claim_lk(F_UNLCK, hp_at(slot, claimed_hp));
 	claimed_hp = hp;
-	claim_seen_ns = hp ? coarse_now() : 0;
+	claim_seen_ns = hp ? vgpu_coarse_ns() : 0;
 	return 0;
 }
 

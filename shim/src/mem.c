@@ -726,8 +726,10 @@ CUcontext vgpu_ctx_owner(CUcontext ctx)
 	CUcontext owner = ctx;
 	pthread_mutex_lock(&green_mu);
 	for (int i = 0; i < MAX_GREEN; i++)
-		if (greens[i].g && greens[i].as_ctx == ctx)
+		if (greens[i].g && greens[i].as_ctx == ctx) {
 			owner = greens[i].primary;
+			break;
+		}
 	pthread_mutex_unlock(&green_mu);
 	return owner;
 }

@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "../include/cuda_abi.h"
 #include "../include/region.h"
@@ -13,6 +14,14 @@
 #define VGPU_EXPORT __attribute__((visibility("default")))
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
+
+/* CLOCK_MONOTONIC_COARSE in ns: a vDSO read, cheap enough for the allocation path. */
+static inline int64_t vgpu_coarse_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
 
 /* ---- real.c: the libraries we wrap, opened lazily -------------------------- */
 
