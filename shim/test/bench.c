@@ -16,8 +16,14 @@
  *                     the first context), the region on tmpfs (/run there;
  *                     /dev/shm here when it is one)
  *
- * BENCH_INIT_ONLY=shim (or direct) runs only that side of init_512, once,
- * for profiling; BENCH_INIT_PROCS=N (1..512) starts N processes instead.
+ *   init_512_nvml     the same, the shim not loaded, each process making the
+ *                     NVML calls the shim's start makes itself (nvmlInit, the
+ *                     process list before and after the context): what any
+ *                     start that measures a new context before its first
+ *                     allocation costs on this fake driver; direct as above
+ *
+ * BENCH_INIT_ONLY=shim (or direct, or nvml) runs only that side of init_512,
+ * once, for profiling; BENCH_INIT_PROCS=N (1..512) starts N processes instead.
  *
  * The machine is shared and noisy: the call measures alternate direct and
  * shim in 300 short rounds and keep the fastest round of each; the process
@@ -104,13 +110,47 @@ static void line(const char *name, double direct, double shim)
 
 /* ---- init_512: one child process ---------------------------------------------------- */
 
-/* bench --init-child BUILD GO_FD OUT_FD END_FD: loads the fake driver, says
- * it is ready on OUT_FD (READY), waits for GO_FD to close, times cuInit to the
- * first allocation, writes the ns to OUT_FD and stays (holding its
- * allocation) until END_FD closes. */
-#define READY ((int64_t)-2)
-static int init_child(char **argv)
+/* The NVML calls the shim's start makes (host-pid discovery and the context
+ * footprint's first measure: src/hostpid.c), made by the program itself:
+ * what any start that measures a new context before its first allocation
+ * pays on this fake driver, the shim's own work left out. */
+typedef struct {
+	nvmlReturn_t (*init)(void);
+	nvmlReturn_t (*by_uuid)(const char *, nvmlDevice_t *);
+	nvmlReturn_t (*procs)(nvmlDevice_t, unsigned *, nvmlProcessInfo_v1_t *);
+	nvmlDevice_t dev;
+} nvml_calls;
+
+static int nvml_list(nvml_calls *n)
 {
+	static nvmlProcessInfo_v1_t v[1024];
+	unsigned count = 1024;
+	return n->procs(n->dev, &count, v) == NVML_SUCCESS ? 0 : -1;
+}
+
+static int nvml_start(nvml_calls *n)
+{
+	void *h = dlopen("libnvidia-ml.so.1", RTLD_LAZY);
+	if (!h)
+		return -1;
+	n->init = sym(h, "nvmlInit_v2");
+	n->by_uuid = sym(h, "nvmlDeviceGetHandleByUUID");
+	n->procs = sym(h, "nvmlDeviceGetComputeRunningProcesses");
+	if (n->init() != NVML_SUCCESS || n->by_uuid(UUID, &n->dev) != NVML_SUCCESS)
+		return -1;
+	return nvml_list(n); /* the list before the context */
+}
+
+/* bench --init-child BUILD GO_FD OUT_FD END_FD [nvml]: loads the fake driver,
+ * says it is ready on OUT_FD (READY), waits for GO_FD to close, times cuInit
+ * to the first allocation (with the shim's NVML calls when "nvml" is given),
+ * writes the ns to OUT_FD and stays (holding its allocation) until END_FD
+ * closes. */
+#define READY ((int64_t)-2)
+static int init_child(int argc, char **argv)
+{
+	int with_nvml = argc > 6 && !strcmp(argv[6], "nvml");
+	nvml_calls nv;
 	char path[4096];
 	int go = atoi(argv[3]), out = atoi(argv[4]), end = atoi(argv[5]);
 	snprintf(path, sizeof(path), "%s/fake/libcuda.so.1", argv[2]);
@@ -132,8 +172,9 @@ static int init_child(char **argv)
 	double t0 = now(), c0 = cpu_now();
 	CUcontext ctx;
 	CUdeviceptr p;
-	int ok = init(0) == CUDA_SUCCESS && retain(&ctx, 0) == CUDA_SUCCESS && setcur(ctx) == CUDA_SUCCESS &&
-		 alloc(&p, 1 << 20) == CUDA_SUCCESS;
+	int ok = init(0) == CUDA_SUCCESS && (!with_nvml || nvml_start(&nv) == 0) &&
+		 retain(&ctx, 0) == CUDA_SUCCESS && (!with_nvml || nvml_list(&nv) == 0) &&
+		 setcur(ctx) == CUDA_SUCCESS && alloc(&p, 1 << 20) == CUDA_SUCCESS;
 	/* A record whatever happened: the parent waits for one from each child. */
 	int64_t rec[2] = {ok ? (int64_t)(now() - t0) : -1, (int64_t)(cpu_now() - c0)};
 	if (write(out, rec, sizeof(rec)) != sizeof(rec) || !ok) {
@@ -162,9 +203,13 @@ static double children_cpu(void)
 static double last_cpu;        /* CPU per child of the last init_run, start-up included, ns */
 static double last_window_cpu; /* CPU per child between cuInit and its first allocation's return, ns */
 
-/* Starts NPROC children (with the shim preloaded when shim is set), lets them
- * go at once, returns the mean of their times; fills p50/p99. */
-static double init_run(const char *self, const char *b, const char *state, int shim, int64_t *p50, int64_t *p99)
+enum side { DIRECT, SHIM, NVML_ONLY };
+static const char *side_name[] = {"direct", "shim", "nvml"};
+
+/* Starts NPROC children (with the shim preloaded for SHIM, making the shim's
+ * NVML calls themselves for NVML_ONLY), lets them go at once, returns the
+ * mean of their times; fills p50/p99. */
+static double init_run(const char *self, const char *b, const char *state, enum side side, int64_t *p50, int64_t *p99)
 {
 	double cpu0 = children_cpu();
 	int go[2], out[2], end[2];
@@ -194,9 +239,10 @@ static double init_run(const char *self, const char *b, const char *state, int s
 			close(go[1]);
 			close(out[0]);
 			close(end[1]);
-			if (shim)
+			if (side == SHIM)
 				setenv("LD_PRELOAD", lib, 1);
-			execl(self, self, "--init-child", b, sgo, sout, send, (char *)NULL);
+			execl(self, self, "--init-child", b, sgo, sout, send, side == NVML_ONLY ? "nvml" : "-",
+			      (char *)NULL);
 			_exit(127);
 		}
 	}
@@ -258,7 +304,7 @@ static double init_run(const char *self, const char *b, const char *state, int s
 int main(int argc, char **argv)
 {
 	if (argc > 5 && !strcmp(argv[1], "--init-child"))
-		return init_child(argv);
+		return init_child(argc, argv);
 	const char *b = argc > 1 ? argv[1] : "build";
 	char tmpl[64], path[4096], state[4200];
 	struct statfs sf;
@@ -297,8 +343,14 @@ int main(int argc, char **argv)
 				return 1;
 			}
 		}
+		enum side side = DIRECT;
+		while (strcmp(only, side_name[side]))
+			if (++side > NVML_ONLY) {
+				fprintf(stderr, "bench: BENCH_INIT_ONLY=%s: want direct, shim or nvml\n", only);
+				return 1;
+			}
 		int64_t p50, p99;
-		double m = init_run(self, b, st, !strcmp(only, "shim"), &p50, &p99);
+		double m = init_run(self, b, st, side, &p50, &p99);
 		printf("init %s, %d processes: mean %.0f p50 %lld p99 %lld ns; cpu %.0f ns a process in the window, "
 		       "%.0f start-up included\n",
 		       only, nproc, m, (long long)p50, (long long)p99, last_window_cpu, last_cpu);
@@ -354,11 +406,11 @@ int main(int argc, char **argv)
 	if (n <= 0)
 		return 1;
 	self[n] = '\0';
-	double ir = 1e18, is = 1e18, rc = 1e18, sc = 1e18, rw = 1e18, sw = 1e18;
+	double ir = 1e18, is = 1e18, rc = 1e18, sc = 1e18, rw = 1e18, sw = 1e18, in = 1e18, nw = 1e18;
 	int64_t r50 = 0, r99 = 0, s50 = 0, s99 = 0;
 	for (int r = 0; r < 3; r++) {
 		int64_t a50, a99;
-		double x = init_run(self, b, state, 0, &a50, &a99);
+		double x = init_run(self, b, state, DIRECT, &a50, &a99);
 		if (x < ir)
 			ir = x, r50 = a50, r99 = a99;
 		if (last_cpu < rc)
@@ -368,23 +420,29 @@ int main(int argc, char **argv)
 		snprintf(path, sizeof(path), "rm -f %s/region/usage", tmpl);
 		if (system(path) != 0)
 			return 1;
-		x = init_run(self, b, state, 1, &a50, &a99);
+		x = init_run(self, b, state, SHIM, &a50, &a99);
 		if (x < is)
 			is = x, s50 = a50, s99 = a99;
 		if (last_cpu < sc)
 			sc = last_cpu;
 		if (last_window_cpu < sw)
 			sw = last_window_cpu;
+		if ((x = init_run(self, b, state, NVML_ONLY, &a50, &a99)) < in)
+			in = x;
+		if (last_window_cpu < nw)
+			nw = last_window_cpu;
 	}
 	printf("  init, %d processes    direct %8.0f ns   shim %8.0f ns   (p50 %lld / %lld, p99 %lld / %lld ns)\n",
 	       NPROC, ir, is, (long long)r50, (long long)s50, (long long)r99, (long long)s99);
 	/* Less at the mercy of scheduling than the means: what each process cost in CPU. */
 	printf("  init, CPU a process   direct %8.0f ns   shim %8.0f ns   (cuInit to the allocation's return)\n", rw, sw);
 	printf("  init, CPU a process   direct %8.0f ns   shim %8.0f ns   (start-up included)\n", rc, sc);
+	printf("  init, NVML calls only direct %8.0f ns   nvml %8.0f ns   (CPU in the window %.0f ns)\n", ir, in, nw);
 
 	line("alloc_free_quota", ar, as);
 	line("launch_cores100", lr, ls);
 	line("init_512", ir, is);
+	line("init_512_nvml", ir, in);
 	snprintf(path, sizeof(path), "rm -rf %s", tmpl);
 	if (system(path) != 0)
 		return 1;
