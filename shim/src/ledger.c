@@ -34,11 +34,12 @@
  * Only a nearly full pool makes it walk from lock to lock.
  *
  * Memory the driver has already handed out (vgpu_reserve_force) is counted
- * whether or not it fits: what the pool cannot take goes to the GPU's
- * overflow interval, taken the same way. While any process holds overflow,
- * the container is at or past its limit, and a grant is checked against the
- * union of every other lease (pool and overflow, one query per lock found)
- * rather than by the pool alone.
+ * whether or not it fits: from the whole pool first, and what the pool
+ * cannot take goes to the GPU's overflow interval, taken the same way. While
+ * any process holds overflow the pool has room past the limit, so a grant is
+ * checked against the union of every other lease (pool and overflow, one
+ * query per lock found) rather than by the pool alone, and its chunk gives
+ * way to what it asked.
  *
  * What each process holds (cuMemGetInfo, NVML, the usage region) is a report
  * beside the lease, published as the length of a read lock in ranges of the
@@ -328,13 +329,23 @@ int32_t vgpu_ledger_claimed(void)
 
 /* ---- slots ----------------------------------------------------------------------------- */
 
+/* The first lock another description or process holds in [start, start +
+ * len), in *fl (l_type F_UNLCK: none): one query. 0, or -1 with errno. */
+static int query(off_t start, off_t len, struct flock *fl)
+{
+	*fl = (struct flock){.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = start, .l_len = len};
+	while (syscall(SYS_fcntl, fd, F_OFD_GETLK, fl) != 0)
+		if (errno != EINTR)
+			return -1;
+	return 0;
+}
+
 /* Whether another description or process holds a lock in [start, start + len): one query. */
 static int locked_by_other(off_t start, off_t len, int32_t *holder)
 {
-	struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = start, .l_len = len};
-	while (syscall(SYS_fcntl, fd, F_OFD_GETLK, &fl) != 0)
-		if (errno != EINTR)
-			return -1;
+	struct flock fl;
+	if (query(start, len, &fl) != 0)
+		return -1;
 	if (holder)
 		*holder = fl.l_type == F_UNLCK ? 0 : fl.l_pid;
 	return fl.l_type != F_UNLCK;
@@ -553,10 +564,9 @@ static uint64_t drop_stretch(int d, struct lease *l, off_t s, off_t e)
  */
 static int conflict(int d, off_t s, off_t e, off_t *cs, off_t *ce)
 {
-	struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = block_of(d) + s, .l_len = e - s};
-	while (syscall(SYS_fcntl, fd, F_OFD_GETLK, &fl) != 0)
-		if (errno != EINTR)
-			return -1;
+	struct flock fl;
+	if (query(block_of(d) + s, e - s, &fl) != 0)
+		return -1;
 	if (fl.l_type == F_UNLCK)
 		return 0;
 	off_t a = fl.l_start - block_of(d), b = fl.l_len > 0 ? a + fl.l_len : INT64_MAX - block_of(d);
@@ -702,10 +712,11 @@ int vgpu_ledger_grow(int idx, uint64_t least, uint64_t want, int force, uint64_t
 	struct taken t = {0};
 	off_t pool = pool_len(idx);
 	if (force) {
-		/* Counted whether it fits or not: the pool as far as it has room
-		 * where we look (what a failed search took stays taken), the
-		 * overflow for the rest. */
-		take(idx, 0, pool, 0, want, got, &t);
+		/* Counted whether it fits or not: the pool wherever it has room,
+		 * searched whole (what a failed search took stays taken), the
+		 * overflow only for the rest. Overflow while the pool has room
+		 * would make the container read as past its limit. */
+		take(idx, 0, pool, want, want, got, &t);
 		uint64_t rest = want - *got, more = 0;
 		if (!rest)
 			return 0;
@@ -741,11 +752,20 @@ int vgpu_ledger_grow(int idx, uint64_t least, uint64_t want, int force, uint64_t
 	uint64_t limit = vgpu.limits.gpu[idx].memory, others = 0;
 	int r = limit ? over_held(idx) : 0;
 	if (r == 1 && (r = leases_of_others(idx, &others)) == 0 && (others > limit || leased[idx] > limit - others)) {
-		/* Past the limit already (memory counted by force): only what is given back makes room. */
 		uint64_t total = others + leased[idx];
-		*short_by = total - limit < least ? total - limit : least;
-		r = 1;
-		errno = EDQUOT;
+		if (others <= limit && total - limit <= *got - least) {
+			/* What was asked fits, all of the chunk does not: the pool
+			 * has room past the limit while overflow is held, so the
+			 * chunk gives way here instead. */
+			vgpu_ledger_shrink(idx, total - limit);
+			*got -= total - limit;
+			r = 0;
+		} else {
+			/* Past the limit already (memory counted by force): only what is given back makes room. */
+			*short_by = total - limit < least ? total - limit : least;
+			r = 1;
+			errno = EDQUOT;
+		}
 	} else if (r == 1) {
 		r = 0;
 	}
@@ -897,8 +917,8 @@ static int claim_stands(void)
 	 * the file. A claim dropped since is found at the next write after this. */
 	if (vgpu_coarse_ns() - claim_seen_ns < CLAIM_FRESH_NS)
 		return 1;
-	struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = hp_at(slot, claimed_hp), .l_len = 1};
-	if (fd < 0 || syscall(SYS_fcntl, fd, F_OFD_GETLK, &fl) != 0)
+	struct flock fl;
+	if (fd < 0 || query(hp_at(slot, claimed_hp), 1, &fl) != 0)
 		return 1; /* cannot tell: still_ours() below deals with a lost descriptor */
 	int ok = fl.l_type != F_UNLCK && fl.l_pid == me;
 	if (ok)
@@ -952,12 +972,8 @@ static int scan(off_t lo, off_t hi, void (*visit)(off_t s, off_t e, int32_t owne
 			rc = -1;
 			break;
 		}
-		struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = sp.lo, .l_len = sp.hi - sp.lo};
-		if (syscall(SYS_fcntl, fd, F_OFD_GETLK, &fl) != 0) {
-			if (errno == EINTR) {
-				todo[n++] = sp;
-				continue;
-			}
+		struct flock fl;
+		if (query(sp.lo, sp.hi - sp.lo, &fl) != 0) {
 			rc = -1;
 			break;
 		}

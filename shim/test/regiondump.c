@@ -17,6 +17,8 @@
  *                                         and what slot PID says it holds (a
  *                                         process's slot is its pid unless
  *                                         another process holds that one)
+ *   regiondump overflow LIMITS IDX       print the bytes of limits index IDX's
+ *                                         overflow interval anyone holds
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -127,8 +129,26 @@ static int ledger(int argc, char **argv)
 	return 0;
 }
 
+static int overflow(int argc, char **argv)
+{
+	if (argc != 4) {
+		fprintf(stderr, "usage: regiondump overflow LIMITS IDX\n");
+		return 2;
+	}
+	int fd = open(argv[2], O_RDONLY);
+	if (fd < 0) {
+		perror(argv[2]);
+		return 1;
+	}
+	off_t over = ((off_t)atoll(argv[3]) << 58) + ((off_t)1 << 48);
+	printf("%lld\n", covered(fd, over, over + ((off_t)1 << 47)));
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc > 1 && !strcmp(argv[1], "overflow"))
+		return overflow(argc, argv);
 	if (argc > 1 && !strcmp(argv[1], "hold"))
 		return hold(argc, argv);
 	if (argc > 1 && !strcmp(argv[1], "ledger"))

@@ -132,9 +132,60 @@ test_lease_big_lock_skipped() {
 	wait $h 2>/dev/null || true
 }
 
+test_lease_forced_in_holes() {
+	# Memory the driver already holds (here a context's own 16 MiB) is counted in the pool
+	# wherever the pool has room, and in the overflow only past it: with 1 MiB forged at the end
+	# of every 8 MiB of a 64 MiB pool (holes of 7 MiB), the footprint is gathered from three
+	# holes, and ten 4 MiB allocations then fill the quota to the byte (16 + 40 + 8 forged), and
+	# not one byte more. Footprint put in the overflow while the pool had room made the
+	# container read as past its limit, and a later grant that fitted was refused with its chunk.
+	setup $((64 * MiB))
+	export FAKECUDA_CTX_BYTES=$((16 * MiB))
+	local at pids="" r=0
+	for at in 7 15 23 31 39 47 55 63; do
+		"$DUMP" hold "$T/limits" $((at * MiB / 4096)) 0 $((1 * MiB)) "$T/held.$at" &
+		pids="$pids $!"
+		waitfor "$T/held.$at" $! || return 1
+	done
+	LD_PRELOAD=$SHIM timeout 60 "$PROG" init touch:"$T/ctx" waitfile:"$T/go" alloc:4MiB alloc:4MiB \
+		alloc:4MiB alloc:4MiB alloc:4MiB alloc:4MiB alloc:4MiB alloc:4MiB alloc:4MiB alloc:4MiB \
+		alloc:1:2 >"$T/out" 2>"$T/err" &
+	local a=$!
+	if waitfor "$T/ctx" $a; then
+		expect "overflow held after the context" "$("$DUMP" overflow "$T/limits" 0)" 0 || r=1
+		touch "$T/go"
+		wait $a || { tail -n 3 "$T/out" "$T/err" | sed 's/^/    /'; r=1; }
+	else
+		r=1
+	fi
+	# shellcheck disable=SC2086 # one pid per word
+	kill $pids
+	wait
+	return $r
+}
+
+test_lease_chunk_gives_way() {
+	# Once any process holds overflow (here 1 MiB forged there), a grant is checked against
+	# the sum of every lease instead of the pool's room, and the pool has room beyond the
+	# limit. A grant that fits without all of its chunk (the 3 MiB that fill the quota to the
+	# byte: 60 held, a 4 MiB chunk asked with it) is granted with less chunk, not refused.
+	setup $((64 * MiB))
+	"$DUMP" hold "$T/limits" $((1 << 36)) 0 $((1 * MiB)) "$T/over" &
+	local h=$! r=0
+	waitfor "$T/over" $h || return 1
+	run init alloc:4MiB alloc:4MiB alloc:4MiB alloc:4MiB alloc:4MiB alloc:4MiB alloc:4MiB \
+		alloc:4MiB alloc:4MiB alloc:4MiB alloc:4MiB alloc:4MiB alloc:4MiB alloc:4MiB alloc:4MiB \
+		alloc:3MiB alloc:1:2 || r=1
+	kill $h
+	wait $h 2>/dev/null || true
+	return $r
+}
+
 t lease_used_not_inflated test_lease_used_not_inflated
 t lease_idle_return test_lease_idle_return
 t lease_racers_never_exceed test_lease_racers_never_exceed
 t lease_fragmented_pool test_lease_fragmented_pool
 t lease_pool_in_pieces test_lease_pool_in_pieces
 t lease_big_lock_skipped test_lease_big_lock_skipped
+t lease_forced_in_holes test_lease_forced_in_holes
+t lease_chunk_gives_way test_lease_chunk_gives_way
