@@ -386,10 +386,30 @@ type launchHistory struct {
 	exited map[string]uint64
 }
 
-// procKey names a process across PID reuse.
+// procKey names a process across PID reuse, and across the pid namespaces
+// that share one region (the containers of a pod sharing a claim), where one
+// pid and start tick can be two processes: the host pid tells them apart.
 type procKey struct {
-	pid   int32
-	start uint64
+	pid     int32
+	hostPID int32
+	start   uint64
+}
+
+// learnedHostPID reports whether k, gone from now, is a process that has
+// since learned its host pid (the shim finds it at the first context, and
+// may write it to the region later): the same process under a new key.
+func learnedHostPID(k procKey, was, now map[procKey]map[string]uint64) bool {
+	if k.hostPID != 0 {
+		return false
+	}
+	for n := range now {
+		if n.pid == k.pid && n.start == k.start && n.hostPID != 0 {
+			if _, seen := was[n]; !seen {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // launchTotals returns the container's kernel launches per GPU UUID: the
@@ -414,10 +434,10 @@ func (c *Collector) launchTotals(id string, u *region.Usage) map[string]uint64 {
 				counts[d.UUID] += p.Launches[i]
 			}
 		}
-		now[procKey{p.PID, p.StartTime}] = counts
+		now[procKey{p.PID, p.HostPID, p.StartTime}] = counts
 	}
 	for k, counts := range h.procs {
-		if _, alive := now[k]; !alive {
+		if _, alive := now[k]; !alive && !learnedHostPID(k, h.procs, now) {
 			for uuid, n := range counts {
 				h.exited[uuid] += n
 			}

@@ -400,3 +400,49 @@ func TestPromlint(t *testing.T) {
 		t.Errorf("gathered %d container/GPU series (%v), want 3", n, err)
 	}
 }
+
+// The launch counter across scrapes: exits keep their counts, and processes
+// that share a pid and start tick in two pid namespaces (one region, a claim
+// shared by two containers) are two processes, told apart by the host pid.
+func TestLaunchTotals(t *testing.T) {
+	type proc struct {
+		pid, hostPID int32
+		start, n     uint64
+	}
+	tests := []struct {
+		name    string
+		scrapes [][]proc
+		want    []uint64 // the total after each scrape
+	}{
+		{"exit keeps its launches",
+			[][]proc{{{100, 4100, 5, 3}, {101, 4101, 6, 4}}, {{101, 4101, 6, 6}}},
+			[]uint64{7, 9}},
+		{"pid reused with another start counts anew",
+			[][]proc{{{100, 4100, 5, 3}}, {{100, 4200, 9, 1}}},
+			[]uint64{3, 4}},
+		{"one pid and start tick in two namespaces",
+			[][]proc{{{1, 4100, 5, 3}, {1, 4200, 5, 4}}, {{1, 4100, 5, 5}, {1, 4200, 5, 4}}, {{1, 4200, 5, 6}}},
+			[]uint64{7, 9, 11}},
+		{"host pid learned between scrapes",
+			[][]proc{{{100, 0, 5, 2}}, {{100, 4100, 5, 3}}, {}},
+			[]uint64{2, 3, 3}},
+		{"host pid learned while a namesake keeps none",
+			[][]proc{{{1, 0, 5, 2}, {1, 4200, 5, 4}}, {{1, 4100, 5, 3}, {1, 4200, 5, 4}}},
+			[]uint64{6, 7}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &Collector{launches: map[string]*launchHistory{}}
+			for i, scrape := range tt.scrapes {
+				u := &region.Usage{Devices: []region.DeviceUsage{{UUID: uuidA}}}
+				for _, p := range scrape {
+					u.Processes = append(u.Processes, region.ProcessUsage{
+						PID: p.pid, HostPID: p.hostPID, StartTime: p.start, Used: []uint64{0}, Launches: []uint64{p.n}})
+				}
+				if got := c.launchTotals("c1", u)[uuidA]; got != tt.want[i] {
+					t.Errorf("scrape %d: %d launches, want %d", i+1, got, tt.want[i])
+				}
+			}
+		})
+	}
+}
