@@ -334,7 +334,10 @@ int32_t vgpu_ledger_claimed(void)
 static int query(off_t start, off_t len, struct flock *fl)
 {
 	*fl = (struct flock){.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = start, .l_len = len};
-	while (syscall(SYS_fcntl, fd, F_OFD_GETLK, fl) != 0)
+	/* Readers query without the process's mutex while still_ours() may
+	 * replace the descriptor: one atomic read of it. */
+	int f = __atomic_load_n(&fd, __ATOMIC_ACQUIRE);
+	while (syscall(SYS_fcntl, f, F_OFD_GETLK, fl) != 0)
 		if (errno != EINTR)
 			return -1;
 	return 0;
@@ -840,7 +843,7 @@ static int still_ours(void)
 		close(nfd);
 		nfd = -1;
 	}
-	fd = vgpu_high_fd(nfd);
+	__atomic_store_n(&fd, vgpu_high_fd(nfd), __ATOMIC_RELEASE);
 	if (fd < 0) {
 		errno = EBADF;
 		return 0;
@@ -859,8 +862,9 @@ static int still_ours(void)
 		ok = claim_lk(F_RDLCK, hp_at(slot, claimed_hp)) == 0;
 	if (!ok) {
 		int e = errno;
-		close(fd); /* drops what was published again: the next call starts over */
-		fd = -1;
+		int old = fd;
+		__atomic_store_n(&fd, -1, __ATOMIC_RELEASE);
+		close(old); /* drops what was published again: the next call starts over */
 		slot = -1;
 		memset(lz, 0, sizeof(lz)); /* leased[] stays: what to take again */
 		errno = e;
@@ -871,6 +875,15 @@ static int still_ours(void)
 int vgpu_ledger_check(void)
 {
 	return still_ours() ? 0 : -1;
+}
+
+/* Whether the descriptor still reaches the limits file: a reader's check,
+ * without the process's mutex (a program may have closed it and opened
+ * another file under its number, whose locks would read as nobody's). */
+int vgpu_ledger_readable(void)
+{
+	int f = __atomic_load_n(&fd, __ATOMIC_ACQUIRE);
+	return f >= 0 && same_file(f, &ident);
 }
 
 static int publish(const struct family *f, uint64_t *pub, int idx, uint64_t bytes)

@@ -199,7 +199,7 @@ static int measure(struct bucket *b, unsigned *mine, unsigned *all)
 	 * pid, which may be another container's process in NVML's numbering. */
 	static struct vgpu_hp_set claimed;
 	int32_t self = vgpu_host_pid();
-	if (vgpu_ledger_host_pids(&claimed) != 0) {
+	if (vgpu_ledger_reader() != 0 || vgpu_ledger_host_pids(&claimed) != 0) {
 		claimed.n = 0;
 		claimed.all = 1; /* cannot tell: count everything as ours, throttle rather than not */
 	}

@@ -124,7 +124,8 @@ static int gather(int idx, struct members *ms)
 		me->hp = vgpu_host_pid();
 		me->bytes = idx >= 0 ? vgpu_own_used(idx) : 0;
 	}
-	if ((idx >= 0 && vgpu_ledger_scan_held(idx, on_held, ms) != 0) || vgpu_ledger_scan_claims(on_claim, ms) != 0 ||
+	if (vgpu_ledger_reader() != 0 || (idx >= 0 && vgpu_ledger_scan_held(idx, on_held, ms) != 0) ||
+	    vgpu_ledger_scan_claims(on_claim, ms) != 0 ||
 	    ms->failed) {
 		LOGD("NVML process list: the ledger cannot be read (%s); no process is shown", strerror(errno));
 		free(ms->m);

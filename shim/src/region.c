@@ -1229,10 +1229,30 @@ uint64_t vgpu_own_used(int idx)
 	return own_of(idx);
 }
 
+int vgpu_ledger_reader(void)
+{
+	if (vgpu_ledger_readable())
+		return 0;
+	pthread_mutex_lock(&mu);
+	int rc = vgpu_ledger_check();
+	pthread_mutex_unlock(&mu);
+	return rc;
+}
+
+/* The others' leases and held reports on idx: 0, or -1 with errno. Quota
+ * checks outside a grant (a new context's footprint, a pool's reclaim) read
+ * this too. */
+static int others_of(int idx, uint64_t *leased, uint64_t *held)
+{
+	if (vgpu_ledger_reader() != 0)
+		return -1;
+	return vgpu_ledger_others(idx, leased) != 0 || vgpu_ledger_others_held(idx, held) != 0 ? -1 : 0;
+}
+
 int vgpu_usage(int idx, uint64_t *used, uint64_t *committed)
 {
 	uint64_t mine = own_of(idx), held = 0, leased = 0;
-	if (vgpu_ledger_others(idx, &leased) != 0 || vgpu_ledger_others_held(idx, &held) != 0) {
+	if (others_of(idx, &leased, &held) != 0) {
 		/* Unknown: report the slice as full rather than invite allocations. */
 		uint64_t limit = vgpu.limits.gpu[idx].memory;
 		*used = *committed = limit > mine ? limit : mine;

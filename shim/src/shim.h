@@ -204,6 +204,15 @@ int vgpu_ledger_publish_held(int idx, uint64_t bytes);
 /* Reopens the limits file and publishes everything again if the program
  * closed the descriptor: 0, or -1 with errno. */
 int vgpu_ledger_check(void);
+/* Whether the descriptor still reaches the limits file (for readers, without
+ * the process's mutex): 1 or 0. */
+int vgpu_ledger_readable(void);
+/* Before reading the ledger without the process's mutex (reports, the SM
+ * limiter, quota checks outside a grant): a descriptor the program closed,
+ * perhaps reusing its number for a file whose locks would read as nobody's,
+ * is opened again and everything published again, under the mutex like
+ * every change to the ledger. 0, or -1 with errno. */
+int vgpu_ledger_reader(void);
 /* The union of the container's other processes' leases on idx: 0, or -1 with errno. */
 int vgpu_ledger_others(int idx, uint64_t *bytes);
 /* What the other processes say they hold on idx (the report). */

@@ -967,6 +967,22 @@ test_descriptors_closed() {
 	grep -q "descriptor was closed by the program" "$T/err.a"
 }
 
+test_descriptors_closed_reports() {
+	# A program that closes the shim's descriptor and opens other files under its number: what
+	# it then reads of the container (cuMemGetInfo, and the quota checks outside a grant that
+	# read the same) still comes from the limits file, not from whatever file got the number,
+	# whose locks would read as nobody's: another process's 32 MiB stay counted.
+	setup $((64 * MiB))
+	LD_PRELOAD=$SHIM timeout 60 "$PROG" init alloc:32MiB touch:"$T/held" waitfile:"$T/end" \
+		>"$T/out.a" 2>"$T/err.a" &
+	local a=$! r=0
+	waitfor "$T/held" $a || { cat "$T/out.a" "$T/err.a"; return 1; }
+	run init alloc:4MiB closefds info:28MiB:64MiB || r=1
+	touch "$T/end"
+	wait $a || r=1
+	return $r
+}
+
 test_sm_share_hostpids_forged() { # [PIDNS_OFFSET]
 	# The tenant keeps zeroing the host pids in the region: the SM limiter must still see the
 	# container's processes and hold their share.
@@ -1311,6 +1327,7 @@ t racers_region_unusable test_racers_region_unusable
 t ledger_unusable_fails_closed test_ledger_unusable_fails_closed
 t ledger_forged_entries test_ledger_forged_entries
 t descriptors_closed test_descriptors_closed
+t descriptors_closed_reports test_descriptors_closed_reports
 t context_footprint_claims_forged test_context_footprint_claims_forged
 t hostpid_discovery test_hostpid_discovery
 t hostpid_same_namespace_concurrent test_hostpid_same_namespace_concurrent
