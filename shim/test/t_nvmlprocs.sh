@@ -141,6 +141,44 @@ test_nvmlprocs_unattributed_bytes() {
 	np_end
 }
 
+test_nvmlprocs_forged_identity() {
+	# A process of the container that takes a lock on another process's identity byte (the
+	# ledger's record of who owns a slot) can at most relabel that process's memory in the
+	# container's own lists: "used" stays what the container holds, the list still adds up to
+	# it, and names no process outside the container. (On Linux the query answers with the
+	# lock taken first, the owner's, so the labels do not even change; nothing here relies on
+	# that.)
+	setup $GiB
+	export FAKECUDA_CTX_BYTES=$((16 * MiB))
+	np_worker ours a1 0 $((64 * MiB))
+	np_worker ours a2 0 $((32 * MiB))
+	python3 - "$T/limits" "$(np_pid a1)" "$T/forged" <<-'EOF' &
+		import fcntl, os, struct, sys, time
+		fd = os.open(sys.argv[1], os.O_RDONLY)
+		at = (1 << 62) + (1 << 54) + (1 << 22) + int(sys.argv[2])  # slot = pid: its identity byte
+		fcntl.fcntl(fd, fcntl.F_SETLK, struct.pack("hhqqi4x", fcntl.F_RDLCK, 0, at, 1, 0))
+		open(sys.argv[3], "w").close()
+		time.sleep(120)
+	EOF
+	local f=$! r=0 line pids p
+	waitfor "$T/forged" $f || return 1
+	np_smi 0 || r=1
+	kill $f
+	wait $f 2>/dev/null || true
+	expect "used" "$(grep '^used ' "$T/smi.out")" "used $((128 * MiB))" || r=1
+	line=$(grep '^list ComputeRunningProcesses ' "$T/smi.out")
+	expect "the list's sum" "${line##* }" "sum=$((128 * MiB))" || r=1
+	pids=$(echo "$line" | cut -d' ' -f3 | tr ',' '\n' | cut -d: -f1)
+	for p in $pids; do
+		case " $(np_pid a1) $(np_pid a2) $f " in
+		*" $p "*) ;;
+		*) echo "    listed pid $p is none of the container's"; r=1 ;;
+		esac
+	done
+	np_end
+	return $r
+}
+
 test_nvmlprocs_unlisted_gpu() {
 	# A GPU the limits file does not list is reported as the driver reports it (memory info
 	# too): its list passes through, in NVML's numbering.
@@ -157,6 +195,7 @@ test_nvmlprocs_unlisted_gpu() {
 t nvmlprocs_lists test_nvmlprocs_lists
 t nvmlprocs_lists_pidns test_nvmlprocs_lists $PIDNS
 t nvmlprocs_utilization test_nvmlprocs_utilization
+t nvmlprocs_forged_identity test_nvmlprocs_forged_identity
 t nvmlprocs_utilization_pidns test_nvmlprocs_utilization $PIDNS
 t nvmlprocs_unknown_host_pid test_nvmlprocs_unknown_host_pid
 t nvmlprocs_unattributed_bytes test_nvmlprocs_unattributed_bytes
