@@ -103,6 +103,22 @@ static long long covered(int fd, off_t lo, off_t hi)
 	return (long long)(e - s) + covered(fd, lo, s) + covered(fd, e, hi);
 }
 
+/* argv[2], the limits file, opened for a command of want arguments: the
+ * descriptor, or minus the exit status (2: usage, 1: no file). */
+static int open_limits(int argc, int want, char **argv, const char *usage)
+{
+	if (argc != want) {
+		fprintf(stderr, "usage: regiondump %s\n", usage);
+		return -2;
+	}
+	int fd = open(argv[2], O_RDONLY);
+	if (fd < 0) {
+		perror(argv[2]);
+		return -1;
+	}
+	return fd;
+}
+
 /*
  * Lease: the pool and the overflow above. Held, in units of 2^16: d * 2^58 +
  * 2^57 + 2^56 + pid * 2^31 (bytes / 65536), and + 2^53 + pid * 2^16 (bytes %
@@ -110,15 +126,9 @@ static long long covered(int fd, off_t lo, off_t hi)
  */
 static int ledger(int argc, char **argv)
 {
-	if (argc != 5) {
-		fprintf(stderr, "usage: regiondump ledger LIMITS PID IDX\n");
-		return 2;
-	}
-	int fd = open(argv[2], O_RDONLY);
-	if (fd < 0) {
-		perror(argv[2]);
-		return 1;
-	}
+	int fd = open_limits(argc, 5, argv, "ledger LIMITS PID IDX");
+	if (fd < 0)
+		return -fd;
 	long long pid = atoll(argv[3]), d = atoll(argv[4]);
 	off_t base = (off_t)(d << 58), hb = base + ((off_t)1 << 57) + ((off_t)1 << 56);
 	long long lease = covered(fd, base, base + ((off_t)1 << 47)) +
@@ -131,15 +141,9 @@ static int ledger(int argc, char **argv)
 
 static int overflow(int argc, char **argv)
 {
-	if (argc != 4) {
-		fprintf(stderr, "usage: regiondump overflow LIMITS IDX\n");
-		return 2;
-	}
-	int fd = open(argv[2], O_RDONLY);
-	if (fd < 0) {
-		perror(argv[2]);
-		return 1;
-	}
+	int fd = open_limits(argc, 4, argv, "overflow LIMITS IDX");
+	if (fd < 0)
+		return -fd;
 	off_t over = ((off_t)atoll(argv[3]) << 58) + ((off_t)1 << 48);
 	printf("%lld\n", covered(fd, over, over + ((off_t)1 << 47)));
 	return 0;
