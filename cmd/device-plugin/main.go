@@ -14,16 +14,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"reflect"
 	"syscall"
 	"time"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/daemonflags"
 	"github.com/nri-vgpu/nri-vgpu/internal/deviceplugin"
 	"github.com/nri-vgpu/nri-vgpu/internal/health"
-	"github.com/nri-vgpu/nri-vgpu/internal/logging"
 	"github.com/nri-vgpu/nri-vgpu/internal/reload"
 	"github.com/nri-vgpu/nri-vgpu/internal/version"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
@@ -50,34 +49,18 @@ func main() {
 func run(ctx context.Context, args []string, stderr io.Writer, reloadSig <-chan os.Signal) int {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	configPath := fs.String("config", "", "configuration file (default: $"+config.EnvPath+", else "+config.DefaultPath+")")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
-	logFormat := fs.String("log-format", "text", "log format: text or json")
+	common := daemonflags.Register(fs, name)
 	healthListen := fs.String("health-listen", "", "serve GET /healthz and /readyz (registered with the kubelet) on this host:port; empty: off")
-	showVersion := fs.Bool("version", false, "print the version and exit")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, done := common.Parse(fs, args, stderr); done {
+		return code
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "%s: unexpected arguments %q\n", name, fs.Args())
-		return 2
-	}
-	if *showVersion {
-		fmt.Fprintf(stderr, "%s %s\n", name, version.Version)
-		return 0
-	}
-	logger, err := logging.New(stderr, *logLevel, *logFormat)
+	logger, err := common.Logger(stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
 	}
-	// The GPU backends log through the default logger.
-	slog.SetDefault(logger)
 
-	cfg, err := config.LoadResolved(*configPath)
+	cfg, err := config.LoadResolved(common.ConfigPath())
 	if err != nil {
 		logger.Error("cannot load the configuration", "error", err)
 		return 1
@@ -118,7 +101,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, reloadSig <-chan 
 		}
 	}
 
-	go reload.Watcher{ConfigPath: *configPath, Current: cfg, Backend: backend, Logger: logger,
+	go reload.Watcher{ConfigPath: common.ConfigPath(), Current: cfg, Backend: backend, Logger: logger,
 		RestartOnly: restartOnly, Applied: plugin.Refresh}.Run(ctx, reloadSig)
 
 	if err := plugin.Run(ctx); err != nil {

@@ -12,11 +12,9 @@ package main
 import (
 	"cmp"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"reflect"
@@ -26,8 +24,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/daemonflags"
 	"github.com/nri-vgpu/nri-vgpu/internal/dra"
-	"github.com/nri-vgpu/nri-vgpu/internal/logging"
 	"github.com/nri-vgpu/nri-vgpu/internal/reload"
 	"github.com/nri-vgpu/nri-vgpu/internal/version"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
@@ -51,40 +49,25 @@ func main() {
 func run(ctx context.Context, args []string, stderr io.Writer, reloadSig <-chan os.Signal) int {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	configPath := fs.String("config", "", "configuration file (default: $"+config.EnvPath+", else "+config.DefaultPath+")")
+	common := daemonflags.Register(fs, name)
 	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name (default: $NODE_NAME)")
 	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file (default: $KUBECONFIG); empty: the pod's service account")
 	pluginDir := fs.String("plugin-dir", "", "the driver's directory for its kubelet socket (default: /var/lib/kubelet/plugins/<driver name>)")
 	registryDir := fs.String("registry-dir", "", "the kubelet's plugin registration directory (default: /var/lib/kubelet/plugins_registry)")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
-	logFormat := fs.String("log-format", "text", "log format: text or json")
-	showVersion := fs.Bool("version", false, "print the version and exit")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "%s: unexpected arguments %q\n", name, fs.Args())
-		return 2
-	}
-	if *showVersion {
-		fmt.Fprintf(stderr, "%s %s\n", name, version.Version)
-		return 0
+	if code, done := common.Parse(fs, args, stderr); done {
+		return code
 	}
 	if *nodeName == "" {
 		fmt.Fprintf(stderr, "%s: the node name is required: --node-name or $NODE_NAME\n", name)
 		return 2
 	}
-	logger, err := logging.New(stderr, *logLevel, *logFormat)
+	logger, err := common.Logger(stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
 	}
-	slog.SetDefault(logger)
 
-	cfg, err := config.LoadResolved(*configPath)
+	cfg, err := config.LoadResolved(common.ConfigPath())
 	if err != nil {
 		logger.Error("cannot load the configuration", "error", err)
 		return 1
@@ -125,7 +108,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, reloadSig <-chan 
 	}
 	// Health changes of reloaded simulated GPUs reach the driver as health
 	// events, which publish the slice again.
-	go reload.Watcher{ConfigPath: *configPath, Current: cfg, Backend: backend, Logger: logger,
+	go reload.Watcher{ConfigPath: common.ConfigPath(), Current: cfg, Backend: backend, Logger: logger,
 		RestartOnly: restartOnly}.Run(ctx, reloadSig)
 
 	opts := dra.RunOptions{Client: client, Backend: backend, PluginDir: *pluginDir, RegistryDir: *registryDir}

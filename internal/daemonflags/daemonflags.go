@@ -1,0 +1,72 @@
+// Package daemonflags holds the flags the node daemons (the device plugin and
+// the DRA driver) share, and what each of them does with them before serving:
+// parse, answer -h and -version, refuse stray arguments, build the logger.
+package daemonflags
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/nri-vgpu/nri-vgpu/internal/logging"
+	"github.com/nri-vgpu/nri-vgpu/internal/version"
+	"github.com/nri-vgpu/nri-vgpu/pkg/config"
+)
+
+// Common is the shared flags of one daemon's flag set.
+type Common struct {
+	name      string
+	config    *string
+	logLevel  *string
+	logFormat *string
+	version   *bool
+}
+
+// Register adds -config, -log-level, -log-format and -version to fs, for the
+// program called name.
+func Register(fs *flag.FlagSet, name string) *Common {
+	return &Common{
+		name:      name,
+		config:    fs.String("config", "", "configuration file (default: $"+config.EnvPath+", else "+config.DefaultPath+")"),
+		logLevel:  fs.String("log-level", "info", "log level: debug, info, warn or error"),
+		logFormat: fs.String("log-format", "text", "log format: text or json"),
+		version:   fs.Bool("version", false, "print the version and exit"),
+	}
+}
+
+// Parse parses args into fs. done reports that the program is to exit now
+// with code: 0 after -h or -version (the version printed to stderr), 2 for
+// bad flags or any argument left over (said on stderr).
+func (c *Common) Parse(fs *flag.FlagSet, args []string, stderr io.Writer) (code int, done bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, true
+		}
+		return 2, true
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "%s: unexpected arguments %q\n", c.name, fs.Args())
+		return 2, true
+	}
+	if *c.version {
+		fmt.Fprintf(stderr, "%s %s\n", c.name, version.Version)
+		return 0, true
+	}
+	return 0, false
+}
+
+// ConfigPath is -config: empty for the default.
+func (c *Common) ConfigPath() string { return *c.config }
+
+// Logger builds the logger -log-level and -log-format ask for, writing to
+// stderr, and makes it slog's default (the GPU backends log through that).
+func (c *Common) Logger(stderr io.Writer) (*slog.Logger, error) {
+	logger, err := logging.New(stderr, *c.logLevel, *c.logFormat)
+	if err != nil {
+		return nil, err
+	}
+	slog.SetDefault(logger)
+	return logger, nil
+}

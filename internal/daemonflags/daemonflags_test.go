@@ -1,0 +1,80 @@
+package daemonflags
+
+import (
+	"bytes"
+	"flag"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/nri-vgpu/nri-vgpu/internal/version"
+)
+
+func TestParse(t *testing.T) {
+	tests := []struct {
+		name     string
+		args     []string
+		code     int
+		done     bool
+		stderr   string // a substring of what is said; "" = nothing
+		config   string
+		extraSet string // the daemon's own flag, after parsing
+	}{
+		{name: "no flags", args: nil},
+		{name: "config and own flag", args: []string{"-config", "/etc/x.toml", "-own", "v"}, config: "/etc/x.toml", extraSet: "v"},
+		{name: "help", args: []string{"-h"}, done: true, stderr: "-log-format"},
+		{name: "unknown flag", args: []string{"-nope"}, code: 2, done: true, stderr: "flag provided but not defined: -nope"},
+		{name: "stray argument", args: []string{"-log-level", "debug", "serve"}, code: 2, done: true,
+			stderr: `prog: unexpected arguments ["serve"]`},
+		{name: "version", args: []string{"-version"}, done: true, stderr: "prog " + version.Version + "\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			fs := flag.NewFlagSet("prog", flag.ContinueOnError)
+			fs.SetOutput(&stderr)
+			c := Register(fs, "prog")
+			own := fs.String("own", "", "the daemon's own flag")
+			code, done := c.Parse(fs, tt.args, &stderr)
+			if code != tt.code || done != tt.done {
+				t.Errorf("Parse(%q) = %d, %v; want %d, %v", tt.args, code, done, tt.code, tt.done)
+			}
+			if tt.stderr == "" && stderr.Len() != 0 || !strings.Contains(stderr.String(), tt.stderr) {
+				t.Errorf("stderr %q, want it to hold %q", stderr.String(), tt.stderr)
+			}
+			if c.ConfigPath() != tt.config {
+				t.Errorf("ConfigPath() = %q, want %q", c.ConfigPath(), tt.config)
+			}
+			if *own != tt.extraSet {
+				t.Errorf("-own = %q, want %q", *own, tt.extraSet)
+			}
+		})
+	}
+}
+
+func TestLogger(t *testing.T) {
+	fs := flag.NewFlagSet("prog", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c := Register(fs, "prog")
+	if _, done := c.Parse(fs, []string{"-log-format", "json", "-log-level", "warn"}, io.Discard); done {
+		t.Fatal("Parse says done")
+	}
+	var out bytes.Buffer
+	logger, err := c.Logger(&out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger.Info("hidden")
+	logger.Warn("shown", "k", "v")
+	if got := out.String(); strings.Contains(got, "hidden") || !strings.Contains(got, `"msg":"shown"`) {
+		t.Errorf("log output %q: want only the warning, as JSON", got)
+	}
+
+	fs = flag.NewFlagSet("prog", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c = Register(fs, "prog")
+	c.Parse(fs, []string{"-log-level", "loud"}, io.Discard)
+	if _, err := c.Logger(io.Discard); err == nil || !strings.Contains(err.Error(), "loud") {
+		t.Errorf("Logger with -log-level loud: %v, want an error naming it", err)
+	}
+}
