@@ -49,7 +49,8 @@ func main() {
 }
 
 type options struct {
-	binDir, shimBuild, containerdBin, kubernetesBin, runc string
+	harness.ChainFlags
+	kubernetesBin string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -60,16 +61,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.binDir, "bin", filepath.Join(root, "bin"), "directory of nri-vgpu and nri-vgpu-device-plugin (make build)")
-	fs.StringVar(&o.shimBuild, "shim", filepath.Join(root, "shim", "build"), "the shim's build directory (make build)")
-	fs.StringVar(&o.containerdBin, "containerd-bin", harness.DefaultBinDir(), "directory of containerd v2 (hack/e2e-deps.sh)")
+	o.Register(fs, root)
 	fs.StringVar(&o.kubernetesBin, "kubernetes-bin", harness.KubernetesBinDir(harness.KubernetesVersion), "directory of the Kubernetes binaries and etcd (hack/k8s-deps.sh)")
-	fs.StringVar(&o.runc, "runc", harness.DefaultRunc(), "runc binary")
-	if err := fs.Parse(args); err != nil {
+	if err := harness.ParseAll(fs, args); err != nil {
 		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	return o, nil
 }
@@ -96,7 +91,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	start := time.Now()
-	if _, err := harness.SweepStale(o.runc); err != nil {
+	if _, err := harness.SweepStale(o.Runc); err != nil {
 		fmt.Fprintf(stderr, "%s: cleaning up after an earlier run: %v\n", name, err)
 		return 1
 	}
@@ -132,7 +127,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func (d *demo) setup(ctx context.Context) error {
 	o := d.o
 	fmt.Fprintf(d.w, "\nSetting up in %s\n", d.base)
-	for _, p := range []string{filepath.Join(o.binDir, "nri-vgpu"), filepath.Join(o.binDir, "nri-vgpu-device-plugin"), filepath.Join(o.shimBuild, "libvgpu-shim.so")} {
+	for _, p := range []string{filepath.Join(o.BinDir, "nri-vgpu"), filepath.Join(o.BinDir, "nri-vgpu-device-plugin"), filepath.Join(o.ShimBuild, "libvgpu-shim.so")} {
 		if _, err := os.Stat(p); err != nil {
 			return fmt.Errorf("%w (make build)", err)
 		}
@@ -149,7 +144,7 @@ func (d *demo) setup(ctx context.Context) error {
 	fmt.Fprintf(&cfg, "[device_plugin]\nsplit_count = %d\n\n[gpu]\nbackend = \"simulated\"\n", splitCount)
 	harness.WriteSimulatedGPU(&cfg, gpuUUID, gpuName, gpuMemory, 0)
 	harness.WriteNodePaths(&cfg, harness.NodePaths{DevRoot: devRoot, StateDir: filepath.Join(d.base, "state"),
-		RunDir: filepath.Join(d.base, "run"), Shim: filepath.Join(o.shimBuild, "libvgpu-shim.so"), NRISocket: nriSocket})
+		RunDir: filepath.Join(d.base, "run"), Shim: filepath.Join(o.ShimBuild, "libvgpu-shim.so"), NRISocket: nriSocket})
 	d.config = filepath.Join(d.base, "config.toml")
 	if err := os.WriteFile(d.config, []byte(cfg.String()), 0o644); err != nil {
 		return err
@@ -162,14 +157,14 @@ func (d *demo) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	app, err := harness.BuildCudaTestImage(imgDir, appImage, o.shimBuild,
+	app, err := harness.BuildCudaTestImage(imgDir, appImage, o.ShimBuild,
 		[]string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"})
 	if err != nil {
 		return err
 	}
 	d.c, err = harness.Start(ctx, harness.Options{
-		BinDir: o.containerdBin, Runc: o.runc, Images: []string{pause, app}, SandboxImage: harness.PauseImage,
-		NRIPlugins: []harness.NRIPlugin{{Name: "10-nri-vgpu", Path: filepath.Join(o.binDir, "nri-vgpu"),
+		BinDir: o.ContainerdBin, Runc: o.Runc, Images: []string{pause, app}, SandboxImage: harness.PauseImage,
+		NRIPlugins: []harness.NRIPlugin{{Name: "10-nri-vgpu", Path: filepath.Join(o.BinDir, "nri-vgpu"),
 			Env: []string{"NRI_VGPU_CONFIG=" + d.config}}},
 		NRISocket: nriSocket,
 		// The node is Ready only with a pod network, though the demo's
@@ -187,7 +182,7 @@ func (d *demo) setup(ctx context.Context) error {
 		return err
 	}
 	fmt.Fprintf(d.w, "  etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubelet: node %s Ready\n", d.k.NodeName)
-	d.dp, err = harness.StartProcess(exec.Command(filepath.Join(o.binDir, "nri-vgpu-device-plugin"), "--config", d.config),
+	d.dp, err = harness.StartProcess(exec.Command(filepath.Join(o.BinDir, "nri-vgpu-device-plugin"), "--config", d.config),
 		filepath.Join(d.base, "device-plugin.log"))
 	if err != nil {
 		return err
@@ -264,7 +259,7 @@ func (d *demo) story(ctx context.Context) error {
 		}},
 		{"nri-vgpu status on the node", func() error {
 			fmt.Fprintf(d.w, "$ nri-vgpu status\n")
-			cmd := exec.CommandContext(ctx, filepath.Join(d.o.binDir, "nri-vgpu"), "--config", d.config, "status")
+			cmd := exec.CommandContext(ctx, filepath.Join(d.o.BinDir, "nri-vgpu"), "--config", d.config, "status")
 			out, err := cmd.CombinedOutput()
 			d.w.Write(indent(out))
 			if err == nil && !strings.Contains(string(out), "pod-a") {

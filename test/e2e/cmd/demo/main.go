@@ -41,10 +41,7 @@ func main() {
 
 // options are the command line.
 type options struct {
-	binDir        string // nri-vgpu, nri-vgpu-device-plugin
-	shimBuild     string // libvgpu-shim.so, cudaprog, fake/
-	containerdBin string
-	runc          string
+	harness.ChainFlags
 	// containerdVersion is what the containerd in containerdBin reports.
 	containerdVersion string
 }
@@ -57,15 +54,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.binDir, "bin", filepath.Join(root, "bin"), "directory of nri-vgpu and nri-vgpu-device-plugin (make build)")
-	fs.StringVar(&o.shimBuild, "shim", filepath.Join(root, "shim", "build"), "the shim's build directory: libvgpu-shim.so, cudaprog, fake/ (make build)")
-	fs.StringVar(&o.containerdBin, "containerd-bin", harness.DefaultBinDir(), "directory of containerd, ctr and containerd-shim-runc-v2 (hack/e2e-deps.sh)")
-	fs.StringVar(&o.runc, "runc", harness.DefaultRunc(), "runc binary")
-	if err := fs.Parse(args); err != nil {
+	o.Register(fs, root)
+	if err := harness.ParseAll(fs, args); err != nil {
 		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	return o, nil
 }
@@ -74,12 +65,12 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 // makes each.
 func (o *options) missing() []string {
 	need := []struct{ path, from string }{
-		{filepath.Join(o.binDir, "nri-vgpu"), "make build"},
-		{filepath.Join(o.binDir, "nri-vgpu-device-plugin"), "make build"},
-		{filepath.Join(o.shimBuild, "libvgpu-shim.so"), "make build"},
-		{filepath.Join(o.shimBuild, "cudaprog"), "make build"},
-		{filepath.Join(o.shimBuild, "fake", "libcuda.so.1"), "make build"},
-		{filepath.Join(o.shimBuild, "fake", "libnvidia-ml.so.1"), "make build"},
+		{filepath.Join(o.BinDir, "nri-vgpu"), "make build"},
+		{filepath.Join(o.BinDir, "nri-vgpu-device-plugin"), "make build"},
+		{filepath.Join(o.ShimBuild, "libvgpu-shim.so"), "make build"},
+		{filepath.Join(o.ShimBuild, "cudaprog"), "make build"},
+		{filepath.Join(o.ShimBuild, "fake", "libcuda.so.1"), "make build"},
+		{filepath.Join(o.ShimBuild, "fake", "libnvidia-ml.so.1"), "make build"},
 		{harness.BusyboxPath, "hack/e2e-deps.sh installs busybox-static"},
 	}
 	var out []string
@@ -105,12 +96,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	p := &printer{w: stdout}
 	start := time.Now()
 	o.containerdVersion = harness.ContainerdVersion
-	if v, err := harness.BinaryVersion(o.containerdBin); err == nil {
+	if v, err := harness.BinaryVersion(o.ContainerdBin); err == nil {
 		o.containerdVersion = v
 	}
 	p.intro(o)
 
-	if err := harness.Preflight(o.containerdBin, o.runc); err != nil {
+	if err := harness.Preflight(o.ContainerdBin, o.Runc); err != nil {
 		fmt.Fprintf(stderr, "\n%s: %v\n", name, err)
 		return 1
 	}
@@ -120,7 +111,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	// A demo killed before it could clean up (kill -9, a closed terminal)
 	// leaves its directories and processes; remove them first.
-	swept, err := harness.SweepStale(o.runc)
+	swept, err := harness.SweepStale(o.Runc)
 	for _, d := range swept {
 		p.printf("  removed %s, left behind by an earlier run\n", d)
 	}
@@ -210,7 +201,7 @@ Uses (hack/e2e-deps.sh installs what is missing; make build builds the rest):
 Starts, each in a temporary directory that is removed at the end (even on
 failure or Ctrl-C): containerd with NRI and nri-vgpu, the device plugin, a
 kubelet simulator, and pods run through CRI.
-`, o.containerdVersion, o.containerdBin, o.runc, harness.BusyboxPath, o.binDir, o.shimBuild)
+`, o.containerdVersion, o.ContainerdBin, o.Runc, harness.BusyboxPath, o.BinDir, o.ShimBuild)
 }
 
 // stepError names the step of the demo that failed.

@@ -78,7 +78,7 @@ func (d *demo) setup(ctx context.Context) error {
 		fn   func() error
 	}{
 		{"config with two simulated GPUs, fake /dev/nvidia* nodes", func() error {
-			if err := n.writeConfig(filepath.Join(o.shimBuild, "libvgpu-shim.so")); err != nil {
+			if err := n.writeConfig(filepath.Join(o.ShimBuild, "libvgpu-shim.so")); err != nil {
 				return err
 			}
 			return n.makeDevRoot()
@@ -89,14 +89,14 @@ func (d *demo) setup(ctx context.Context) error {
 				return err
 			}
 			var err error
-			images, err = buildImages(ctx, dir, o.shimBuild)
+			images, err = buildImages(ctx, dir, o.ShimBuild)
 			return err
 		}},
 		{"containerd " + o.containerdVersion + " with NRI, nri-vgpu pre-registered", func() error {
-			return n.startContainerd(ctx, images, o.containerdBin, o.runc, filepath.Join(o.binDir, "nri-vgpu"))
+			return n.startContainerd(ctx, images, o.ContainerdBin, o.Runc, filepath.Join(o.BinDir, "nri-vgpu"))
 		}},
 		{"device plugin registered with the kubelet simulator", func() error {
-			if err := n.startDevicePlugin(filepath.Join(o.binDir, "nri-vgpu-device-plugin")); err != nil {
+			if err := n.startDevicePlugin(filepath.Join(o.BinDir, "nri-vgpu-device-plugin")); err != nil {
 				return err
 			}
 			return n.waitForSlices(ctx)
@@ -172,7 +172,7 @@ type statusReport struct {
 // status runs `nri-vgpu status`, prints its table and returns its JSON
 // report.
 func (d *demo) status(ctx context.Context) (*statusReport, error) {
-	bin := filepath.Join(d.opts.binDir, "nri-vgpu")
+	bin := filepath.Join(d.opts.BinDir, "nri-vgpu")
 	cmd := func(args ...string) ([]byte, error) {
 		c := exec.CommandContext(ctx, bin, append([]string{"--config", d.n.configPath, "status"}, args...)...)
 		var stderr strings.Builder
