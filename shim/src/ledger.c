@@ -87,6 +87,7 @@
  *   GPU d, overflow:       d * 2^58 + 2^48 + [0, 2^47), stretches (open file description)
  *   GPU d, held / 65536:   d * 2^58 + 2^57 + 2^56 + slot * 2^31, length = held >> 16
  *   GPU d, held % 65536:   d * 2^58 + 2^57 + 2^56 + 2^53 + slot * 2^16, length = held & 65535
+ *   GPU d, SM use:         d * 2^58 + 2^56 + 2^53 + slot * 2^16, length = percent (0..100)
  *   host pid claims:       2^62 + slot * 2^32 + host pid, length 1
  *   slot ownership:        2^62 + 2^54 + slot, length 1 (open file description)
  *   slot identity:         2^62 + 2^54 + 2^22 + slot, length 1 (process)
@@ -159,6 +160,10 @@ struct family {
 };
 static const struct family HELD = {((off_t)1 << 57) + ((off_t)1 << 56),
 				   ((off_t)1 << 57) + ((off_t)1 << 56) + ((off_t)1 << 53), 16, 31};
+/* The SM time a process last saw itself use, in percent: the low range alone
+ * (the high one stays empty). Read for the container's processes of other pid
+ * namespaces, whose NVML samples the driver may not show here. */
+static const struct family UTIL = {(off_t)1 << 56, ((off_t)1 << 56) + ((off_t)1 << 53), 16, 31};
 
 /* End of a family's part of a GPU's block (relative to the block). */
 #define FAMILY_END(f) ((f).lo + ((off_t)1 << (PID_BITS + (f).unit)))
@@ -172,7 +177,9 @@ static const struct family HELD = {((off_t)1 << 57) + ((off_t)1 << 56),
 #define MAX_STRETCHES 256
 
 _Static_assert(16 + 31 == 47, "the held report holds 2^47 bytes per slot");
-_Static_assert(OVER_END <= ((off_t)1 << 57) + ((off_t)1 << 56), "pool and overflow end before the held part");
+_Static_assert(OVER_END <= ((off_t)1 << 56), "pool and overflow end before the SM use part");
+_Static_assert(((off_t)1 << 56) + ((off_t)1 << 53) + ((off_t)1 << (PID_BITS + 16)) <= ((off_t)1 << 57) + ((off_t)1 << 56),
+	       "the SM use part ends before the held part");
 _Static_assert(((off_t)1 << (PID_BITS + 31)) <= ((off_t)1 << 53), "held highs fit below the held lows");
 _Static_assert(((off_t)1 << 57) + ((off_t)1 << 56) + ((off_t)1 << 53) + ((off_t)1 << (PID_BITS + 16)) <=
 		       ((off_t)1 << DEV_SHIFT),
@@ -187,6 +194,7 @@ static int32_t slot = -1;                   /* the slot our ranges belong to; -1
 static char path[4096];                     /* to reopen in a fork child */
 static uint64_t leased[VGPU_MAX_DEVICES];   /* lease our locks say, per GPU: the sum of the stretches */
 static uint64_t held[VGPU_MAX_DEVICES];     /* held bytes our locks say, per GPU */
+static uint64_t util[VGPU_MAX_DEVICES];     /* SM use our locks say, per GPU, percent */
 static int32_t claimed_hp;                  /* host pid our claim says; 0 = none */
 static int64_t claim_seen_ns;               /* CLOCK_MONOTONIC_COARSE when the claim was last made or seen */
 
@@ -294,6 +302,7 @@ void vgpu_ledger_after_fork(void)
 	 * file, through /proc (the path may name another file by now). */
 	memset(leased, 0, sizeof(leased));
 	memset(held, 0, sizeof(held));
+	memset(util, 0, sizeof(util));
 	memset(lz, 0, sizeof(lz));
 	claimed_hp = 0;
 	claim_seen_ns = 0;
@@ -850,8 +859,10 @@ static int still_ours(void)
 	}
 	LOGW("the limits file's descriptor was closed by the program; opened again, GPU memory use published again");
 	/* Closing the description dropped our slot with everything in it (and
-	 * our process's locks with it): take one again, perhaps another. */
+	 * our process's locks with it): take one again, perhaps another. The SM
+	 * use is published again at the limiter's next measure. */
 	slot = -1;
+	memset(util, 0, sizeof(util));
 	int any = claimed_hp != 0;
 	for (int d = 0; d < VGPU_MAX_DEVICES; d++)
 		any |= leased[d] || held[d];
@@ -906,6 +917,13 @@ static int publish(const struct family *f, uint64_t *pub, int idx, uint64_t byte
 		return -1;
 	pub[idx] = bytes;
 	return 0;
+}
+
+int vgpu_ledger_publish_util(int idx, unsigned percent)
+{
+	if (slot < 0 && !percent)
+		return 0; /* nothing to say yet: no slot taken for it */
+	return publish(&UTIL, util, idx, percent > 100 ? 100 : percent);
 }
 
 int vgpu_ledger_publish_held(int idx, uint64_t bytes)
@@ -1178,6 +1196,12 @@ struct claims {
 	void (*fn)(int32_t pid, int32_t hp, void *arg);
 	void *arg;
 	struct vgpu_hp_set *set;
+	/* Claims of processes this pid namespace cannot name: their host pids
+	 * into hidden, what they publish as SM use of GPU d summed in util. */
+	struct vgpu_hp_set *hidden;
+	int d;
+	uint64_t util;
+	int failed;
 };
 
 static void set_add(struct vgpu_hp_set *set, uint32_t lo, uint32_t hi)
@@ -1200,6 +1224,15 @@ static void claims_visit(off_t s, off_t e, int32_t owner, void *arg)
 	 * whose range it lies in. */
 	if (c->fn && rel_end - rel == 1 && owner > 0 && owner == owner_of((int32_t)(rel >> 32)))
 		c->fn(owner, (int32_t)(uint32_t)rel, c->arg);
+	if (c->hidden && rel_end - rel == 1 && owner == 0) {
+		/* A process lock whose holder has no pid here: the container's
+		 * process in another pid namespace (a forgery would be our own
+		 * namespace's, or an OFD lock, owner -1). */
+		off_t at = lo_at(&UTIL, c->d, (int32_t)(rel >> 32));
+		set_add(c->hidden, (uint32_t)rel, (uint32_t)rel);
+		if (scan(at, at + ((off_t)1 << UTIL.unit), sum_visit, &c->util) != 0)
+			c->failed = 1;
+	}
 	if (!c->set)
 		return;
 	/* Every host pid inside a claimed stretch is claimed, whoever claims it:
@@ -1217,13 +1250,18 @@ static void claims_visit(off_t s, off_t e, int32_t owner, void *arg)
 	}
 }
 
-int vgpu_ledger_host_pids(struct vgpu_hp_set *set)
+int vgpu_ledger_host_pids(int d, struct vgpu_hp_set *set, struct vgpu_hp_set *hidden, unsigned *util)
 {
-	set->n = 0;
-	set->all = 0;
-	struct claims c = {NULL, NULL, set};
-	if (scan(HP_AT, HP_END, claims_visit, &c) != 0)
+	set->n = set->all = 0;
+	hidden->n = hidden->all = 0;
+	struct claims c = {.set = set, .hidden = hidden, .d = d};
+	if (d < 0 || d >= VGPU_MAX_DEVICES) {
+		errno = ERANGE;
 		return -1;
+	}
+	if (scan(HP_AT, HP_END, claims_visit, &c) != 0 || c.failed)
+		return -1;
+	*util = c.util > 100 * (uint64_t)SLOTS ? 100 * (unsigned)SLOTS : (unsigned)c.util;
 	return 0;
 }
 
@@ -1239,7 +1277,7 @@ int vgpu_hp_set_has(const struct vgpu_hp_set *set, unsigned pid)
 
 int vgpu_ledger_scan_claims(void (*fn)(int32_t pid, int32_t hp, void *arg), void *arg)
 {
-	struct claims c = {fn, arg, NULL};
+	struct claims c = {.fn = fn, .arg = arg};
 	return scan(HP_AT, HP_END, claims_visit, &c);
 }
 
@@ -1247,6 +1285,6 @@ int vgpu_ledger_scan_claims_all(void (*fn)(int32_t pid, int32_t hp, void *arg), 
 {
 	set->n = 0;
 	set->all = 0;
-	struct claims c = {fn, arg, set};
+	struct claims c = {.fn = fn, .arg = arg, .set = set};
 	return scan(HP_AT, HP_END, claims_visit, &c);
 }

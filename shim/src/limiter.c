@@ -160,7 +160,7 @@ static int64_t clamp_rate(int idx, int64_t rate)
  * ~1/6 s on real GPUs, more slowly than we ask: no news is not "idle"), -1 on
  * error. A process with several samples in the window counts with their mean.
  */
-static int measure(struct bucket *b, unsigned *mine, unsigned *all)
+static int measure(int idx, struct bucket *b, unsigned *mine, unsigned *all)
 {
 	static nvmlProcessUtilizationSample_t s[MAX_SAMPLES];
 	static struct {
@@ -197,18 +197,31 @@ static int measure(struct bucket *b, unsigned *mine, unsigned *all)
 	 * container can look busier than it is, never idler). A process whose
 	 * host pid is unknown is left out rather than matched by its namespace
 	 * pid, which may be another container's process in NVML's numbering. */
-	static struct vgpu_hp_set claimed;
+	static struct vgpu_hp_set claimed, hidden;
+	unsigned hidden_util = 0, own = 0;
 	int32_t self = vgpu_host_pid();
-	if (vgpu_ledger_reader() != 0 || vgpu_ledger_host_pids(&claimed) != 0) {
-		claimed.n = 0;
+	if (vgpu_ledger_reader() != 0 || vgpu_ledger_host_pids(idx, &claimed, &hidden, &hidden_util) != 0) {
+		claimed.n = hidden.n = hidden.all = 0;
 		claimed.all = 1; /* cannot tell: count everything as ours, throttle rather than not */
+		hidden_util = 0;
 	}
+	/* The container's processes in other pid namespaces (the containers of a
+	 * pod sharing a claim) count with what they publish, not with samples:
+	 * a driver that lists only the caller's namespace shows none of theirs,
+	 * and one that shows them must not count them twice. */
 	for (unsigned k = 0; k < np; k++) {
 		unsigned util = per[k].sum / per[k].count;
+		if (self && per[k].pid == (unsigned)self)
+			own = util;
+		if (!(self && per[k].pid == (unsigned)self) && vgpu_hp_set_has(&hidden, per[k].pid))
+			continue;
 		*all += util;
 		if ((self && per[k].pid == (unsigned)self) || vgpu_hp_set_has(&claimed, per[k].pid))
 			*mine += util;
 	}
+	*mine += hidden_util;
+	*all += hidden_util;
+	vgpu_publish_util(idx, self ? own : 0);
 	return 0;
 }
 
@@ -306,7 +319,7 @@ static void refill(struct bucket *b, int64_t rate)
 static void steer(int idx, struct bucket *b)
 {
 	unsigned mine, all;
-	int m = measure(b, &mine, &all);
+	int m = measure(idx, b, &mine, &all);
 	int64_t rate = __atomic_load_n(&b->rate, __ATOMIC_RELAXED), now = now_ns();
 	if (m == 0) {
 		int starved = __atomic_exchange_n(&b->starved, 0, __ATOMIC_RELAXED) ||
@@ -327,6 +340,7 @@ static void steer(int idx, struct bucket *b)
 		if (starved && rate < cap)
 			rate = clamp_rate(idx, rate * 2 < cap ? rate * 2 : cap);
 		b->heard_ns = now;
+		vgpu_publish_util(idx, 0); /* below NVML's 1 % */
 	} else if (m < 0 && !b->nvml_failed) {
 		/* The rate stays where it is: the share holds as long as the kernels
 		 * keep the length they had when NVML last answered. */

@@ -1229,6 +1229,14 @@ uint64_t vgpu_own_used(int idx)
 	return own_of(idx);
 }
 
+void vgpu_publish_util(int idx, unsigned percent)
+{
+	pthread_mutex_lock(&mu);
+	if (vgpu_ledger_publish_util(idx, percent) != 0)
+		LOGD("ledger: cannot publish SM use on GPU %d: %s", idx, strerror(errno));
+	pthread_mutex_unlock(&mu);
+}
+
 int vgpu_ledger_reader(void)
 {
 	if (vgpu_ledger_readable())

@@ -213,6 +213,8 @@ int vgpu_ledger_readable(void);
  * is opened again and everything published again, under the mutex like
  * every change to the ledger. 0, or -1 with errno. */
 int vgpu_ledger_reader(void);
+/* vgpu_ledger_publish_util under the process's mutex (the SM limiter's watcher). */
+void vgpu_publish_util(int idx, unsigned percent);
 /* The union of the container's other processes' leases on idx: 0, or -1 with errno. */
 int vgpu_ledger_others(int idx, uint64_t *bytes);
 /* What the other processes say they hold on idx (the report). */
@@ -237,7 +239,16 @@ struct vgpu_hp_set {
 		uint32_t lo, hi;
 	} r[VGPU_HP_RANGES];
 };
-int vgpu_ledger_host_pids(struct vgpu_hp_set *set);
+/* Every host pid the container's processes claim into set; of those claimed by
+ * processes this pid namespace cannot name (the container's processes in
+ * another one, whose NVML samples the driver may not show here), the host
+ * pids into hidden and the SM use they publish on GPU d, summed, in *util
+ * (percent). 0, or -1 with errno. */
+int vgpu_ledger_host_pids(int d, struct vgpu_hp_set *set, struct vgpu_hp_set *hidden, unsigned *util);
+/* Publishes percent as the SM use this process last measured for itself on
+ * GPU idx (0..100; the SM limiter's watcher, under the process's mutex):
+ * 0, or -1 with errno. */
+int vgpu_ledger_publish_util(int idx, unsigned percent);
 /* Both in one scan: fn as vgpu_ledger_scan_claims, every claimed host pid into set. */
 int vgpu_ledger_scan_claims_all(void (*fn)(int32_t pid, int32_t hp, void *arg), void *arg, struct vgpu_hp_set *set);
 int vgpu_hp_set_has(const struct vgpu_hp_set *set, unsigned pid);

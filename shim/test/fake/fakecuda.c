@@ -1784,8 +1784,10 @@ EXPORT long long fakecudaBusyNs(int pid, int dev, long long *at_ns)
 	long long v = 0;
 	fk_lock();
 	int64_t now = fk_now();
+	/* By pid as NVML numbers it too: processes of two pid namespaces can
+	 * have one pid (the pid 1 of two containers). */
 	for (int i = 0; i < FK_MAX_PROC; i++)
-		if (fk->proc[i].pid == pid)
+		if (fk->proc[i].pid == pid && fk->proc[i].nvpid == pid + fk_pidns_offset())
 			v = fk_ran_ns(&fk->proc[i], dev, now);
 	fk_unlock();
 	if (at_ns)

@@ -177,7 +177,7 @@ enum { R_V1, R_V2, R_DETAIL };
 static int listed(const struct fk_proc *p, int d, int which)
 {
 	/* A process with a context is listed even before it allocates, as on hardware. */
-	if (!p->pid || (!p->used[d] && !p->ctxs[d]))
+	if (!p->pid || (!p->used[d] && !p->ctxs[d]) || !fk_nvml_visible(p))
 		return 0;
 	switch (which) {
 	case L_GRAPHICS:
@@ -407,7 +407,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, nvmlProcessU
 	fk_lock();
 	for (int i = 0; i < FK_MAX_PROC; i++) {
 		struct fk_proc *p = &fk->proc[i];
-		if (!p->pid)
+		if (!p->pid || !fk_nvml_visible(p))
 			continue;
 		/* What ran in the window, not what was queued in it: NVML samples the GPU. */
 		int64_t ran = fk_ran_ns(p, d, now);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -175,6 +176,15 @@ void fk_reap(void)
 	}
 }
 
+static uint64_t own_pidns(void)
+{
+	static uint64_t ino;
+	struct stat st;
+	if (!ino && stat("/proc/self/ns/pid", &st) == 0)
+		ino = (uint64_t)st.st_ino;
+	return ino;
+}
+
 struct fk_proc *fk_me(void)
 {
 	int me = getpid(), nv = me + fk_pidns_offset(), free_slot = -1;
@@ -198,6 +208,7 @@ struct fk_proc *fk_me(void)
 	memset(&fk->proc[free_slot], 0, sizeof(fk->proc[free_slot]));
 	fk->proc[free_slot].pid = me;
 	fk->proc[free_slot].nvpid = nv;
+	fk->proc[free_slot].pidns = own_pidns();
 	hold_live(&fk->proc[free_slot], 1);
 	return &fk->proc[free_slot];
 }
@@ -205,6 +216,15 @@ struct fk_proc *fk_me(void)
 unsigned fk_nvml_pid(const struct fk_proc *p)
 {
 	return (unsigned)p->nvpid;
+}
+
+int fk_nvml_visible(const struct fk_proc *p)
+{
+	const char *host = getenv("FAKECUDA_HOST_PIDNS");
+	if (!host || !*host)
+		return 1;
+	uint64_t me = own_pidns();
+	return me == strtoull(host, NULL, 10) || p->pidns == me;
 }
 
 int64_t fk_now(void)

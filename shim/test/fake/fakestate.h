@@ -56,6 +56,7 @@ struct fk_proc {
 	 * also lists the process as a graphics / MPS client. */
 	int32_t also;
 	int32_t pad2;
+	uint64_t pidns; /* inode of its pid namespace (fk_nvml_visible) */
 	/* Held by the process for its life (robust, process-shared): the kernel
 	 * marks it when the holding thread is gone, the way a driver learns of a
 	 * client's exit from the release of its file, with no question asked of
@@ -98,6 +99,11 @@ int64_t fk_ran_ns(const struct fk_proc *p, int d, int64_t now);
 #define FK_THREADS_PER_SM 2048
 /* A process's pid as fake NVML reports it (see FAKECUDA_PIDNS_OFFSET). */
 unsigned fk_nvml_pid(const struct fk_proc *p);
+/* Whether NVML shows p to the calling process. With FAKECUDA_HOST_PIDNS set
+ * (the inode of the host's pid namespace), a caller in another pid namespace
+ * sees only its own namespace's processes, as the driver shows a container;
+ * unset, every process. */
+int fk_nvml_visible(const struct fk_proc *p);
 /* This process's FAKECUDA_PIDNS_OFFSET: its namespace's offset to NVML's pids. */
 int32_t fk_pidns_offset(void);
 void fk_sleep_ns(int64_t ns);
