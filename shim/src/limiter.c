@@ -213,7 +213,8 @@ static int measure(int idx, struct bucket *b, unsigned *mine, unsigned *all)
 		unsigned util = per[k].sum / per[k].count;
 		if (self && per[k].pid == (unsigned)self)
 			own = util;
-		if (!(self && per[k].pid == (unsigned)self) && vgpu_hp_set_has(&hidden, per[k].pid))
+		/* (Too many to keep: counted from samples too, twice rather than not.) */
+		if (!(self && per[k].pid == (unsigned)self) && !hidden.all && vgpu_hp_set_has(&hidden, per[k].pid))
 			continue;
 		*all += util;
 		if ((self && per[k].pid == (unsigned)self) || vgpu_hp_set_has(&claimed, per[k].pid))
