@@ -277,6 +277,24 @@ if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null; then
 	[ "$(echo "$apps" | grep -c .)" = 1 ] && [ "$(echo "$apps" | cut -d, -f1)" = "$holder" ] &&
 		[ -n "$used" ] && [ $((sum - used)) -le 1 ] && [ $((used - sum)) -le 1 ]
 	result $? "nvidia-smi in a pid namespace lists only its own process (pid $holder), summing to used ($sum vs $used MiB)"
+
+	# 7b. One SM cap for a claim that two containers of a pod share: two processes, each in a
+	#     pid namespace of its own, with one limits file at 30 %, run the matmul loop at once.
+	#     Together they get about 30 % of the unlimited rate, not 30 % each (each counts the
+	#     other with the SM use it publishes in the ledger). What NVML lists inside one of the
+	#     namespaces while both run is printed: the driver is expected to show only its own.
+	limits 0 30
+	for ns in a b; do
+		inns bash -c 'python3 -c "$1" >"$2" & p=$!; sleep 6
+			nvidia-smi -i "$3" --query-compute-apps=pid --format=csv,noheader | tr -d " " | tr "\n" " " >"$2.apps"
+			wait $p' _ "$bench" "$W/ns.$ns" "$gpu" &
+	done
+	wait
+	got_a=$(tail -n 1 "$W/ns.a"); got_b=$(tail -n 1 "$W/ns.b")
+	share=$(python3 -c "print(round(100 * ($got_a + $got_b) / $base, 1))")
+	echo "  one 30 % claim in two pid namespaces: $got_a + $got_b matmul/s = $share % (NVML lists in a: $(cat "$W/ns.a.apps"); in b: $(cat "$W/ns.b.apps"))"
+	python3 -c "import sys; sys.exit(0 if abs($share - 30) <= 5 else 1)"
+	result $? "one SM cap for a claim shared by two pid namespaces: 30 % together within 5 points"
 else
 	echo "  pid-namespace checks skipped: they need root and unshare(1)"
 fi
