@@ -831,6 +831,15 @@ static int retake(int d)
 	return -1;
 }
 
+/* Whether the descriptor still reaches the limits file: a reader's check,
+ * without the process's mutex (a program may have closed it and opened
+ * another file under its number, whose locks would read as nobody's). */
+int vgpu_ledger_readable(void)
+{
+	int f = __atomic_load_n(&fd, __ATOMIC_ACQUIRE);
+	return f >= 0 && same_file(f, &ident);
+}
+
 /*
  * Whether fd is still the limits file. A program that closes descriptors it
  * did not open drops our locks with ours (the others then count us for
@@ -841,7 +850,7 @@ static int retake(int d)
  */
 static int still_ours(void)
 {
-	if (fd >= 0 && same_file(fd, &ident))
+	if (vgpu_ledger_readable())
 		return 1;
 	if (fd < 0 && !ident.st_ino) {
 		errno = EBADF;
@@ -886,15 +895,6 @@ static int still_ours(void)
 int vgpu_ledger_check(void)
 {
 	return still_ours() ? 0 : -1;
-}
-
-/* Whether the descriptor still reaches the limits file: a reader's check,
- * without the process's mutex (a program may have closed it and opened
- * another file under its number, whose locks would read as nobody's). */
-int vgpu_ledger_readable(void)
-{
-	int f = __atomic_load_n(&fd, __ATOMIC_ACQUIRE);
-	return f >= 0 && same_file(f, &ident);
 }
 
 static int publish(const struct family *f, uint64_t *pub, int idx, uint64_t bytes)

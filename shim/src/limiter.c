@@ -211,13 +211,13 @@ static int measure(int idx, struct bucket *b, unsigned *mine, unsigned *all)
 	 * and one that shows them must not count them twice. */
 	for (unsigned k = 0; k < np; k++) {
 		unsigned util = per[k].sum / per[k].count;
-		if (self && per[k].pid == (unsigned)self)
+		int is_self = self && per[k].pid == (unsigned)self;
+		if (is_self)
 			own = util;
-		/* (Too many to keep: counted from samples too, twice rather than not.) */
-		if (!(self && per[k].pid == (unsigned)self) && !hidden.all && vgpu_hp_set_has(&hidden, per[k].pid))
-			continue;
+		else if (!hidden.all && vgpu_hp_set_has(&hidden, per[k].pid))
+			continue; /* (too many to keep: counted from samples too, twice rather than not) */
 		*all += util;
-		if ((self && per[k].pid == (unsigned)self) || vgpu_hp_set_has(&claimed, per[k].pid))
+		if (is_self || vgpu_hp_set_has(&claimed, per[k].pid))
 			*mine += util;
 	}
 	*mine += hidden_util;
