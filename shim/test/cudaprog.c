@@ -1289,6 +1289,17 @@ static void run(int argc, char **argv)
 			 * (cuLaunch: one block, whatever GRID says), multi
 			 * (cuLaunchCooperativeKernelMultiDevice, one entry). */
 			const char *kind = a[4] ? a[4] : "kernel";
+			/* ...:GRID:paced:PCT — cuLaunchKernel, each launch followed by a pause that makes
+			 * the GPU time it adds (FAKECUDA_KERNEL_US a wave of the tests' 132 SMs) PCT % of
+			 * the time: a load below the share, which the limiter lets through as it comes. */
+			useconds_t pause = 0;
+			if (!strcmp(kind, "paced")) {
+				const char *us = getenv("FAKECUDA_KERNEL_US");
+				double wave_us = (us ? atof(us) : 1000.0) * ((grid + 131) / 132), pct = a[5] ? atof(a[5]) : 0;
+				if (pct <= 0 || pct > 100)
+					die("launchfor paced: want a percentage%s%s", "", "");
+				pause = (useconds_t)(wave_us * (100.0 / pct - 1.0));
+			}
 			CUresult (*lgrid)(CUfunction, int, int) = NULL;
 			CUresult (*lgrida)(CUfunction, int, int, CUstream) = NULL;
 			CUresult (*lone)(CUfunction) = NULL;
@@ -1334,6 +1345,8 @@ static void run(int argc, char **argv)
 				else
 					check_rc("cuLaunchKernel",
 						 api.LaunchKernel(NULL, grid, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL), NULL);
+				if (pause)
+					usleep(pause);
 			}
 			long long w1 = 0, b1 = busy_fn(getpid(), 0, &w1);
 			check_rc("cuCtxSynchronize", api.CtxSynchronize(), NULL);

@@ -219,22 +219,23 @@ test_slots_none_free() {
 
 test_slots_sm_share_two_namespaces() { # [visible]
 	# Two containers of a pod share one claim (one limits file, cores = 30), each from its own pid
-	# namespace, both launching flat out: together they hold 30 %, not 30 % each. The driver's
-	# NVML shows each namespace only its own processes (as a driver shows a container), so each
-	# counts the other's with the SM use it publishes in the ledger. With "visible" NVML shows
-	# every process everywhere: the other's is not counted twice.
+	# namespace: one launches flat out, the other a steady 10 % load, below the share. Together
+	# they hold 30 %, not 30 % each (the flat-out one gets the other 20). The driver's NVML shows
+	# each namespace only its own processes (as a driver shows a container), so each counts the
+	# other's with the SM use it publishes in the ledger. With "visible" NVML shows every process
+	# everywhere: the other's is not counted twice (which would hold the pair near 20 %).
 	setup $GiB 30 hard
 	export FAKECUDA_KERNEL_US=500 FAKECUDA_SAMPLE_MS=166
 	[ "${1:-}" = visible ] || export FAKECUDA_HOST_PIDNS="$(stat -L -c %i /proc/self/ns/pid)"
 	run init # the region and the fake GPU, from the host
 	in_ns 1000000 a "$PROG" init launchfor:6:2.5:132 || return 1
-	in_ns 2000000 b "$PROG" init launchfor:6:2.5:132 || return 1
+	in_ns 2000000 b "$PROG" init launchfor:6:2.5:132:paced:10 || return 1
 	wait
 	local sa sb
 	sa=$(sed -n 's/^share //p' "$T/a.out")
 	sb=$(sed -n 's/^share //p' "$T/b.out")
-	echo "    info: shares $sa + $sb (one claim, limit 30)"
-	awk -v a="$sa" -v b="$sb" 'BEGIN { exit !(a + b >= 25 && a + b <= 35) }'
+	echo "    info: shares $sa + $sb (one claim, limit 30; the second paced at 10)"
+	awk -v a="$sa" -v b="$sb" 'BEGIN { exit !(a + b >= 25 && a + b <= 35 && b >= 7) }'
 }
 
 t slots_sm_share_two_namespaces test_slots_sm_share_two_namespaces
