@@ -14,6 +14,7 @@ import (
 	"os"
 	"syscall"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/bindings"
 	"github.com/nri-vgpu/nri-vgpu/internal/safepath"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 )
@@ -145,6 +146,11 @@ func LoadOrCreate(stateDir string) (limits.Key, error) {
 	}
 	if err := tmp.Close(); err != nil {
 		return limits.Key{}, fmt.Errorf("allocation key: write %s: %w", tmp.Name(), err)
+	}
+	// The bindings store first: a key without one beside it means a store
+	// that was lost, which the NRI plugin treats as damaged.
+	if err := bindings.Seed(d); err != nil {
+		return limits.Key{}, fmt.Errorf("allocation key: %w", err)
 	}
 	if err := d.Link(tmpRel, FileName); err != nil {
 		if errors.Is(err, fs.ErrExist) {

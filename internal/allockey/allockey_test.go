@@ -59,19 +59,20 @@ func assertMode(t *testing.T, path string, want fs.FileMode) {
 	}
 }
 
-// assertOnlyKey checks that no temporary file was left behind.
+// assertOnlyKey checks that the key and the bindings store seeded before it
+// are there, and that no temporary file was left behind.
 func assertOnlyKey(t *testing.T, dir string) {
 	t.Helper()
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(entries) != 1 || entries[0].Name() != FileName {
+	if len(entries) != 2 || entries[0].Name() != FileName || entries[1].Name() != "bindings.json" {
 		var names []string
 		for _, e := range entries {
 			names = append(names, e.Name())
 		}
-		t.Errorf("%s holds %v, want only %s", dir, names, FileName)
+		t.Errorf("%s holds %v, want only %s and bindings.json", dir, names, FileName)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -73,17 +74,25 @@ type Store struct {
 type Options struct {
 	// MaxReleased overrides MaxReleased (tests); 0 means the default.
 	MaxReleased int
-	Logger      *slog.Logger
+	// KeyPath is the node's allocation key. A store missing while the key
+	// exists was lost, since a new key is published only after Seed laid
+	// an empty store beside it: Open then treats it like a damaged one
+	// instead of starting afresh, which would accept the allocations of
+	// removed pods again. Empty: a missing store is a new one.
+	KeyPath string
+	Logger  *slog.Logger
 	// Now overrides time.Now (tests).
 	Now func() time.Time
 }
 
 // Open loads the store at <stateDir>/bindings.json, or starts an empty one
-// when the file does not exist. A file that cannot be read as a store (cut
-// short, garbage, planted as a symlink) is moved aside and the store starts
-// over with its floor at the current time: every allocation issued until
-// now is then refused unless a container that still exists presents it
-// (see Sync), which fails closed without losing a running pod.
+// when the file does not exist and the allocation key does not either. A
+// file that cannot be read as a store (cut short, garbage, planted as a
+// symlink) is moved aside, and a file missing beside an existing key (see
+// Options.KeyPath) is lost: in both cases the store starts over with its
+// floor at the current time, so every allocation issued until now is
+// refused unless a container that still exists presents it (see Sync),
+// which fails closed without losing a running pod.
 func Open(stateDir string, opts Options) (*Store, error) {
 	s := &Store{
 		path:        filepath.Join(stateDir, FileName),
@@ -104,6 +113,15 @@ func Open(stateDir string, opts Options) (*Store, error) {
 	f, err := readFile(s.path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
+		if !keyExists(opts.KeyPath) {
+			return s, nil
+		}
+		s.floor = s.now().Unix()
+		s.log.Error("allocation bindings missing while the allocation key exists; refusing allocations issued before now unless their container exists",
+			"path", s.path, "key", opts.KeyPath)
+		if err := s.persistLocked(); err != nil {
+			return nil, err
+		}
 		return s, nil
 	case err != nil:
 		aside := fmt.Sprintf("%s.corrupt-%d", s.path, s.now().Unix())
@@ -121,6 +139,49 @@ func Open(stateDir string, opts Options) (*Store, error) {
 	s.floor = f.Floor
 	s.ids = f.IDs
 	return s, nil
+}
+
+// keyExists reports whether the allocation key is at path. Anything there
+// but "not found" counts: a key that cannot be read is still a key that may
+// have signed allocations.
+func keyExists(path string) bool {
+	if path == "" {
+		return false
+	}
+	_, err := os.Lstat(path)
+	return !errors.Is(err, fs.ErrNotExist)
+}
+
+// Seed lays an empty store in d, the state directory, unless a store (or
+// anything else) is there already. The allocation key's creator calls it
+// before publishing a new key, so that a key without a store beside it
+// always means a store that was lost (see Options.KeyPath).
+func Seed(d *safepath.Dir) error {
+	data, err := json.Marshal(file{Version: fileVersion, IDs: map[string]entry{}})
+	if err != nil {
+		return fmt.Errorf("allocation bindings: %w", err)
+	}
+	tmp, tmpRel, err := d.CreateTemp(".", "."+FileName+".tmp-*") // mode 0600
+	if err != nil {
+		return fmt.Errorf("allocation bindings: %w", err)
+	}
+	defer func() { _ = d.Remove(tmpRel) }()
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("allocation bindings: write %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("allocation bindings: sync %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("allocation bindings: write %s: %w", tmp.Name(), err)
+	}
+	// A link never replaces: a store already there is kept as it is.
+	if err := d.Link(tmpRel, FileName); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("allocation bindings: %w", err)
+	}
+	return nil
 }
 
 // readFile reads and checks the store's file without following a link.

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/safepath"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 )
 
@@ -246,5 +247,88 @@ func TestBindNeedsAPod(t *testing.T) {
 	s := open(t, t.TempDir(), 0)
 	if err := s.Bind("a", "", 100); err == nil || !strings.Contains(err.Error(), "empty allocation ID or pod UID") {
 		t.Fatalf("Bind with no pod: %v", err)
+	}
+}
+
+// TestMissingFileBesideKeyFailsClosed: deleting the store while the
+// allocation key exists must not make the IDs it remembered usable again.
+func TestMissingFileBesideKeyFailsClosed(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "allocation.key")
+	now := func() time.Time { return time.Unix(5000, 0) }
+	s, err := Open(dir, Options{KeyPath: key, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No key yet: a missing store is a new one, with no floor.
+	if s.Floor() != 0 {
+		t.Fatalf("floor without a key = %d, want 0", s.Floor())
+	}
+	if err := s.Bind("old", "pod-1", 4000); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReleasePod("pod-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(key, make([]byte, limits.KeySize), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, FileName)); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := Open(dir, Options{KeyPath: key, Now: now})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	// The removed pod's ID presented by a new pod: refused by the floor.
+	wantReplay(t, s2.Bind("old", "pod-2", 4000), "oldest allocation")
+	if s2.Floor() != 5000 {
+		t.Fatalf("floor = %d, want 5000 (now)", s2.Floor())
+	}
+	// The floor is on disk: a second restart keeps refusing.
+	s3, err := Open(dir, Options{KeyPath: key, Now: func() time.Time { return time.Unix(6000, 0) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantReplay(t, s3.Bind("old", "pod-2", 4000), "oldest allocation")
+	if err := s3.Bind("new", "pod-3", 5001); err != nil {
+		t.Fatalf("an allocation issued after the loss: %v", err)
+	}
+}
+
+// TestSeed: Seed lays an empty store that Open reads as new, and never
+// replaces a store that is there.
+func TestSeed(t *testing.T) {
+	dir := t.TempDir()
+	d, err := safepath.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := Seed(d); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(data) != `{"version":1,"floor":0,"ids":{}}` {
+		t.Fatalf("seeded store = %s", data)
+	}
+	if fi, _ := os.Stat(filepath.Join(dir, FileName)); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("seeded store mode = %v, want 0600", fi.Mode().Perm())
+	}
+	s := open(t, dir, 0)
+	if err := s.Bind("a1", "pod-1", 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := Seed(d); err != nil {
+		t.Fatal(err)
+	}
+	if owner, ok := open(t, dir, 0).Owner("a1"); !ok || owner != "pod-1" {
+		t.Fatalf("after a second Seed: owner of a1 = %q, %v; the store was replaced", owner, ok)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".*tmp*")); len(left) != 0 {
+		t.Fatalf("temporary files left: %v", left)
 	}
 }

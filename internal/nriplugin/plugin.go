@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/allockey"
 	"github.com/nri-vgpu/nri-vgpu/internal/bindings"
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
@@ -83,7 +85,10 @@ func New(opts Options) (*Plugin, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	store, err := bindings.Open(opts.Config.Paths.StateDir, bindings.Options{Logger: log})
+	store, err := bindings.Open(opts.Config.Paths.StateDir, bindings.Options{
+		Logger:  log,
+		KeyPath: filepath.Join(opts.Config.Paths.StateDir, allockey.FileName),
+	})
 	if err != nil {
 		return nil, fmt.Errorf("nri plugin: %w", err)
 	}

@@ -3,12 +3,15 @@
 package e2e
 
 import (
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/allockey"
+	"github.com/nri-vgpu/nri-vgpu/internal/bindings"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/harness"
 )
@@ -28,22 +31,32 @@ func testAllocationIDServesOnePodEver(t *testing.T, containerd string) {
 	if err := v.kubelet.KillPod(ctx, v.c.Runtime, gone); err != nil {
 		t.Fatal(err)
 	}
-	replay := func(stage string) {
+	replay := func(stage, want string) {
 		t.Helper()
 		pod := gpuPod("replay", 0)
 		pod.Containers[0].ExtraAnnotations = map[string]string{allocationAnnotation: issued}
 		_, err := v.run(t, ctx, pod)
-		if err == nil || !strings.Contains(err.Error(), "nri-vgpu: allocation rejected") ||
-			!strings.Contains(err.Error(), gone.Pod.UID+", which was removed") {
-			t.Errorf("%s: replaying a removed pod's allocation: error = %v, want a rejection naming pod %s", stage, err, gone.Pod.UID)
+		if err == nil || !strings.Contains(err.Error(), "nri-vgpu: allocation rejected") || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: replaying a removed pod's allocation: error = %v, want a rejection containing %q", stage, err, want)
 		}
 	}
-	replay("after the pod was removed")
+	removed := gone.Pod.UID + ", which was removed"
+	replay("after the pod was removed", removed)
 	if err := v.c.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
 	v.waitNRIReady(t, ctx)
-	replay("after containerd (and the pre-registered nri-vgpu) restarted")
+	replay("after containerd (and the pre-registered nri-vgpu) restarted", removed)
+	// The store deleted beside the key: the record is lost, and the
+	// floor it restarts with refuses what it no longer remembers.
+	if err := os.Remove(filepath.Join(v.stateDir, bindings.FileName)); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.c.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	v.waitNRIReady(t, ctx)
+	replay("after bindings.json was deleted and nri-vgpu restarted", "the oldest allocation this node still remembers")
 	// The node still serves new pods.
 	v.mustRun(t, ctx, gpuPod("fresh", 1))
 }
