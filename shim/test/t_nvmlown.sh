@@ -94,6 +94,17 @@ test_nvml_absent_bound() {
 	expect "region used" "$(used)" 0
 }
 
+test_nvml_driver_init_fails() {
+	# The NVML beside the driver is there but its nvmlInit fails: the same as none. The context is
+	# charged the bound (64 MiB fit beside it, not a byte more), the SM share stays near the 30 %
+	# cap, and one line says why.
+	setup $((FP_BOUND + 64 * MiB)) 30 hard
+	export FAKECUDA_NVML_INIT_FAIL=1
+	run init alloc:64MiB alloc:1:2 launchfor:3:1:132 || return 1
+	share_in "$T/out" 25 35 "share with the driver's nvmlInit failing" || return 1
+	expect "warnings" "$(grep -c 'NVML is unusable (nvmlInit_v2 failed' "$T/err")" 1
+}
+
 t nvml_tenant_fails_mem test_nvml_tenant_fails_mem
 t nvml_tenant_lies_mem test_nvml_tenant_lies_mem
 t nvml_absent_mem test_nvml_absent_mem
@@ -101,3 +112,4 @@ t nvml_tenant_fails_sm test_nvml_tenant_fails_sm
 t nvml_tenant_lies_sm test_nvml_tenant_lies_sm
 t nvml_absent_sm test_nvml_absent_sm
 t nvml_absent_bound test_nvml_absent_bound
+t nvml_driver_init_fails test_nvml_driver_init_fails

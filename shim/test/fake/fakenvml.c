@@ -25,6 +25,9 @@ static int inited;
 
 EXPORT nvmlReturn_t nvmlInit_v2(void)
 {
+	/* FAKECUDA_NVML_INIT_FAIL: the driver's own NVML cannot start (as with a driver/NVML mismatch). */
+	if (getenv("FAKECUDA_NVML_INIT_FAIL"))
+		return NVML_ERROR_UNKNOWN;
 	fk_init();
 	for (int i = 0; i < FK_MAX_DEV; i++)
 		handles[i].index = i;
