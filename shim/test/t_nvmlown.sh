@@ -94,16 +94,19 @@ test_nvml_absent_bound() {
 	expect "region used" "$(used)" 0
 }
 
-test_nvml_driver_init_fails() {
-	# The NVML beside the driver is there but its nvmlInit fails: the same as none. The context is
-	# charged the bound (64 MiB fit beside it, not a byte more), the SM share stays near the 30 %
-	# cap, and one line says why.
+# nvml_driver_unusable KNOB WHY — the NVML beside the driver is there but unusable (KNOB: its
+# nvmlInit fails, or it has no handle for the GPU): the same as none. The context is charged the
+# bound (64 MiB fit beside it, not a byte more), the SM share stays near the 30 % cap, and one
+# line says why (WHY).
+nvml_driver_unusable() {
 	setup $((FP_BOUND + 64 * MiB)) 30 hard
-	export FAKECUDA_NVML_INIT_FAIL=1
+	export "$1"=1
 	run init alloc:64MiB alloc:1:2 launchfor:3:1:132 || return 1
-	share_in "$T/out" 25 35 "share with the driver's nvmlInit failing" || return 1
-	expect "warnings" "$(grep -c 'NVML is unusable (nvmlInit_v2 failed' "$T/err")" 1
+	share_in "$T/out" 25 35 "share with $1" || return 1
+	expect "warnings" "$(grep -c "NVML is unusable ($2" "$T/err")" 1
 }
+test_nvml_driver_init_fails() { nvml_driver_unusable FAKECUDA_NVML_INIT_FAIL "nvmlInit_v2 failed"; }
+test_nvml_driver_no_handle() { nvml_driver_unusable FAKECUDA_NVML_NO_HANDLE "it has no handle for $UUID0"; }
 
 t nvml_tenant_fails_mem test_nvml_tenant_fails_mem
 t nvml_tenant_lies_mem test_nvml_tenant_lies_mem
@@ -113,3 +116,4 @@ t nvml_tenant_lies_sm test_nvml_tenant_lies_sm
 t nvml_absent_sm test_nvml_absent_sm
 t nvml_absent_bound test_nvml_absent_bound
 t nvml_driver_init_fails test_nvml_driver_init_fails
+t nvml_driver_no_handle test_nvml_driver_no_handle
