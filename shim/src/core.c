@@ -71,6 +71,7 @@ static void atfork_child(void)
 	vgpu_mem_after_fork();
 	vgpu_ctx_after_fork();
 	vgpu_fp_after_fork();
+	vgpu_nvml_after_fork();
 	vgpu_limiter_after_fork();
 	vgpu_graph_after_fork();
 }

@@ -37,6 +37,11 @@
  * most what was charged so. Module code and what grows at launch stay
  * uncounted until the host pid is known (a measure then replaces it all).
  *
+ * Without a usable NVML (none beside the driver's libcuda, nvmlInit failed,
+ * no handle for the GPU) nothing is ever measured: each new context is
+ * charged a fixed bound (VGPU_FP_BOUND, below) instead, refused past the
+ * quota, and the limits are charged from the value asked as above.
+ *
  * NVML is asked with no lock held; the answer is applied under a mutex of
  * this process only (taken before the region's, never the other way round).
  * Each context's share is remembered, so destroying it gives that back.
@@ -77,22 +82,33 @@ static int any;          /* some index is active: the allocation path has someth
 static int dirty;        /* measure at the next allocation */
 static int64_t due_ns;   /* CLOCK_MONOTONIC_COARSE: the next periodic measure */
 static int busy;         /* a thread is measuring: others need not */
-static int nvml_ok;      /* nvmlInit_v2 succeeded in this process */
 static int warned_na, warned_list, warned_over;
 
-/* NVML's handle for limits index idx, or NULL. */
+/*
+ * A new context's own memory when NVML cannot measure it at all (no NVML
+ * beside the driver's libcuda, nvmlInit failed, no handle for the GPU:
+ * VGPU_FP_BOUND, shim.h). On an H200 the primary context held 518 MiB at
+ * creation and 804 MiB once cuBLAS and cuDNN kernels had loaded
+ * (docs/validation.md, "When a context's memory shows"); without NVML that
+ * later growth cannot be seen either, so the bound covers it, rounded up to
+ * 1 GiB. Charged like an allocation, before anything else of the context's,
+ * and refused past the quota (the context is then undone): nothing, as
+ * before, let a tenant that breaks NVML hold a context a process for free.
+ */
+_Static_assert(VGPU_FP_BOUND >= (804ull << 20), "the bound covers what an H200 context measured");
+
+/* NVML's handle for limits index idx, or NULL (NVML unusable: said once by real.c). */
 static nvmlDevice_t handle(int idx)
 {
 	nvmlDevice_t h = __atomic_load_n(&handles[idx], __ATOMIC_ACQUIRE);
 	if (h)
 		return h;
-	if (!__atomic_load_n(&nvml_ok, __ATOMIC_ACQUIRE)) {
-		if (vgpu_nvml_init() != NVML_SUCCESS)
-			return NULL;
-		__atomic_store_n(&nvml_ok, 1, __ATOMIC_RELEASE);
-	}
-	if (vgpu_nvml_handle_by_uuid(vgpu.limits.gpu[idx].uuid, &h) != NVML_SUCCESS)
+	if (!vgpu_nvml_usable())
 		return NULL;
+	if (vgpu_nvml_handle_by_uuid(vgpu.limits.gpu[idx].uuid, &h) != NVML_SUCCESS) {
+		vgpu_nvml_unknown_gpu(vgpu.limits.gpu[idx].uuid);
+		return NULL;
+	}
 	__atomic_store_n(&handles[idx], h, __ATOMIC_RELEASE);
 	return h;
 }
@@ -189,7 +205,7 @@ static void shrink(int idx, uint64_t bytes)
 
 /* Measures idx and counts the difference; growth is attributed to ctx if
  * given. Returns 1 when the count grew, else 0. */
-static int measure(int idx, CUcontext ctx)
+static int measure(int idx, CUcontext ctx, int *over_out)
 {
 	uint64_t mine;
 	if (nvml_mine(idx, ctx, &mine) != 0)
@@ -216,9 +232,11 @@ static int measure(int idx, CUcontext ctx)
 		if (e) {
 			e->bytes += target - fp;
 			total[idx] = target;
-			vgpu_reserve_force(idx, target - fp);
+			/* Not in the ledger (no slot to publish it in): the others cannot
+			 * see it, so a new context is undone as if past the limit. */
+			int unrecorded = vgpu_reserve_force(idx, target - fp) != 0;
 			uint64_t limit = vgpu.limits.gpu[idx].memory;
-			over = limit && vgpu_used(idx) > limit;
+			over = (limit && vgpu_used(idx) > limit) || (unrecorded && ctx);
 			grew = 1;
 		}
 	} else if (target < fp) {
@@ -227,6 +245,8 @@ static int measure(int idx, CUcontext ctx)
 		vgpu_unreserve(idx, fp - target);
 	}
 	pthread_mutex_unlock(&mu);
+	if (over_out)
+		*over_out = over;
 	/* A new context past the limit is undone by its creator (mem.c), which says so. */
 	if (over && !ctx && !__atomic_exchange_n(&warned_over, 1, __ATOMIC_RELAXED))
 		LOGW("GPU memory on %s: the driver's own memory for this process (context footprint: modules, "
@@ -246,7 +266,7 @@ static void measure_all(void)
 	__atomic_store_n(&due_ns, vgpu_coarse_ns() + POLL_NS, __ATOMIC_RELAXED);
 	for (int i = 0; i < vgpu.limits.ngpu && i < VGPU_MAX_DEVICES; i++)
 		if (__atomic_load_n(&active[i], __ATOMIC_RELAXED))
-			measure(i, NULL);
+			measure(i, NULL, NULL);
 	__atomic_store_n(&busy, 0, __ATOMIC_RELEASE);
 }
 
@@ -257,12 +277,24 @@ int vgpu_fp_ctx_created(CUcontext ctx, CUdevice dev)
 	int idx = vgpu_device_index(dev);
 	if (idx < 0 || idx >= VGPU_MAX_DEVICES)
 		return 0;
+	if (!handle(idx)) {
+		/* Nothing can measure it: the bound, admitted like an allocation. */
+		if (vgpu_reserve(idx, VGPU_FP_BOUND) != 0)
+			return 1;
+		pthread_mutex_lock(&mu);
+		struct ent *e = entry(ctx, idx, 1);
+		if (e)
+			e->bytes += VGPU_FP_BOUND, total[idx] += VGPU_FP_BOUND;
+		/* else: the table is full; stays reserved, counted for the process until it exits */
+		pthread_mutex_unlock(&mu);
+		return 0;
+	}
 	__atomic_store_n(&active[idx], 1, __ATOMIC_RELAXED);
 	__atomic_store_n(&any, 1, __ATOMIC_RELEASE);
-	int grew = measure(idx, ctx);
+	int over_after = 0;
+	int grew = measure(idx, ctx, &over_after);
 	__atomic_store_n(&due_ns, vgpu_coarse_ns() + POLL_NS, __ATOMIC_RELAXED);
-	uint64_t limit = vgpu.limits.gpu[idx].memory;
-	return grew && limit && vgpu_used(idx) > limit;
+	return grew && over_after;
 }
 
 void vgpu_fp_ctx_gone(CUcontext ctx)
@@ -323,7 +355,7 @@ void vgpu_fp_after_fork(void)
 	memset(have_prev, 0, sizeof(have_prev));
 	memset(active, 0, sizeof(active));
 	memset(handles, 0, sizeof(handles));
-	any = dirty = busy = nvml_ok = 0;
+	any = dirty = busy = 0;
 	due_ns = 0;
 	warned_na = warned_list = warned_over = 0;
 }
@@ -354,15 +386,16 @@ int vgpu_fp_limit_admit(CUlimit limit, size_t value, struct vgpu_fp_limit *l)
 	static CUresult (*get)(size_t *, CUlimit);
 	memset(l, 0, sizeof(*l));
 	l->idx = -1;
-	if (vgpu.mode != VGPU_ENFORCE || limit < CU_LIMIT_STACK_SIZE || limit > CU_LIMIT_MALLOC_HEAP_SIZE ||
-	    vgpu_host_pid() != 0)
-		return 0; /* measured after the call (modules.c), or holds no memory */
+	if (vgpu.mode != VGPU_ENFORCE || limit < CU_LIMIT_STACK_SIZE || limit > CU_LIMIT_MALLOC_HEAP_SIZE)
+		return 0; /* holds no memory */
 	CUcontext ctx = NULL;
 	CUdevice dev;
 	int idx;
 	if (vgpu_cu_ctx_get_current(&ctx) != CUDA_SUCCESS || !ctx || (idx = vgpu_current_index(&dev)) < 0 ||
 	    idx >= VGPU_MAX_DEVICES)
 		return 0; /* no context or not a GPU of ours: the driver answers */
+	if (vgpu_host_pid() != 0 && handle(idx))
+		return 0; /* measured after the call (modules.c) */
 	ctx = vgpu_ctx_owner(ctx);
 	if (!get) {
 		void *lib = vgpu_lib_handle(LIB_CUDA);
@@ -383,7 +416,7 @@ int vgpu_fp_limit_admit(CUlimit limit, size_t value, struct vgpu_fp_limit *l)
 		delta = -(int64_t)(now - want < charged ? now - want : charged);
 	if (delta > 0 && vgpu_mem_admit_index(idx, (uint64_t)delta) != GO_COUNTED) {
 		LOGI("cuCtxSetLimit(%d, %zu) refused: %lld bytes more than the value in force, counted from the "
-		     "value asked as this process's host pid is unknown (the driver's own memory cannot be measured)",
+		     "value asked as the driver's own memory cannot be measured (host pid unknown, or NVML unusable)",
 		     (int)limit, value, (long long)delta);
 		return -1;
 	}

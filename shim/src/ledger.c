@@ -41,6 +41,17 @@
  * query per lock found) rather than by the pool alone, and its chunk gives
  * way to what it asked.
  *
+ * What neither can take (locks forged over the pool and the whole overflow)
+ * is the process's debt: never dropped, published as the length of locks in
+ * ranges of its slot's own (where nobody else's lock can make it shorter),
+ * with a flag byte just past the overflow that makes every grant of the
+ * container check itself against the union of the leases plus every debt,
+ * as overflow does. The debtor moves its debt into the pool or the overflow
+ * as soon as either has room: at its next grant, and from its keeper thread
+ * (region.c) within a tenth of a second. So a forged lock can only make the
+ * container look fuller: once the forger lets go, what the driver handed out
+ * meanwhile still counts, and no grant passes the limit by it.
+ *
  * What each process holds (cuMemGetInfo, NVML, the usage region) is a report
  * beside the lease, published as the length of a read lock in ranges of the
  * process's own: brought up to date whenever it takes or returns lease and
@@ -85,6 +96,9 @@
  * Lock space (64-bit offsets):
  *   GPU d, pool:           d * 2^58 + [0, limit), stretches (open file description)
  *   GPU d, overflow:       d * 2^58 + 2^48 + [0, 2^47), stretches (open file description)
+ *   GPU d, some debt:      d * 2^58 + 2^48 + 2^47, length 1, held by each debtor (open file description)
+ *   GPU d, debt / 65536:   d * 2^58 + 2^57 + slot * 2^31, length = debt >> 16
+ *   GPU d, debt % 65536:   d * 2^58 + 2^57 + 2^53 + slot * 2^16, length = debt & 65535
  *   GPU d, held / 65536:   d * 2^58 + 2^57 + 2^56 + slot * 2^31, length = held >> 16
  *   GPU d, held % 65536:   d * 2^58 + 2^57 + 2^56 + 2^53 + slot * 2^16, length = held & 65535
  *   GPU d, SM use:         d * 2^58 + 2^56 + 2^53 + slot * 2^16, length = percent (0..100)
@@ -164,6 +178,9 @@ static const struct family HELD = {((off_t)1 << 57) + ((off_t)1 << 56),
  * (the high one stays empty). Read for the container's processes of other pid
  * namespaces, whose NVML samples the driver may not show here. */
 static const struct family UTIL = {(off_t)1 << 56, ((off_t)1 << 56) + ((off_t)1 << 53), 16, 31};
+/* Memory counted by force that neither the pool nor the overflow had room for
+ * (locks forged over both): the process's debt, until it is placed there. */
+static const struct family DEBT = {(off_t)1 << 57, ((off_t)1 << 57) + ((off_t)1 << 53), 16, 31};
 
 /* End of a family's part of a GPU's block (relative to the block). */
 #define FAMILY_END(f) ((f).lo + ((off_t)1 << (PID_BITS + (f).unit)))
@@ -177,7 +194,13 @@ static const struct family UTIL = {(off_t)1 << 56, ((off_t)1 << 56) + ((off_t)1 
 #define MAX_STRETCHES 256
 
 _Static_assert(16 + 31 == 47, "the held report holds 2^47 bytes per slot");
-_Static_assert(OVER_END <= ((off_t)1 << 56), "pool and overflow end before the SM use part");
+/* A debtor's flag, just past the overflow: a grant's query of the overflow sees it too. */
+#define DEBT_FLAG OVER_END
+_Static_assert(OVER_END + 1 <= ((off_t)1 << 56), "pool, overflow and debt flag end before the SM use part");
+_Static_assert(((off_t)1 << 56) + ((off_t)1 << 53) + ((off_t)1 << (PID_BITS + 16)) <= ((off_t)1 << 57),
+	       "the SM use part ends before the debt part");
+_Static_assert(((off_t)1 << 57) + ((off_t)1 << 53) + ((off_t)1 << (PID_BITS + 16)) <= ((off_t)1 << 57) + ((off_t)1 << 56),
+	       "the debt part ends before the held part");
 _Static_assert(((off_t)1 << 56) + ((off_t)1 << 53) + ((off_t)1 << (PID_BITS + 16)) <= ((off_t)1 << 57) + ((off_t)1 << 56),
 	       "the SM use part ends before the held part");
 _Static_assert(((off_t)1 << (PID_BITS + 31)) <= ((off_t)1 << 53), "held highs fit below the held lows");
@@ -195,6 +218,8 @@ static char path[4096];                     /* to reopen in a fork child */
 static uint64_t leased[VGPU_MAX_DEVICES];   /* lease our locks say, per GPU: the sum of the stretches */
 static uint64_t held[VGPU_MAX_DEVICES];     /* held bytes our locks say, per GPU */
 static uint64_t util[VGPU_MAX_DEVICES];     /* SM use our locks say, per GPU, percent */
+static uint64_t owed[VGPU_MAX_DEVICES];     /* our debt per GPU: counted by force, in no stretch */
+static uint64_t owed_pub[VGPU_MAX_DEVICES]; /* the debt our locks say (flag included when > 0) */
 static int32_t claimed_hp;                  /* host pid our claim says; 0 = none */
 static int64_t claim_seen_ns;               /* CLOCK_MONOTONIC_COARSE when the claim was last made or seen */
 
@@ -303,6 +328,8 @@ void vgpu_ledger_after_fork(void)
 	memset(leased, 0, sizeof(leased));
 	memset(held, 0, sizeof(held));
 	memset(util, 0, sizeof(util));
+	memset(owed, 0, sizeof(owed));
+	memset(owed_pub, 0, sizeof(owed_pub));
 	memset(lz, 0, sizeof(lz));
 	claimed_hp = 0;
 	claim_seen_ns = 0;
@@ -693,18 +720,99 @@ static void untake(int d, struct taken *t)
 	t->n = 0;
 }
 
-/* Whether any process holds overflow on GPU d (us included): 1, 0, or -1 with errno. */
+/* Whether any process holds overflow on GPU d (us included), or another owes
+ * a debt there (its flag, just past the overflow: the same query): 1, 0, or
+ * -1 with errno. */
 static int over_held(int d)
 {
 	struct lease *l = &lz[d];
 	if (l->n && l->st[l->n - 1].e > OVER_AT)
 		return 1;
 	off_t cs, ce;
-	return conflict(d, OVER_AT, OVER_END, &cs, &ce);
+	return conflict(d, OVER_AT, DEBT_FLAG + 1, &cs, &ce);
 }
 
 static int leases_of_others(int idx, uint64_t *bytes);
+static int others(const struct family *f, int idx, uint64_t *bytes);
 static int still_ours(void);
+
+/* Makes our locks say owed[d]: the debt ranges, and the flag while it is
+ * not 0. 0, or -1 with errno (they say what they said). */
+static int publish_debt(int d)
+{
+	uint64_t was = owed_pub[d], now = owed[d];
+	if (now == was)
+		return 0;
+	if (now && take_slot() != 0)
+		return -1;
+	if (now && !was && setlk(F_RDLCK, block_of(d) + DEBT_FLAG, 1) != 0)
+		return -1;
+	if (put(&DEBT, d, was, now) != 0) {
+		int e = errno;
+		if (!was)
+			setlk(F_UNLCK, block_of(d) + DEBT_FLAG, 1);
+		errno = e;
+		return -1;
+	}
+	/* Cleared last: the debt's place in the pool was taken before (settle()). */
+	if (!now)
+		setlk(F_UNLCK, block_of(d) + DEBT_FLAG, 1);
+	owed_pub[d] = now;
+	return 0;
+}
+
+/* Moves what we owe on GPU d into the pool, else the overflow, wherever
+ * either has room now; the debt shrinks only after (counted twice for a
+ * moment, never not at all). */
+static void settle(int d)
+{
+	uint64_t want = owed[d], got = 0;
+	if (!want)
+		return;
+	struct taken t = {0}, o = {0};
+	take(d, 0, pool_len(d), want, want, &got, &t);
+	if (got < want)
+		take(d, OVER_AT, OVER_END, want - got, want - got, &got, &o);
+	if (!got)
+		return;
+	owed[d] -= got;
+	if (publish_debt(d) != 0) /* smaller: cannot fail */
+		LOGD("ledger: cannot publish the debt on GPU %d: %s", d, strerror(errno));
+}
+
+/* The debts the other processes owe on GPU d (0 without a flag): 0, or -1 with errno. */
+static int debts_of_others(int d, uint64_t *bytes)
+{
+	off_t cs, ce;
+	*bytes = 0;
+	int r = conflict(d, DEBT_FLAG, DEBT_FLAG + 1, &cs, &ce);
+	return r <= 0 ? r : others(&DEBT, d, bytes);
+}
+
+/* What the others have taken of GPU d's quota: their debts, then the union
+ * of their leases. In that order: a debt placed between the two reads is
+ * then counted twice, never missed. 0, or -1 with errno. */
+static int committed_by_others(int d, uint64_t *bytes)
+{
+	uint64_t debts = 0, leases = 0;
+	if (debts_of_others(d, &debts) != 0 || leases_of_others(d, &leases) != 0)
+		return -1;
+	*bytes = leases + debts < leases ? UINT64_MAX : leases + debts;
+	return 0;
+}
+
+uint64_t vgpu_ledger_owed(int idx)
+{
+	return idx >= 0 && idx < VGPU_MAX_DEVICES ? owed[idx] : 0;
+}
+
+void vgpu_ledger_settle(int idx)
+{
+	if (idx >= 0 && idx < VGPU_MAX_DEVICES && owed[idx] && still_ours())
+		settle(idx);
+}
+
+static void shrink_stretches(int idx, uint64_t bytes);
 
 int vgpu_ledger_grow(int idx, uint64_t least, uint64_t want, int force, uint64_t *got, uint64_t *short_by)
 {
@@ -713,10 +821,13 @@ int vgpu_ledger_grow(int idx, uint64_t least, uint64_t want, int force, uint64_t
 	if (!still_ours())
 		return -1;
 	if (idx < 0 || idx >= VGPU_MAX_DEVICES || want < least || want > MAX_BYTES ||
-	    leased[idx] + want > MAX_BYTES) {
+	    leased[idx] + owed[idx] + want > MAX_BYTES) {
 		errno = ERANGE;
 		return -1;
 	}
+	/* What we owe goes first, where there is room now. */
+	if (unlikely(owed[idx]))
+		settle(idx);
 	/* A process whose holdings no report could name takes no lease: the
 	 * slot first (memory the driver already handed out is counted without). */
 	if (take_slot() != 0 && !force)
@@ -733,11 +844,21 @@ int vgpu_ledger_grow(int idx, uint64_t least, uint64_t want, int force, uint64_t
 		if (!rest)
 			return 0;
 		struct taken o = {0};
-		int r = take(idx, OVER_AT, OVER_END, rest, rest, &more, &o);
+		take(idx, OVER_AT, OVER_END, rest, rest, &more, &o);
 		*got += more;
-		if (r == 0 && more < rest)
-			errno = ENOSPC;
-		return r == 0 && more == rest ? 0 : -1;
+		if (more == rest)
+			return 0;
+		/* Neither has room (locks forged over both): our debt, counted
+		 * against the quota by every grant and placed when room appears. */
+		owed[idx] += rest - more;
+		if (publish_debt(idx) != 0) {
+			int e = errno;
+			owed[idx] -= rest - more;
+			errno = e;
+			return -1;
+		}
+		*got = want;
+		return 0;
 	}
 	if (take(idx, 0, pool, least, want, got, &t) != 0) {
 		int e = errno;
@@ -761,15 +882,17 @@ int vgpu_ledger_grow(int idx, uint64_t least, uint64_t want, int force, uint64_t
 		errno = EDQUOT;
 		return -1;
 	}
-	uint64_t limit = vgpu.limits.gpu[idx].memory, others = 0;
+	uint64_t limit = vgpu.limits.gpu[idx].memory, others = 0, mine = leased[idx] + owed[idx];
 	int r = limit ? over_held(idx) : 0;
-	if (r == 1 && (r = leases_of_others(idx, &others)) == 0 && (others > limit || leased[idx] > limit - others)) {
-		uint64_t total = others + leased[idx];
+	if (r == 0 && limit && owed[idx])
+		r = 1; /* our own debt: the pool alone does not hold it */
+	if (r == 1 && (r = committed_by_others(idx, &others)) == 0 && (others > limit || mine > limit - others)) {
+		uint64_t total = others + mine;
 		if (others <= limit && total - limit <= *got - least) {
 			/* What was asked fits, all of the chunk does not: the pool
 			 * has room past the limit while overflow is held, so the
 			 * chunk gives way here instead. */
-			vgpu_ledger_shrink(idx, total - limit);
+			shrink_stretches(idx, total - limit);
 			*got -= total - limit;
 			r = 0;
 		} else {
@@ -795,6 +918,20 @@ void vgpu_ledger_shrink(int idx, uint64_t bytes)
 {
 	if (idx < 0 || idx >= VGPU_MAX_DEVICES)
 		return;
+	/* The debt first: it is what the pool could not hold. */
+	if (unlikely(owed[idx])) {
+		uint64_t o = bytes < owed[idx] ? bytes : owed[idx];
+		owed[idx] -= o;
+		bytes -= o;
+		if (publish_debt(idx) != 0) /* smaller: cannot fail */
+			LOGD("ledger: cannot publish the debt on GPU %d: %s", idx, strerror(errno));
+	}
+	shrink_stretches(idx, bytes);
+}
+
+/* Gives back bytes of our stretches on idx, from the top. */
+static void shrink_stretches(int idx, uint64_t bytes)
+{
 	struct lease *l = &lz[idx];
 	/* From the top: the overflow first, then the pool's last stretches. */
 	while (bytes && l->n) {
@@ -872,12 +1009,13 @@ static int still_ours(void)
 	 * use is published again at the limiter's next measure. */
 	slot = -1;
 	memset(util, 0, sizeof(util));
+	memset(owed_pub, 0, sizeof(owed_pub)); /* went with the description; owed[] stays: ours to publish again */
 	int any = claimed_hp != 0;
 	for (int d = 0; d < VGPU_MAX_DEVICES; d++)
-		any |= leased[d] || held[d];
+		any |= leased[d] || held[d] || owed[d];
 	int ok = !any || take_slot() == 0;
 	for (int d = 0; d < VGPU_MAX_DEVICES && ok; d++)
-		ok = retake(d) == 0 && (slot < 0 || put(&HELD, d, 0, held[d]) == 0);
+		ok = retake(d) == 0 && (slot < 0 || put(&HELD, d, 0, held[d]) == 0) && publish_debt(d) == 0;
 	if (ok && claimed_hp)
 		ok = claim_lk(F_RDLCK, hp_at(slot, claimed_hp)) == 0;
 	if (!ok) {
@@ -886,7 +1024,8 @@ static int still_ours(void)
 		__atomic_store_n(&fd, -1, __ATOMIC_RELEASE);
 		close(old); /* drops what was published again: the next call starts over */
 		slot = -1;
-		memset(lz, 0, sizeof(lz)); /* leased[] stays: what to take again */
+		memset(lz, 0, sizeof(lz)); /* leased[] and owed[] stay: what to take again */
+		memset(owed_pub, 0, sizeof(owed_pub));
 		errno = e;
 	}
 	return ok;
@@ -1122,7 +1261,11 @@ static int others(const struct family *f, int idx, uint64_t *bytes)
 
 int vgpu_ledger_others(int idx, uint64_t *bytes)
 {
-	return leases_of_others(idx, bytes);
+	if (idx < 0 || idx >= VGPU_MAX_DEVICES) {
+		errno = ERANGE;
+		return -1;
+	}
+	return committed_by_others(idx, bytes);
 }
 
 int vgpu_ledger_others_held(int idx, uint64_t *bytes)

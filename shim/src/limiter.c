@@ -42,7 +42,10 @@
  *    tokens means what it ran stayed below NVML's 1 %: the rate doubles too,
  *    once per STALE_NS, up to nominal * SILENT_MAX (silence alone is not
  *    trusted further: an NVML that never samples would otherwise lift the
- *    limit).
+ *    limit);
+ *  - without a usable NVML (none beside the driver's libcuda, nvmlInit failed,
+ *    the GPU unknown to it) the rate stays at its first guess, nominal: the
+ *    share for kernels of a millisecond a wave, not off.
  * `hard` holds the container to its share; `burst` lets it use what the rest
  * of the GPU leaves idle.
  *
@@ -320,7 +323,8 @@ static void refill(struct bucket *b, int64_t rate)
 static void steer(int idx, struct bucket *b)
 {
 	unsigned mine, all;
-	int m = measure(idx, b, &mine, &all);
+	/* No NVML: the rate stays nominal (said once when the watcher started). */
+	int m = b->nvml ? measure(idx, b, &mine, &all) : -2;
 	int64_t rate = __atomic_load_n(&b->rate, __ATOMIC_RELAXED), now = now_ns();
 	if (m == 0) {
 		int starved = __atomic_exchange_n(&b->starved, 0, __ATOMIC_RELAXED) ||
@@ -342,7 +346,7 @@ static void steer(int idx, struct bucket *b)
 			rate = clamp_rate(idx, rate * 2 < cap ? rate * 2 : cap);
 		b->heard_ns = now;
 		vgpu_publish_util(idx, 0); /* below NVML's 1 % */
-	} else if (m < 0 && !b->nvml_failed) {
+	} else if (m == -1 && !b->nvml_failed) {
 		/* The rate stays where it is: the share holds as long as the kernels
 		 * keep the length they had when NVML last answered. */
 		b->nvml_failed = 1;
@@ -369,7 +373,7 @@ static void *watcher(void *arg)
 	return NULL;
 }
 
-/* Starts the watcher; buckets whose GPU NVML cannot see are left unthrottled. */
+/* Starts the watcher; buckets whose GPU NVML cannot see refill at the nominal rate. */
 static void start_watcher(void)
 {
 	pthread_mutex_lock(&start_mu);
@@ -377,25 +381,27 @@ static void start_watcher(void)
 		pthread_mutex_unlock(&start_mu);
 		return;
 	}
-	int any = 0;
-	if (vgpu_nvml_init() == NVML_SUCCESS) {
-		for (int i = 0; i < vgpu.limits.ngpu; i++) {
-			struct bucket *b = &buckets[i];
-			if (vgpu.limits.gpu[i].cores >= 100)
-				continue;
-			if (vgpu_nvml_handle_by_uuid(vgpu.limits.gpu[i].uuid, &b->nvml) != NVML_SUCCESS) {
-				LOGW("SM limit on %s not enforced: NVML does not know the GPU", vgpu.limits.gpu[i].uuid);
-				continue;
-			}
-			b->rate = clamp_rate(i, nominal_rate(i));
-			b->climbing = 1;
-			b->tokens = b->rate;
-			b->refilled_ns = b->heard_ns = now_ns();
-			b->active = 1;
-			any = 1;
+	int any = 0, nvml = vgpu_nvml_usable();
+	for (int i = 0; i < vgpu.limits.ngpu; i++) {
+		struct bucket *b = &buckets[i];
+		if (vgpu.limits.gpu[i].cores >= 100)
+			continue;
+		/* Without NVML's samples (none beside the driver, nvmlInit failed,
+		 * the GPU unknown to it) the bucket still refills, at the nominal
+		 * rate: as if the container's launches kept the GPU busy, a wave a
+		 * millisecond. Never off: an NVML the tenant can break must not
+		 * lift the limit (vgpu_nvml_usable() says so once). */
+		b->nvml = NULL;
+		if (nvml && vgpu_nvml_handle_by_uuid(vgpu.limits.gpu[i].uuid, &b->nvml) != NVML_SUCCESS) {
+			b->nvml = NULL;
+			vgpu_nvml_unknown_gpu(vgpu.limits.gpu[i].uuid);
 		}
-	} else {
-		LOGW("SM limits not enforced: NVML is not available");
+		b->rate = clamp_rate(i, nominal_rate(i));
+		b->climbing = 1;
+		b->tokens = b->rate;
+		b->refilled_ns = b->heard_ns = now_ns();
+		b->active = 1;
+		any = 1;
 	}
 	if (any) {
 		pthread_t t;

@@ -296,6 +296,102 @@ int vgpu_addr_in_self(const void *addr)
 	return self.bias == other.bias && self.name == other.name;
 }
 
+/* ---- NVML for the shim's own use -------------------------------------------------- */
+
+/*
+ * The shim's own NVML reads (the SM limiter's samples, the context footprint,
+ * host-pid discovery) decide what the container gets, so they go only to the
+ * NVML that came with the driver: the libnvidia-ml.so.1 in the directory of the
+ * libcuda.so.1 the process runs (the real file, symbolic links followed: a link
+ * in a directory of the tenant's to the driver's libcuda changes nothing),
+ * opened by that absolute path, RTLD_LOCAL. Never through the loader's search
+ * (LD_LIBRARY_PATH, the program's RUNPATH), where the tenant can put a library
+ * of its own first: one whose nvmlInit fails turned the SM limiter off, one
+ * that lists no processes left every context's own memory uncounted. The
+ * program's own NVML calls still go to whichever library it loaded (the
+ * hooks' NEXT): what it tells itself is its own affair.
+ *
+ * Where the driver's directory has no NVML, or it cannot be opened, the shim
+ * has none (vgpu_nvml_usable()): it then fails closed (limiter.c, footprint.c).
+ */
+static void *own_nvml;
+static int own_nvml_state; /* 0: not looked for yet; 1: opened; -1: none */
+static int nvml_init_state; /* 0: not tried yet (in this process); 1: initialised; -1: failed */
+
+/* The directory of the driver's libcuda.so.1 (its real file) into dir: 0, or -1. */
+static int driver_dir(char *dir, size_t len)
+{
+	void *h = vgpu_lib_handle(LIB_CUDA);
+	void *sym = h ? vgpu_real_dlsym(h, "cuInit") : NULL;
+	struct owner o;
+	char real[PATH_MAX];
+	if (!sym || !owner_of_addr(sym, &o) || !o.name || !*o.name || !realpath(o.name, real))
+		return -1;
+	char *slash = strrchr(real, '/');
+	if (!slash || (size_t)(slash - real) >= len)
+		return -1;
+	*slash = 0;
+	snprintf(dir, len, "%s", real);
+	return 0;
+}
+
+static void *own_nvml_handle(void)
+{
+	int st = __atomic_load_n(&own_nvml_state, __ATOMIC_ACQUIRE);
+	if (likely(st))
+		return st > 0 ? own_nvml : NULL;
+	char dir[PATH_MAX], p[PATH_MAX + 32];
+	void *h = NULL;
+	if (driver_dir(dir, sizeof(dir)) == 0 &&
+	    snprintf(p, sizeof(p), "%s/libnvidia-ml.so.1", dir) < (int)sizeof(p) && access(p, F_OK) == 0)
+		h = dlopen(p, RTLD_LAZY | RTLD_LOCAL);
+	/* Racing threads open the same object (a reference each, harmless). */
+	__atomic_store_n(&own_nvml, h, __ATOMIC_RELEASE);
+	__atomic_store_n(&own_nvml_state, h ? 1 : -1, __ATOMIC_RELEASE);
+	return h;
+}
+
+static void nvml_unusable(const char *why)
+{
+	static int said;
+	if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+		LOGW("NVML is unusable (%s): SM limits hold at their nominal rate, unsteered, and each new "
+		     "context is charged %llu MiB as its own memory instead of what NVML would measure",
+		     why, (unsigned long long)(VGPU_FP_BOUND >> 20));
+}
+
+int vgpu_nvml_usable(void)
+{
+	int st = __atomic_load_n(&nvml_init_state, __ATOMIC_ACQUIRE);
+	if (likely(st))
+		return st > 0;
+	void *h = own_nvml_handle();
+	nvmlReturn_t (*init)(void) = h ? (nvmlReturn_t(*)(void))vgpu_real_dlsym(h, "nvmlInit_v2") : NULL;
+	nvmlReturn_t rc = init ? init() : NVML_ERROR_FUNCTION_NOT_FOUND;
+	st = rc == NVML_SUCCESS ? 1 : -1;
+	__atomic_store_n(&nvml_init_state, st, __ATOMIC_RELEASE);
+	if (st < 0) {
+		char msg[64];
+		snprintf(msg, sizeof(msg), "nvmlInit_v2 failed: %d", (int)rc);
+		nvml_unusable(!h ? "no libnvidia-ml.so.1 beside the driver's libcuda.so.1" :
+			      !init ? "the driver's libnvidia-ml.so.1 has no nvmlInit_v2" : msg);
+	}
+	return st > 0;
+}
+
+void vgpu_nvml_unknown_gpu(const char *uuid)
+{
+	char msg[128];
+	snprintf(msg, sizeof(msg), "it has no handle for %s", uuid);
+	nvml_unusable(msg);
+}
+
+void vgpu_nvml_after_fork(void)
+{
+	/* The library stays mapped; NVML is initialised anew in the child, as before. */
+	__atomic_store_n(&nvml_init_state, 0, __ATOMIC_RELEASE);
+}
+
 /* ---- plain calls the shim makes for itself ------------------------------------ */
 
 static void *plain(int lib, const char *name, void **cache)
@@ -303,7 +399,7 @@ static void *plain(int lib, const char *name, void **cache)
 	void *p = __atomic_load_n(cache, __ATOMIC_ACQUIRE);
 	if (likely(p))
 		return p;
-	void *h = vgpu_lib_handle(lib);
+	void *h = lib == LIB_NVML ? own_nvml_handle() : vgpu_lib_handle(lib);
 	p = h ? vgpu_real_dlsym(h, name) : NULL;
 	if (p)
 		__atomic_store_n(cache, p, __ATOMIC_RELEASE);
@@ -389,13 +485,20 @@ CUresult vgpu_cu_device_uuid(CUdevice dev, CUuuid *uuid)
 
 nvmlReturn_t vgpu_nvml_init(void)
 {
-	PLAIN(LIB_NVML, "nvmlInit_v2", nvmlReturn_t(*)(void), NVML_ERROR_FUNCTION_NOT_FOUND);
+	return vgpu_nvml_usable() ? NVML_SUCCESS : NVML_ERROR_UNINITIALIZED;
 }
 
 nvmlReturn_t vgpu_nvml_device_uuid(nvmlDevice_t dev, char *buf, unsigned len)
 {
-	PLAIN(LIB_NVML, "nvmlDeviceGetUUID", nvmlReturn_t(*)(nvmlDevice_t, char *, unsigned),
-	      NVML_ERROR_FUNCTION_NOT_FOUND, dev, buf, len);
+	/* A handle the program got from the NVML it loaded: asked of that one. */
+	static void *cache;
+	void *p = __atomic_load_n(&cache, __ATOMIC_ACQUIRE);
+	if (!p) {
+		void *h = vgpu_lib_handle(LIB_NVML);
+		if (h && (p = vgpu_real_dlsym(h, "nvmlDeviceGetUUID")))
+			__atomic_store_n(&cache, p, __ATOMIC_RELEASE);
+	}
+	return p ? ((nvmlReturn_t(*)(nvmlDevice_t, char *, unsigned))p)(dev, buf, len) : NVML_ERROR_FUNCTION_NOT_FOUND;
 }
 
 nvmlReturn_t vgpu_nvml_handle_by_uuid(const char *uuid, nvmlDevice_t *dev)

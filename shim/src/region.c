@@ -999,7 +999,7 @@ static int grow_locked(int idx, uint64_t bytes, int force, uint64_t *short_by, i
 		return 0;
 	}
 	uint64_t extra = force ? 0 : chunk(idx, limit), got = 0;
-	int rc = 0;
+	int rc = 0, unrec = 0;
 	if (vgpu_ledger_grow(idx, need, sat_add(need, extra), force, &got, short_by) != 0) {
 		if (errno == EDQUOT && !force) {
 			rc = VGPU_OVER_QUOTA;
@@ -1013,7 +1013,18 @@ static int grow_locked(int idx, uint64_t bytes, int force, uint64_t *short_by, i
 			unrecorded(errno);
 			unled[idx] += need - got;
 			got = need;
+			unrec = 1;
 		}
+	}
+	if (force && vgpu_ledger_owed(idx)) {
+		/* Counted, but as a debt: the keeper places it as soon as there is room. */
+		static int warned_owed;
+		if (!warned_owed++)
+			LOGW("GPU memory on %s: locks on the limits file hold the container's whole pool and "
+			     "overflow; memory the driver already handed out is counted as this process's debt "
+			     "until there is room for it, and allocations fail meanwhile",
+			     vgpu.limits.gpu[idx].uuid);
+		keeper_start();
 	}
 	if (rc) {
 		/* Refused: what this process leased but did not use goes back too. */
@@ -1029,7 +1040,7 @@ static int grow_locked(int idx, uint64_t bytes, int force, uint64_t *short_by, i
 	*granted = 1;
 	if (extra)
 		keeper_start();
-	return 0;
+	return unrec ? VGPU_UNRECORDED : 0; /* counted all the same: by this process alone */
 }
 
 /*
@@ -1090,9 +1101,9 @@ int vgpu_reserve(int idx, uint64_t bytes)
 	return reserve(idx, bytes, 0);
 }
 
-void vgpu_reserve_force(int idx, uint64_t bytes)
+int vgpu_reserve_force(int idx, uint64_t bytes)
 {
-	reserve(idx, bytes, 1);
+	return reserve(idx, bytes, 1);
 }
 
 /* ---- the keeper: lease back to the container, held bytes to the report ----------------- */
@@ -1154,6 +1165,8 @@ static int keep_pass(void)
 		LOGD("ledger: cannot publish again: %s", strerror(errno));
 	for (int d = 0; d < vgpu.limits.ngpu; d++) {
 		uint64_t now = own_of(d);
+		if (unlikely(vgpu_ledger_owed(d)))
+			vgpu_ledger_settle(d); /* a debt: placed as soon as the pool or the overflow has room */
 		if (now == kept[d] && __atomic_load_n(&avail[d], __ATOMIC_RELAXED)) {
 			trim_locked(d, 0); /* quiet: all of it, and a smaller chunk next time */
 			__atomic_store_n(&grant[d], grant[d] / 2, __ATOMIC_RELAXED);
@@ -1177,7 +1190,8 @@ static int keep_pass(void)
 	}
 	busy = host_pid_unwritten();
 	for (int d = 0; d < vgpu.limits.ngpu; d++)
-		busy |= __atomic_load_n(&avail[d], __ATOMIC_RELAXED) != 0 || shown[d] != own_of(d);
+		busy |= __atomic_load_n(&avail[d], __ATOMIC_RELAXED) != 0 || shown[d] != own_of(d) ||
+			vgpu_ledger_owed(d) != 0;
 	return busy;
 }
 

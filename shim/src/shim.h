@@ -86,7 +86,19 @@ CUresult vgpu_cu_ctx_from_green(CUcontext *ctx, CUgreenCtx g);
 CUresult vgpu_cu_stream_get_ctx(CUstream s, CUcontext *ctx);
 /* The device of any context, current or not. */
 CUresult vgpu_cu_ctx_device(CUcontext ctx, CUdevice *dev);
+/* The UUID of a handle the program got from the NVML it loaded (the reporting hooks). */
 nvmlReturn_t vgpu_nvml_device_uuid(nvmlDevice_t dev, char *buf, unsigned len);
+/* The rest are the shim's own NVML reads, from the libnvidia-ml.so.1 beside the
+ * driver's libcuda.so.1 only (never the loader's search, which the tenant steers). */
+/* Whether that NVML is there and nvmlInit_v2 succeeded (tried once per process;
+ * when not, says once at warn what the shim does instead). */
+int vgpu_nvml_usable(void);
+/* NVML has no handle for a GPU of the limits file: says so once, as above. */
+void vgpu_nvml_unknown_gpu(const char *uuid);
+void vgpu_nvml_after_fork(void);
+/* What a new context is charged as its own memory when NVML cannot measure it
+ * (footprint.c says why this much). */
+#define VGPU_FP_BOUND (1024ull << 20)
 nvmlReturn_t vgpu_nvml_handle_by_uuid(const char *uuid, nvmlDevice_t *dev);
 nvmlReturn_t vgpu_nvml_process_utilization(nvmlDevice_t dev, nvmlProcessUtilizationSample_t *s,
 					   unsigned *count, unsigned long long since);
@@ -148,8 +160,9 @@ int vgpu_region_open(const char *dir, const struct vgpu_limits *l);
 #define VGPU_OVER_QUOTA (-1)
 #define VGPU_UNRECORDED (-2)
 int vgpu_reserve(int idx, uint64_t bytes);
-/* Counts bytes even past the limit (memory the driver already handed out). */
-void vgpu_reserve_force(int idx, uint64_t bytes);
+/* Counts bytes even past the limit (memory the driver already handed out): 0, or
+ * VGPU_UNRECORDED when the ledger could not record it (counted by this process only). */
+int vgpu_reserve_force(int idx, uint64_t bytes);
 /* Gives back bytes reserved earlier (saturating). */
 void vgpu_unreserve(int idx, uint64_t bytes);
 /* Bytes the whole container holds on idx (this process's own count plus what
@@ -196,8 +209,14 @@ void vgpu_ledger_after_fork(void);
  * how much more the others would have to give back). force: memory the
  * driver already handed out, taken past the limit where it must be. */
 int vgpu_ledger_grow(int idx, uint64_t least, uint64_t want, int force, uint64_t *got, uint64_t *short_by);
-/* Gives back bytes of this process's lease on idx (at most what it holds). */
+/* Gives back bytes of this process's lease on idx (at most what it holds): its debt first. */
 void vgpu_ledger_shrink(int idx, uint64_t bytes);
+/* This process's debt on idx: bytes counted by force that neither the pool nor the
+ * overflow had room for (locks forged over both), published apart and counted by
+ * every grant of the container until placed. */
+uint64_t vgpu_ledger_owed(int idx);
+/* Places what this process owes on idx where the pool or the overflow has room now. */
+void vgpu_ledger_settle(int idx);
 /* Publishes bytes as what this process holds on idx (a report, never more
  * than its lease): 0, or -1 with errno. */
 int vgpu_ledger_publish_held(int idx, uint64_t bytes);

@@ -18,6 +18,9 @@ GiB=1073741824
 # FAKECUDA_PIDNS_OFFSET for the tests that simulate a container's pid
 # namespace: fake NVML reports every process as pid+PIDNS.
 PIDNS=1000000
+# What a context is charged when NVML cannot measure it: VGPU_FP_BOUND in src/shim.h, documented
+# in README.md ("Context footprint").
+FP_BOUND=$GiB
 pass=0
 fail=0
 failed=()
@@ -571,13 +574,13 @@ test_sigkill_mid_allocation() {
 }
 
 test_nvml_absent_no_search() {
-	# No NVML where the loader would look (a libcuda but no libnvidia-ml on LD_LIBRARY_PATH):
-	# the shim does not ask the loader for it (a search walks every library directory, twice
-	# per context before: once to see whether it was loaded, once to load it), allocates to
-	# the byte all the same, and NVML it needs is looked for no further.
-	setup $((64 * MiB))
+	# No NVML beside the driver (a copy of libcuda in a directory without libnvidia-ml, first
+	# on LD_LIBRARY_PATH): the shim never asks the loader to search for it (it looks only
+	# beside libcuda, by path), charges the context the bound and allocates to the byte
+	# beyond it.
+	setup $((FP_BOUND + 64 * MiB))
 	mkdir "$T/cudaonly"
-	ln -s "$B/fake/libcuda.so.1" "$T/cudaonly/libcuda.so.1"
+	cp "$B/fake/libcuda.so.1" "$T/cudaonly/libcuda.so.1"
 	LD_LIBRARY_PATH=$T/cudaonly LD_DEBUG=libs LD_DEBUG_OUTPUT=$T/ld LD_PRELOAD=$SHIM timeout 60 \
 		"$PROG" init alloc:64MiB alloc:1:2 ctx:0 >"$T/out" 2>"$T/err" || { cat "$T/out" "$T/err"; return 1; }
 	expect "loader searches for NVML" "$(cat "$T"/ld.* | grep -c 'find library=libnvidia-ml.so.1' || true)" 0
@@ -627,9 +630,9 @@ test_hostpid_from_proc() {
 	# A process of another pid namespace that sees this namespace's /proc (and has no NVML to
 	# ask) records its pid here (the outermost NSpid entry) as its host pid; with a /proc of
 	# its own it can name none (0).
-	setup $((64 * MiB))
+	setup $((FP_BOUND + 64 * MiB)) # without NVML the context is charged the bound
 	mkdir "$T/cudaonly"
-	ln -s "$B/fake/libcuda.so.1" "$T/cudaonly/libcuda.so.1"
+	cp "$B/fake/libcuda.so.1" "$T/cudaonly/libcuda.so.1"
 	local mp u p want
 	for mp in "" --mount-proc; do
 		rm -f "$T/held" "$T/end"
@@ -1357,6 +1360,7 @@ t fuzz_limits_parser test_fuzz_limits_parser
 . "$HERE/t_hotpath.sh"
 . "$HERE/t_harden.sh"
 . "$HERE/t_slots.sh"
+. "$HERE/t_nvmlown.sh"
 
 echo "shim: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

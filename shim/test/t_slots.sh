@@ -203,6 +203,45 @@ test_slots_forged_after() {
 	exact_rest $((64 * MiB))
 }
 
+test_ledger_forced_debt() {
+	# A tenant's process holds read locks over GPU 0's whole pool and its whole overflow while
+	# three processes create contexts (300 MiB each on the fake): charges the driver already
+	# handed out, forced, which neither interval has room for. They are kept as each process's
+	# debt (counted by every grant of the container) and placed once the forger lets go; then
+	# each process fills what the quota has left in 64 MiB steps. The fake GPU's peak use,
+	# contexts included, never passes the 1 GiB quota. Charges dropped by the ledger let the
+	# container reach the contexts' 900 MiB plus a full quota of allocations.
+	setup $GiB
+	forger
+	export FAKECUDA_CTX_BYTES=$((300 * MiB))
+	python3 "$T/forge.py" "$T/limits" ofd 0 $GiB "$T/forged.pool" &
+	local f1=$!
+	python3 "$T/forge.py" "$T/limits" ofd $((1 << 48)) $((1 << 47)) "$T/forged.over" &
+	local f2=$!
+	waitfor "$T/forged.pool" $f1 && waitfor "$T/forged.over" $f2 || return 1
+	local i pids=() r=0
+	for i in 1 2 3; do
+		LD_PRELOAD=$SHIM timeout 60 "$PROG" init touch:"$T/ctx.$i" waitfile:"$T/go" fill:64MiB \
+			touch:"$T/full.$i" waitfile:"$T/end" >"$T/out.$i" 2>"$T/err.$i" &
+		pids+=($!)
+		waitfor "$T/ctx.$i" $! || { cat "$T/err.$i"; kill $f1 $f2; return 1; }
+	done
+	expect "debt warnings of the first process" "$(grep -c "counted as this process's debt" "$T/err.1")" 1 || r=1
+	kill $f1 $f2
+	wait $f1 $f2 2>/dev/null || true
+	touch "$T/go"
+	for i in 1 2 3; do
+		waitfor "$T/full.$i" "${pids[i - 1]}" || { cat "$T/out.$i" "$T/err.$i"; r=1; }
+	done
+	echo "    info: after the forger: $(cat "$T"/out.* | grep -h '^filled' | tr '\n' ' ')"
+	local peak
+	peak=$("$PROG" peak:0:$GiB 2>&1) || { echo "    $peak"; r=1; }
+	echo "    info: fake GPU peak ${peak#peak } (quota $GiB)"
+	touch "$T/end"
+	wait "${pids[@]}" || r=1
+	return $r
+}
+
 test_slots_none_free() {
 	# Every ownership byte held by someone else: no slot, GPU memory refused with one line.
 	setup $((64 * MiB))
@@ -247,3 +286,4 @@ t slots_race_two_namespaces test_slots_race 2
 t slots_forged test_slots_forged
 t slots_forged_after test_slots_forged_after
 t slots_none_free test_slots_none_free
+t ledger_forced_debt test_ledger_forced_debt

@@ -25,6 +25,9 @@ static int inited;
 
 EXPORT nvmlReturn_t nvmlInit_v2(void)
 {
+	/* FAKECUDA_NVML_INIT_FAIL: the driver's own NVML cannot start (as with a driver/NVML mismatch). */
+	if (getenv("FAKECUDA_NVML_INIT_FAIL"))
+		return NVML_ERROR_UNKNOWN;
 	fk_init();
 	for (int i = 0; i < FK_MAX_DEV; i++)
 		handles[i].index = i;
@@ -95,6 +98,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned i, nvmlDevice_t *h)
 EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *h)
 {
 	NEED_INIT();
+	/* FAKECUDA_NVML_NO_HANDLE: NVML knows no GPU by its UUID (as when it and CUDA disagree). */
+	if (getenv("FAKECUDA_NVML_NO_HANDLE"))
+		return NVML_ERROR_NOT_FOUND;
 	for (int i = 0; i < fk->ndev; i++)
 		if (!strcasecmp(fk->dev[i].uuid, uuid)) {
 			*h = &handles[i];
