@@ -48,9 +48,10 @@ func (p *Plugin) Configure(_ context.Context, _, runtime, version string) (api.E
 	}
 	p.mu.Unlock()
 	if !versionKnown(nriVersion) {
-		// The stub infers it from the runtime's version when the runtime
-		// does not report it (containerd 1.7).
-		if v, err := api.InferVersionFromRuntime(runtime, version); err == nil {
+		// Inferred from the runtime's version when the runtime does not
+		// report it (containerd 1.7), which may come without its "v" and
+		// with build metadata ("1.7.35+unknown" from go install).
+		if v, err := api.InferVersionFromRuntime(runtime, releaseVersion(version)); err == nil {
 			nriVersion = v
 		}
 	}
@@ -112,25 +113,30 @@ func (p *Plugin) confine(pod *api.PodSandbox, ctr *api.Container, edits *oci.Edi
 }
 
 // ownSeccomp returns the seccomp policy the runtime would give the container
-// (nil: unconfined), or why it cannot be known or replaced: a runtime whose
-// NRI predates seccomp adjustments neither passes the container's profile
-// nor applies a new policy, and replacing a policy nri-vgpu was not shown
-// would widen it.
+// (nil: unconfined), or why it cannot be known or replaced. A runtime whose
+// NRI applies seccomp adjustments passes the policy of the container's spec
+// (containerd: Linux.SeccompPolicy from the spec, whatever set it: the pod,
+// or the runtime's default for pods that set none); an older one passes
+// neither policy nor profile and drops the adjustment. Replacing a policy
+// nri-vgpu was not shown would widen it, so where the runtime's support is
+// not known, the container's seccomp profile (passed by the same NRI
+// versions) must be there.
 func (p *Plugin) ownSeccomp(ctr *api.Container) (*specs.LinuxSeccomp, error) {
-	if rt := p.runtime.Load(); rt != nil && rt.cannot {
+	rt := p.runtime.Load()
+	if rt != nil && rt.cannot {
 		return nil, errors.New(rt.reason)
 	}
 	lc := ctr.GetLinux()
 	profile := lc.GetSeccompProfile()
-	if profile == nil {
-		return nil, errors.New("the runtime passed no seccomp profile of the container: its NRI predates seccomp adjustments (NRI " + seccompNRIVersion + ", containerd 2.2)")
+	if (rt == nil || !rt.confines) && profile == nil {
+		return nil, errors.New("the runtime passed no seccomp profile of the container: nri-vgpu cannot tell whether it applies NRI seccomp adjustments (NRI " + seccompNRIVersion + ", containerd 2.2, and later do)")
 	}
 	policy := lc.GetSeccompPolicy()
 	if policy == nil {
-		if profile.GetProfileType() == api.SecurityProfile_UNCONFINED {
-			return nil, nil
+		if profile != nil && profile.GetProfileType() != api.SecurityProfile_UNCONFINED {
+			return nil, fmt.Errorf("the runtime passed the container's %s seccomp profile but not its policy, which the confinement would have to keep", profile.GetProfileType())
 		}
-		return nil, fmt.Errorf("the runtime passed the container's %s seccomp profile but not its policy, which the confinement would have to keep", profile.GetProfileType())
+		return nil, nil
 	}
 	return seccompToOCI(policy), nil
 }
@@ -154,6 +160,17 @@ func seccompToOCI(p *api.LinuxSeccomp) *specs.LinuxSeccomp {
 		out.Flags = append(out.Flags, specs.LinuxSeccompFlag(f))
 	}
 	return out
+}
+
+// releaseVersion returns "vMAJOR.MINOR.PATCH" of a version such as
+// "1.7.35+unknown" or "v2.4.2-rc.1".
+func releaseVersion(v string) string {
+	v, _, _ = strings.Cut(v, "+")
+	v, _, _ = strings.Cut(v, "-")
+	if !strings.HasPrefix(v, "v") {
+		v = "v" + v
+	}
+	return v
 }
 
 // versionKnown reports whether v is a release version ("v0.12.3"), not

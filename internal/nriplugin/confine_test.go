@@ -117,10 +117,10 @@ func TestConfinementKeepsThePodsProfile(t *testing.T) {
 	}
 }
 
-// On a runtime that passes no seccomp profile (NRI before v0.10, which
-// would also drop the adjustment), "required" refuses the GPU container
-// with an error that says why and leaves no host files; "best-effort" lets
-// it run unconfined; an exempt namespace runs unconfined either way.
+// On containerd 1.7 (NRI v0.8, which drops the adjustment), "required"
+// refuses the GPU container with an error that says why and leaves no host
+// files; "best-effort" lets it run unconfined and sends no policy; an exempt
+// namespace runs unconfined either way.
 func TestConfinementRequiredRefuses(t *testing.T) {
 	for _, tt := range []struct {
 		policy, namespace string
@@ -135,11 +135,12 @@ func TestConfinementRequiredRefuses(t *testing.T) {
 			cfg.NRI.Confinement = tt.policy
 			cfg.NRI.ConfinementExempt = []config.ConfinementExemption{{Namespace: "ci-builds"}}
 			h := newHarness(t, cfg)
+			asContainerd17(t, h.plugin)
 			ann, _ := sign(t, h.key, gpu0)
 			p := pod("sb1", "uid-1")
 			p.Namespace = tt.namespace
 			c := container("c1", p, ann)
-			c.Linux.SeccompProfile = nil
+			c.Linux.SeccompProfile = nil // as containerd 1.7 passes it
 			adj, err := h.create(p, c)
 			if !tt.refused {
 				if err != nil {
@@ -153,18 +154,27 @@ func TestConfinementRequiredRefuses(t *testing.T) {
 			if err == nil {
 				t.Fatal("the GPU container was created unconfined")
 			}
-			for _, want := range []string{`nri.confinement = "required"`, "no seccomp profile"} {
+			for _, want := range []string{`nri.confinement = "required"`, "containerd 1.7.35+unknown (NRI v0.8.0) does not apply NRI seccomp adjustments"} {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("error %q does not say %q", err, want)
 				}
-			}
-			if !errors.Is(err, ErrUnconfined) && !strings.Contains(err.Error(), ErrUnconfined.Error()) {
-				t.Errorf("error %q is not ErrUnconfined", err)
 			}
 			if _, err := hoststate.ReadInfo(cfg, "c1"); !errors.Is(err, fs.ErrNotExist) {
 				t.Errorf("the refused container's host directory is left: %v", err)
 			}
 		})
+	}
+}
+
+// asContainerd17 makes the plugin take the runtime for containerd 1.7.35,
+// which reports no NRI version.
+func asContainerd17(t *testing.T, pl *Plugin) {
+	t.Helper()
+	pl.mu.Lock()
+	pl.stub = nil
+	pl.mu.Unlock()
+	if _, err := pl.Configure(context.Background(), "", "containerd", "1.7.35+unknown"); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -181,19 +191,17 @@ func TestConfigureDecidesByRuntime(t *testing.T) {
 	pl.stub = nil // as if the runtime reported no NRI version
 	pl.mu.Unlock()
 
-	if _, err := pl.Configure(context.Background(), "", "containerd", "v1.7.35"); err != nil {
-		t.Fatal(err)
-	}
+	asContainerd17(t, pl)
 	rt, err := hoststate.ReadRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rt.Confinement || rt.NRIVersion != "v0.8.0" || !strings.Contains(rt.Reason, "containerd v1.7.35 (NRI v0.8.0) does not apply NRI seccomp adjustments") || rt.Policy != "required" {
+	if rt.Confinement || rt.NRIVersion != "v0.8.0" || !strings.Contains(rt.Reason, "containerd 1.7.35+unknown (NRI v0.8.0) does not apply NRI seccomp adjustments") || rt.Policy != "required" {
 		t.Errorf("runtime.json for containerd 1.7.35 = %+v", rt)
 	}
 	ann, _ := sign(t, h.key, gpu0)
 	pd := pod("sb1", "uid-1")
-	if _, _, err := pl.CreateContainer(context.Background(), pd, container("c1", pd, ann)); err == nil || !strings.Contains(err.Error(), "v1.7.35") {
+	if _, _, err := pl.CreateContainer(context.Background(), pd, container("c1", pd, ann)); err == nil || !strings.Contains(err.Error(), "1.7.35") {
 		t.Errorf("GPU container on containerd 1.7.35 under required: err = %v, want a refusal naming the runtime", err)
 	}
 
@@ -206,6 +214,14 @@ func TestConfigureDecidesByRuntime(t *testing.T) {
 	adj, _, err := pl.CreateContainer(context.Background(), pd, container("c2", pd, ann))
 	if err != nil || adj.GetLinux().GetSeccompPolicy() == nil {
 		t.Errorf("GPU container on containerd 2.4.2: err %v, policy %v", err, adj.GetLinux().GetSeccompPolicy())
+	}
+	// containerd 2.4 passes no profile for a pod that set none, and no
+	// policy where the spec has none: unconfined, and confined.
+	c := container("c2b", pd, ann)
+	c.Linux.SeccompProfile = nil
+	adj, _, err = pl.CreateContainer(context.Background(), pd, c)
+	if err != nil || adj.GetLinux().GetSeccompPolicy().GetDefaultAction() != "SCMP_ACT_ALLOW" {
+		t.Errorf("GPU container without a profile on containerd 2.4.2: err %v, policy %v", err, adj.GetLinux().GetSeccompPolicy())
 	}
 
 	// A version nri-vgpu cannot place: each container decides by what the
@@ -220,7 +236,7 @@ func TestConfigureDecidesByRuntime(t *testing.T) {
 	if err != nil || adj.GetLinux().GetSeccompPolicy() == nil {
 		t.Errorf("GPU container with a profile on an unknown runtime: err %v, policy %v", err, adj.GetLinux().GetSeccompPolicy())
 	}
-	c := container("c4", pd, ann)
+	c = container("c4", pd, ann)
 	c.Linux.SeccompProfile = nil
 	if _, _, err := pl.CreateContainer(context.Background(), pd, c); err == nil || !strings.Contains(err.Error(), "no seccomp profile") {
 		t.Errorf("GPU container without a profile on an unknown runtime under required: err = %v", err)

@@ -226,7 +226,7 @@ func container(id string, p *api.PodSandbox, annotation string) *api.Container {
 				{Allow: false, Access: "rwm"},
 				{Allow: true, Type: "c", Major: api.Int64(int64(1)), Minor: api.Int64(int64(3)), Access: "rwm"},
 			}},
-			// A default pod: Unconfined, and no policy (containerd 2.2 on).
+			// A default pod: Unconfined, no policy.
 			SeccompProfile: &api.SecurityProfile{ProfileType: api.SecurityProfile_UNCONFINED},
 		},
 	}
