@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nri-vgpu/nri-vgpu/test/e2e/harness"
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/kubeletsim"
 )
 
@@ -221,4 +222,25 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestValidatorRefusingSeccompAdjustments: containerd's NRI validator
+// set to refuse seccomp adjustments of unconfined containers
+// (reject_unconfined_seccomp_adjustment) fails a default pod's GPU
+// container with an error naming nri-vgpu and the seccomp adjustment; a
+// container without a GPU, which gets none, still starts.
+func TestValidatorRefusingSeccompAdjustments(t *testing.T) {
+	forEachContainerd(t, func(t *testing.T, containerd string) {
+		if strings.HasPrefix(containerd, "v1.") {
+			t.Skipf("containerd %s has no NRI validator", containerd)
+		}
+		v := startVGPU(t, containerd, vgpuOptions{containerd: harness.Options{Validator: &harness.Validator{RejectUnconfinedSeccomp: true}}})
+		ctx := testContext(t, 2*time.Minute)
+		_, err := v.run(t, ctx, gpuPod("gpu", 1))
+		t.Logf("GPU pod under the validator: %v", err)
+		if err == nil || !strings.Contains(err.Error(), "nri-vgpu") || !strings.Contains(err.Error(), "unconfined seccomp policy adjustment") {
+			t.Errorf("GPU pod under a validator refusing seccomp adjustments: error = %v, want the validator's refusal naming nri-vgpu", err)
+		}
+		v.mustRun(t, ctx, gpuPod("plain", 0))
+	})
 }
