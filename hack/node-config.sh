@@ -5,10 +5,11 @@
 #
 #   - backend = "simulated" becomes backend = "nvml" (a GPU node's real GPUs);
 #   - the [[gpu.simulated]] entries, and the comment that introduces them, go;
-#   - the example's [[device_plugin.model]] overrides and [[nri.exempt]]
-#     entries are commented out: a node's defaults split every model into
-#     split_count slices and exempt no pod from hiding (an exemption trusts
-#     whoever may create the pods it matches: the operator's choice);
+#   - the example's [[device_plugin.model]] overrides, [[nri.exempt]] and
+#     [[nri.confinement_exempt]] entries are commented out: a node's
+#     defaults split every model into split_count slices and exempt no pod
+#     from hiding or from the confinement (an exemption trusts whoever may
+#     create the pods it matches: the operator's choice);
 #   - header paragraphs about the simulated example go, and a paragraph
 #     saying what this file is takes their place.
 #
@@ -22,7 +23,7 @@ function is_blank(s)   { return s ~ /^[ \t]*$/ }
 function is_comment(s) { return s ~ /^[ \t]*#/ }
 function is_header(s)  { return s ~ /^[ \t]*\[/ }
 function is_sim(s)     { return s ~ /^[ \t]*\[\[[ \t]*gpu\.simulated[ \t]*\]\]/ }
-function is_model(s)   { return s ~ /^[ \t]*\[\[[ \t]*(device_plugin\.model|nri\.exempt)[ \t]*\]\]/ }
+function is_model(s)   { return s ~ /^[ \t]*\[\[[ \t]*(device_plugin\.model|nri\.exempt|nri\.confinement_exempt)[ \t]*\]\]/ }
 function mentions_sim(p,  l) { l = tolower(p); return l ~ /simulated/ || l ~ /gpu node/ }
 # Header paragraphs (comment lines before the first table, separated by
 # "#" lines) are kept unless they are about the simulated example.

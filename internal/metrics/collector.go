@@ -79,6 +79,10 @@ var (
 	ctrProcesses = prometheus.NewDesc("nri_vgpu_container_processes",
 		"Processes of the container registered in its usage region (processes that initialised CUDA or NVML and are alive).", containerLabels, nil)
 
+	confinementAvailable = prometheus.NewDesc("nri_vgpu_confinement_available",
+		"1 when the container runtime applies the confinement of GPU containers (NRI seccomp adjustment, containerd 2.2 and later), 0 when it cannot or nri-vgpu cannot tell; absent until the NRI plugin first connected. policy is nri.confinement: what happens to a GPU container that cannot be confined.",
+		[]string{"runtime", "runtime_version", "nri_version", "policy"}, nil)
+
 	buildInfo = prometheus.NewDesc("nri_vgpu_build_info",
 		"Always 1; the version label is that of the running build.", []string{"version"}, nil)
 )
@@ -138,6 +142,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		gpuMemoryTotal, gpuMemoryAllocated, gpuMemoryUsed, gpuCoresAllocated,
 		ctrMemoryLimit, ctrMemoryUsed, ctrCoresLimit, ctrLaunches, ctrRegionSuspect, ctrProcesses, buildInfo,
+		confinementAvailable,
 	} {
 		ch <- d
 	}
@@ -232,6 +237,15 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(gpuCoresAllocated, prometheus.GaugeValue, float64(g.coresSum), g.labels...)
 	}
 	ch <- c.buildInfo
+	if rt, err := hoststate.ReadRuntime(c.cfg); err == nil {
+		v := 0.0
+		if rt.Confinement {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(confinementAvailable, prometheus.GaugeValue, v, rt.Name, rt.Version, rt.NRIVersion, rt.Policy)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		s.fail(SourceRunDir, "runtime.json", err)
+	}
 
 	// A file that failed before and was neither read fine nor failed again
 	// is gone (its container was removed): forget it silently.

@@ -36,7 +36,7 @@ var ourMetrics = []string{
 	"nri_vgpu_gpu_cores_allocated_percent", "nri_vgpu_container_memory_limit_bytes",
 	"nri_vgpu_container_memory_used_bytes", "nri_vgpu_container_cores_limit_percent",
 	"nri_vgpu_container_kernel_launches_total", "nri_vgpu_container_region_suspect", "nri_vgpu_container_processes",
-	"nri_vgpu_build_info", "nri_vgpu_scrape_errors_total",
+	"nri_vgpu_build_info", "nri_vgpu_scrape_errors_total", "nri_vgpu_confinement_available",
 }
 
 type fakeInventory struct {

@@ -53,7 +53,7 @@ func (p *Plugin) claimContainer(pod *api.PodSandbox, ctr *api.Container, uid str
 		log.Error("cannot read the claim's host files", "claim", uid, "err", err)
 		return nil, fmt.Errorf("nri-vgpu: claim %s: %w", uid, err)
 	}
-	adj, err := p.apply(a, files, ctr, log)
+	adj, err := p.apply(a, files, pod, ctr, log)
 	if err != nil {
 		log.Error("cannot give the container its vGPUs", "claim", uid, "err", err)
 		return nil, fmt.Errorf("nri-vgpu: container %s: %w", ctr.GetId(), err)

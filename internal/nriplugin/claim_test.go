@@ -111,6 +111,9 @@ func TestClaimContainer(t *testing.T) {
 		if !removesMount(adj, limits.ClaimMarkerPath(claimUID, dev)) {
 			t.Errorf("container %s keeps the claim marker: runc would refuse it", id)
 		}
+		if sc := adj.GetLinux().GetSeccompPolicy(); !deniedBy(sc, "chroot", tEPERM) {
+			t.Errorf("container %s of a claim is not confined: seccomp %v", id, sc)
+		}
 		s := specFor(t, adj)
 		if got := access(t, s, 195, 1); got != "rwm" {
 			t.Errorf("container %s: access to the claim's GPU /dev/nvidia1 = %q, want rwm", id, got)

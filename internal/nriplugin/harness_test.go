@@ -149,7 +149,7 @@ func (h *harness) startRuntime() {
 	updateFn := func(context.Context, []*adaptation.ContainerUpdate) ([]*adaptation.ContainerUpdate, error) {
 		return nil, nil
 	}
-	r, err := adaptation.New("containerd", "v2-test", syncFn, updateFn,
+	r, err := adaptation.New("containerd", "v2.4.2", syncFn, updateFn,
 		adaptation.WithPluginPath(empty), adaptation.WithPluginConfigPath(empty), adaptation.WithSocketPath(h.sock))
 	if err != nil {
 		h.t.Fatal(err)
@@ -215,16 +215,20 @@ func pod(id, uid string) *api.PodSandbox {
 
 // container returns a container as containerd's CRI plugin passes it: the
 // device plugin's annotation among the annotations, the default device
-// rules of a non-privileged container.
+// rules of a non-privileged container, seccomp Unconfined.
 func container(id string, p *api.PodSandbox, annotation string) *api.Container {
 	c := &api.Container{
 		Id: id, PodSandboxId: p.Id, Name: "ctr-" + id,
 		Annotations: map[string]string{"io.kubernetes.cri.container-type": "container"},
 		Env:         []string{"PATH=/usr/bin", "NVIDIA_VISIBLE_DEVICES=all"},
-		Linux: &api.LinuxContainer{Resources: &api.LinuxResources{Devices: []*api.LinuxDeviceCgroup{
-			{Allow: false, Access: "rwm"},
-			{Allow: true, Type: "c", Major: api.Int64(int64(1)), Minor: api.Int64(int64(3)), Access: "rwm"},
-		}}},
+		Linux: &api.LinuxContainer{
+			Resources: &api.LinuxResources{Devices: []*api.LinuxDeviceCgroup{
+				{Allow: false, Access: "rwm"},
+				{Allow: true, Type: "c", Major: api.Int64(int64(1)), Minor: api.Int64(int64(3)), Access: "rwm"},
+			}},
+			// A default pod: Unconfined, no policy.
+			SeccompProfile: &api.SecurityProfile{ProfileType: api.SecurityProfile_UNCONFINED},
+		},
 	}
 	if annotation != "" {
 		c.Annotations[limits.AnnotationKey] = annotation

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/allockey"
@@ -59,6 +60,10 @@ type Plugin struct {
 
 	mu    sync.Mutex
 	known map[string]bool // GPU UUIDs of the node, refreshed on a miss
+	stub  stub.Stub       // of the current connection, for the runtime's NRI version
+
+	// runtime is what Configure learned of the runtime; nil before.
+	runtime atomic.Pointer[runtimeInfo]
 
 	// connected is set once the runtime has synchronized the plugin on the
 	// current connection, and cleared when that connection ends (Ready).
@@ -231,7 +236,7 @@ func (p *Plugin) createContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		return nil, nil, fmt.Errorf("nri-vgpu: container %s: %w", ctr.GetId(), err)
 	}
 
-	adj, err := p.apply(a, files, ctr, log)
+	adj, err := p.apply(a, files, pod, ctr, log)
 	if err != nil {
 		log.Error("cannot give the container its vGPUs", "err", err)
 		if rmErr := hoststate.Release(p.cfg, ctr.GetId()); rmErr != nil {
@@ -267,10 +272,13 @@ func (p *Plugin) verify(value, podUID string) (*limits.Allocation, error) {
 }
 
 // apply computes the edits of a verified allocation whose host files were
-// provisioned at files, as an adjustment of ctr.
-func (p *Plugin) apply(a *limits.Allocation, files oci.HostFiles, ctr *api.Container, log *slog.Logger) (*api.ContainerAdjustment, error) {
+// provisioned at files, confinement included, as an adjustment of ctr.
+func (p *Plugin) apply(a *limits.Allocation, files oci.HostFiles, pod *api.PodSandbox, ctr *api.Container, log *slog.Logger) (*api.ContainerAdjustment, error) {
 	edits, err := oci.Compute(a, p.cfg, p.host, files)
 	if err != nil {
+		return nil, err
+	}
+	if err := p.confine(pod, ctr, edits, log); err != nil {
 		return nil, err
 	}
 	for _, w := range edits.Warnings {

@@ -91,6 +91,9 @@ func (p *Plugin) serveOnce(ctx context.Context, byRuntime bool) error {
 	if err != nil {
 		return fmt.Errorf("create NRI stub: %w", err)
 	}
+	p.mu.Lock()
+	p.stub = s
+	p.mu.Unlock()
 	defer p.connected.Store(false)
 	return s.Run(ctx)
 }

@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/internal/ledger"
 	"github.com/nri-vgpu/nri-vgpu/internal/version"
@@ -269,7 +271,17 @@ func (w *Wrapper) apply(spec *Spec, alloc *limits.Allocation, files oci.HostFile
 	for _, warning := range edits.Warnings {
 		w.Log.Warn(warning, "container", id)
 	}
-	if err := spec.Modify(Modifiers{ModifierFunc(edits.ApplyToSpec)}); err != nil {
+	// The confinement (Contract 3) of the policy Docker wrote: its
+	// default profile, a --security-opt one, or none (unconfined).
+	confine := ModifierFunc(func(s *specs.Spec) error {
+		var own *specs.LinuxSeccomp
+		if s.Linux != nil {
+			own = s.Linux.Seccomp
+		}
+		edits.ConfineSeccomp(own)
+		return nil
+	})
+	if err := spec.Modify(Modifiers{confine, ModifierFunc(edits.ApplyToSpec)}); err != nil {
 		return err
 	}
 	return spec.Flush()

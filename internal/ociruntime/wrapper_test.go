@@ -140,9 +140,23 @@ func baseSpec(env ...string) *specs.Spec {
 				{Allow: false, Access: "rwm"},
 				{Allow: true, Type: "c", Access: "m"},
 			}},
+			// Docker's default profile, in short: chroot allowed, clone
+			// without namespace flags, clone3 ENOSYS.
+			Seccomp: &specs.LinuxSeccomp{
+				DefaultAction:   specs.ActErrno,
+				DefaultErrnoRet: uintp(1),
+				Architectures:   []specs.Arch{specs.ArchX86_64, specs.ArchX86, specs.ArchX32},
+				Syscalls: []specs.LinuxSyscall{
+					{Names: []string{"read", "chroot", "write"}, Action: specs.ActAllow},
+					{Names: []string{"clone"}, Action: specs.ActAllow, Args: []specs.LinuxSeccompArg{{Index: 0, Value: 2114060288, Op: specs.OpMaskedEqual}}},
+					{Names: []string{"clone3"}, Action: specs.ActErrno, ErrnoRet: uintp(38)},
+				},
+			},
 		},
 	}
 }
+
+func uintp(v uint) *uint { return &v }
 
 // writeBundle writes spec as <new dir>/config.json with mode 0600 (Docker
 // writes 0644; a different mode shows that it is preserved) and returns the
@@ -235,6 +249,9 @@ func vgpuSpec(t *testing.T, e *testEnv, env []string, visible string, minors ...
 		s.Linux.Devices = append(s.Linux.Devices, specs.LinuxDevice{Path: n.path, Type: "c", Major: major, Minor: minor, FileMode: &mode, UID: &uid, GID: &gid})
 		s.Linux.Resources.Devices = append(s.Linux.Resources.Devices, specs.LinuxDeviceCgroup{Allow: true, Type: "c", Major: &major, Minor: &minor, Access: "rwm"})
 	}
+	// The confinement: chroot leaves the allow rule and falls to Docker's
+	// default (EPERM); the rest is Docker's.
+	s.Linux.Seccomp.Syscalls[0].Names = []string{"read", "write"}
 	dir := filepath.Join(e.cfg.Paths.RunDir, "containers", ctrID)
 	proc, dev := s.Mounts[0], s.Mounts[1]
 	s.Mounts = []specs.Mount{
@@ -905,5 +922,39 @@ func TestMainDelete(t *testing.T) {
 				t.Errorf("container released: %v, want %v", released, status == 0)
 			}
 		})
+	}
+}
+
+// A container Docker runs with --security-opt seccomp=unconfined gets the
+// confinement alone: everything allowed but the ways around the preload.
+func TestCreateUnconfinedIsConfined(t *testing.T) {
+	e := newTestEnv(t, "none")
+	spec := baseSpec("NVIDIA_VISIBLE_DEVICES=0")
+	spec.Linux.Seccomp = nil
+	bundle, _ := writeBundle(t, spec)
+	var rec execRecord
+	if err := e.wrapper(&rec, filepath.Join(bundle, SpecFileName)).Run(ParseArgs([]string{"nri-vgpu-runtime", "create", "--bundle", bundle, ctrID})); err != nil {
+		t.Fatal(err)
+	}
+	var got specs.Spec
+	if err := json.Unmarshal(rec.spec, &got); err != nil {
+		t.Fatal(err)
+	}
+	sc := got.Linux.Seccomp
+	if sc == nil || sc.DefaultAction != specs.ActAllow {
+		t.Fatalf("seccomp %+v, want default SCMP_ACT_ALLOW with denials", sc)
+	}
+	denied := func(name string, errno uint) bool {
+		return slices.ContainsFunc(sc.Syscalls, func(r specs.LinuxSyscall) bool {
+			return r.Action == specs.ActErrno && r.ErrnoRet != nil && *r.ErrnoRet == errno && len(r.Args) == 0 && slices.Contains(r.Names, name)
+		})
+	}
+	for _, name := range []string{"mount", "chroot", "pivot_root", "setns", "open_tree", "move_mount"} {
+		if !denied(name, 1) {
+			t.Errorf("%s is not refused with EPERM", name)
+		}
+	}
+	if !denied("clone3", 38) {
+		t.Errorf("clone3 does not fail with ENOSYS")
 	}
 }

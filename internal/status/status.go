@@ -32,7 +32,11 @@ import (
 
 // Report is the node's vGPU state.
 type Report struct {
-	GPUs []GPU `json:"gpus"`
+	// Runtime is what the NRI plugin learned of the container runtime when
+	// it last connected; nil when it never did (or the node runs Docker,
+	// whose wrapper always confines).
+	Runtime *hoststate.Runtime `json:"runtime,omitempty"`
+	GPUs    []GPU              `json:"gpus"`
 	// Warnings name container directories that could not be read fully.
 	Warnings []string `json:"warnings,omitempty"`
 }
@@ -79,6 +83,11 @@ func Collect(cfg *config.Config, devices []gpu.Device, usage UsageFunc) (*Report
 		return nil, err
 	}
 	r := &Report{}
+	if rt, err := hoststate.ReadRuntime(cfg); err == nil {
+		r.Runtime = rt
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		r.Warnings = append(r.Warnings, err.Error())
+	}
 	held := map[string][]Container{} // GPU UUID -> containers
 	if len(ids) > 0 {
 		containers, err := hoststate.Open(cfg)
@@ -170,6 +179,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	// Each GPU's summary line stands on its own; only the container rows
 	// under it form a table, so long UUIDs and names do not widen it.
 	bw := bufio.NewWriter(w)
+	if rt := r.Runtime; rt != nil {
+		fmt.Fprintf(bw, "runtime %s %s (NRI %s): %s\n\n", rt.Name, rt.Version, cmp.Or(rt.NRIVersion, "unknown"), confinementLine(rt))
+	}
 	if len(r.GPUs) == 0 {
 		fmt.Fprintln(bw, "no GPUs and no vGPU containers")
 	}
@@ -230,6 +242,18 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(bw, "warning: %s\n", warn)
 	}
 	return bw.Flush()
+}
+
+// confinementLine says whether GPU containers are confined on the runtime.
+func confinementLine(rt *hoststate.Runtime) string {
+	if rt.Confinement {
+		return "GPU containers are confined"
+	}
+	what := "GPU containers run WITHOUT the confinement (nri.confinement = \"best-effort\")"
+	if rt.Policy == config.ConfinementRequired {
+		what = "GPU containers are REFUSED (nri.confinement = \"required\")"
+	}
+	return "confinement unavailable: " + rt.Reason + "; " + what
 }
 
 // RegionUsage is the UsageFunc over the usage regions the shim writes

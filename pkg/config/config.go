@@ -138,6 +138,38 @@ type NRI struct {
 	// the node's own GPU agents (the GPU Operator, dcgm-exporter), which
 	// need every GPU without asking the device plugin for one.
 	Exempt []Exemption `toml:"exempt"`
+	// Confinement decides what happens to a GPU container where the
+	// runtime cannot apply the confinement's seccomp policy (containerd
+	// before 2.2): "required" refuses it, "best-effort" lets it run
+	// unconfined (said at start, in status and in metrics).
+	Confinement string `toml:"confinement"` // "best-effort" (default) | "required"
+	// ConfinementExempt lists the namespaces whose GPU containers run
+	// without the confinement (rootless builders, sandboxes that need user
+	// namespaces); they can then run programs without the shim.
+	ConfinementExempt []ConfinementExemption `toml:"confinement_exempt"`
+}
+
+// Values of NRI.Confinement.
+const (
+	ConfinementRequired   = "required"
+	ConfinementBestEffort = "best-effort"
+)
+
+// ConfinementExemption matches a pod by its namespace, as the kubelet passes
+// it to the runtime (never by anything in the pod's own spec).
+type ConfinementExemption struct {
+	Namespace string `toml:"namespace"`
+}
+
+// ConfinementExemptFor reports whether GPU containers of pods in namespace
+// run without the confinement.
+func (n NRI) ConfinementExemptFor(namespace string) bool {
+	for _, e := range n.ConfinementExempt {
+		if e.Namespace != "" && e.Namespace == namespace {
+			return true
+		}
+	}
+	return false
 }
 
 // Exemption matches a pod by what the kubelet and the cluster's
@@ -259,6 +291,7 @@ func Default() *Config {
 			PluginIndex:     "10",
 			SocketPath:      "/var/run/nri/nri.sock",
 			HideUnrequested: true,
+			Confinement:     ConfinementBestEffort,
 		},
 		Runtime: Runtime{
 			Next: []string{"nvidia-container-runtime", "runc"},

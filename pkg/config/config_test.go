@@ -33,7 +33,7 @@ func TestDefault(t *testing.T) {
 			RunDir:   "/run/nri-vgpu",
 			ShimPath: "/usr/lib/nri-vgpu/libvgpu-shim.so",
 		},
-		NRI:     NRI{PluginIndex: "10", SocketPath: "/var/run/nri/nri.sock", HideUnrequested: true},
+		NRI:     NRI{PluginIndex: "10", SocketPath: "/var/run/nri/nri.sock", HideUnrequested: true, Confinement: "best-effort"},
 		Runtime: Runtime{Next: []string{"nvidia-container-runtime", "runc"}},
 		Metrics: Metrics{Listen: ""},
 		Limits:  Limits{CoresPolicy: "hard", LogLevel: "warn"},
@@ -85,6 +85,7 @@ func TestExampleFile(t *testing.T) {
 	want.DevicePlugin.Models = []ModelOverride{{Name: "NVIDIA H100 80GB HBM3", SplitCount: 20}}
 	want.DRA.GPUs = []string{}
 	want.NRI.Exempt = []Exemption{{Namespace: "gpu-operator", RuntimeHandler: "nvidia"}}
+	want.NRI.ConfinementExempt = []ConfinementExemption{{Namespace: "ci-builds"}}
 	want.GPU = GPU{
 		Backend: "simulated",
 		Simulated: []SimulatedGPU{
@@ -204,6 +205,10 @@ shim_path = "/opt/nri-vgpu/libvgpu-shim.so"
 plugin_index = "05"
 socket_path = "/tmp/nri.sock"
 hide_unrequested = false
+confinement = "required"
+
+[[nri.confinement_exempt]]
+namespace = "ci-builds"
 
 [runtime]
 next = ["/usr/local/bin/runc"]
@@ -245,9 +250,10 @@ cdi_dir = "/etc/cdi"
 				{UUID: "GPU-bbbb", Name: "NVIDIA A100-SXM4-40GB", Memory: 40 << 30, Minor: 4, PCIBusID: "0000:3b:00.0"},
 			},
 		},
-		Driver:  Driver{Injection: "cdi", CDIDirs: []string{"/opt/cdi"}, DevRoot: "/tmp/dev-root", DriverRoot: "/run/nvidia/driver"},
-		Paths:   Paths{StateDir: "/tmp/state", RunDir: "/tmp/run", ShimPath: "/opt/nri-vgpu/libvgpu-shim.so"},
-		NRI:     NRI{PluginIndex: "05", SocketPath: "/tmp/nri.sock", HideUnrequested: false},
+		Driver: Driver{Injection: "cdi", CDIDirs: []string{"/opt/cdi"}, DevRoot: "/tmp/dev-root", DriverRoot: "/run/nvidia/driver"},
+		Paths:  Paths{StateDir: "/tmp/state", RunDir: "/tmp/run", ShimPath: "/opt/nri-vgpu/libvgpu-shim.so"},
+		NRI: NRI{PluginIndex: "05", SocketPath: "/tmp/nri.sock", HideUnrequested: false,
+			Confinement: "required", ConfinementExempt: []ConfinementExemption{{Namespace: "ci-builds"}}},
 		Runtime: Runtime{Next: []string{"/usr/local/bin/runc"}},
 		Metrics: Metrics{Listen: "127.0.0.1:9400"},
 		Limits:  Limits{CoresPolicy: "burst", LogLevel: "debug"},
@@ -495,6 +501,11 @@ func TestValidationErrors(t *testing.T) {
 		{"exempt namespace too long", "[[nri.exempt]]\nnamespace = \"" + strings.Repeat("n", 64) + "\"\n", 2, "nri.exempt[0].namespace", "at most 63"},
 		{"exempt handler", "[[nri.exempt]]\nnamespace = \"gpu-operator\"\nruntime_handler = \"nvidia.cdi\"\n", 3, "nri.exempt[0].runtime_handler", `"nvidia.cdi" is not a RuntimeClass handler name`},
 		{"exempt duplicate", "[[nri.exempt]]\nnamespace = \"gpu-operator\"\n[[nri.exempt]]\nnamespace = \"gpu-operator\"\n", 3, "nri.exempt[1]", "repeats nri.exempt[0]"},
+		{"confinement", "[nri]\nconfinement = \"strict\"\n", 2, "nri.confinement", `must be one of "best-effort", "required", not "strict"`},
+		{"confinement case", "[nri]\n\nconfinement = \"Required\"\n", 3, "nri.confinement", `not "Required"`},
+		{"confinement_exempt without namespace", "[nri]\n[[nri.confinement_exempt]]\n", 2, "nri.confinement_exempt[0].namespace", "must be set"},
+		{"confinement_exempt namespace", "[[nri.confinement_exempt]]\nnamespace = \"ci\"\n[[nri.confinement_exempt]]\nnamespace = \"CI_builds\"\n", 4, "nri.confinement_exempt[1].namespace", `"CI_builds" is not a Kubernetes namespace name`},
+		{"confinement_exempt duplicate", "[[nri.confinement_exempt]]\nnamespace = \"ci\"\n[[nri.confinement_exempt]]\nnamespace = \"ci\"\n", 4, "nri.confinement_exempt[1].namespace", `"ci" is already exempt by nri.confinement_exempt[0]`},
 		{"runtime.next empty", "[runtime]\nnext = []\n", 2, "runtime.next", "is empty"},
 		{"runtime.next empty name", "[runtime]\nnext = [\"runc\", \"\"]\n", 2, "runtime.next[1]", `not ""`},
 		{"runtime.next relative", "[runtime]\nnext = [\"bin/runc\"]\n", 2, "runtime.next[0]", "relative path"},

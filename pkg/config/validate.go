@@ -237,6 +237,21 @@ func (n *NRI) validate(ck *checker) {
 			seen[e] = i
 		}
 	}
+	checkOneOf(ck, "nri.confinement", n.Confinement, ConfinementBestEffort, ConfinementRequired)
+	seenNS := make(map[string]int)
+	for i, e := range n.ConfinementExempt {
+		p := indexPath("nri.confinement_exempt", i)
+		switch first, dup := seenNS[e.Namespace]; {
+		case e.Namespace == "":
+			ck.add(p+".namespace", "must be set to the namespace whose GPU containers run without the confinement")
+		case !isDNSLabel(e.Namespace):
+			ck.add(p+".namespace", "%q is not a Kubernetes namespace name (lower-case letters, digits and '-', at most 63)", e.Namespace)
+		case dup:
+			ck.add(p+".namespace", "%q is already exempt by nri.confinement_exempt[%d]", e.Namespace, first)
+		default:
+			seenNS[e.Namespace] = i
+		}
+	}
 }
 
 // isDNSLabel reports whether s is an RFC 1123 label, the form Kubernetes

@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"encoding/json"
 	"os"
 	"path"
 	"reflect"
@@ -53,6 +54,17 @@ func baseSpec() *specs.Spec {
 				{Allow: true, Type: "c", Major: i64(10), Minor: i64(229), Access: "rwm"},
 				{Allow: true, Type: "c", Major: i64(195), Minor: i64(0), Access: "rw"},
 			}},
+			// A RuntimeDefault-like policy. NRI's runtime side does not
+			// pass defaultErrnoRet of an adjusted policy on (runc then
+			// uses EPERM), so it is left out here.
+			Seccomp: &specs.LinuxSeccomp{
+				DefaultAction: specs.ActErrno,
+				Architectures: []specs.Arch{specs.ArchX86_64},
+				Syscalls: []specs.LinuxSyscall{
+					{Names: []string{"read", "chroot"}, Action: specs.ActAllow},
+					{Names: []string{"clone"}, Action: specs.ActAllow, Args: []specs.LinuxSeccompArg{{Index: 0, Value: 0x7E020000, Op: specs.OpMaskedEqual}}},
+				},
+			},
 		},
 	}
 }
@@ -103,6 +115,9 @@ func TestAppliersAgree(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if tt.name != "hide" {
+				edits.ConfineSeccomp(baseSpec().Linux.Seccomp)
+			}
 
 			viaNRI := baseSpec()
 			adj := &api.ContainerAdjustment{}
@@ -125,6 +140,10 @@ func TestAppliersAgree(t *testing.T) {
 				t.Errorf("mounts:\n NRI:  %+v\n spec: %+v", viaNRI.Mounts, direct.Mounts)
 			}
 			checkMountsOnTop(t, edits, direct.Mounts)
+			// As runc reads them: JSON, where an empty list is no list.
+			if nri, spec := mustJSON(t, viaNRI.Linux.Seccomp), mustJSON(t, direct.Linux.Seccomp); nri != spec {
+				t.Errorf("seccomp:\n NRI:  %+v\n spec: %+v", viaNRI.Linux.Seccomp, direct.Linux.Seccomp)
+			}
 			if !reflect.DeepEqual(viaNRI.Linux.Devices, direct.Linux.Devices) {
 				t.Errorf("devices:\n NRI:  %+v\n spec: %+v", viaNRI.Linux.Devices, direct.Linux.Devices)
 			}
@@ -155,6 +174,9 @@ func TestAppliersAgree(t *testing.T) {
 				if got := accSpec[ocitest.Probe{Type: "c", Major: 1, Minor: 3}]; got != "rwm" {
 					t.Errorf("/dev/null access = %q, want rwm", got)
 				}
+				if !reflect.DeepEqual(direct.Linux.Seccomp, baseSpec().Linux.Seccomp) {
+					t.Errorf("hidden container's seccomp policy changed: %+v", direct.Linux.Seccomp)
+				}
 			} else {
 				for _, d := range edits.Devices {
 					p := ocitest.Probe{Type: "c", Major: d.Major, Minor: d.Minor}
@@ -165,9 +187,23 @@ func TestAppliersAgree(t *testing.T) {
 				if m, ok := findMount(direct.Mounts, ContainerPreloadPath); !ok || m.Source != testFiles.Preload {
 					t.Errorf("preload mount = %+v, want ours replacing the image's", m)
 				}
+				if sc := direct.Linux.Seccomp; sc == nil || slices.ContainsFunc(sc.Syscalls, func(r specs.LinuxSyscall) bool {
+					return r.Action == specs.ActAllow && slices.Contains(r.Names, "chroot")
+				}) {
+					t.Errorf("vGPU container's seccomp policy still allows chroot: %+v", sc)
+				}
 			}
 		})
 	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // checkMountsOnTop checks that nothing of the container's own lies over a

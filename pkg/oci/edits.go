@@ -43,10 +43,17 @@ type Edits struct {
 	Mounts []specs.Mount
 	// Hooks are appended to the container's hooks of the same stage.
 	Hooks specs.Hooks
+	// Seccomp, when set, replaces the container's seccomp policy: the
+	// confinement of a GPU container (see Confine and ConfineSeccomp).
+	Seccomp *specs.LinuxSeccomp
 	// Warnings name edits that could not be expressed (for the caller to
 	// log); they do not make the container unsafe.
 	Warnings []string
 }
+
+// ConfineSeccomp sets the edits' seccomp policy to the confinement of a
+// container whose own policy is own (nil: unconfined).
+func (e *Edits) ConfineSeccomp(own *specs.LinuxSeccomp) { e.Seccomp = Confine(own) }
 
 // setEnv sets key=value, replacing an earlier value of key in place.
 func (e *Edits) setEnv(key, value string) {
@@ -159,6 +166,9 @@ func (e *Edits) ApplyToAdjustment(adj *api.ContainerAdjustment, mounts []*api.Mo
 	for _, m := range api.FromOCIMounts(e.Mounts) {
 		adj.AddMount(m)
 	}
+	if e.Seccomp != nil {
+		adj.SetLinuxSeccompPolicy(api.FromOCILinuxSeccomp(e.Seccomp))
+	}
 }
 
 // ApplyToSpec edits an OCI runtime spec in place, the way an NRI runtime
@@ -210,6 +220,12 @@ func (e *Edits) ApplyToSpec(spec *specs.Spec) error {
 			spec.Mounts = append(spec.Mounts, m)
 		}
 		SortMounts(spec.Mounts)
+	}
+	if e.Seccomp != nil {
+		if spec.Linux == nil {
+			spec.Linux = &specs.Linux{}
+		}
+		spec.Linux.Seccomp = e.Seccomp
 	}
 	return nil
 }

@@ -53,10 +53,17 @@ func TestNodeConfig(t *testing.T) {
 	if len(example.NRI.Exempt) > 0 && !regexp.MustCompile(`(?m)^# \[\[nri\.exempt\]\]$`).Match(out) {
 		t.Errorf("the node config lost the commented-out [[nri.exempt]] example:\n%s", out)
 	}
+	if len(node.NRI.ConfinementExempt) != 0 {
+		t.Errorf("the node config exempts pods from the confinement: %+v", node.NRI.ConfinementExempt)
+	}
+	if len(example.NRI.ConfinementExempt) > 0 && !regexp.MustCompile(`(?m)^# \[\[nri\.confinement_exempt\]\]$`).Match(out) {
+		t.Errorf("the node config lost the commented-out [[nri.confinement_exempt]] example:\n%s", out)
+	}
 	// Everything else is the example's.
 	node.GPU, example.GPU = config.GPU{}, config.GPU{}
 	node.DevicePlugin.Models, example.DevicePlugin.Models = nil, nil
 	node.NRI.Exempt, example.NRI.Exempt = nil, nil
+	node.NRI.ConfinementExempt, example.NRI.ConfinementExempt = nil, nil
 	node.Source, example.Source = "", ""
 	if !reflect.DeepEqual(node, example) {
 		t.Errorf("the node config differs from the example beyond [gpu]:\nnode:    %+v\nexample: %+v", node, example)

@@ -152,6 +152,9 @@ func cniWorks() error {
 type Validator struct {
 	RequiredPlugins           []string
 	TolerateMissingAnnotation string
+	// RejectUnconfinedSeccomp refuses seccomp adjustments of containers
+	// without a seccomp profile (reject_unconfined_seccomp_adjustment).
+	RejectUnconfinedSeccomp bool
 }
 
 // tomlStrings renders ss as a TOML array of basic strings.
@@ -433,8 +436,8 @@ func (c *Containerd) setup() error {
 		}
 	}
 	if v := c.opts.Validator; v != nil {
-		vars["Validator"] = fmt.Sprintf("enable = true\n    required_plugins = %s\n    tolerate_missing_plugins_annotation = %s",
-			tomlStrings(v.RequiredPlugins), strconv.Quote(v.TolerateMissingAnnotation))
+		vars["Validator"] = fmt.Sprintf("enable = true\n    required_plugins = %s\n    tolerate_missing_plugins_annotation = %s\n    reject_unconfined_seccomp_adjustment = %t",
+			tomlStrings(v.RequiredPlugins), strconv.Quote(v.TolerateMissingAnnotation), v.RejectUnconfinedSeccomp)
 	}
 	if err := tmpl.Execute(&cfg, vars); err != nil {
 		return fmt.Errorf("harness: containerd config: %w", err)

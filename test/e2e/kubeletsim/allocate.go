@@ -51,6 +51,13 @@ type Container struct {
 	// plugin's annotations and then kubelet's own override them, which is
 	// kubelet's precedence.
 	ExtraAnnotations map[string]string
+	// RunAsUser is securityContext.runAsUser (and runAsGroup, the same
+	// number); nil runs as the image's user.
+	RunAsUser *int64
+	// SeccompRuntimeDefault is securityContext.seccompProfile.type =
+	// RuntimeDefault; false leaves it unset, which kubelet passes as
+	// Unconfined (seccompDefault off).
+	SeccompRuntimeDefault bool
 }
 
 // EnvVar is one environment variable of a container spec.

@@ -123,6 +123,13 @@ func (k *Kubelet) ContainerConfig(pod *Pod, c *Container, a *Allocation, restart
 			SecurityContext: &runtimeapi.LinuxContainerSecurityContext{NamespaceOptions: pod.namespaces()},
 		},
 	}
+	if c.RunAsUser != nil {
+		cfg.Linux.SecurityContext.RunAsUser = &runtimeapi.Int64Value{Value: *c.RunAsUser}
+		cfg.Linux.SecurityContext.RunAsGroup = &runtimeapi.Int64Value{Value: *c.RunAsUser}
+	}
+	if c.SeccompRuntimeDefault {
+		cfg.Linux.SecurityContext.Seccomp = &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}
+	}
 	if a != nil {
 		fromPlugins, err := a.Annotations()
 		if err != nil {
