@@ -507,9 +507,39 @@ test_names_exact() {
 
 test_stacked_interposer() {
 	setup $((64 * MiB))
-	LD_PRELOAD="$SHIM $B/libinterposer.so" timeout 20 "$PROG" init alloc:64MiB alloc:1:2 >"$T/out" 2>"$T/err"
-	grep -q "interposer: 1 calls" "$T/err"
+	# As in a container: LD_PRELOAD is loaded before /etc/ld.so.preload, so a
+	# tenant's interposer comes before the shim. Its RTLD_NEXT lookup finds
+	# the shim's wrapper: each call goes through it once, counted once.
+	LD_PRELOAD="$B/libinterposer.so $SHIM" timeout 20 "$PROG" init alloc:64MiB alloc:1:2 info:0 \
+		>"$T/out" 2>"$T/err"
+	grep -q "interposer: 2 calls" "$T/err"
 	expect "used" "$(used)" 0
+	# Loaded after the shim, its RTLD_NEXT lookup gets the shim's wrapper
+	# too (not the driver's function), and the shim's wrappers never forward
+	# to it: no loop, nothing uncounted, and it is not called.
+	LD_PRELOAD="$SHIM $B/libinterposer.so" timeout 20 "$PROG" init alloc:64MiB alloc:1:2 info:0 \
+		>"$T/out" 2>"$T/err"
+	grep -q "interposer: 0 calls" "$T/err"
+}
+
+test_next_lookup_wrapped() {
+	local m
+	for m in link dl; do
+		setup $((64 * MiB))
+		# A library after the preloaded shim (linked before libcuda, or
+		# dlopened with libcuda as its own dependency) asks dlsym(RTLD_NEXT)
+		# for cuMemAlloc_v2 and allocates 16 MiB eight times: it gets the
+		# shim's wrapper, and only 4 fit in the 64 MiB quota.
+		LD_PRELOAD=$SHIM timeout 20 "$B/nextprog" 8 $m >"$T/out" 2>"$T/err" || { cat "$T/err"; return 1; }
+		grep -qx 'next cuMemAlloc_v2 libvgpu-shim.so' "$T/out"
+		grep -qx 'next cuMemFree_v2 libvgpu-shim.so' "$T/out"
+		grep -qx 'allocated 4' "$T/out"
+		# dlvsym finds no unversioned definition (none of the driver's names
+		# has a version), so it is no way around the hook.
+		grep -qx 'vnext cuMemAlloc_v2 none' "$T/out"
+		# Names the shim does not hook still resolve relative to the caller.
+		grep -qx 'next cuDeviceGet libcuda.so.1' "$T/out"
+	done
 }
 
 # ---- cross-process ----------------------------------------------------------------------------------------
@@ -1296,6 +1326,7 @@ t reported_memory test_reported_memory
 t threads_without_context test_threads_without_context
 t names_exact test_names_exact
 t stacked_interposer test_stacked_interposer
+t next_lookup_wrapped test_next_lookup_wrapped
 t 16_racers test_16_racers
 t sigkill_mid_allocation test_sigkill_mid_allocation
 t nvml_absent_no_search test_nvml_absent_no_search
