@@ -3,7 +3,11 @@
 # Each test gets a temp dir with its own fake-GPU state, limits file and
 # usage region, passed through the overrides NRI_VGPU_LIMITS /
 # NRI_VGPU_REGION_DIR (honoured only while /run/nri-vgpu/limits does not
-# exist; nothing here creates it). Ends with "shim: N passed, M failed".
+# exist, and only outside a vGPU container: the shim here is loaded from
+# its build path, never from /usr/local/nri-vgpu/libvgpu-shim.so, and
+# nothing here creates /run/nri-vgpu or /etc/ld.so.preload on the host;
+# container_fails_closed plays the container in a mount namespace of its
+# own). Ends with "shim: N passed, M failed".
 # ONLY=REGEX runs only the tests whose name matches.
 set -u
 B=${B:?build dir}
@@ -238,9 +242,66 @@ test_limits_parser() {
 test_invalid_limits_fail_closed() {
 	setup
 	printf 'version=1\ngpu.0.uuid=%s\ngpu.0.memory=lots\ngpu.0.cores=50\n' "$UUID0" >"$T/limits"
-	run init alloc:1MiB:2 managed:1MiB:2 alloc:1:2 info:0:-
+	# No context either (nothing would count its own memory), no allocation.
+	run cuinit primary:0:2 newctx:0:2 newctxv1:0:2 green:0:2 alloc:1MiB:2 managed:1MiB:2 alloc:1:2
 	expect "stderr lines" "$(grep -c . "$T/err")" 1
 	grep -q "invalid limits file .*gpu.0.memory must be a byte count" "$T/err"
+}
+
+# in_container_ns SCRIPT — runs SCRIPT (bash) as root in a private mount
+# namespace where the built shim is at its container path,
+# /usr/local/nri-vgpu/libvgpu-shim.so (on a tmpfs over /usr/local), and /run
+# is a tmpfs of its own: nothing is mounted or made on the host.
+in_container_ns() {
+	unshare -m --propagation private bash -euc '
+		mount -t tmpfs nri-vgpu-test /usr/local
+		mkdir -p /usr/local/nri-vgpu
+		: >/usr/local/nri-vgpu/libvgpu-shim.so
+		mount --bind "$SHIM" /usr/local/nri-vgpu/libvgpu-shim.so
+		mount -t tmpfs nri-vgpu-test /run
+		'"$1"
+}
+
+test_container_fails_closed() {
+	if [ "$(id -u)" != 0 ] || ! unshare -m true 2>/dev/null; then
+		echo "    needs root and unshare -m"
+		return 1
+	fi
+	setup $((64 * MiB))
+	export SHIM PROG T
+	# A tenant moved /run/nri-vgpu away (nothing at the fixed path) and set
+	# the overrides to a valid file of its own: the shim, loaded from its
+	# container path, ignores them and refuses every context and allocation.
+	in_container_ns 'LD_PRELOAD=/usr/local/nri-vgpu/libvgpu-shim.so timeout 20 "$PROG" cuinit primary:0:2 		newctx:0:2 alloc:1MiB:2 >"$T/out" 2>"$T/err"'
+	grep -q '^ok$' "$T/out"
+	expect "stderr lines" "$(grep -c . "$T/err")" 1
+	grep -q 'limits file /run/nri-vgpu/limits is missing, but the shim was loaded from /usr/local/nri-vgpu/libvgpu-shim.so' \
+		"$T/err"
+	expect "override region used" "$(ls "$T/region")" ""
+	# The limits file there, the region directory gone: refused too.
+	in_container_ns 'mkdir -p /run/nri-vgpu && cp "$T/limits" /run/nri-vgpu/limits
+		LD_PRELOAD=/usr/local/nri-vgpu/libvgpu-shim.so timeout 20 "$PROG" cuinit primary:0:2 alloc:1MiB:2 		>"$T/out" 2>"$T/err"'
+	grep -q '^ok$' "$T/out"
+	grep -q 'usage region directory /run/nri-vgpu/region is missing' "$T/err"
+	# Both there: the fixed files rule (64 MiB), the override's 1 GiB does not.
+	limits $GiB 100 hard
+	in_container_ns 'mkdir -p /run/nri-vgpu/region
+		printf "version=1\ngpu.0.uuid=%s\ngpu.0.memory=%s\ngpu.0.cores=100\n" '"$UUID0 $((64 * MiB))"' \
+			>/run/nri-vgpu/limits
+		LD_PRELOAD=/usr/local/nri-vgpu/libvgpu-shim.so timeout 20 "$PROG" init alloc:64MiB alloc:1:2 		>"$T/out" 2>"$T/err"'
+	grep -q '^ok$' "$T/out"
+	# Loaded first under another path (the same file), the preload file still
+	# says where the container has it: fails closed all the same.
+	in_container_ns 'mount -t tmpfs nri-vgpu-test /etc
+		echo /usr/local/nri-vgpu/libvgpu-shim.so >/etc/ld.so.preload
+		LD_PRELOAD=$SHIM timeout 20 "$PROG" cuinit primary:0:2 alloc:1MiB:2 >"$T/out" 2>"$T/err"'
+	grep -q '^ok$' "$T/out"
+	grep -q 'limits file /run/nri-vgpu/limits is missing' "$T/err"
+	# Outside a container (the shim at its build path) the old rule holds:
+	# the override (1 GiB) counts.
+	run init alloc:1GiB alloc:1:2
+	# Nothing left on the host.
+	[ ! -e /usr/local/nri-vgpu ] && [ ! -e /run/nri-vgpu ] && [ ! -e /etc/ld.so.preload ]
 }
 
 test_absent_limits_pass_through() {
@@ -1314,6 +1375,7 @@ t limits_parser test_limits_parser
 t invalid_limits_fail_closed test_invalid_limits_fail_closed
 t absent_limits_pass_through test_absent_limits_pass_through
 t override_rule test_override_ignored_when_fixed_path_exists
+t container_fails_closed test_container_fails_closed
 t boundary test_boundary
 t every_counted_api test_every_counted_api
 t array_formats test_array_formats
