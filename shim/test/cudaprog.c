@@ -1508,6 +1508,28 @@ static void run(int argc, char **argv)
 				close(fd);
 			for (int fd = 0; fd >= 0 && fd < 400;)
 				fd = open("/dev/null", O_RDONLY);
+		} else if (!strcmp(op, "dup3limits")) {
+			/* dup3limits:PATH — as a program that dup3()s a fresh open of the limits file PATH
+			 * over every descriptor of it that it finds in /proc/self/fd (the shim's): the same
+			 * file, another open file description. */
+			int n = 0;
+			for (int fd = 3; fd < 4096; fd++) {
+				char self[64], to[4096];
+				snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+				ssize_t l = readlink(self, to, sizeof(to) - 1);
+				if (l <= 0)
+					continue;
+				to[l] = 0;
+				if (strcmp(to, a[1]))
+					continue;
+				int fresh = open(a[1], O_RDONLY);
+				if (fresh < 0 || dup3(fresh, fd, O_CLOEXEC) != fd)
+					die("dup3 %s%s", a[1], "");
+				close(fresh);
+				n++;
+			}
+			if (!n)
+				die("dup3limits: no descriptor of %s%s", a[1], "");
 		} else if (!strcmp(op, "readfile")) {
 			/* readfile:PATH — opens PATH, reads it and closes it (as a program reading the limits file). */
 			char buf[256];

@@ -1055,7 +1055,26 @@ test_descriptors_closed() {
 	expect "region used" "$(used)" $((64 * MiB))
 	touch "$T/end"
 	wait $a
-	grep -q "descriptor was closed by the program" "$T/err.a"
+	grep -q "descriptor was closed or replaced by the program" "$T/err.a"
+}
+
+test_descriptor_replaced() {
+	# A program that dup3()s a fresh open of the limits file over the shim's descriptor: the
+	# same file (fstat cannot tell), but the description holding the process's leases, slot and
+	# host pid claim is closed with every lock on it. At its next grant the shim sees its slot's
+	# locks gone, opens the file again and takes everything again, so a sibling finds the
+	# container full: 32 + 16 + 16 MiB, never more.
+	setup $((64 * MiB))
+	LD_PRELOAD=$SHIM timeout 60 "$PROG" init alloc:32MiB dup3limits:"$T/limits" alloc:16MiB touch:"$T/held" \
+		waitfile:"$T/end" >"$T/out.a" 2>"$T/err.a" &
+	local a=$! r=0
+	waitfor "$T/held" $a || { cat "$T/out.a" "$T/err.a"; return 1; }
+	run init alloc:16MiB alloc:1:2 peak:0:64MiB || r=1
+	expect "region used after the sibling" "$(used)" $((48 * MiB)) || r=1
+	touch "$T/end"
+	wait $a || r=1
+	grep -q "descriptor was closed or replaced by the program" "$T/err.a" || r=1
+	return $r
 }
 
 test_descriptors_closed_reports() {
@@ -1421,6 +1440,7 @@ t ledger_unusable_fails_closed test_ledger_unusable_fails_closed
 t ledger_forged_entries test_ledger_forged_entries
 t descriptors_closed test_descriptors_closed
 t descriptors_closed_reports test_descriptors_closed_reports
+t descriptor_replaced test_descriptor_replaced
 t context_footprint_claims_forged test_context_footprint_claims_forged
 t hostpid_discovery test_hostpid_discovery
 t hostpid_same_namespace_concurrent test_hostpid_same_namespace_concurrent
