@@ -737,6 +737,51 @@ test_hostpid_from_proc() {
 	done
 }
 
+test_region_truncated_in_use() {
+	# The region file is the tenant's to write: a loop truncates it to nothing and grows it back
+	# as fast as it can while 8 processes allocate and free at random for 3 s. Accesses that
+	# race with a truncation fault (SIGBUS), which must kill no one: every process exits 0, and
+	# the quota holds (the region is only a report; the fake GPU's peak stays within it).
+	setup $((48 * MiB))
+	local i pids=() bad=0
+	# Half of them have a SIGBUS handler of their own, and a thread that faults in a mapping of
+	# their own all along: those faults reach the program's handler (the default action would
+	# kill), and it is still installed at the end.
+	for i in $(seq 1 8); do
+		local own=""
+		if [ $((i % 2)) = 0 ]; then own="ownbus:3000"; fi
+		# shellcheck disable=SC2086
+		LD_PRELOAD=$SHIM timeout 60 "$PROG" init waitfile:"$T/go" $own churn:3000:8MiB:$i ${own:+ownbusjoin} \
+			>"$T/churn.$i" 2>"$T/err.$i" &
+		pids+=($!)
+	done
+	waitfor "$T/region/usage"
+	python3 - "$T/region/usage" 3.5 >"$T/truncs" <<-'EOF' &
+		import os, sys, time
+		path, until = sys.argv[1], time.monotonic() + float(sys.argv[2])
+		size, n = os.stat(path).st_size, 0
+		while time.monotonic() < until:
+		    try:
+		        os.truncate(path, 0)
+		        os.truncate(path, size)
+		        n += 1
+		    except OSError:
+		        pass
+		print(n)
+	EOF
+	local tr=$!
+	touch "$T/go"
+	for i in $(seq 1 8); do
+		wait "${pids[$((i - 1))]}" || { echo "    process $i: exit $?"; bad=1; }
+	done
+	wait $tr
+	expect "processes that churned" "$(cat "$T"/churn.* | grep -c '^churn ok=')" 8 || bad=1
+	expect "programs whose own handler saw their faults" "$(cat "$T"/churn.* | grep -c '^ownbus faults=[1-9]')" 4 || bad=1
+	LD_PRELOAD= timeout 20 "$PROG" peak:0:$((48 * MiB)) >"$T/out" 2>"$T/err" || { cat "$T/out"; bad=1; }
+	echo "    info: $(cat "$T/truncs") truncations"
+	return $bad
+}
+
 test_region_lock_held() {
 	# The region is a report: while another process holds its lock (one stopped inside it, or
 	# the tenant), a process of the container allocates and is refused without waiting for it
@@ -1414,6 +1459,7 @@ t nvml_absent_no_search test_nvml_absent_no_search
 t slot_rebuilt_ahead test_slot_rebuilt_ahead
 t hostpid_from_proc test_hostpid_from_proc
 t region_lock_held test_region_lock_held
+t region_truncated_in_use test_region_truncated_in_use
 t slot_made_for_it test_slot_made_for_it
 t pid_reuse test_pid_reuse
 t fork test_fork
