@@ -118,6 +118,7 @@ static volatile sig_atomic_t region_lost; /* a fault replaced the mapping: map t
 static struct sigaction guard_prev;   /* the program's SIGBUS disposition, saved at guard_begin */
 static int guard_in;                  /* guard_prev is saved and ours installed */
 static sigset_t guard_mask;           /* the thread's mask before guard_begin */
+static volatile sig_atomic_t guard_resend; /* a sent SIGBUS met our handler: send it again at guard_end */
 
 static void on_sigbus(int sig, siginfo_t *si, void *uc)
 {
@@ -142,6 +143,14 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc)
 	}
 	if (!(p.sa_flags & SA_SIGINFO) && p.sa_handler == SIG_IGN && si && si->si_code <= 0)
 		return; /* sent, and ignored: as without us */
+	if (guard_in && (!si || si->si_code <= 0)) {
+		/* Sent (kill), to the default action, while this thread had it
+		 * unblocked for the guard only: sent again once the program's
+		 * disposition and mask are back, so it goes where it would have
+		 * (a thread waiting for it in sigwait, or the default action). */
+		guard_resend = 1;
+		return;
+	}
 	/* The default action, as without us: a fault happens again on return, a
 	 * sent signal is sent again (blocked until the handler returns). */
 	struct sigaction d;
@@ -177,6 +186,10 @@ static void guard_end(void)
 		sigaction(SIGBUS, &cur, NULL);
 	guard_in = 0;
 	pthread_sigmask(SIG_SETMASK, &guard_mask, NULL);
+	if (guard_resend) {
+		guard_resend = 0;
+		kill(getpid(), SIGBUS);
+	}
 }
 
 /* fcntl through syscall(2): the libc wrapper is fcntl64@GLIBC_2.28 when built here. */
@@ -1456,6 +1469,7 @@ void vgpu_region_after_fork(void)
 	guard_lo = NULL;
 	region_lost = 0;
 	guard_in = 0;
+	guard_resend = 0;
 	slot = -1;
 	exiting = 0;
 	attached = 0;
