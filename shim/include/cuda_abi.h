@@ -473,10 +473,13 @@ typedef struct {
  *   cuGraphExecKernelNodeSetParams(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS_v1 *) @10010,
  *     _v2 (..._v2 *) @12000; cuGraphNodeSetEnabled(CUgraphExec, CUgraphNode, unsigned) @11060;
  *   cuGraphExecNodeSetParams(CUgraphExec, CUgraphNode, CUgraphNodeParams *) @12020;
- *   cuGraphAddNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraphNodeParams *) @12020.
+ *   cuGraphAddNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraphNodeParams *) @12020;
+ *   cuGraphExecChildGraphNodeSetParams(CUgraphExec, CUgraphNode, CUgraph) @11010 (? the API
+ *     reference gives CUDA 11.1; not in the ABI notes).
  * CUgraphNodeParams: the node type, 12 reserved bytes, a 232-byte union (a kernel node's
- * CUDA_KERNEL_NODE_PARAMS_v3, laid out as _v2 up to its context: only the grid is read here),
- * 8 reserved bytes: 256 bytes.
+ * CUDA_KERNEL_NODE_PARAMS_v3, laid out as _v2 up to its context: only the grid is read here;
+ * a child graph node's CUDA_CHILD_GRAPH_NODE_PARAMS, whose first member is the CUgraph (?:
+ * the API reference, 12.2+; 12.9 adds an ownership field after it)), 8 reserved bytes: 256 bytes.
  */
 typedef struct {
 	int type; /* CUgraphNodeType */
@@ -484,6 +487,7 @@ typedef struct {
 	union {
 		long long reserved1[29];
 		CUDA_KERNEL_NODE_PARAMS_v2 kernel;
+		CUgraph graph; /* CU_GRAPH_NODE_TYPE_GRAPH */
 	} u;
 	long long reserved2;
 } CUgraphNodeParams;

@@ -7,12 +7,15 @@
 #include "glibc_compat.h"
 
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,6 +33,51 @@ static const char *pick_path(const char *fixed, const char *env)
 		return fixed;
 	const char *e = getenv(env);
 	return e && *e ? e : fixed;
+}
+
+/* Whether the preload file names path as one of its entries (whitespace-
+ * or colon-separated, as the loader reads it). */
+static int preload_names(const char *file, const char *path)
+{
+	char buf[4096];
+	int fd = open(file, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	size_t len = strlen(path);
+	for (char *p = buf; (p = strstr(p, path)) != NULL; p += len) {
+		int starts = p == buf || strchr(" \t\n:", p[-1]);
+		int ends = !p[len] || strchr(" \t\n:", p[len]);
+		if (starts && ends)
+			return 1;
+	}
+	return 0;
+}
+
+/*
+ * Whether this process runs in a vGPU container: the shim was loaded from its
+ * container path (Contract 3). Either sign is enough, and both are asked:
+ *  - the path the loader loaded us from (dladdr of our own symbol): what
+ *    /etc/ld.so.preload makes it, and nothing the tenant can change in a
+ *    process that already has us;
+ *  - /etc/ld.so.preload naming the container path: a tenant who preloads the
+ *    same file first under another path (LD_PRELOAD comes before the preload
+ *    file, and the loader then takes the preload file's entry for the object
+ *    it already has) changes the first, not this read-only mount.
+ * A tenant who defeats both (renames /etc and /usr/local/nri-vgpu away) has
+ * no shim preloaded in new processes at all, a gap of the preload itself.
+ * Not asked: the environment, which the tenant sets.
+ */
+static int in_container(void)
+{
+	Dl_info info;
+	if (dladdr((void *)&in_container, &info) && info.dli_fname && !strcmp(info.dli_fname, VGPU_SHIM_PATH))
+		return 1;
+	return preload_names(VGPU_PRELOAD_FILE, VGPU_SHIM_PATH);
 }
 
 /* Returns the bytes read, -1 when the file does not exist, -2 on any other
@@ -116,18 +164,36 @@ static void init_once(void)
 	vgpu.mode = VGPU_PASSTHROUGH;
 	vgpu.throttled = 0;
 
-	const char *lpath = pick_path(VGPU_LIMITS_PATH, "NRI_VGPU_LIMITS");
-	const char *rdir = pick_path(VGPU_REGION_DIR, "NRI_VGPU_REGION_DIR");
+	/* In a vGPU container the fixed paths only, and their absence is not
+	 * "no limits": the tenant can rename the directory runc made to hold
+	 * the mounts (/run/nri-vgpu) and make an empty one in its place. */
+	int container = in_container();
+	const char *lpath = container ? VGPU_LIMITS_PATH : pick_path(VGPU_LIMITS_PATH, "NRI_VGPU_LIMITS");
+	const char *rdir = container ? VGPU_REGION_DIR : pick_path(VGPU_REGION_DIR, "NRI_VGPU_REGION_DIR");
 	char buf[VGPU_LIMITS_MAX_SIZE + 1], why[256];
 	int err = 0, lfd = -1;
+	struct stat st;
 
 	ssize_t n = read_small(lpath, buf, sizeof(buf), &err, &lfd);
-	if (n == -1) {
+	if (n == -1 && !container) {
 		vgpu.mode = VGPU_PASSTHROUGH; /* not a vGPU container: stay out of the way */
+		return;
+	}
+	if (n == -1) {
+		vgpu.mode = VGPU_FAIL_CLOSED;
+		LOGE("limits file %s is missing, but the shim was loaded from %s (a vGPU container); every GPU "
+		     "context and memory allocation will fail", lpath, VGPU_SHIM_PATH);
 		return;
 	}
 	if (n == -2) {
 		snprintf(why, sizeof(why), "cannot read it: %s", strerror(err));
+	} else if (container && (syscall(SYS_stat, rdir, &st) != 0 || !S_ISDIR(st.st_mode))) {
+		/* stat through syscall(2): glibc >= 2.33 exports stat@GLIBC_2.33. */
+		close(lfd);
+		vgpu.mode = VGPU_FAIL_CLOSED;
+		LOGE("usage region directory %s is missing, but the shim was loaded from %s (a vGPU container); "
+		     "every GPU context and memory allocation will fail", rdir, VGPU_SHIM_PATH);
+		return;
 	} else if (vgpu_limits_parse(buf, (size_t)n, &vgpu.limits, why, sizeof(why)) == 0) {
 		vgpu.mode = VGPU_ENFORCE;
 		vgpu_log_level = vgpu.limits.log_level;
@@ -145,7 +211,7 @@ static void init_once(void)
 		close(lfd);
 	/* Fail closed: a broken limits file must not mean "unlimited". */
 	vgpu.mode = VGPU_FAIL_CLOSED;
-	LOGE("invalid limits file %s: %s; every GPU memory allocation will fail", lpath, why);
+	LOGE("invalid limits file %s: %s; every GPU context and memory allocation will fail", lpath, why);
 }
 
 int vgpu_ready;

@@ -26,6 +26,7 @@ __asm__(".symver dlopen,dlopen@GLIBC_2.2.5");
 __asm__(".symver dlclose,dlclose@GLIBC_2.2.5");
 __asm__(".symver dlvsym,dlvsym@GLIBC_2.2.5");
 __asm__(".symver dlerror,dlerror@GLIBC_2.2.5");
+__asm__(".symver dladdr,dladdr@GLIBC_2.2.5");
 #endif
 
 #endif

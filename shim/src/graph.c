@@ -35,10 +35,17 @@
  * is charged a fixed, large amount of work (below) rather than read.
  *
  * The work of an executable graph follows cuGraphExecUpdate[_v2] and the
- * per-node changes of its top-level kernel nodes: their grids
- * (cuGraphExecKernelNodeSetParams[_v2], cuGraphExecNodeSetParams) and
- * whether they run (cuGraphNodeSetEnabled); each such node's blocks are
- * kept apart from the rest of the graph's for that.
+ * per-node changes of its top-level kernel and child graph nodes: their
+ * grids (cuGraphExecKernelNodeSetParams[_v2], cuGraphExecNodeSetParams), a
+ * child's graph (cuGraphExecChildGraphNodeSetParams, cuGraphExecNodeSetParams)
+ * and whether they run (cuGraphNodeSetEnabled); each such node's work is
+ * kept apart from the rest of the graph's for that. Every executable-graph
+ * setter that can change what a launch runs is one of these; the others
+ * (memcpy, memset, host, event, external semaphore, batch memory op nodes)
+ * change no kernel's grid, and memory nodes cannot be changed in an
+ * executable graph (nor put in a child graph): the driver refuses it.
+ * Changes to a graph (cuGraphKernelNodeSetParams, cuGraphNodeSetParams, ...)
+ * reach a launch only through an instantiation or update, read then.
  */
 #include "glibc_compat.h"
 
@@ -92,6 +99,14 @@ struct knode {
 	int off; /* disabled in the executable graph (cuGraphNodeSetEnabled) */
 };
 
+/* A top-level child graph node: its graph's work, read at instantiation and
+ * again when a setter gives the node another graph. */
+struct cnode {
+	CUgraphNode node;
+	uint64_t work, waves;
+	int off;
+};
+
 struct gexec {
 	struct gexec *next;
 	CUgraphExec exec;
@@ -101,6 +116,8 @@ struct gexec {
 	uint64_t fixed_waves;
 	struct knode *kn;       /* top-level kernel nodes */
 	size_t nkn;
+	struct cnode *cn;       /* top-level child graph nodes */
+	size_t ncn;
 	int sms;                /* SMs of the device it was instantiated on (1: unknown) */
 	int mem;                /* has memory nodes (even of a size it could not learn) */
 	int launched;           /* launched before: its unfreed allocations may be live */
@@ -154,12 +171,19 @@ static void recount(struct gexec *x)
 			x->work = add_sat(x->work, x->kn[i].blocks);
 			x->waves = add_sat(x->waves, waves_of(x->kn[i].blocks, x->sms));
 		}
+	for (size_t i = 0; i < x->ncn; i++)
+		if (!x->cn[i].off) {
+			x->work = add_sat(x->work, x->cn[i].work);
+			x->waves = add_sat(x->waves, x->cn[i].waves);
+		}
 }
 
 static void gexec_free(struct gexec *x)
 {
-	if (x)
+	if (x) {
 		free(x->kn);
+		free(x->cn);
+	}
 	free(x);
 }
 
@@ -221,6 +245,26 @@ static void inspect_free(CUgraphNode n, struct scan *sc)
 	sc->fr[sc->nfr++] = p;
 }
 
+static void inspect(CUgraph g, struct scan *sc, int depth);
+
+/* Child graph node n of a graph at depth, holding graph child: a top-level
+ * one's work is kept apart (a setter may give it another graph). */
+static void inspect_child(CUgraphNode n, CUgraph child, struct scan *sc, int depth)
+{
+	struct gexec *x = sc->x;
+	uint64_t work = x->fixed_work, waves = x->fixed_waves;
+	inspect(child, sc, depth + 1);
+	if (depth != 0)
+		return;
+	struct cnode *v = realloc(x->cn, (x->ncn + 1) * sizeof(*v));
+	if (!v)
+		return; /* stays in the fixed part */
+	x->cn = v;
+	x->cn[x->ncn++] = (struct cnode){n, x->fixed_work - work, x->fixed_waves - waves, 0};
+	x->fixed_work = work;
+	x->fixed_waves = waves;
+}
+
 /* Adds what graph g holds to sc; child graphs too, up to a sane depth. */
 static void inspect(CUgraph g, struct scan *sc, int depth)
 {
@@ -251,7 +295,7 @@ static void inspect(CUgraph g, struct scan *sc, int depth)
 		else if (type == CU_GRAPH_NODE_TYPE_GRAPH &&
 			 DRV("cuGraphChildGraphNodeGetGraph", CUresult(*)(CUgraphNode, CUgraph *), v[i], &child) ==
 				 CUDA_SUCCESS)
-			inspect(child, sc, depth + 1);
+			inspect_child(v[i], child, sc, depth);
 	}
 	free(v);
 }
@@ -580,6 +624,12 @@ static CUresult updated(CUresult rc, CUgraphExec e, struct gexec *fresh)
 				x->nkn = fresh->nkn;
 				fresh->kn = kn;
 				fresh->nkn = nkn;
+				struct cnode *cn = x->cn;
+				size_t ncn = x->ncn;
+				x->cn = fresh->cn;
+				x->ncn = fresh->ncn;
+				fresh->cn = cn;
+				fresh->ncn = ncn;
 				x->fixed_work = fresh->fixed_work;
 				x->fixed_waves = fresh->fixed_waves;
 				recount(x);
@@ -606,7 +656,7 @@ VGPU_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec e, CUgraph g, CUgraphExecU
 
 /* After a successful change of node n of e: its grid is blocks (unless
  * keep_blocks), and it runs unless off (-1: unchanged). A node the shim does
- * not know (not a top-level kernel node) changes nothing. */
+ * not know (not a top-level kernel or child graph node) changes nothing. */
 static void node_changed(CUgraphExec e, CUgraphNode n, int keep_blocks, uint64_t blocks, int off)
 {
 	pthread_mutex_lock(&table_mu);
@@ -620,6 +670,9 @@ static void node_changed(CUgraphExec e, CUgraphNode n, int keep_blocks, uint64_t
 				if (off >= 0)
 					x->kn[i].off = off;
 			}
+		for (size_t i = 0; i < x->ncn; i++)
+			if (x->cn[i].node == n && off >= 0)
+				x->cn[i].off = off;
 		recount(x);
 		LOGD("graph exec %p changed: %llu thread blocks a launch, %llu waves", (void *)e,
 		     (unsigned long long)x->work, (unsigned long long)x->waves);
@@ -649,13 +702,63 @@ VGPU_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec e, CUgraphNod
 	return rc;
 }
 
+/*
+ * After a successful change of child graph node n of e to graph child: its
+ * work is child's, read now on the SMs e was instantiated for. The driver
+ * requires child's topology to be the old one's, so nothing else changes.
+ * Read before the lock (the driver's calls may take time); a node the shim
+ * does not know changes nothing.
+ */
+static void child_changed(CUgraphExec e, CUgraphNode n, CUgraph child)
+{
+	struct gexec probe;
+	if (!table_get(e, &probe))
+		return;
+	struct gexec t;
+	memset(&t, 0, sizeof(t));
+	t.sms = probe.sms;
+	struct scan sc = {.x = &t};
+	inspect(child, &sc, 1);
+	free(sc.al);
+	free(sc.fr);
+	pthread_mutex_lock(&table_mu);
+	for (struct gexec *x = table[bucket(e)]; x; x = x->next) {
+		if (x->exec != e)
+			continue;
+		for (size_t i = 0; i < x->ncn; i++)
+			if (x->cn[i].node == n) {
+				x->cn[i].work = t.fixed_work;
+				x->cn[i].waves = t.fixed_waves;
+			}
+		recount(x);
+		LOGD("graph exec %p changed: %llu thread blocks a launch, %llu waves", (void *)e,
+		     (unsigned long long)x->work, (unsigned long long)x->waves);
+	}
+	pthread_mutex_unlock(&table_mu);
+}
+
+VGPU_EXPORT CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec e, CUgraphNode n, CUgraph child)
+{
+	if (!NEXT(cuGraphExecChildGraphNodeSetParams))
+		return CUDA_ERROR_NOT_FOUND;
+	CUresult rc = NEXT(cuGraphExecChildGraphNodeSetParams)(e, n, child);
+	if (rc == CUDA_SUCCESS)
+		child_changed(e, n, child);
+	return rc;
+}
+
 VGPU_EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec e, CUgraphNode n, CUgraphNodeParams *p)
 {
 	if (!NEXT(cuGraphExecNodeSetParams))
 		return CUDA_ERROR_NOT_FOUND;
+	/* Read before the call: the caller's struct is not ours to trust after it. */
+	int type = p ? p->type : -1;
+	CUgraph child = type == CU_GRAPH_NODE_TYPE_GRAPH ? p->u.graph : NULL;
 	CUresult rc = NEXT(cuGraphExecNodeSetParams)(e, n, p);
-	if (rc == CUDA_SUCCESS && p && p->type == CU_GRAPH_NODE_TYPE_KERNEL)
+	if (rc == CUDA_SUCCESS && type == CU_GRAPH_NODE_TYPE_KERNEL)
 		node_changed(e, n, 0, GRID_OF(&p->u.kernel), -1);
+	else if (rc == CUDA_SUCCESS && type == CU_GRAPH_NODE_TYPE_GRAPH)
+		child_changed(e, n, child);
 	return rc;
 }
 

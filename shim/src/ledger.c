@@ -978,6 +978,37 @@ int vgpu_ledger_readable(void)
 }
 
 /*
+ * Whether fd is still our open file description. A program that dup2()s or
+ * dup3()s another open of the limits file over fd has closed our
+ * description, and every lock it held, while fstat still finds the same
+ * file. Any close of a descriptor of the file also drops this process's own
+ * locks on it, the slot's identity byte among them: while that stands (a
+ * query reports it as this process's), nothing was closed: one query. Gone,
+ * the ownership byte tells: a process-associated query (F_GETLK) counts a
+ * description's lock as another owner's, so it finds ours while our
+ * description lives; then only the process's locks went (the program closed
+ * a descriptor of its own) and they are taken again here.
+ */
+static int description_stands(void)
+{
+	struct flock fl;
+	if (slot < 0 || fd < 0)
+		return 1; /* no slot: nothing of ours under one to lose */
+	if (query(ID_AT + slot, 1, &fl) == 0 && fl.l_type != F_UNLCK && fl.l_pid == me)
+		return 1;
+	fl = (struct flock){.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = OWN_AT + slot, .l_len = 1};
+	while (syscall(SYS_fcntl, fd, F_GETLK, &fl) != 0)
+		if (errno != EINTR)
+			return 0;
+	if (fl.l_type == F_UNLCK)
+		return 0;
+	if (claim_lk(F_RDLCK, ID_AT + slot) != 0 || (claimed_hp && claim_lk(F_RDLCK, hp_at(slot, claimed_hp)) != 0))
+		return 0;
+	claim_seen_ns = claimed_hp ? vgpu_coarse_ns() : 0;
+	return 1;
+}
+
+/*
  * Whether fd is still the limits file. A program that closes descriptors it
  * did not open drops our locks with ours (the others then count us for
  * nothing until we publish again), and may have the number reused by another
@@ -987,7 +1018,7 @@ int vgpu_ledger_readable(void)
  */
 static int still_ours(void)
 {
-	if (vgpu_ledger_readable())
+	if (vgpu_ledger_readable() && description_stands())
 		return 1;
 	if (fd < 0 && !ident.st_ino) {
 		errno = EBADF;
@@ -1003,7 +1034,8 @@ static int still_ours(void)
 		errno = EBADF;
 		return 0;
 	}
-	LOGW("the limits file's descriptor was closed by the program; opened again, GPU memory use published again");
+	LOGW("the limits file's descriptor was closed or replaced by the program; opened again, GPU memory use "
+	     "published again");
 	/* Closing the description dropped our slot with everything in it (and
 	 * our process's locks with it): take one again, perhaps another. The SM
 	 * use is published again at the limiter's next measure. */

@@ -21,6 +21,13 @@
 #ifndef VGPU_REGION_DIR
 #define VGPU_REGION_DIR "/run/nri-vgpu/region"
 #endif
+/* Where a vGPU container has the shim (Contract 3), and the file that makes
+ * the loader preload it there. Loaded from that path, the shim is in a vGPU
+ * container: it ignores the overrides and fails closed without its files. */
+#define VGPU_SHIM_PATH "/usr/local/nri-vgpu/libvgpu-shim.so"
+#ifndef VGPU_PRELOAD_FILE
+#define VGPU_PRELOAD_FILE "/etc/ld.so.preload"
+#endif
 
 enum vgpu_policy { VGPU_POLICY_HARD = 0, VGPU_POLICY_BURST = 1 };
 enum vgpu_level { VGPU_LOG_ERROR = 0, VGPU_LOG_WARN = 1, VGPU_LOG_INFO = 2, VGPU_LOG_DEBUG = 3 };

@@ -534,16 +534,23 @@ static pthread_mutex_t primary_mu = PTHREAD_MUTEX_INITIALIZER;
 		rc_;                                                                     \
 	})
 
+/* Failed closed (limits file invalid, or missing in a vGPU container): no
+ * context either, whose own memory nothing would count (said once, when the
+ * limits file was read). */
+#define CLOSED() (vgpu_init(), vgpu.mode == VGPU_FAIL_CLOSED)
+
 /* A context creation on dev, through ctxp: inside host-pid discovery, its
  * footprint counted, undone past the limit. */
-#define NEW_CTX(dev, ctxp, call) (vgpu_init(), created(WITH_DISCOVERY((dev), (call), (ctxp)), (ctxp), (dev)))
+#define NEW_CTX(dev, ctxp, call) \
+	(CLOSED() ? CUDA_ERROR_OUT_OF_MEMORY : created(WITH_DISCOVERY((dev), (call), (ctxp)), (ctxp), (dev)))
 
 static void primary_gone(CUdevice dev, int reset);
 static void greens_after_fork(void);
 
 VGPU_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev)
 {
-	vgpu_init();
+	if (CLOSED())
+		return CUDA_ERROR_OUT_OF_MEMORY;
 	CUresult rc = WITH_DISCOVERY(dev, NEXT(cuDevicePrimaryCtxRetain)(ctx, dev), ctx);
 	if (rc != CUDA_SUCCESS || vgpu.mode != VGPU_ENFORCE || dev < 0 || dev >= VGPU_MAX_DEVICES * 4)
 		return rc;
@@ -745,7 +752,8 @@ static void greens_after_fork(void)
 VGPU_EXPORT CUresult cuGreenCtxCreate(CUgreenCtx *g, CUdevResourceDesc desc, CUdevice dev, unsigned flags)
 {
 	static int warned;
-	vgpu_init();
+	if (CLOSED())
+		return CUDA_ERROR_OUT_OF_MEMORY;
 	if (vgpu.mode != VGPU_ENFORCE || !g)
 		return NEXT(cuGreenCtxCreate)(g, desc, dev, flags);
 	CUcontext primary = NULL, as_ctx = NULL;

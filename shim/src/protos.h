@@ -157,6 +157,7 @@ API CUresult cuGraphExecUpdate_v2(CUgraphExec e, CUgraph g, CUgraphExecUpdateRes
 API CUresult cuGraphExecKernelNodeSetParams(CUgraphExec e, CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS_v1 *p);
 API CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec e, CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS_v2 *p);
 API CUresult cuGraphExecNodeSetParams(CUgraphExec e, CUgraphNode n, CUgraphNodeParams *p);
+API CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec e, CUgraphNode n, CUgraph child);
 API CUresult cuGraphNodeSetEnabled(CUgraphExec e, CUgraphNode n, unsigned enabled);
 API CUresult cuDeviceGraphMemTrim(CUdevice dev);
 API CUresult cuStreamBeginCapture(CUstream s);

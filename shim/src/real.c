@@ -213,21 +213,18 @@ const struct vgpu_hook vgpu_hooks[HOOK_COUNT] = {
 void *vgpu_next_fn[HOOK_COUNT]; /* read inline by NEXT (shim.h) */
 
 /*
- * The implementation a wrapper forwards to: the next definition after us in
- * the global scope (so a second interposer stacked after us keeps working),
- * else the library's own (libcuda dlopen'ed RTLD_LOCAL, the cudart way).
+ * The implementation a wrapper forwards to: the library's own definition
+ * (libcuda linked, or dlopen'ed RTLD_LOCAL the cudart way). Never an object
+ * loaded after us that defines the name too: its dlsym(RTLD_NEXT) gets our
+ * wrapper (hooks_dlsym.c), so forwarding to it would loop, and whatever it
+ * did with the driver's function would not be counted.
  */
 void *vgpu_next(int id)
 {
 	void *p = __atomic_load_n(&vgpu_next_fn[id], __ATOMIC_ACQUIRE);
 	if (likely(p))
 		return p;
-	p = vgpu_real_dlsym(RTLD_NEXT, vgpu_hooks[id].name);
-	if (!p) {
-		void *h = vgpu_lib_handle(vgpu_hooks[id].lib);
-		if (h)
-			p = vgpu_real_dlsym(h, vgpu_hooks[id].name);
-	}
+	p = vgpu_lib_sym(id);
 	if (p)
 		__atomic_store_n(&vgpu_next_fn[id], p, __ATOMIC_RELEASE);
 	return p;

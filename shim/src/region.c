@@ -36,8 +36,13 @@
  * container's allocations, frees, exits and starts).
  *
  * The mapping is only touched under the lock, after the size check, so a
- * truncated file costs no SIGBUS; a truncation racing with that access still
- * can, and hurts only the process that raced.
+ * truncated file costs no SIGBUS there; a truncation racing with that access
+ * (the tenant need not take the lock to truncate) is caught by a SIGBUS
+ * guard in place only while the lock is held (guard_begin): a fault inside
+ * the mapping replaces it with anonymous memory, so the access completes,
+ * and the region is mapped and rebuilt anew at the next access; any other
+ * SIGBUS goes to what the program had installed. No tenant can kill a
+ * process of the container through the region.
  */
 #include "glibc_compat.h"
 
@@ -88,6 +93,104 @@ static int32_t hp_tried;    /* the host pid a slot write last tried to give it (
 static uint64_t shown[VGPU_MAX_DEVICES];
 static uint64_t launches[VGPU_MAX_DEVICES];
 static int warned_damage, warned_unusable, warned_unrecorded, warned_slots;
+
+/* ---- the SIGBUS guard ---------------------------------------------------------------- */
+
+/*
+ * A tenant can truncate the region file at any moment, lock or not: an
+ * access to a mapped page past the file's end then raises SIGBUS, which by
+ * default kills the process. While a thread of ours holds the region's lock
+ * (the only time the mapping is touched) our handler is installed and SIGBUS
+ * unblocked in that thread (a blocked or ignored fault is fatal: the kernel
+ * puts the default action back). A fault inside the mapping
+ * (guard_lo .. + RSIZE) is answered by mapping anonymous memory over it, so
+ * the access completes on a stand-in, and region_lost makes the next access
+ * map the file again and rebuild it. Any other SIGBUS, from the program's own
+ * mappings in another thread meanwhile, goes to what the program had
+ * installed, or takes the default action as it would have. The handler
+ * calls nothing but system calls and the program's handler. Installed per
+ * access rather than for the process's life: a program that installs its
+ * own SIGBUS handler later (a runtime, a crash reporter) would replace it,
+ * and one that chains to the handler it replaced would loop with ours.
+ */
+static char *guard_lo;                /* the mapping the guard answers for; NULL: none */
+static volatile sig_atomic_t region_lost; /* a fault replaced the mapping: map the file again */
+static struct sigaction guard_prev;   /* the program's SIGBUS disposition, saved at guard_begin */
+static int guard_in;                  /* guard_prev is saved and ours installed */
+static sigset_t guard_mask;           /* the thread's mask before guard_begin */
+static volatile sig_atomic_t guard_resend; /* a sent SIGBUS met our handler: send it again at guard_end */
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+	int e = errno;
+	char *lo = __atomic_load_n(&guard_lo, __ATOMIC_RELAXED), *a = si ? (char *)si->si_addr : NULL;
+	if (si && si->si_code > 0 && lo && a >= lo && a < lo + RSIZE &&
+	    syscall(SYS_mmap, lo, (size_t)RSIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
+		    0) == (long)lo) {
+		region_lost = 1;
+		errno = e;
+		return;
+	}
+	struct sigaction p = guard_prev;
+	errno = e;
+	if ((p.sa_flags & SA_SIGINFO) && p.sa_sigaction && p.sa_sigaction != on_sigbus) {
+		p.sa_sigaction(sig, si, uc);
+		return;
+	}
+	if (!(p.sa_flags & SA_SIGINFO) && p.sa_handler != SIG_DFL && p.sa_handler != SIG_IGN) {
+		p.sa_handler(sig);
+		return;
+	}
+	if (!(p.sa_flags & SA_SIGINFO) && p.sa_handler == SIG_IGN && si && si->si_code <= 0)
+		return; /* sent, and ignored: as without us */
+	if (guard_in && (!si || si->si_code <= 0)) {
+		/* Sent (kill), to the default action, while this thread had it
+		 * unblocked for the guard only: sent again once the program's
+		 * disposition and mask are back, so it goes where it would have
+		 * (a thread waiting for it in sigwait, or the default action). */
+		guard_resend = 1;
+		return;
+	}
+	/* The default action, as without us: a fault happens again on return, a
+	 * sent signal is sent again (blocked until the handler returns). */
+	struct sigaction d;
+	memset(&d, 0, sizeof(d));
+	d.sa_handler = SIG_DFL;
+	sigaction(sig, &d, NULL);
+	if (!si || si->si_code <= 0)
+		syscall(SYS_tgkill, getpid(), (pid_t)syscall(SYS_gettid), sig);
+	errno = e;
+}
+
+/* Caller holds mu: one guarded access at a time in the process. */
+static void guard_begin(void)
+{
+	struct sigaction sa;
+	sigset_t bus;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = on_sigbus;
+	sa.sa_flags = SA_SIGINFO | SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	guard_in = sigaction(SIGBUS, &sa, &guard_prev) == 0;
+	sigemptyset(&bus);
+	sigaddset(&bus, SIGBUS);
+	pthread_sigmask(SIG_UNBLOCK, &bus, &guard_mask);
+}
+
+static void guard_end(void)
+{
+	struct sigaction cur;
+	/* Put the program's back; if it installed another meanwhile, that one stays. */
+	if (guard_in && sigaction(SIGBUS, &guard_prev, &cur) == 0 &&
+	    (!(cur.sa_flags & SA_SIGINFO) || cur.sa_sigaction != on_sigbus))
+		sigaction(SIGBUS, &cur, NULL);
+	guard_in = 0;
+	pthread_sigmask(SIG_SETMASK, &guard_mask, NULL);
+	if (guard_resend) {
+		guard_resend = 0;
+		kill(getpid(), SIGBUS);
+	}
+}
 
 /* fcntl through syscall(2): the libc wrapper is fcntl64@GLIBC_2.28 when built here. */
 static int ofd_lock(int fd, short type, int wait)
@@ -487,10 +590,12 @@ static void detach_locked(void)
 		ofd_lock(rfd, F_UNLCK, 0);
 		close(rfd);
 	}
+	__atomic_store_n(&guard_lo, NULL, __ATOMIC_RELAXED);
 	if (region)
-		munmap(region, (size_t)RSIZE); /* only ever touched under the lock we hold */
+		munmap(region, (size_t)RSIZE); /* only ever touched under the lock we hold (or the stand-in) */
 	rfd = -1;
 	region = NULL;
+	region_lost = 0;
 	slot = -1;
 }
 
@@ -501,6 +606,7 @@ static void map_locked(int fd, const struct stat *st, void *m)
 	rdev = st->st_dev;
 	rino = st->st_ino;
 	region = m;
+	__atomic_store_n(&guard_lo, (char *)m, __ATOMIC_RELAXED);
 }
 
 /*
@@ -637,7 +743,12 @@ static void validate_locked(int fresh, int rebuild)
 static void check_locked(void)
 {
 	const char *what = NULL;
-	if (region) {
+	if (region && region_lost) {
+		/* A fault put a stand-in over the mapping (the file was cut short
+		 * under an access): map the file again, rebuilt. */
+		detach_locked();
+		what = "truncated while in use";
+	} else if (region) {
 		struct stat a, b;
 		int64_t now = now_ns();
 		/* Deleting or renaming over the file leaves it with no link: fstat
@@ -717,6 +828,7 @@ static int lock_within(int64_t ns)
 		}
 		LOGD("usage region lock failed: %s", strerror(errno));
 	}
+	guard_begin();
 	check_locked();
 	return 1;
 }
@@ -725,6 +837,7 @@ static void unlock(void)
 {
 	if (rfd >= 0)
 		ofd_lock(rfd, F_UNLCK, 0);
+	guard_end();
 	pthread_mutex_unlock(&mu);
 }
 
@@ -766,6 +879,7 @@ int vgpu_region_open(const char *dir, const struct vgpu_limits *l)
 	retry_at = 0;
 	self = (int32_t)getpid();
 	read_self();
+	guard_begin();
 	if (attach_quietly() != 0)
 		check_locked(); /* made or put right under the lock (attach_locked takes it) */
 	int ok = region != NULL;
@@ -1305,6 +1419,7 @@ void vgpu_region_flush(void)
 		pthread_mutex_unlock(&mu);
 		return;
 	}
+	guard_begin();
 	check_locked();
 	if (region && slot < 0)
 		sync_locked();
@@ -1334,8 +1449,9 @@ __attribute__((destructor)) static void release_slot(void)
 	 * rebuilding on the way out, only worth not touching. */
 	struct stat st;
 	int held_lock = rfd >= 0 && ofd_lock_within(rfd, REPORT_WAIT_NS) == 0;
-	if (rfd >= 0 && (!held_lock || xfstat(rfd, &st) != 0 || st.st_size != RSIZE))
+	if (rfd >= 0 && (!held_lock || xfstat(rfd, &st) != 0 || st.st_size != RSIZE || region_lost))
 		slot = -1; /* left to the next rebuild: this process is gone by then */
+	guard_begin();
 	if (region && slot >= 0 && region->procs[slot].pid == self) {
 		for (int d = 0; d < vgpu.limits.ngpu; d++) {
 			uint64_t u = region->devices[d].used;
@@ -1347,6 +1463,7 @@ __attribute__((destructor)) static void release_slot(void)
 	exiting = 1;
 	if (held_lock)
 		ofd_lock(rfd, F_UNLCK, 0);
+	guard_end();
 	pthread_mutex_unlock(&mu);
 }
 
@@ -1363,6 +1480,10 @@ void vgpu_region_after_fork(void)
 		munmap(region, (size_t)RSIZE);
 	rfd = -1;
 	region = NULL;
+	guard_lo = NULL;
+	region_lost = 0;
+	guard_in = 0;
+	guard_resend = 0;
 	slot = -1;
 	exiting = 0;
 	attached = 0;

@@ -54,7 +54,7 @@ void *(*vgpu_real_dlsym_fn(void))(void *, const char *);
 void *vgpu_lib_sym(int id);
 /* Handle of the real library, opened on first use; NULL if it cannot be. */
 void *vgpu_lib_handle(int lib);
-/* The function a wrapper forwards to (next interposer or the library). */
+/* The function a wrapper forwards to: the library's own definition. */
 void *vgpu_next(int id);
 /* Hook id of an exported name, or -1. */
 int vgpu_hook_find(const char *name);

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -497,6 +498,55 @@ static void run(int argc, char **argv);
 /* dlsym as binaries built against glibc < 2.34 reference it. */
 extern void *dlsym_2_2_5(void *, const char *);
 __asm__(".symver dlsym_2_2_5,dlsym@GLIBC_2.2.5");
+
+/*
+ * A program with a SIGBUS handler of its own, for faults in a mapping of its
+ * own (ownbus): a thread maps a 1-page file it has truncated to nothing and
+ * touches it; the handler counts the fault and maps anonymous memory over the
+ * page, and the thread starts over, for as long as asked.
+ */
+static volatile sig_atomic_t own_faults;
+static char *volatile own_page;
+static pthread_t own_bus;
+
+static void own_sigbus(int sig, siginfo_t *si, void *uc)
+{
+	(void)sig;
+	(void)uc;
+	char *p = own_page;
+	if (p && (char *)si->si_addr >= p && (char *)si->si_addr < p + 4096 &&
+	    mmap(p, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == p) {
+		own_faults++;
+		return;
+	}
+	abort(); /* a fault this handler was not made for */
+}
+
+static void *own_bus_thread(void *arg)
+{
+	long ms = (long)arg;
+	char path[] = "/tmp/cudaprog-bus.XXXXXX";
+	int fd = mkstemp(path);
+	if (fd < 0 || ftruncate(fd, 4096) != 0)
+		return NULL;
+	unlink(path);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		char *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (p == MAP_FAILED || ftruncate(fd, 0) != 0)
+			break;
+		own_page = p;
+		*(volatile char *)p = 1; /* faults: the file has no page there now */
+		own_page = NULL;
+		munmap(p, 4096);
+		if (ftruncate(fd, 4096) != 0)
+			break;
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+	} while ((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 < ms);
+	close(fd);
+	return NULL;
+}
 
 int main(int argc, char **argv)
 {
@@ -1508,6 +1558,47 @@ static void run(int argc, char **argv)
 				close(fd);
 			for (int fd = 0; fd >= 0 && fd < 400;)
 				fd = open("/dev/null", O_RDONLY);
+		} else if (!strcmp(op, "ownbus")) {
+			/* ownbus:MS — installs the program's SIGBUS handler (own_sigbus) and starts a thread
+			 * that faults in a mapping of its own for MS ms. */
+			struct sigaction sa;
+			memset(&sa, 0, sizeof(sa));
+			sa.sa_sigaction = own_sigbus;
+			sa.sa_flags = SA_SIGINFO;
+			sigaction(SIGBUS, &sa, NULL);
+			if (pthread_create(&own_bus, NULL, own_bus_thread, (void *)atol(a[1])) != 0)
+				die("ownbus: %s%s", "no thread", "");
+		} else if (!strcmp(op, "ownbusjoin")) {
+			/* ownbusjoin — waits for that thread; fails unless the program's handler saw its
+			 * faults and is still the one installed. */
+			pthread_join(own_bus, NULL);
+			struct sigaction cur;
+			sigaction(SIGBUS, NULL, &cur);
+			printf("ownbus faults=%d\n", (int)own_faults);
+			if (!own_faults || cur.sa_sigaction != own_sigbus)
+				die("ownbus: %s%s", "the program's handler lost its faults or its place", "");
+		} else if (!strcmp(op, "dup3limits")) {
+			/* dup3limits:PATH — as a program that dup3()s a fresh open of the limits file PATH
+			 * over every descriptor of it that it finds in /proc/self/fd (the shim's): the same
+			 * file, another open file description. */
+			int n = 0;
+			for (int fd = 3; fd < 4096; fd++) {
+				char self[64], to[4096];
+				snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+				ssize_t l = readlink(self, to, sizeof(to) - 1);
+				if (l <= 0)
+					continue;
+				to[l] = 0;
+				if (strcmp(to, a[1]))
+					continue;
+				int fresh = open(a[1], O_RDONLY);
+				if (fresh < 0 || dup3(fresh, fd, O_CLOEXEC) != fd)
+					die("dup3 %s%s", a[1], "");
+				close(fresh);
+				n++;
+			}
+			if (!n)
+				die("dup3limits: no descriptor of %s%s", a[1], "");
 		} else if (!strcmp(op, "readfile")) {
 			/* readfile:PATH — opens PATH, reads it and closes it (as a program reading the limits file). */
 			char buf[256];

@@ -100,6 +100,7 @@ CUresult cuGraphExecUpdate_v2(CUgraphExec, CUgraph, void *);
 CUresult cuGraphExecKernelNodeSetParams(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS_v1 *);
 CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS_v2 *);
 CUresult cuGraphExecNodeSetParams(CUgraphExec, CUgraphNode, CUgraphNodeParams *);
+CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec, CUgraphNode, CUgraph);
 CUresult cuGraphNodeSetEnabled(CUgraphExec, CUgraphNode, unsigned);
 CUresult cuGraphAddNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraphNodeParams *);
 CUresult cuDeviceGraphMemTrim(CUdevice);
@@ -213,6 +214,8 @@ static void *bg_launch(void *e)
 
 static CUgraphNode knodes[4096]; /* kernel nodes made, in order */
 static int nknodes;
+static CUgraphNode cnodes[64]; /* child graph nodes made, in order */
+static int ncnodes;
 
 static void kernel_node(int v1, unsigned gx, unsigned gy, unsigned gz)
 {
@@ -288,6 +291,8 @@ static void op(char *spec)
 		check("cuGraphAddChildGraphNode", api.AddChildGraphNode(&node, parent, NULL, 0, graph), NULL);
 		check("cuGraphDestroy", api.GraphDestroy(graph), NULL);
 		graph = parent;
+		if (ncnodes < 64)
+			cnodes[ncnodes++] = node;
 	} else if (!strcmp(o, "galloc")) {
 		CUDA_MEM_ALLOC_NODE_PARAMS p;
 		memset(&p, 0, sizeof(p));
@@ -378,6 +383,19 @@ static void op(char *spec)
 			check("cuGraphExecKernelNodeSetParams", api.ExecKernelSet1(top(), kn, &k1), NULL);
 		} else {
 			check("cuGraphExecNodeSetParams", api.ExecNodeSet(top(), kn, &p), NULL);
+		}
+	} else if (!strcmp(o, "setchild") || !strcmp(o, "setchildnode")) {
+		/* setchild:I[:RC] / setchildnode:I[:RC] — the I-th child graph node made gets the
+		 * current graph, by cuGraphExecChildGraphNodeSetParams / cuGraphExecNodeSetParams. */
+		CUgraphNode cn = cnodes[atoi(a[1])];
+		if (!strcmp(o, "setchild")) {
+			check("cuGraphExecChildGraphNodeSetParams", api.ExecChildSet(top(), cn, graph), a[2]);
+		} else {
+			CUgraphNodeParams p;
+			memset(&p, 0, sizeof(p));
+			p.type = CU_GRAPH_NODE_TYPE_GRAPH;
+			p.u.graph = graph;
+			check("cuGraphExecNodeSetParams", api.ExecNodeSet(top(), cn, &p), a[2]);
 		}
 	} else if (!strcmp(o, "enable")) {
 		check("cuGraphNodeSetEnabled", api.NodeSetEnabled(top(), knodes[atoi(a[1])], (unsigned)atoi(a[2])), NULL);

@@ -3,7 +3,11 @@
 # Each test gets a temp dir with its own fake-GPU state, limits file and
 # usage region, passed through the overrides NRI_VGPU_LIMITS /
 # NRI_VGPU_REGION_DIR (honoured only while /run/nri-vgpu/limits does not
-# exist; nothing here creates it). Ends with "shim: N passed, M failed".
+# exist, and only outside a vGPU container: the shim here is loaded from
+# its build path, never from /usr/local/nri-vgpu/libvgpu-shim.so, and
+# nothing here creates /run/nri-vgpu or /etc/ld.so.preload on the host;
+# container_fails_closed plays the container in a mount namespace of its
+# own). Ends with "shim: N passed, M failed".
 # ONLY=REGEX runs only the tests whose name matches.
 set -u
 B=${B:?build dir}
@@ -241,9 +245,66 @@ test_limits_parser() {
 test_invalid_limits_fail_closed() {
 	setup
 	printf 'version=1\ngpu.0.uuid=%s\ngpu.0.memory=lots\ngpu.0.cores=50\n' "$UUID0" >"$T/limits"
-	run init alloc:1MiB:2 managed:1MiB:2 alloc:1:2 info:0:-
+	# No context either (nothing would count its own memory), no allocation.
+	run cuinit primary:0:2 newctx:0:2 newctxv1:0:2 green:0:2 alloc:1MiB:2 managed:1MiB:2 alloc:1:2
 	expect "stderr lines" "$(grep -c . "$T/err")" 1
 	grep -q "invalid limits file .*gpu.0.memory must be a byte count" "$T/err"
+}
+
+# in_container_ns SCRIPT — runs SCRIPT (bash) as root in a private mount
+# namespace where the built shim is at its container path,
+# /usr/local/nri-vgpu/libvgpu-shim.so (on a tmpfs over /usr/local), and /run
+# is a tmpfs of its own: nothing is mounted or made on the host.
+in_container_ns() {
+	unshare -m --propagation private bash -euc '
+		mount -t tmpfs nri-vgpu-test /usr/local
+		mkdir -p /usr/local/nri-vgpu
+		: >/usr/local/nri-vgpu/libvgpu-shim.so
+		mount --bind "$SHIM" /usr/local/nri-vgpu/libvgpu-shim.so
+		mount -t tmpfs nri-vgpu-test /run
+		'"$1"
+}
+
+test_container_fails_closed() {
+	if [ "$(id -u)" != 0 ] || ! unshare -m true 2>/dev/null; then
+		echo "    needs root and unshare -m"
+		return 1
+	fi
+	setup $((64 * MiB))
+	export SHIM PROG T
+	# A tenant moved /run/nri-vgpu away (nothing at the fixed path) and set
+	# the overrides to a valid file of its own: the shim, loaded from its
+	# container path, ignores them and refuses every context and allocation.
+	in_container_ns 'LD_PRELOAD=/usr/local/nri-vgpu/libvgpu-shim.so timeout 20 "$PROG" cuinit primary:0:2 		newctx:0:2 alloc:1MiB:2 >"$T/out" 2>"$T/err"'
+	grep -q '^ok$' "$T/out"
+	expect "stderr lines" "$(grep -c . "$T/err")" 1
+	grep -q 'limits file /run/nri-vgpu/limits is missing, but the shim was loaded from /usr/local/nri-vgpu/libvgpu-shim.so' \
+		"$T/err"
+	expect "override region used" "$(ls "$T/region")" ""
+	# The limits file there, the region directory gone: refused too.
+	in_container_ns 'mkdir -p /run/nri-vgpu && cp "$T/limits" /run/nri-vgpu/limits
+		LD_PRELOAD=/usr/local/nri-vgpu/libvgpu-shim.so timeout 20 "$PROG" cuinit primary:0:2 alloc:1MiB:2 		>"$T/out" 2>"$T/err"'
+	grep -q '^ok$' "$T/out"
+	grep -q 'usage region directory /run/nri-vgpu/region is missing' "$T/err"
+	# Both there: the fixed files rule (64 MiB), the override's 1 GiB does not.
+	limits $GiB 100 hard
+	in_container_ns 'mkdir -p /run/nri-vgpu/region
+		printf "version=1\ngpu.0.uuid=%s\ngpu.0.memory=%s\ngpu.0.cores=100\n" '"$UUID0 $((64 * MiB))"' \
+			>/run/nri-vgpu/limits
+		LD_PRELOAD=/usr/local/nri-vgpu/libvgpu-shim.so timeout 20 "$PROG" init alloc:64MiB alloc:1:2 		>"$T/out" 2>"$T/err"'
+	grep -q '^ok$' "$T/out"
+	# Loaded first under another path (the same file), the preload file still
+	# says where the container has it: fails closed all the same.
+	in_container_ns 'mount -t tmpfs nri-vgpu-test /etc
+		echo /usr/local/nri-vgpu/libvgpu-shim.so >/etc/ld.so.preload
+		LD_PRELOAD=$SHIM timeout 20 "$PROG" cuinit primary:0:2 alloc:1MiB:2 >"$T/out" 2>"$T/err"'
+	grep -q '^ok$' "$T/out"
+	grep -q 'limits file /run/nri-vgpu/limits is missing' "$T/err"
+	# Outside a container (the shim at its build path) the old rule holds:
+	# the override (1 GiB) counts.
+	run init alloc:1GiB alloc:1:2
+	# Nothing left on the host.
+	[ ! -e /usr/local/nri-vgpu ] && [ ! -e /run/nri-vgpu ] && [ ! -e /etc/ld.so.preload ]
 }
 
 test_absent_limits_pass_through() {
@@ -510,9 +571,39 @@ test_names_exact() {
 
 test_stacked_interposer() {
 	setup $((64 * MiB))
-	LD_PRELOAD="$SHIM $B/libinterposer.so" timeout 20 "$PROG" init alloc:64MiB alloc:1:2 >"$T/out" 2>"$T/err"
-	grep -q "interposer: 1 calls" "$T/err"
+	# As in a container: LD_PRELOAD is loaded before /etc/ld.so.preload, so a
+	# tenant's interposer comes before the shim. Its RTLD_NEXT lookup finds
+	# the shim's wrapper: each call goes through it once, counted once.
+	LD_PRELOAD="$B/libinterposer.so $SHIM" timeout 20 "$PROG" init alloc:64MiB alloc:1:2 info:0 \
+		>"$T/out" 2>"$T/err"
+	grep -q "interposer: 2 calls" "$T/err"
 	expect "used" "$(used)" 0
+	# Loaded after the shim, its RTLD_NEXT lookup gets the shim's wrapper
+	# too (not the driver's function), and the shim's wrappers never forward
+	# to it: no loop, nothing uncounted, and it is not called.
+	LD_PRELOAD="$SHIM $B/libinterposer.so" timeout 20 "$PROG" init alloc:64MiB alloc:1:2 info:0 \
+		>"$T/out" 2>"$T/err"
+	grep -q "interposer: 0 calls" "$T/err"
+}
+
+test_next_lookup_wrapped() {
+	local m
+	for m in link dl; do
+		setup $((64 * MiB))
+		# A library after the preloaded shim (linked before libcuda, or
+		# dlopened with libcuda as its own dependency) asks dlsym(RTLD_NEXT)
+		# for cuMemAlloc_v2 and allocates 16 MiB eight times: it gets the
+		# shim's wrapper, and only 4 fit in the 64 MiB quota.
+		LD_PRELOAD=$SHIM timeout 20 "$B/nextprog" 8 $m >"$T/out" 2>"$T/err" || { cat "$T/err"; return 1; }
+		grep -qx 'next cuMemAlloc_v2 libvgpu-shim.so' "$T/out"
+		grep -qx 'next cuMemFree_v2 libvgpu-shim.so' "$T/out"
+		grep -qx 'allocated 4' "$T/out"
+		# dlvsym finds no unversioned definition (none of the driver's names
+		# has a version), so it is no way around the hook.
+		grep -qx 'vnext cuMemAlloc_v2 none' "$T/out"
+		# Names the shim does not hook still resolve relative to the caller.
+		grep -qx 'next cuDeviceGet libcuda.so.1' "$T/out"
+	done
 }
 
 # ---- cross-process ----------------------------------------------------------------------------------------
@@ -647,6 +738,51 @@ test_hostpid_from_proc() {
 		touch "$T/end"
 		wait $u
 	done
+}
+
+test_region_truncated_in_use() {
+	# The region file is the tenant's to write: a loop truncates it to nothing and grows it back
+	# as fast as it can while 8 processes allocate and free at random for 3 s. Accesses that
+	# race with a truncation fault (SIGBUS), which must kill no one: every process exits 0, and
+	# the quota holds (the region is only a report; the fake GPU's peak stays within it).
+	setup $((48 * MiB))
+	local i pids=() bad=0
+	# Half of them have a SIGBUS handler of their own, and a thread that faults in a mapping of
+	# their own all along: those faults reach the program's handler (the default action would
+	# kill), and it is still installed at the end.
+	for i in $(seq 1 8); do
+		local own=""
+		if [ $((i % 2)) = 0 ]; then own="ownbus:3000"; fi
+		# shellcheck disable=SC2086
+		LD_PRELOAD=$SHIM timeout 60 "$PROG" init waitfile:"$T/go" $own churn:3000:8MiB:$i ${own:+ownbusjoin} \
+			>"$T/churn.$i" 2>"$T/err.$i" &
+		pids+=($!)
+	done
+	waitfor "$T/region/usage"
+	python3 - "$T/region/usage" 3.5 >"$T/truncs" <<-'EOF' &
+		import os, sys, time
+		path, until = sys.argv[1], time.monotonic() + float(sys.argv[2])
+		size, n = os.stat(path).st_size, 0
+		while time.monotonic() < until:
+		    try:
+		        os.truncate(path, 0)
+		        os.truncate(path, size)
+		        n += 1
+		    except OSError:
+		        pass
+		print(n)
+	EOF
+	local tr=$!
+	touch "$T/go"
+	for i in $(seq 1 8); do
+		wait "${pids[$((i - 1))]}" || { echo "    process $i: exit $?"; bad=1; }
+	done
+	wait $tr
+	expect "processes that churned" "$(cat "$T"/churn.* | grep -c '^churn ok=')" 8 || bad=1
+	expect "programs whose own handler saw their faults" "$(cat "$T"/churn.* | grep -c '^ownbus faults=[1-9]')" 4 || bad=1
+	LD_PRELOAD= timeout 20 "$PROG" peak:0:$((48 * MiB)) >"$T/out" 2>"$T/err" || { cat "$T/out"; bad=1; }
+	echo "    info: $(cat "$T/truncs") truncations"
+	return $bad
 }
 
 test_region_lock_held() {
@@ -967,7 +1103,26 @@ test_descriptors_closed() {
 	expect "region used" "$(used)" $((64 * MiB))
 	touch "$T/end"
 	wait $a
-	grep -q "descriptor was closed by the program" "$T/err.a"
+	grep -q "descriptor was closed or replaced by the program" "$T/err.a"
+}
+
+test_descriptor_replaced() {
+	# A program that dup3()s a fresh open of the limits file over the shim's descriptor: the
+	# same file (fstat cannot tell), but the description holding the process's leases, slot and
+	# host pid claim is closed with every lock on it. At its next grant the shim sees its slot's
+	# locks gone, opens the file again and takes everything again, so a sibling finds the
+	# container full: 32 + 16 + 16 MiB, never more.
+	setup $((64 * MiB))
+	LD_PRELOAD=$SHIM timeout 60 "$PROG" init alloc:32MiB dup3limits:"$T/limits" alloc:16MiB touch:"$T/held" \
+		waitfile:"$T/end" >"$T/out.a" 2>"$T/err.a" &
+	local a=$! r=0
+	waitfor "$T/held" $a || { cat "$T/out.a" "$T/err.a"; return 1; }
+	run init alloc:16MiB alloc:1:2 peak:0:64MiB || r=1
+	expect "region used after the sibling" "$(used)" $((48 * MiB)) || r=1
+	touch "$T/end"
+	wait $a || r=1
+	grep -q "descriptor was closed or replaced by the program" "$T/err.a" || r=1
+	return $r
 }
 
 test_descriptors_closed_reports() {
@@ -1287,6 +1442,7 @@ t limits_parser test_limits_parser
 t invalid_limits_fail_closed test_invalid_limits_fail_closed
 t absent_limits_pass_through test_absent_limits_pass_through
 t override_rule test_override_ignored_when_fixed_path_exists
+t container_fails_closed test_container_fails_closed
 t boundary test_boundary
 t every_counted_api test_every_counted_api
 t array_formats test_array_formats
@@ -1299,12 +1455,14 @@ t reported_memory test_reported_memory
 t threads_without_context test_threads_without_context
 t names_exact test_names_exact
 t stacked_interposer test_stacked_interposer
+t next_lookup_wrapped test_next_lookup_wrapped
 t 16_racers test_16_racers
 t sigkill_mid_allocation test_sigkill_mid_allocation
 t nvml_absent_no_search test_nvml_absent_no_search
 t slot_rebuilt_ahead test_slot_rebuilt_ahead
 t hostpid_from_proc test_hostpid_from_proc
 t region_lock_held test_region_lock_held
+t region_truncated_in_use test_region_truncated_in_use
 t slot_made_for_it test_slot_made_for_it
 t pid_reuse test_pid_reuse
 t fork test_fork
@@ -1331,6 +1489,7 @@ t ledger_unusable_fails_closed test_ledger_unusable_fails_closed
 t ledger_forged_entries test_ledger_forged_entries
 t descriptors_closed test_descriptors_closed
 t descriptors_closed_reports test_descriptors_closed_reports
+t descriptor_replaced test_descriptor_replaced
 t context_footprint_claims_forged test_context_footprint_claims_forged
 t hostpid_discovery test_hostpid_discovery
 t hostpid_same_namespace_concurrent test_hostpid_same_namespace_concurrent

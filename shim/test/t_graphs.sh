@@ -39,6 +39,27 @@ test_graph_work() {
 	done
 }
 
+test_graph_child_set() {
+	local m
+	for m in "${GMODES[@]}"; do
+		setup $((64 * MiB)) 100 hard debug
+		# A child graph of one 1-block kernel beside a 1-block kernel (2
+		# waves); then the child node is given a graph of one 1320-block
+		# kernel (10 waves on 132 SMs), then one of 264 blocks (2 waves):
+		# what a launch runs and is charged is the new child's, by either
+		# setter. The fake runs it: 11 ms, then 3 ms more.
+		# shellcheck disable=SC2086
+		grun $m init graph kernel:1 child kernel:1 inst graph kernel:1320 setchild:0 launch sync \
+			busy:11000000 graph kernel:264 setchildnode:0 launch sync busy:14000000 \
+			graph kernel:5 kernel:5 setchild:0:1
+		grep -q 'graph exec 0x[0-9a-f]*: 2 thread blocks a launch' "$T/err"
+		grep -q 'graph exec 0x[0-9a-f]* changed: 1321 thread blocks a launch, 11 waves$' "$T/err"
+		grep -q 'graph exec 0x[0-9a-f]* changed: 265 thread blocks a launch, 3 waves$' "$T/err"
+		# A graph of another topology is refused, and changes nothing.
+		expect "$m changes" "$(grep -c 'changed:' "$T/err")" 2
+	done
+}
+
 test_graph_memory_backed() {
 	local m
 	for m in "${GMODES[@]}"; do
@@ -148,6 +169,7 @@ test_graph_memory_racing_follow() {
 }
 
 t graph_work test_graph_work
+t graph_child_set test_graph_child_set
 t graph_memory_backed test_graph_memory_backed
 t graph_memory_live test_graph_memory_live
 t graph_memory_upload_flag test_graph_memory_upload_flag

@@ -1980,6 +1980,7 @@ FG(cuDeviceSetGraphMemAttribute) FG(cuGraphInstantiate) FG(cuGraphInstantiate_v2
 FG(cuGraphInstantiateWithFlags) FG(cuGraphInstantiateWithParams) FG(cuGraphInstantiateWithParams_ptsz)
 FG(cuGraphExecDestroy) FG(cuGraphExecUpdate) FG(cuGraphExecUpdate_v2)
 FG(cuGraphExecKernelNodeSetParams) FG(cuGraphExecKernelNodeSetParams_v2) FG(cuGraphExecNodeSetParams)
+FG(cuGraphExecChildGraphNodeSetParams)
 FG(cuGraphNodeSetEnabled) FG(cuGraphAddNode) FG(cuGraphUpload) FG(cuGraphUpload_ptsz) FG(cuGraphLaunch) FG(cuGraphLaunch_ptsz)
 FG(cuStreamBeginCapture) FG(cuStreamBeginCapture_ptsz) FG(cuStreamBeginCapture_v2)
 FG(cuStreamBeginCapture_v2_ptsz) FG(cuStreamEndCapture) FG(cuStreamEndCapture_ptsz) FG(cuStreamIsCapturing)
@@ -2163,6 +2164,7 @@ static const struct entry table[] = {
 	E(cuGraphExecKernelNodeSetParams, 10010, cuGraphExecKernelNodeSetParams),
 	E(cuGraphExecKernelNodeSetParams, 12000, cuGraphExecKernelNodeSetParams_v2),
 	E(cuGraphExecNodeSetParams, 12020, cuGraphExecNodeSetParams),
+	E(cuGraphExecChildGraphNodeSetParams, 11010, cuGraphExecChildGraphNodeSetParams),
 	E(cuGraphNodeSetEnabled, 11060, cuGraphNodeSetEnabled),
 	E(cuGraphAddNode, 12020, cuGraphAddNode),
 	EP(cuGraphUpload, 11010, cuGraphUpload),

@@ -71,6 +71,7 @@ struct CUgraphExec_st {
 	uint64_t *kernels; /* grid blocks of each kernel */
 	size_t nk;
 	CUgraphNode *knodes;  /* ... the node each came from (for the per-node setters) */
+	CUgraphNode *kparent; /* ... the top-level child graph node it lies in, or NULL */
 	unsigned char *koff;  /* ... disabled (cuGraphNodeSetEnabled) */
 	struct galloc **allocs; /* allocations made by a launch */
 	int *freed_inside;      /* ... and whether the graph frees them too */
@@ -515,8 +516,9 @@ static int push(void **v, size_t *n, size_t elem)
 	return 0;
 }
 
-/* Flattens g (child graphs included) into e. */
-static int flatten(struct CUgraphExec_st *e, CUgraph g)
+/* Flattens g (child graphs included) into e; top: the top-level child graph
+ * node g lies in (NULL for the graph itself). */
+static int flatten_in(struct CUgraphExec_st *e, CUgraph g, CUgraphNode top)
 {
 	for (size_t i = 0; i < g->n; i++) {
 		CUgraphNode n = g->nodes[i];
@@ -529,11 +531,15 @@ static int flatten(struct CUgraphExec_st *e, CUgraph g)
 				CUgraphNode *kv = realloc(e->knodes, e->nk * sizeof(*kv));
 				if (kv)
 					e->knodes = kv;
-				unsigned char *ov = kv ? realloc(e->koff, e->nk) : NULL;
+				CUgraphNode *pv = kv ? realloc(e->kparent, e->nk * sizeof(*pv)) : NULL;
+				if (pv)
+					e->kparent = pv;
+				unsigned char *ov = pv ? realloc(e->koff, e->nk) : NULL;
 				if (!ov)
 					return -1;
 				e->koff = ov;
 				kv[e->nk - 1] = n;
+				pv[e->nk - 1] = top;
 				ov[e->nk - 1] = 0;
 			}
 			break;
@@ -548,11 +554,18 @@ static int flatten(struct CUgraphExec_st *e, CUgraph g)
 			e->frees[e->nf - 1] = n->freed;
 			break;
 		case CU_GRAPH_NODE_TYPE_GRAPH:
-			if (flatten(e, n->child))
+			if (flatten_in(e, n->child, top ? top : n))
 				return -1;
 			break;
 		}
 	}
+	return 0;
+}
+
+static int flatten(struct CUgraphExec_st *e, CUgraph g)
+{
+	if (flatten_in(e, g, NULL))
+		return -1;
 	e->freed_inside = calloc(e->na ? e->na : 1, sizeof(int));
 	if (!e->freed_inside)
 		return -1;
@@ -567,6 +580,7 @@ static void exec_free(struct CUgraphExec_st *e)
 {
 	free(e->kernels);
 	free(e->knodes);
+	free(e->kparent);
 	free(e->koff);
 	free(e->allocs);
 	free(e->freed_inside);
@@ -704,14 +718,16 @@ static CUresult update(CUgraphExec e, CUgraph g)
 	}
 	pthread_mutex_lock(&gmu);
 	uint64_t *k = e->kernels;
-	CUgraphNode *kn = e->knodes;
+	CUgraphNode *kn = e->knodes, *kp = e->kparent;
 	unsigned char *ko = e->koff;
 	e->kernels = n->kernels;
 	e->knodes = n->knodes;
+	e->kparent = n->kparent;
 	e->koff = n->koff;
 	e->nk = n->nk;
 	n->kernels = k;
 	n->knodes = kn;
+	n->kparent = kp;
 	n->koff = ko;
 	pthread_mutex_unlock(&gmu);
 	exec_free(n);
@@ -753,10 +769,42 @@ EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec e, CUgraphNode n, 
 	return exec_node(e, n, GRID(p->gridDimX, p->gridDimY, p->gridDimZ), -1);
 }
 
+/*
+ * The child graph node n of e runs child's parameters from now on. As the
+ * driver requires, child has the topology of the graph in n (here: as many
+ * kernel nodes, in the same order) and no memory nodes.
+ */
+EXPORT CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec e, CUgraphNode n, CUgraph child)
+{
+	if (!e || !n || !child || n->type != CU_GRAPH_NODE_TYPE_GRAPH || has_memory_nodes(child))
+		return CUDA_ERROR_INVALID_VALUE;
+	struct CUgraphExec_st *t = calloc(1, sizeof(*t));
+	if (!t || flatten_in(t, child, NULL)) {
+		if (t)
+			exec_free(t);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	CUresult rc = CUDA_SUCCESS;
+	pthread_mutex_lock(&gmu);
+	size_t have = 0;
+	for (size_t i = 0; i < e->nk; i++)
+		have += e->kparent && e->kparent[i] == n;
+	if (have != t->nk)
+		rc = CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0, j = 0; rc == CUDA_SUCCESS && i < e->nk; i++)
+		if (e->kparent[i] == n)
+			e->kernels[i] = t->kernels[j++];
+	pthread_mutex_unlock(&gmu);
+	exec_free(t);
+	return rc;
+}
+
 EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec e, CUgraphNode n, CUgraphNodeParams *p)
 {
+	if (p && p->type == CU_GRAPH_NODE_TYPE_GRAPH)
+		return cuGraphExecChildGraphNodeSetParams(e, n, p->u.graph);
 	if (!p || p->type != CU_GRAPH_NODE_TYPE_KERNEL)
-		return CUDA_ERROR_NOT_SUPPORTED; /* only kernel nodes here */
+		return CUDA_ERROR_NOT_SUPPORTED; /* only kernel and child graph nodes here */
 	return cuGraphExecKernelNodeSetParams_v2(e, n, &p->u.kernel);
 }
 
