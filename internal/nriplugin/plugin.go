@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,6 +43,10 @@ type Options struct {
 	Host      oci.Host
 	Inventory Inventory
 	Logger    *slog.Logger // nil: slog.Default()
+	// HookPath is the host path of the nri-vgpu binary that the runtime
+	// runs as the pin hook of vGPU containers (oci.PinHook); "": this
+	// process's executable.
+	HookPath string
 }
 
 // Plugin handles the NRI events. Its methods are called by the NRI stub; it
@@ -52,6 +57,7 @@ type Plugin struct {
 	host oci.Host
 	inv  Inventory
 	log  *slog.Logger
+	hook string // oci.HostFiles.Hook
 
 	bindings *bindings.Store // allocation ID -> pod, for good
 
@@ -87,7 +93,14 @@ func New(opts Options) (*Plugin, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nri plugin: %w", err)
 	}
+	hook := opts.HookPath
+	if hook == "" {
+		if hook, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("nri plugin: locate this executable for the pin hook: %w", err)
+		}
+	}
 	return &Plugin{
+		hook:     hook,
 		cfg:      opts.Config,
 		key:      opts.Key,
 		host:     opts.Host,
@@ -264,6 +277,7 @@ func (p *Plugin) verify(value, podUID string) (*limits.Allocation, error) {
 // apply computes the edits of a verified allocation whose host files were
 // provisioned at files, as an adjustment of ctr.
 func (p *Plugin) apply(a *limits.Allocation, files oci.HostFiles, ctr *api.Container, log *slog.Logger) (*api.ContainerAdjustment, error) {
+	files.Hook = p.hook
 	edits, err := oci.Compute(a, p.cfg, p.host, files)
 	if err != nil {
 		return nil, err

@@ -104,8 +104,10 @@ func TestGPUContainerGetsEveryEdit(t *testing.T) {
 	if got := envOf(s, oci.EnvVisibleDevices); got != "void" {
 		t.Errorf("%s = %q, want void (CDI injection)", oci.EnvVisibleDevices, got)
 	}
-	if n := len(s.Hooks.CreateContainer); n != 5 {
-		t.Errorf("createContainer hooks = %d, want 5 (CDI update-ldcache, create-symlinks, ...)", n)
+	if n := len(s.Hooks.CreateContainer); n != 6 {
+		t.Errorf("createContainer hooks = %d, want 6 (CDI update-ldcache, create-symlinks, ..., then the pin hook)", n)
+	} else if h := s.Hooks.CreateContainer[5]; h.Path != self(t) || !slices.Equal(h.Args, []string{self(t), "hook", "pin"}) {
+		t.Errorf("last createContainer hook = %+v, want %s hook pin (this executable)", h, self(t))
 	}
 	dir := filepath.Join(h.cfg.Paths.RunDir, "containers", "c1")
 	for dst, src := range map[string]string{
@@ -475,4 +477,15 @@ func TestNewValidatesOptions(t *testing.T) {
 	if _, err := New(Options{Config: cfg, Key: key, Host: host, Inventory: inv}); err != nil {
 		t.Errorf("New with every option: %v", err)
 	}
+}
+
+// self is this test binary: what the plugin runs as the pin hook when
+// Options.HookPath is empty.
+func self(t *testing.T) string {
+	t.Helper()
+	p, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

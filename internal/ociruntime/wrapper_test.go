@@ -208,7 +208,7 @@ const ctrID = "a2fba5934a2e447f1a513088e8841cdf66caa93945ebbe6f5b7aef5961a7a471"
 // and owner of the fake host nodes) with an rwm allow rule each; the shim,
 // preload, limits and region bind mounts join the base mounts, all ordered
 // by depth, then destination, as runtimes sort them.
-func vgpuSpec(t *testing.T, e *testEnv, env []string, visible string, minors ...int64) []byte {
+func vgpuSpec(t *testing.T, e *testEnv, self string, env []string, visible string, minors ...int64) []byte {
 	t.Helper()
 	s := baseSpec(env...)
 	for i, kv := range s.Process.Env {
@@ -244,6 +244,9 @@ func vgpuSpec(t *testing.T, e *testEnv, env []string, visible string, minors ...
 		{Destination: "/run/nri-vgpu/region", Type: "bind", Source: filepath.Join(dir, "region"), Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
 		{Destination: "/usr/local/nri-vgpu/libvgpu-shim.so", Type: "bind", Source: e.cfg.Paths.ShimPath, Options: []string{"rbind", "ro", "nosuid", "nodev"}},
 	}
+	// The pin hook, run by the wrapper's own binary.
+	timeout := 10
+	s.Hooks = &specs.Hooks{CreateContainer: []specs.Hook{{Path: self, Args: []string{self, "hook", "pin"}, Timeout: &timeout}}}
 	data, err := json.Marshal(s)
 	if err != nil {
 		t.Fatal(err)
@@ -338,7 +341,7 @@ func TestCreate(t *testing.T) {
 					t.Errorf("exec %s %q, want %s with the arguments unchanged", rec.path, rec.argv, e.next)
 				}
 				// The spec it reads is the original with the vGPU edits.
-				if want := vgpuSpec(t, e, r.env, r.visible, r.minors...); !bytes.Equal(rec.spec, want) {
+				if want := vgpuSpec(t, e, "/nonexistent/nri-vgpu-runtime", r.env, r.visible, r.minors...); !bytes.Equal(rec.spec, want) {
 					t.Errorf("spec seen by the next runtime\n got %s\nwant %s", rec.spec, want)
 				}
 				if st, err := os.Stat(specPath); err != nil || st.Mode().Perm() != 0o600 {
@@ -731,7 +734,7 @@ func TestMainExecsNextRuntime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := vgpuSpec(t, e, env, "void", 0); !bytes.Equal(seen, want) {
+	if want := vgpuSpec(t, e, self, env, "void", 0); !bytes.Equal(seen, want) {
 		t.Errorf("spec seen by the next runtime\n got %s\nwant %s", seen, want)
 	}
 	// The runtime log holds JSON lines only: containerd parses them.

@@ -51,6 +51,8 @@ type Container struct {
 	// plugin's annotations and then kubelet's own override them, which is
 	// kubelet's precedence.
 	ExtraAnnotations map[string]string
+	// ReadOnlyRootFilesystem is the container's securityContext field.
+	ReadOnlyRootFilesystem bool
 }
 
 // EnvVar is one environment variable of a container spec.
