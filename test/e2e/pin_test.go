@@ -122,6 +122,8 @@ func testImageLinksRefuseTheContainer(t *testing.T, containerd string) {
 		want := "nri-vgpu: " + tt.link + " in the image is a symbolic link; refusing"
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("GPU pod of an image with %s -> %s: error = %v, want one containing %q", tt.link, tt.target, err, want)
+		} else {
+			t.Logf("%s -> %s: the create error CRI returns: %v", tt.link, tt.target, err)
 		}
 		plain := &kubeletsim.Pod{Name: "plain", UID: kubeletsim.NewUID(), TerminationGracePeriod: 5 * time.Second,
 			Containers: []kubeletsim.Container{{Name: "main", Image: ref}}}
