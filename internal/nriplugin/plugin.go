@@ -43,10 +43,6 @@ type Options struct {
 	Host      oci.Host
 	Inventory Inventory
 	Logger    *slog.Logger // nil: slog.Default()
-	// HookPath is the host path of the nri-vgpu binary that the runtime
-	// runs as the pin hook of vGPU containers (oci.PinHook); "": this
-	// process's executable.
-	HookPath string
 }
 
 // Plugin handles the NRI events. Its methods are called by the NRI stub; it
@@ -93,7 +89,8 @@ func New(opts Options) (*Plugin, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nri plugin: %w", err)
 	}
-	hook := opts.HookPath
+	// The pin hook (oci.PinHook): paths.hook_path, else this binary.
+	hook := opts.Config.Paths.HookPath
 	if hook == "" {
 		if hook, err = os.Executable(); err != nil {
 			return nil, fmt.Errorf("nri plugin: locate this executable for the pin hook: %w", err)

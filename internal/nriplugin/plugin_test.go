@@ -489,3 +489,25 @@ func self(t *testing.T) string {
 	}
 	return p
 }
+
+// TestPinHookFromConfig: paths.hook_path names the binary the runtime runs
+// as the pin hook (where the plugin's own binary is not on the host).
+func TestPinHookFromConfig(t *testing.T) {
+	cfg := newConfig(t)
+	cfg.Paths.HookPath = "/opt/nri-vgpu/bin/nri-vgpu"
+	h := newHarness(t, cfg)
+	ann, _ := sign(t, h.key, gpu0)
+	p := pod("sb1", "uid-1")
+	adj, err := h.create(p, container("c1", p, ann))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := specFor(t, adj)
+	hooks := s.Hooks.CreateContainer
+	if len(hooks) == 0 {
+		t.Fatal("no createContainer hook")
+	}
+	if h := hooks[len(hooks)-1]; h.Path != "/opt/nri-vgpu/bin/nri-vgpu" || !slices.Equal(h.Args, []string{"/opt/nri-vgpu/bin/nri-vgpu", "hook", "pin"}) {
+		t.Errorf("pin hook = %+v, want /opt/nri-vgpu/bin/nri-vgpu hook pin", h)
+	}
+}

@@ -11,6 +11,7 @@
 package ociruntime
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -263,9 +264,10 @@ func (w *Wrapper) apply(spec *Spec, alloc *limits.Allocation, files oci.HostFile
 		defer h.Close()
 		host = h
 	}
-	// This binary is the pin hook too (Main): the one Docker runs is on
-	// the host, where runc runs the hook.
-	files.Hook = w.Self
+	// This binary is the pin hook too (Main) unless paths.hook_path
+	// names another: the one Docker runs is on the host, where runc runs
+	// the hook.
+	files.Hook = cmp.Or(w.Config.Paths.HookPath, w.Self)
 	edits, err := oci.Compute(alloc, w.Config, host, files)
 	if err != nil {
 		return err
