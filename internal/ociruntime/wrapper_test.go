@@ -910,3 +910,42 @@ func TestMainDelete(t *testing.T) {
 		})
 	}
 }
+
+// TestMainRunsThePinHook runs the wrapper's binary the way runc runs the
+// hook it puts into the spec ("hook pin", the state on stdin), for a root
+// whose /etc/ld.so.preload is a symbolic link: it refuses, naming the path,
+// instead of taking "hook" for a runtime verb.
+func TestMainRunsThePinHook(t *testing.T) {
+	bundle := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(bundle, "rootfs", "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/tmp/preload", filepath.Join(bundle, "rootfs", "etc", "ld.so.preload")); err != nil {
+		t.Fatal(err)
+	}
+	spec := specs.Spec{Root: &specs.Root{Path: "rootfs"}}
+	for _, p := range oci.PinnedPaths {
+		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: p, Type: "bind", Source: "/"})
+	}
+	writeJSON := func(v any) []byte {
+		data, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+	if err := os.WriteFile(filepath.Join(bundle, SpecFileName), writeJSON(spec), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "hook", "pin")
+	cmd.Env = append(os.Environ(), envMain+"=1", "NRI_VGPU_CONFIG=/nonexistent/config.toml")
+	cmd.Stdin = bytes.NewReader(writeJSON(specs.State{ID: ctrID, Bundle: bundle}))
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Errorf("hook pin: %v, want exit status 1", err)
+	}
+	if want := "nri-vgpu-runtime: /etc/ld.so.preload in the image is a symbolic link; refusing\n"; string(out) != want {
+		t.Errorf("hook pin wrote %q, want %q", out, want)
+	}
+}

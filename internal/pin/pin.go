@@ -130,20 +130,29 @@ func Pin(rootfs string, sources map[string]string, readonly bool) error {
 }
 
 // check verifies that each destination is the mount of its host source.
+// The shape of every path is checked first, so that an image's link is
+// what the refusal names, whichever path it lies on.
 func check(root *os.File, dests []string, sources map[string]string) error {
-	for _, d := range dests {
-		var host unix.Stat_t
-		if err := unix.Stat(sources[d], &host); err != nil {
-			return fmt.Errorf("pin hook: host source %s of %s: %w", sources[d], d, err)
+	fds := make([]int, 0, len(dests))
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
 		}
+	}()
+	for _, d := range dests {
 		fd, err := Walk(root, d)
 		if err != nil {
 			return err
 		}
+		fds = append(fds, fd)
+	}
+	for i, d := range dests {
+		var host unix.Stat_t
+		if err := unix.Stat(sources[d], &host); err != nil {
+			return fmt.Errorf("pin hook: host source %s of %s: %w", sources[d], d, err)
+		}
 		var stx unix.Statx_t
-		err = unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW, unix.STATX_INO, &stx)
-		unix.Close(fd)
-		if err != nil {
+		if err := unix.Statx(fds[i], "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW, unix.STATX_INO, &stx); err != nil {
 			return fmt.Errorf("pin hook: stat %s: %w", d, err)
 		}
 		if unix.Mkdev(stx.Dev_major, stx.Dev_minor) != host.Dev || stx.Ino != host.Ino {
