@@ -20,7 +20,7 @@ import (
 
 // rootfs is a container root holding the four pinned paths as plain files
 // and directories, as the runtime leaves them before it mounts.
-func rootfs(t *testing.T) string {
+func rootfs(t testing.TB) string {
 	t.Helper()
 	root := t.TempDir()
 	for _, d := range []string{"etc", "usr/local/nri-vgpu", "run/nri-vgpu/region", "tmp"} {
