@@ -99,7 +99,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "configure":
 		return configure.Main(rest, stdout, stderr)
 	case "hook":
-		return pin.Main(name, rest, os.Stdin, stderr)
+		return pin.Main(name, fs.Args(), os.Stdin, stderr)
 	case "help":
 		fs.SetOutput(stdout)
 		fs.Usage()

@@ -376,7 +376,7 @@ func Main(argv []string, stderr io.Writer) int {
 	if len(argv) > 1 && argv[1] == oci.PinHookArgs[0] {
 		// runc has no such verb: this is the createContainer hook this
 		// wrapper put into the spec.
-		return pin.Main(Name, argv[2:], os.Stdin, stderr)
+		return pin.Main(Name, argv[1:], os.Stdin, stderr)
 	}
 	a := ParseArgs(argv)
 	log, closeLog := openRuntimeLog(a)

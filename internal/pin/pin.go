@@ -35,12 +35,13 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
 )
 
-// Main runs "prog hook ARGS" (ARGS = oci.PinHookArgs without "hook"): the
-// container's state (OCI runtime spec, "state") on stdin; a message starting
-// with prog on stderr and status 1 when the container must not start, 2 for
-// other arguments.
+// Main runs the pin hook as "prog ARGS", ARGS being every argument after
+// the program's name, which must be oci.PinHookArgs ("hook pin", as
+// oci.PinHook puts them into the spec): the container's state (OCI runtime
+// spec, "state") on stdin; a message starting with prog on stderr and
+// status 1 when the container must not start, 2 for other arguments.
 func Main(prog string, args []string, stdin io.Reader, stderr io.Writer) int {
-	if !slices.Equal(append([]string{"hook"}, args...), oci.PinHookArgs) {
+	if !slices.Equal(args, oci.PinHookArgs) {
 		fmt.Fprintf(stderr, "usage: %s %s   (run by the container runtime as a createContainer hook)\n", prog, strings.Join(oci.PinHookArgs, " "))
 		return 2
 	}

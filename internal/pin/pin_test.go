@@ -210,14 +210,14 @@ func TestMainRefusesWithTheMessage(t *testing.T) {
 	}
 	state, _ := json.Marshal(specs.State{ID: "c1", Bundle: bundle})
 	var stderr bytes.Buffer
-	if code := Main("nri-vgpu", []string{"pin"}, bytes.NewReader(state), &stderr); code != 1 {
+	if code := Main("nri-vgpu", []string{"hook", "pin"}, bytes.NewReader(state), &stderr); code != 1 {
 		t.Errorf("status = %d, want 1", code)
 	}
 	if want := "nri-vgpu: /etc/ld.so.preload in the image is a symbolic link; refusing\n"; stderr.String() != want {
 		t.Errorf("stderr = %q, want %q", stderr.String(), want)
 	}
 	stderr.Reset()
-	if code := Main("nri-vgpu", []string{"pinn"}, bytes.NewReader(state), &stderr); code != 2 {
+	if code := Main("nri-vgpu", []string{"hook", "pinn"}, bytes.NewReader(state), &stderr); code != 2 {
 		t.Errorf("status for \"hook pinn\" = %d, want 2 (usage)", code)
 	}
 }
