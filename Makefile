@@ -14,12 +14,18 @@ VERSION       ?= $(shell git describe --tags --always --dirty 2>/dev/null || ech
 # leaves the NVML functions to lazy binding (the library is opened at run
 # time), and binding them at start fails where there is no NVML.
 GOFLAGS_BUILD := -trimpath -buildmode=pie -ldflags "-B gobuildid -X $(MODULE)/internal/version.Version=$(VERSION)"
+# The pin hook (cmd/nri-vgpu-hook) is run by runc on the host, whose C
+# library may be older than the build's or absent: without cgo, and not a
+# PIE, which Go's linker makes dynamically linked (an ELF interpreter does
+# its relocations). cmd/nri-vgpu-hook's test builds it with this rule and
+# fails if it has an interpreter or needs a library.
+GOFLAGS_STATIC := -trimpath -ldflags "-B gobuildid"
 FUZZTIME      ?= 5s
 
 STATICCHECK_VERSION := v0.8.2
 DEADCODE_VERSION    := v0.52.0
 
-COMMANDS := nri-vgpu nri-vgpu-device-plugin nri-vgpu-runtime nri-vgpu-dra-driver
+COMMANDS := nri-vgpu nri-vgpu-device-plugin nri-vgpu-runtime nri-vgpu-dra-driver nri-vgpu-hook
 
 .PHONY: all build shim deps test test-go test-shim test-e2e test-docker test-packages test-deps fuzz lint bench demo demo-cluster e2e packages clean
 
@@ -36,6 +42,8 @@ $(BIN)/nri-vgpu-runtime: FORCE
 	$(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/nri-vgpu-runtime
 $(BIN)/nri-vgpu-dra-driver: FORCE
 	$(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/dra-driver
+$(BIN)/nri-vgpu-hook: FORCE
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_STATIC) -o $@ ./cmd/nri-vgpu-hook
 FORCE:
 
 shim:

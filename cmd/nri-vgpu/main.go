@@ -11,6 +11,7 @@
 //	nri-vgpu [--config FILE] status [-o table|json]
 //	nri-vgpu configure containerd|docker [flags]
 //	nri-vgpu version
+//	nri-vgpu hook pin   (run by the container runtime: internal/pin)
 package main
 
 import (
@@ -32,6 +33,7 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/internal/logging"
 	"github.com/nri-vgpu/nri-vgpu/internal/metrics"
 	"github.com/nri-vgpu/nri-vgpu/internal/nriplugin"
+	"github.com/nri-vgpu/nri-vgpu/internal/pin"
 	"github.com/nri-vgpu/nri-vgpu/internal/status"
 	"github.com/nri-vgpu/nri-vgpu/internal/version"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
@@ -48,6 +50,8 @@ const usage = `usage: nri-vgpu [global flags]                 run the NRI plugin
        nri-vgpu configure containerd|docker [flags]
                                                  prepare the container runtime
        nri-vgpu version
+       nri-vgpu hook pin                         the createContainer hook of vGPU containers
+                                                 (run by the container runtime)
 
 global flags:
 `
@@ -94,6 +98,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "configure":
 		return configure.Main(rest, stdout, stderr)
+	case "hook":
+		return pin.Main(name, fs.Args(), os.Stdin, stderr)
 	case "help":
 		fs.SetOutput(stdout)
 		fs.Usage()

@@ -237,3 +237,47 @@ func TestStartedByRuntime(t *testing.T) {
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// TestHookPin runs the binary the way runc runs the pin hook ("hook pin",
+// the state on stdin) for a root whose /run/nri-vgpu is a symbolic link:
+// exit 1 and the message naming the path, with no configuration needed;
+// other arguments are a usage error.
+func TestHookPin(t *testing.T) {
+	bundle := t.TempDir()
+	// A clean /etc first: the link on a later path is what gets named.
+	for _, d := range []string{"etc", "run"} {
+		if err := os.MkdirAll(filepath.Join(bundle, "rootfs", d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(bundle, "rootfs", "etc", "ld.so.preload"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/tmp", filepath.Join(bundle, "rootfs", "run", "nri-vgpu")); err != nil {
+		t.Fatal(err)
+	}
+	spec := map[string]any{"root": map[string]any{"path": "rootfs"}, "mounts": []map[string]string{}}
+	for _, p := range oci.PinnedPaths {
+		spec["mounts"] = append(spec["mounts"].([]map[string]string), map[string]string{"destination": p, "type": "bind", "source": "/"})
+	}
+	data, _ := json.Marshal(spec)
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"hook", "pin"}, 1, "nri-vgpu: /run/nri-vgpu in the image is a symbolic link; refusing\n"},
+		{[]string{"hook", "pin", "extra"}, 2, "usage: nri-vgpu hook pin"},
+	} {
+		cmd := exec.Command(os.Args[0], tt.args...)
+		cmd.Env = append(os.Environ(), envRunMain+"=1", config.EnvPath+"=/nonexistent/config.toml")
+		cmd.Stdin = strings.NewReader(`{"ociVersion":"1.2.0","id":"c1","status":"creating","bundle":"` + bundle + `"}`)
+		out, _ := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != tt.code || !strings.HasPrefix(string(out), tt.want) {
+			t.Errorf("nri-vgpu %q: exit %d, %q; want exit %d, %q", tt.args, code, out, tt.code, tt.want)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -55,6 +56,7 @@ type Plugin struct {
 	host oci.Host
 	inv  Inventory
 	log  *slog.Logger
+	hook string // oci.HostFiles.Hook
 
 	bindings *bindings.Store // allocation ID -> pod, for good
 
@@ -97,7 +99,15 @@ func New(opts Options) (*Plugin, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nri plugin: %w", err)
 	}
+	// The pin hook (oci.PinHook): paths.hook_path, else this binary.
+	hook := opts.Config.Paths.HookPath
+	if hook == "" {
+		if hook, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("nri plugin: locate this executable for the pin hook: %w", err)
+		}
+	}
 	return &Plugin{
+		hook:     hook,
 		cfg:      opts.Config,
 		key:      opts.Key,
 		host:     opts.Host,
@@ -274,6 +284,7 @@ func (p *Plugin) verify(value, podUID string) (*limits.Allocation, error) {
 // apply computes the edits of a verified allocation whose host files were
 // provisioned at files, confinement included, as an adjustment of ctr.
 func (p *Plugin) apply(a *limits.Allocation, files oci.HostFiles, pod *api.PodSandbox, ctr *api.Container, log *slog.Logger) (*api.ContainerAdjustment, error) {
+	files.Hook = p.hook
 	edits, err := oci.Compute(a, p.cfg, p.host, files)
 	if err != nil {
 		return nil, err

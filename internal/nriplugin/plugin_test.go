@@ -104,8 +104,10 @@ func TestGPUContainerGetsEveryEdit(t *testing.T) {
 	if got := envOf(s, oci.EnvVisibleDevices); got != "void" {
 		t.Errorf("%s = %q, want void (CDI injection)", oci.EnvVisibleDevices, got)
 	}
-	if n := len(s.Hooks.CreateContainer); n != 5 {
-		t.Errorf("createContainer hooks = %d, want 5 (CDI update-ldcache, create-symlinks, ...)", n)
+	if n := len(s.Hooks.CreateContainer); n != 6 {
+		t.Errorf("createContainer hooks = %d, want 6 (CDI update-ldcache, create-symlinks, ..., then the pin hook)", n)
+	} else if h := s.Hooks.CreateContainer[5]; h.Path != self(t) || !slices.Equal(h.Args, []string{self(t), "hook", "pin"}) {
+		t.Errorf("last createContainer hook = %+v, want %s hook pin (this executable)", h, self(t))
 	}
 	dir := filepath.Join(h.cfg.Paths.RunDir, "containers", "c1")
 	for dst, src := range map[string]string{
@@ -474,5 +476,38 @@ func TestNewValidatesOptions(t *testing.T) {
 	}
 	if _, err := New(Options{Config: cfg, Key: key, Host: host, Inventory: inv}); err != nil {
 		t.Errorf("New with every option: %v", err)
+	}
+}
+
+// self is this test binary: what the plugin runs as the pin hook when
+// Options.HookPath is empty.
+func self(t *testing.T) string {
+	t.Helper()
+	p, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestPinHookFromConfig: paths.hook_path names the binary the runtime runs
+// as the pin hook (where the plugin's own binary is not on the host).
+func TestPinHookFromConfig(t *testing.T) {
+	cfg := newConfig(t)
+	cfg.Paths.HookPath = "/opt/nri-vgpu/bin/nri-vgpu"
+	h := newHarness(t, cfg)
+	ann, _ := sign(t, h.key, gpu0)
+	p := pod("sb1", "uid-1")
+	adj, err := h.create(p, container("c1", p, ann))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := specFor(t, adj)
+	hooks := s.Hooks.CreateContainer
+	if len(hooks) == 0 {
+		t.Fatal("no createContainer hook")
+	}
+	if h := hooks[len(hooks)-1]; h.Path != "/opt/nri-vgpu/bin/nri-vgpu" || !slices.Equal(h.Args, []string{"/opt/nri-vgpu/bin/nri-vgpu", "hook", "pin"}) {
+		t.Errorf("pin hook = %+v, want /opt/nri-vgpu/bin/nri-vgpu hook pin", h)
 	}
 }

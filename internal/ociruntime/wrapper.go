@@ -11,6 +11,7 @@
 package ociruntime
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/internal/ledger"
+	"github.com/nri-vgpu/nri-vgpu/internal/pin"
 	"github.com/nri-vgpu/nri-vgpu/internal/version"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
@@ -264,6 +266,10 @@ func (w *Wrapper) apply(spec *Spec, alloc *limits.Allocation, files oci.HostFile
 		defer h.Close()
 		host = h
 	}
+	// This binary is the pin hook too (Main) unless paths.hook_path
+	// names another: the one Docker runs is on the host, where runc runs
+	// the hook.
+	files.Hook = cmp.Or(w.Config.Paths.HookPath, w.Self)
 	edits, err := oci.Compute(alloc, w.Config, host, files)
 	if err != nil {
 		return err
@@ -379,6 +385,11 @@ func (w *Wrapper) stateGone(a *Args) bool {
 // Main is the program: it returns the exit status. Errors go to stderr and,
 // as runc's do, to the runtime log, from which Docker shows them.
 func Main(argv []string, stderr io.Writer) int {
+	if len(argv) > 1 && argv[1] == oci.PinHookArgs[0] {
+		// runc has no such verb: this is the createContainer hook this
+		// wrapper put into the spec.
+		return pin.Main(Name, argv[1:], os.Stdin, stderr)
+	}
 	a := ParseArgs(argv)
 	log, closeLog := openRuntimeLog(a)
 	defer closeLog.Close()

@@ -222,7 +222,7 @@ const ctrID = "a2fba5934a2e447f1a513088e8841cdf66caa93945ebbe6f5b7aef5961a7a471"
 // and owner of the fake host nodes) with an rwm allow rule each; the shim,
 // preload, limits and region bind mounts join the base mounts, all ordered
 // by depth, then destination, as runtimes sort them.
-func vgpuSpec(t *testing.T, e *testEnv, env []string, visible string, minors ...int64) []byte {
+func vgpuSpec(t *testing.T, e *testEnv, self string, env []string, visible string, minors ...int64) []byte {
 	t.Helper()
 	s := baseSpec(env...)
 	for i, kv := range s.Process.Env {
@@ -261,6 +261,9 @@ func vgpuSpec(t *testing.T, e *testEnv, env []string, visible string, minors ...
 		{Destination: "/run/nri-vgpu/region", Type: "bind", Source: filepath.Join(dir, "region"), Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
 		{Destination: "/usr/local/nri-vgpu/libvgpu-shim.so", Type: "bind", Source: e.cfg.Paths.ShimPath, Options: []string{"rbind", "ro", "nosuid", "nodev"}},
 	}
+	// The pin hook, run by the wrapper's own binary.
+	timeout := 10
+	s.Hooks = &specs.Hooks{CreateContainer: []specs.Hook{{Path: self, Args: []string{self, "hook", "pin"}, Timeout: &timeout}}}
 	data, err := json.Marshal(s)
 	if err != nil {
 		t.Fatal(err)
@@ -355,7 +358,7 @@ func TestCreate(t *testing.T) {
 					t.Errorf("exec %s %q, want %s with the arguments unchanged", rec.path, rec.argv, e.next)
 				}
 				// The spec it reads is the original with the vGPU edits.
-				if want := vgpuSpec(t, e, r.env, r.visible, r.minors...); !bytes.Equal(rec.spec, want) {
+				if want := vgpuSpec(t, e, "/nonexistent/nri-vgpu-runtime", r.env, r.visible, r.minors...); !bytes.Equal(rec.spec, want) {
 					t.Errorf("spec seen by the next runtime\n got %s\nwant %s", rec.spec, want)
 				}
 				if st, err := os.Stat(specPath); err != nil || st.Mode().Perm() != 0o600 {
@@ -748,7 +751,7 @@ func TestMainExecsNextRuntime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := vgpuSpec(t, e, env, "void", 0); !bytes.Equal(seen, want) {
+	if want := vgpuSpec(t, e, self, env, "void", 0); !bytes.Equal(seen, want) {
 		t.Errorf("spec seen by the next runtime\n got %s\nwant %s", seen, want)
 	}
 	// The runtime log holds JSON lines only: containerd parses them.
@@ -956,5 +959,44 @@ func TestCreateUnconfinedIsConfined(t *testing.T) {
 	}
 	if !denied("clone3", 38) {
 		t.Errorf("clone3 does not fail with ENOSYS")
+	}
+}
+
+// TestMainRunsThePinHook runs the wrapper's binary the way runc runs the
+// hook it puts into the spec ("hook pin", the state on stdin), for a root
+// whose /etc/ld.so.preload is a symbolic link: it refuses, naming the path,
+// instead of taking "hook" for a runtime verb.
+func TestMainRunsThePinHook(t *testing.T) {
+	bundle := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(bundle, "rootfs", "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/tmp/preload", filepath.Join(bundle, "rootfs", "etc", "ld.so.preload")); err != nil {
+		t.Fatal(err)
+	}
+	spec := specs.Spec{Root: &specs.Root{Path: "rootfs"}}
+	for _, p := range oci.PinnedPaths {
+		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: p, Type: "bind", Source: "/"})
+	}
+	writeJSON := func(v any) []byte {
+		data, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+	if err := os.WriteFile(filepath.Join(bundle, SpecFileName), writeJSON(spec), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "hook", "pin")
+	cmd.Env = append(os.Environ(), envMain+"=1", "NRI_VGPU_CONFIG=/nonexistent/config.toml")
+	cmd.Stdin = bytes.NewReader(writeJSON(specs.State{ID: ctrID, Bundle: bundle}))
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Errorf("hook pin: %v, want exit status 1", err)
+	}
+	if want := "nri-vgpu-runtime: /etc/ld.so.preload in the image is a symbolic link; refusing\n"; string(out) != want {
+		t.Errorf("hook pin wrote %q, want %q", out, want)
 	}
 }

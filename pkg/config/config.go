@@ -126,6 +126,11 @@ type Paths struct {
 	StateDir string `toml:"state_dir"` // default "/var/lib/nri-vgpu"
 	RunDir   string `toml:"run_dir"`   // default "/run/nri-vgpu"
 	ShimPath string `toml:"shim_path"` // default "/usr/lib/nri-vgpu/libvgpu-shim.so"
+	// HookPath is the host path of the nri-vgpu binary that the container
+	// runtime runs as the pin hook of vGPU containers (`hook pin`,
+	// Contract 3); default "": the running binary itself. Set it where the
+	// binary that computes the edits is not on the host (a DaemonSet).
+	HookPath string `toml:"hook_path"`
 }
 
 // NRI configures the NRI plugin.

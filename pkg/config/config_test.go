@@ -491,6 +491,7 @@ func TestValidationErrors(t *testing.T) {
 		{"state_dir relative", "[paths]\nstate_dir = \"var/lib/nri-vgpu\"\n", 2, "paths.state_dir", "absolute"},
 		{"run_dir relative", "[paths]\nrun_dir = \"./run\"\n", 2, "paths.run_dir", "absolute"},
 		{"shim_path relative", "[paths]\nshim_path = \"libvgpu-shim.so\"\n", 2, "paths.shim_path", "absolute"},
+		{"hook_path relative", "[paths]\nhook_path = \"nri-vgpu\"\n", 2, "paths.hook_path", `must be an absolute path, not "nri-vgpu"`},
 		{"plugin_index one digit", "[nri]\nplugin_index = \"5\"\n", 2, "nri.plugin_index", `must be two digits such as "10"`},
 		{"plugin_index letters", "[nri]\nplugin_index = \"ab\"\n", 2, "nri.plugin_index", `not "ab"`},
 		{"plugin_index three digits", "[nri]\nplugin_index = \"100\"\n", 2, "nri.plugin_index", `not "100"`},

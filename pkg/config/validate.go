@@ -211,6 +211,9 @@ func (p *Paths) validate(ck *checker) {
 	checkAbs(ck, "paths.state_dir", p.StateDir)
 	checkAbs(ck, "paths.run_dir", p.RunDir)
 	checkAbs(ck, "paths.shim_path", p.ShimPath)
+	if p.HookPath != "" {
+		checkAbs(ck, "paths.hook_path", p.HookPath)
+	}
 }
 
 func (n *NRI) validate(ck *checker) {

@@ -136,6 +136,16 @@ func TestAppliersAgree(t *testing.T) {
 			if !reflect.DeepEqual(viaNRI.Hooks, direct.Hooks) {
 				t.Errorf("hooks:\n NRI:  %+v\n spec: %+v", viaNRI.Hooks, direct.Hooks)
 			}
+			if tt.name != "hide" {
+				// Both carry the pin hook, last (equal but empty would pass above).
+				for which, sp := range map[string]*specs.Spec{"NRI": viaNRI, "spec": direct} {
+					if sp.Hooks == nil || len(sp.Hooks.CreateContainer) == 0 {
+						t.Errorf("%s: no createContainer hook, want the pin hook", which)
+						continue
+					}
+					checkPinHook(t, sp.Hooks.CreateContainer[len(sp.Hooks.CreateContainer)-1])
+				}
+			}
 			if !reflect.DeepEqual(viaNRI.Mounts, direct.Mounts) {
 				t.Errorf("mounts:\n NRI:  %+v\n spec: %+v", viaNRI.Mounts, direct.Mounts)
 			}

@@ -55,6 +55,11 @@ type HostFiles struct {
 	Preload string // the preload file, mounted at ContainerPreloadPath
 	Limits  string // the container's limits file, at ContainerLimitsPath
 	Region  string // the container's usage region directory, at ContainerRegionDir
+	// Hook is the host path of a binary of nri-vgpu that runs the
+	// createContainer hook ("hook pin", see PinHook): the caller's own
+	// executable. It is a host path like the others because the runtime
+	// runs it before the container's root is switched.
+	Hook string
 }
 
 // check refuses host paths that are not absolute: a relative bind-mount
@@ -62,6 +67,7 @@ type HostFiles struct {
 func (f HostFiles) check() error {
 	for _, p := range []struct{ what, path string }{
 		{"preload file", f.Preload}, {"limits file", f.Limits}, {"usage region directory", f.Region},
+		{"pin hook binary", f.Hook},
 	} {
 		if !filepath.IsAbs(p.path) {
 			return fmt.Errorf("compute edits: host path of the %s %q is not absolute", p.what, p.path)
@@ -134,7 +140,31 @@ func Compute(alloc *limits.Allocation, cfg *config.Config, host Host, files Host
 	e.addMount(bindMount(files.Preload, ContainerPreloadPath, optsDataRO))
 	e.addMount(bindMount(files.Limits, ContainerLimitsPath, optsDataRO))
 	e.addMount(bindMount(files.Region, ContainerRegionDir, optsDataRW))
+	// The hook that makes those four paths stay where the loader and the
+	// shim look (PinHook); appended after any CDI createContainer hook, so
+	// it sees the container's mounts as they will be.
+	e.Hooks.CreateContainer = append(e.Hooks.CreateContainer, PinHook(files.Hook))
 	return e, nil
+}
+
+// PinnedPaths are the container paths the limiter depends on: the pin hook
+// checks that each is exactly nri-vgpu's mount and makes every directory
+// on the way to them a mount point.
+var PinnedPaths = []string{ContainerPreloadPath, ContainerShimPath, ContainerLimitsPath, ContainerRegionDir}
+
+// PinHookArgs are the arguments after the binary's name with which a binary
+// of nri-vgpu runs the pin hook.
+var PinHookArgs = []string{"hook", "pin"}
+
+// PinHookTimeout bounds the pin hook (seconds): it opens a few paths and
+// makes a few mounts.
+const PinHookTimeout = 10
+
+// PinHook is the createContainer hook that pins PinnedPaths (Contract 3):
+// bin is the host path of the nri-vgpu binary that runs it.
+func PinHook(bin string) specs.Hook {
+	timeout := PinHookTimeout
+	return specs.Hook{Path: bin, Args: append([]string{bin}, PinHookArgs...), Timeout: &timeout}
 }
 
 // Hide returns the edits that take GPU access away from a container that has

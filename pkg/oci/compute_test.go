@@ -31,6 +31,7 @@ var testFiles = HostFiles{
 	Preload: "/run/nri-vgpu/ld.so.preload",
 	Limits:  "/run/nri-vgpu/containers/0123456789abcdef/limits",
 	Region:  "/run/nri-vgpu/containers/0123456789abcdef/region",
+	Hook:    "/usr/bin/nri-vgpu",
 }
 
 type env struct {
@@ -119,28 +120,28 @@ func TestCompute(t *testing.T) {
 		{
 			name: "cdi, GPU by uuid", injection: config.InjectionCDI, withCDI: true, alloc: alloc(gpu0),
 			wantDevs:   []string{"/dev/nvidia0", "/dev/nvidia-modeset", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidiactl", "/dev/dri/card1", "/dev/dri/renderD128"},
-			wantVisble: "void", wantHooks: 4, wantLib: true,
+			wantVisble: "void", wantHooks: 5, wantLib: true,
 		},
 		{
 			name: "auto with a spec, two GPUs", injection: config.InjectionAuto, withCDI: true, alloc: alloc(gpu0, gpu1),
 			wantDevs: []string{"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia-modeset", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidiactl",
 				"/dev/dri/card1", "/dev/dri/renderD128", "/dev/dri/card2", "/dev/dri/renderD129"},
-			wantVisble: "void", wantHooks: 5, wantLib: true,
+			wantVisble: "void", wantHooks: 6, wantLib: true,
 		},
 		{
 			name: "auto without a spec", injection: config.InjectionAuto, alloc: alloc(gpu0, gpu1),
 			wantDevs:   []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia0", "/dev/nvidia1"},
-			wantVisble: uuid0 + "," + uuid1,
+			wantVisble: uuid0 + "," + uuid1, wantHooks: 1,
 		},
 		{
 			name: "nvidia-runtime ignores a spec", injection: config.InjectionNVIDIARuntime, withCDI: true, alloc: alloc(gpu1),
 			wantDevs:   []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia1"},
-			wantVisble: uuid1,
+			wantVisble: uuid1, wantHooks: 1,
 		},
 		{
 			name: "none", injection: config.InjectionNone, withCDI: true, alloc: alloc(gpu0),
 			wantDevs:   []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia0"},
-			wantVisble: "void",
+			wantVisble: "void", wantHooks: 1,
 		},
 	}
 	for _, tt := range tests {
@@ -174,6 +175,10 @@ func TestCompute(t *testing.T) {
 			}
 			if got := len(edits.Hooks.CreateContainer); got != tt.wantHooks {
 				t.Errorf("createContainer hooks = %d, want %d", got, tt.wantHooks)
+			}
+			// The pin hook comes last, after the CDI spec's own hooks.
+			if n := len(edits.Hooks.CreateContainer); n > 0 {
+				checkPinHook(t, edits.Hooks.CreateContainer[n-1])
 			}
 			_, lib := findMount(edits.Mounts, "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15")
 			if lib != tt.wantLib {
@@ -223,11 +228,13 @@ func TestComputeErrors(t *testing.T) {
 		{"CDI node missing on the host", config.InjectionCDI, true, without(ocitest.StandardNodes, "dev/dri/card1"), alloc(gpu0), testFiles, "/dev/dri/card1"},
 		{"empty allocation", config.InjectionNone, false, ocitest.StandardNodes, alloc(), testFiles, "no GPUs"},
 		{"relative limits file", config.InjectionNone, false, ocitest.StandardNodes, alloc(gpu0),
-			HostFiles{Preload: testFiles.Preload, Limits: "containers/x/limits", Region: testFiles.Region}, `host path of the limits file "containers/x/limits" is not absolute`},
+			HostFiles{Preload: testFiles.Preload, Limits: "containers/x/limits", Region: testFiles.Region, Hook: testFiles.Hook}, `host path of the limits file "containers/x/limits" is not absolute`},
 		{"no region directory", config.InjectionNone, false, ocitest.StandardNodes, alloc(gpu0),
-			HostFiles{Preload: testFiles.Preload, Limits: testFiles.Limits}, `host path of the usage region directory "" is not absolute`},
+			HostFiles{Preload: testFiles.Preload, Limits: testFiles.Limits, Hook: testFiles.Hook}, `host path of the usage region directory "" is not absolute`},
 		{"no preload file", config.InjectionNone, false, ocitest.StandardNodes, alloc(gpu0),
-			HostFiles{Limits: testFiles.Limits, Region: testFiles.Region}, `host path of the preload file "" is not absolute`},
+			HostFiles{Limits: testFiles.Limits, Region: testFiles.Region, Hook: testFiles.Hook}, `host path of the preload file "" is not absolute`},
+		{"no pin hook", config.InjectionNone, false, ocitest.StandardNodes, alloc(gpu0),
+			HostFiles{Preload: testFiles.Preload, Limits: testFiles.Limits, Region: testFiles.Region}, `host path of the pin hook binary "" is not absolute`},
 		{"unknown injection", "magic", false, ocitest.StandardNodes, alloc(gpu0), testFiles, `unknown driver.injection "magic"`},
 	}
 	for _, tt := range tests {
@@ -480,5 +487,14 @@ func TestAllowsAllDevices(t *testing.T) {
 				t.Errorf("AllowsAllDevices = %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+// checkPinHook wants h to be the pin hook run by testFiles.Hook.
+func checkPinHook(t *testing.T, h specs.Hook) {
+	t.Helper()
+	if h.Path != "/usr/bin/nri-vgpu" || !slices.Equal(h.Args, []string{"/usr/bin/nri-vgpu", "hook", "pin"}) ||
+		h.Timeout == nil || *h.Timeout != 10 || len(h.Env) != 0 {
+		t.Errorf("pin hook = %+v (timeout %v), want /usr/bin/nri-vgpu hook pin with a 10 s timeout", h, h.Timeout)
 	}
 }

@@ -58,6 +58,8 @@ type Container struct {
 	// RuntimeDefault; false leaves it unset, which kubelet passes as
 	// Unconfined (seccompDefault off).
 	SeccompRuntimeDefault bool
+	// ReadOnlyRootFilesystem is the container's securityContext field.
+	ReadOnlyRootFilesystem bool
 }
 
 // EnvVar is one environment variable of a container spec.

@@ -120,7 +120,7 @@ func (k *Kubelet) ContainerConfig(pod *Pod, c *Container, a *Allocation, restart
 		},
 		LogPath: filepath.Join(c.Name, strconv.Itoa(restartCount)+".log"),
 		Linux: &runtimeapi.LinuxContainerConfig{
-			SecurityContext: &runtimeapi.LinuxContainerSecurityContext{NamespaceOptions: pod.namespaces()},
+			SecurityContext: &runtimeapi.LinuxContainerSecurityContext{NamespaceOptions: pod.namespaces(), ReadonlyRootfs: c.ReadOnlyRootFilesystem},
 		},
 	}
 	if c.RunAsUser != nil {

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"debug/elf"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
+)
+
+// built is the hook as the Makefile builds it (its rule for
+// bin/nri-vgpu-hook, with BIN pointed at a directory of the test's), once
+// for all tests.
+var built struct {
+	once sync.Once
+	path string
+	err  error
+	dir  string
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
+}
+
+// makeHook runs the Makefile's rule of bin/nri-vgpu-hook into a temporary
+// BIN and returns the binary's path.
+func makeHook(t *testing.T) string {
+	t.Helper()
+	built.once.Do(func() {
+		if built.dir, built.err = os.MkdirTemp("", "nri-vgpu-hook"); built.err != nil {
+			return
+		}
+		out := filepath.Join(built.dir, "nri-vgpu-hook")
+		// The repository root is two levels up from this package.
+		cmd := exec.Command("make", "-s", "-C", filepath.Join("..", ".."),
+			"GO="+filepath.Join(runtime.GOROOT(), "bin", "go"), "BIN="+built.dir, out)
+		if o, err := cmd.CombinedOutput(); err != nil {
+			built.err = err
+			t.Logf("make %s: %s", out, o)
+			return
+		}
+		built.path = out
+	})
+	if built.err != nil {
+		t.Fatalf("make bin/nri-vgpu-hook: %v", built.err)
+	}
+	return built.path
+}
+
+// TestStatic: runc runs the hook on the host, whose C library may be older
+// than the build machine's (or missing): the binary the Makefile builds has
+// no ELF interpreter and needs no shared library.
+func TestStatic(t *testing.T) {
+	f, err := elf.Open(makeHook(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			interp, _ := progString(p)
+			t.Errorf("the hook has an ELF interpreter (%s): it is dynamically linked", interp)
+		}
+		if p.Type == elf.PT_DYNAMIC {
+			t.Errorf("the hook has a dynamic section: it is dynamically linked")
+		}
+	}
+	libs, err := f.ImportedLibraries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(libs) != 0 {
+		t.Errorf("the hook needs shared libraries %q", libs)
+	}
+}
+
+// progString is a program header's contents as a string (the interpreter's path).
+func progString(p *elf.Prog) (string, error) {
+	b := make([]byte, p.Filesz)
+	_, err := p.ReadAt(b, 0)
+	return strings.TrimRight(string(b), "\x00"), err
+}
+
+// TestHookPin runs the built hook the way runc runs it (oci.PinHook's
+// arguments, the state on stdin) for a root whose /etc is a symbolic link:
+// exit 1 and the message naming the path; other arguments are a usage
+// error.
+func TestHookPin(t *testing.T) {
+	hook := makeHook(t)
+	bundle := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(bundle, "rootfs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/tmp", filepath.Join(bundle, "rootfs", "etc")); err != nil {
+		t.Fatal(err)
+	}
+	spec := map[string]any{"root": map[string]any{"path": "rootfs"}, "mounts": []map[string]string{}}
+	for _, p := range oci.PinnedPaths {
+		spec["mounts"] = append(spec["mounts"].([]map[string]string), map[string]string{"destination": p, "type": "bind", "source": "/"})
+	}
+	data, _ := json.Marshal(spec)
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pinHook := oci.PinHook(hook)
+	for _, tt := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		// Exactly the spec's hook: Args[0] is the program's name.
+		{pinHook.Args[1:], 1, "nri-vgpu-hook: /etc in the image is a symbolic link; refusing\n"},
+		{[]string{"pin"}, 2, "usage: nri-vgpu-hook hook pin"},
+		{nil, 2, "usage: nri-vgpu-hook hook pin"},
+	} {
+		cmd := exec.Command(pinHook.Path, tt.args...)
+		cmd.Stdin = strings.NewReader(`{"ociVersion":"1.2.0","id":"c1","status":"creating","bundle":"` + bundle + `"}`)
+		out, _ := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != tt.code || !strings.HasPrefix(string(out), tt.want) {
+			t.Errorf("nri-vgpu-hook %q: exit %d, %q; want exit %d, %q", tt.args, code, out, tt.code, tt.want)
+		}
+	}
+}
