@@ -57,19 +57,27 @@ func MakeFakeNVIDIADevRoot(root string, minors []int) error {
 // its RUNPATH ($ORIGIN/fake) finds the fake driver and NVML next to it.
 const CudaProgInImage = "/usr/local/bin/cudaprog"
 
+// TenantNVMLInImage is where BuildCudaTestImage puts a tenant's own
+// libnvidia-ml.so.1 (shim/test/evilnvml.c: EVILNVML=fail makes nvmlInit
+// fail, EVILNVML=liar lists no process and samples 0 %), for a tenant that
+// puts it first on LD_LIBRARY_PATH to steer the shim's NVML reads. The
+// image is the tenant's: what it ships, any container can load.
+const TenantNVMLInImage = "/opt/tenant/libnvidia-ml.so.1"
+
 // BuildCudaTestImage writes a busybox image named ref into dir (see
 // BuildBusyboxImage, with the image environment env) holding the shim's
 // test program cudaprog and the fake CUDA driver and NVML it runs against,
-// from shimBuild (shim/build after `make -C shim`), with the glibc libraries
+// and a tenant's own NVML at TenantNVMLInImage, from shimBuild (shim/build after `make -C shim`), with the glibc libraries
 // they and the shim need. It returns the tarball's path.
 func BuildCudaTestImage(dir, ref, shimBuild string, env []string) (string, error) {
 	files := []image.File{
 		{Src: filepath.Join(shimBuild, "cudaprog"), Dst: CudaProgInImage},
 		{Src: filepath.Join(shimBuild, "fake", "libcuda.so.1"), Dst: filepath.Dir(CudaProgInImage) + "/fake/libcuda.so.1"},
 		{Src: filepath.Join(shimBuild, "fake", "libnvidia-ml.so.1"), Dst: filepath.Dir(CudaProgInImage) + "/fake/libnvidia-ml.so.1"},
+		{Src: filepath.Join(shimBuild, "evilnvml", "libnvidia-ml.so.1"), Dst: TenantNVMLInImage},
 	}
 	libs := map[string]bool{}
-	for _, p := range []string{files[0].Src, files[1].Src, files[2].Src, filepath.Join(shimBuild, "libvgpu-shim.so")} {
+	for _, p := range []string{files[0].Src, files[1].Src, files[2].Src, files[3].Src, filepath.Join(shimBuild, "libvgpu-shim.so")} {
 		if _, err := os.Stat(p); err != nil {
 			return "", fmt.Errorf("harness: %w (build the shim: make -C shim)", err)
 		}
