@@ -16,28 +16,34 @@ import (
 
 // Sizes of TestShimIgnoresTheTenantsNVML. Each context costs ctxBytes on
 // the fake GPU (FAKECUDA_CTX_BYTES), what the driver's NVML reports as the
-// process's footprint; the shim charges it to the slice. Counted, the three
-// contexts leave 4 GiB - 900 MiB to allocate (49 chunks); charged the
-// shim's bound for a context it cannot measure (1 GiB, VGPU_FP_BOUND), 1
-// GiB (16 chunks); uncounted, the whole 4 GiB (64 chunks), and the GPU then
-// holds 900 MiB more than the slice.
+// process's footprint; the shim charges it to the slice. Measured, the
+// three contexts leave 4 GiB - 900 MiB to allocate (49 chunks); charged the
+// shim's bound for a context it cannot measure (1 GiB, VGPU_FP_BOUND in
+// shim/src/shim.h), 1 GiB (16 chunks); uncounted, the whole 4 GiB (64
+// chunks), and the GPU then holds 900 MiB more than the slice.
 const (
 	nvmlOwnSlice    = 4 << 30
 	nvmlOwnCtxBytes = 300 << 20
+	nvmlOwnBound    = 1 << 30
 	nvmlOwnChunk    = 64 << 20
 	nvmlOwnProcs    = 3
 )
 
+// driverDirInImage is where the image keeps the fake driver and its NVML.
+var driverDirInImage = pathDir(harness.CudaProgInImage) + "/fake"
+
 // TestShimIgnoresTheTenantsNVML: the tenant of a one-slice pod (4 GiB of a
 // 16 GiB GPU) ships its own libnvidia-ml.so.1 in its image and puts it first
 // on LD_LIBRARY_PATH, one whose nvmlInit fails and one that lies (no process
-// on the GPU), to hide its contexts' memory from the shim. Three processes
+// on the GPU), to hide its contexts' memory from the shim. The driver's
+// directory follows on the path, as on a node where the loader finds the
+// driver's NVML on its own (the control run has only that). Three processes
 // each create a context before any allocates, then each allocates in 64 MiB
 // chunks until refused. The fake GPU's peak use, contexts included, stays
-// within the slice, and the processes get as much as in a control run
-// without the tenant's library: the shim asked the NVML beside the driver,
-// not the tenant's (which would have had the contexts charged the bound, or
-// not counted at all).
+// within the slice, and the processes get as much as in the control run,
+// more than if the contexts were charged the bound: the shim measured them
+// with the NVML beside the driver, not the tenant's (which would have had
+// them charged the bound, or not counted at all).
 func TestShimIgnoresTheTenantsNVML(t *testing.T) {
 	forEachContainerd(t, testShimIgnoresTheTenantsNVML)
 }
@@ -49,8 +55,7 @@ func testShimIgnoresTheTenantsNVML(t *testing.T, containerd string) {
 	id := rp.ContainerID("main")
 	uuid := v.allocationOf(t, rp, "main").GPUs[0].UUID
 
-	control := v.nvmlOwnRun(t, ctx, id, uuid, "control", "")
-	t.Logf("control: filled %d chunks, fake GPU peak %d MiB (slice %d MiB)", control.filled, control.peak>>20, nvmlOwnSlice>>20)
+	control := v.nvmlOwnRun(t, ctx, id, uuid, "control", "LD_LIBRARY_PATH="+driverDirInImage)
 	// The contexts are counted when nothing misleads the shim: the chunks
 	// and contexts together fit in the slice.
 	if got := uint64(control.filled)*nvmlOwnChunk + nvmlOwnProcs*nvmlOwnCtxBytes; got > nvmlOwnSlice {
@@ -62,9 +67,8 @@ func testShimIgnoresTheTenantsNVML(t *testing.T, containerd string) {
 
 	for _, mode := range []string{"fail", "liar"} {
 		t.Run(mode, func(t *testing.T) {
-			env := fmt.Sprintf("LD_LIBRARY_PATH=%s EVILNVML=%s", pathDir(harness.TenantNVMLInImage), mode)
+			env := fmt.Sprintf("LD_LIBRARY_PATH=%s:%s EVILNVML=%s", pathDir(harness.TenantNVMLInImage), driverDirInImage, mode)
 			r := v.nvmlOwnRun(t, ctx, id, uuid, mode, env)
-			t.Logf("%s: filled %d chunks, fake GPU peak %d MiB (slice %d MiB)", mode, r.filled, r.peak>>20, nvmlOwnSlice>>20)
 			if r.peak > nvmlOwnSlice {
 				t.Errorf("the fake GPU's peak use %d MiB passed the %d MiB slice: the contexts went uncounted", r.peak>>20, nvmlOwnSlice>>20)
 			}
@@ -129,5 +133,12 @@ cat $d/peak`, d, fakeDriverEnv(uuid, d), nvmlOwnCtxBytes, env, nvmlOwnProcs)
 		r.filled += n
 	}
 	r.peak, _ = strconv.ParseUint(peak[1], 10, 64)
+	t.Logf("%s: filled %d chunks, fake GPU peak %d MiB (slice %d MiB)", name, r.filled, r.peak>>20, nvmlOwnSlice>>20)
+	// Contexts charged the bound leave at most this many chunks; measured
+	// (smaller on this fake), they leave more.
+	if boundLeaves := (nvmlOwnSlice - nvmlOwnProcs*nvmlOwnBound) / nvmlOwnChunk; r.filled <= boundLeaves {
+		t.Errorf("%s: the processes got %d chunks, no more than the %d left with each context charged the %d MiB bound: the shim did not measure the contexts with the driver's NVML",
+			name, r.filled, boundLeaves, nvmlOwnBound>>20)
+	}
 	return r
 }
