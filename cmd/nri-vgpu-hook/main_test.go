@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -41,9 +40,9 @@ func makeHook(t *testing.T) string {
 			return
 		}
 		out := filepath.Join(built.dir, "nri-vgpu-hook")
-		// The repository root is two levels up from this package.
-		cmd := exec.Command("make", "-s", "-C", filepath.Join("..", ".."),
-			"GO="+filepath.Join(runtime.GOROOT(), "bin", "go"), "BIN="+built.dir, out)
+		// The repository root is two levels up from this package; the go
+		// that runs the test is first on the PATH it gives make.
+		cmd := exec.Command("make", "-s", "-C", filepath.Join("..", ".."), "BIN="+built.dir, out)
 		if o, err := cmd.CombinedOutput(); err != nil {
 			built.err = err
 			t.Logf("make %s: %s", out, o)

@@ -7,7 +7,7 @@
 // SIGINT stop it cleanly.
 //
 //	nri-vgpu [--config FILE] [--log-level LEVEL] [--log-format text|json]
-//	         [--metrics-listen ADDR] [--health-listen ADDR]
+//	         [--metrics-listen ADDR] [--health-listen ADDR] [--hook-path FILE]
 //	nri-vgpu [--config FILE] status [-o table|json]
 //	nri-vgpu configure containerd|docker [flags]
 //	nri-vgpu version
@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -77,11 +78,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	logFormat := fs.String("log-format", "text", "log `format`: text or json")
 	metricsListen := fs.String("metrics-listen", "", "serve Prometheus metrics on this `host:port`, in place of metrics.listen of the configuration")
 	healthListen := fs.String("health-listen", "", "serve GET /healthz and /readyz (connected to the runtime) on this `host:port`; empty: off")
+	hookPath := fs.String("hook-path", "", "host `path` of the binary the container runtime runs as the pin hook of vGPU containers (nri-vgpu-hook), in place of paths.hook_path of the configuration")
 	showVersion := fs.Bool("version", false, "print the version and exit (as the version command does)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return 0
 		}
+		return 2
+	}
+	if *hookPath != "" && !filepath.IsAbs(*hookPath) {
+		// runc would look a relative path up in a directory of its own.
+		fmt.Fprintf(stderr, "%s: --hook-path must be an absolute path, not %q\n", name, *hookPath)
 		return 2
 	}
 	rest := fs.Args()
@@ -140,6 +147,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *metricsListen != "" {
 		cfg.Metrics.Listen = *metricsListen
 	}
+	if *hookPath != "" {
+		// The Helm chart's: its copy of nri-vgpu-hook beside the shim on
+		// the host, whatever config the release gives.
+		cfg.Paths.HookPath = *hookPath
+	}
 	if err := runPlugin(ctx, cfg, *healthListen, logger); err != nil {
 		logger.Error("stopped", "err", err)
 		return 1
@@ -160,11 +172,18 @@ const metricsShutdownTimeout = 5 * time.Second
 func runPlugin(ctx context.Context, cfg *config.Config, healthListen string, logger *slog.Logger) error {
 	setNRILogger(logger)
 	logger.Info("starting", "program", name, "version", version.Version, "config", cmp.Or(cfg.Source, "(defaults)"),
-		"started_by_runtime", nriplugin.StartedByRuntime(), "socket", cfg.NRI.SocketPath, "injection", cfg.Driver.Injection,
+		"started_by_runtime", nriplugin.StartedByRuntime(), "socket", cfg.NRI.SocketPath, "hook_path", cmp.Or(cfg.Paths.HookPath, "(this binary)"), "injection", cfg.Driver.Injection,
 		"hide_unrequested", cfg.NRI.HideUnrequested, "exempt", cfg.NRI.Exempt)
 	if _, err := os.Stat(cfg.Paths.ShimPath); err != nil {
 		// Not fatal: containers without allocation must still be handled.
 		logger.Error("shim library missing: vGPU containers will be refused until it exists", "shim_path", cfg.Paths.ShimPath, "err", err)
+	}
+	if cfg.Paths.HookPath != "" {
+		if _, err := os.Stat(cfg.Paths.HookPath); err != nil {
+			// Seen here when the host path is mounted into this pod, as
+			// the chart does.
+			logger.Error("pin hook missing: the runtime will fail to create vGPU containers until it exists", "hook_path", cfg.Paths.HookPath, "err", err)
+		}
 	}
 	key, err := allockey.LoadOrCreate(cfg.Paths.StateDir)
 	if err != nil {

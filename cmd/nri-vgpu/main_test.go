@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -99,7 +100,7 @@ func TestVersion(t *testing.T) {
 }
 
 func TestUsageErrors(t *testing.T) {
-	for _, args := range [][]string{{"frobnicate"}, {"status", "-o", "yaml"}, {"--log-level", "loud", "status"}} {
+	for _, args := range [][]string{{"frobnicate"}, {"status", "-o", "yaml"}, {"--log-level", "loud", "status"}, {"--hook-path", "nri-vgpu-hook", "status"}} {
 		var out, errb bytes.Buffer
 		if code := run(t.Context(), args, &out, &errb); code != 2 || errb.Len() == 0 {
 			t.Errorf("%q: code %d (want 2), stderr %q", args, code, errb.String())
@@ -168,54 +169,21 @@ func TestSIGTERM(t *testing.T) {
 // the script names the config file).
 func TestStartedByRuntime(t *testing.T) {
 	path, cfg := writeConfig(t)
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pluginDir := t.TempDir()
-	script := fmt.Sprintf("#!/bin/sh\nexec env %s=1 %s=%s %s\n", envRunMain, config.EnvPath, path, exe)
-	if err := os.WriteFile(filepath.Join(pluginDir, "10-nri-vgpu"), []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	syncFn := func(ctx context.Context, cb adaptation.SyncCB) error {
-		_, err := cb(ctx, nil, nil)
-		return err
-	}
-	updateFn := func(context.Context, []*adaptation.ContainerUpdate) ([]*adaptation.ContainerUpdate, error) {
-		return nil, nil
-	}
-	r, err := adaptation.New("containerd", "v2-test", syncFn, updateFn,
-		adaptation.WithPluginPath(pluginDir), adaptation.WithPluginConfigPath(t.TempDir()), adaptation.WithDisabledExternalConnections())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(); err != nil { // launches and synchronizes the plugin
-		t.Fatal(err)
-	}
-	defer r.Stop()
-
-	key, err := allockey.Load(cfg.Paths.StateDir) // created by the plugin
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &limits.Allocation{V: 1, ID: "0123456789abcdef0123456789abcdef", Issued: time.Now().Unix(),
-		GPUs: []limits.AllocatedGPU{{UUID: uuid0, Minor: 0, Slices: 3, Memory: 12 << 30, Cores: 30}}}
-	ann, err := limits.Sign(key, a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pod := &api.PodSandbox{Id: "sb1", Uid: "uid-1", Name: "job", Namespace: "ml"}
-	ctr := &api.Container{Id: "c1", PodSandboxId: "sb1", Name: "train", Annotations: map[string]string{limits.AnnotationKey: ann}}
-	rsp, err := r.CreateContainer(t.Context(), &adaptation.CreateContainerRequest{Pod: pod, Container: ctr})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rsp := createThroughRuntime(t, path, cfg)
 	found := false
 	for _, e := range rsp.GetAdjust().GetEnv() {
 		found = found || (e.Key == oci.EnvVisibleDevices && e.Value == uuid0)
 	}
 	if !found {
 		t.Errorf("adjustment env %v lacks %s=%s", rsp.GetAdjust().GetEnv(), oci.EnvVisibleDevices, uuid0)
+	}
+	// Without paths.hook_path or --hook-path, the pin hook is this binary.
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := lastCreateHook(rsp); got == nil || got.Path != exe {
+		t.Errorf("pin hook = %v, want %s", got, exe)
 	}
 
 	// And the operator sees it.
@@ -234,6 +202,87 @@ func TestStartedByRuntime(t *testing.T) {
 	if c.ID != "c1" || c.Pod != "ml/job" || c.Name != "train" || c.Slices != 3 || c.MemoryLimit != 12<<30 || c.Cores != 30 {
 		t.Errorf("status container = %+v", c)
 	}
+}
+
+// TestHookPathFlag: --hook-path (the Helm chart's copy of nri-vgpu-hook on
+// the host) names the pin hook in place of paths.hook_path, which the
+// release's config may set to anything or leave out.
+func TestHookPathFlag(t *testing.T) {
+	path, cfg := writeConfig(t)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data = []byte(strings.Replace(string(data), "[paths]\n", "[paths]\nhook_path = \"/usr/bin/nri-vgpu\"\n", 1))
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rsp := createThroughRuntime(t, path, cfg, "--hook-path", "/usr/lib/nri-vgpu/nri-vgpu-hook")
+	want := oci.PinHook("/usr/lib/nri-vgpu/nri-vgpu-hook")
+	if got := lastCreateHook(rsp); got == nil || got.Path != want.Path || !slices.Equal(got.Args, want.Args) {
+		t.Errorf("pin hook = %v, want %s %q", got, want.Path, want.Args)
+	}
+}
+
+// lastCreateHook is the last createContainer hook of an adjustment: the pin
+// hook (oci.Compute appends it after any other).
+func lastCreateHook(rsp *adaptation.CreateContainerResponse) *api.Hook {
+	hooks := rsp.GetAdjust().GetHooks().GetCreateContainer()
+	if len(hooks) == 0 {
+		return nil
+	}
+	return hooks[len(hooks)-1]
+}
+
+// createThroughRuntime has NRI's runtime side start this test binary as
+// nri-vgpu from its plugin directory with args and the config at path, and
+// create one container with a signed allocation of 3 slices of uuid0 (pod
+// ml/job, container train, ID c1); it returns the plugin's answer.
+func createThroughRuntime(t *testing.T, path string, cfg *config.Config, args ...string) *adaptation.CreateContainerResponse {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pluginDir := t.TempDir()
+	script := fmt.Sprintf("#!/bin/sh\nexec env %s=1 %s=%s %s %s\n", envRunMain, config.EnvPath, path, exe, strings.Join(args, " "))
+	if err := os.WriteFile(filepath.Join(pluginDir, "10-nri-vgpu"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	syncFn := func(ctx context.Context, cb adaptation.SyncCB) error {
+		_, err := cb(ctx, nil, nil)
+		return err
+	}
+	updateFn := func(context.Context, []*adaptation.ContainerUpdate) ([]*adaptation.ContainerUpdate, error) {
+		return nil, nil
+	}
+	r, err := adaptation.New("containerd", "v2-test", syncFn, updateFn,
+		adaptation.WithPluginPath(pluginDir), adaptation.WithPluginConfigPath(t.TempDir()), adaptation.WithDisabledExternalConnections())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(); err != nil { // launches and synchronizes the plugin
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+
+	key, err := allockey.Load(cfg.Paths.StateDir) // created by the plugin
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &limits.Allocation{V: 1, ID: "0123456789abcdef0123456789abcdef", Issued: time.Now().Unix(),
+		GPUs: []limits.AllocatedGPU{{UUID: uuid0, Minor: 0, Slices: 3, Memory: 12 << 30, Cores: 30}}}
+	ann, err := limits.Sign(key, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := &api.PodSandbox{Id: "sb1", Uid: "uid-1", Name: "job", Namespace: "ml"}
+	ctr := &api.Container{Id: "c1", PodSandboxId: "sb1", Name: "train", Annotations: map[string]string{limits.AnnotationKey: ann}}
+	rsp, err := r.CreateContainer(t.Context(), &adaptation.CreateContainerRequest{Pod: pod, Container: ctr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rsp
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

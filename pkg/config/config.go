@@ -129,7 +129,8 @@ type Paths struct {
 	// HookPath is the host path of the nri-vgpu binary that the container
 	// runtime runs as the pin hook of vGPU containers (`hook pin`,
 	// Contract 3); default "": the running binary itself. Set it where the
-	// binary that computes the edits is not on the host (a DaemonSet).
+	// binary that computes the edits is not on the host (a DaemonSet), to
+	// a host copy of nri-vgpu-hook; nri-vgpu --hook-path overrides it.
 	HookPath string `toml:"hook_path"`
 }
 

@@ -57,8 +57,9 @@ type HostFiles struct {
 	Region  string // the container's usage region directory, at ContainerRegionDir
 	// Hook is the host path of a binary of nri-vgpu that runs the
 	// createContainer hook ("hook pin", see PinHook): the caller's own
-	// executable. It is a host path like the others because the runtime
-	// runs it before the container's root is switched.
+	// executable, or paths.hook_path (nri-vgpu-hook beside the shim, for
+	// the Helm chart). It is a host path like the others because the
+	// runtime runs it before the container's root is switched.
 	Hook string
 }
 

@@ -33,21 +33,23 @@ const (
 // DaemonSets are named after it.
 const chartRelease = "nri-vgpu"
 
-// buildChartImage writes the image the chart runs into dir: both daemons
-// and the shim at the paths of packaging/Dockerfile, and the busybox shell
-// the shim-installing init container runs.
+// buildChartImage writes the image the chart runs into dir: both daemons,
+// the shim and the static pin hook at the paths of packaging/Dockerfile,
+// and the busybox shell the shim-installing init container runs.
 func buildChartImage(dir string) (string, error) {
 	root, err := harness.RepoRoot()
 	if err != nil {
 		return "", err
 	}
-	if binaries.nriErr != nil || binaries.dpErr != nil {
-		return "", fmt.Errorf("the daemons: %w", cmpErr(binaries.nriErr, binaries.dpErr))
+	if err := cmpErr(binaries.nriErr, binaries.dpErr, binaries.hookErr); err != nil {
+		return "", fmt.Errorf("the daemons and the hook: %w", err)
 	}
 	return harness.BuildBusyboxImage(dir, chartImageRepo+":"+chartImageTag, nil,
 		image.File{Src: binaries.nriPlugin, Dst: "/usr/bin/nri-vgpu", Mode: 0o755, WithLibs: true},
 		image.File{Src: binaries.devicePlugin, Dst: "/usr/bin/nri-vgpu-device-plugin", Mode: 0o755, WithLibs: true},
-		image.File{Src: filepath.Join(root, "shim", "build", "libvgpu-shim.so"), Dst: "/usr/lib/nri-vgpu/libvgpu-shim.so", Mode: 0o644})
+		image.File{Src: filepath.Join(root, "shim", "build", "libvgpu-shim.so"), Dst: "/usr/lib/nri-vgpu/libvgpu-shim.so", Mode: 0o644},
+		// Without its libraries: it has none.
+		image.File{Src: binaries.hook, Dst: "/usr/lib/nri-vgpu/nri-vgpu-hook", Mode: 0o755})
 }
 
 func cmpErr(errs ...error) error {
@@ -218,6 +220,10 @@ func testHelmChart(t *testing.T, version string) {
 		// The NRI plugin from the chart is connected: only it gives a pod
 		// without a GPU NVIDIA_VISIBLE_DEVICES=void.
 		h.waitChartNRI(t, ctx)
+		// The init container put the pin hook beside the shim.
+		if fi, err := os.Stat(filepath.Join(h.base, "shim", "nri-vgpu-hook")); err != nil || fi.Mode() != 0o755 {
+			t.Errorf("the pin hook on the host: %v, %v; want a file of mode 0755", fi, err)
+		}
 	})
 	if t.Failed() {
 		t.FailNow()
@@ -235,6 +241,18 @@ func testHelmChart(t *testing.T, version string) {
 		}
 		h.cudaprog(t, ctx, id, fakeDriverEnv(a.GPUs[0].UUID, "/tmp"), "direct",
 			"init", "info:4GiB:4GiB", "alloc:4GiB", "alloc:1MiB:2")
+		// The pin hook ran: runc found the chart's host copy of
+		// nri-vgpu-hook (the pod's /usr/bin/nri-vgpu is not on the host),
+		// and the limiter's directories are mount points.
+		for _, attack := range []string{"mv /run/nri-vgpu /run/x", "mv /usr/local/nri-vgpu /usr/local/x"} {
+			res, err := h.c.Exec(ctx, id, "/bin/sh", "-c", attack)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.ExitCode == 0 || !strings.Contains(res.Stderr, "busy") {
+				t.Errorf("%q in the chart's GPU container: exit %d, %q; want EBUSY", attack, res.ExitCode, strings.TrimSpace(res.Stderr))
+			}
+		}
 		// The region's tmpfs, mounted by the plugin in its pod, reached
 		// the host (Bidirectional propagation of run_dir).
 		region := filepath.Join(h.hostContainerDir(id), "region")

@@ -47,17 +47,23 @@ var testGPUs = []simGPU{
 // binaries are nri-vgpu's programs, built from this tree once per run.
 var binaries struct {
 	nriPlugin, devicePlugin string
-	// nriErr and dpErr say why a binary could not be built; the tests that
-	// need it then fail with that.
-	nriErr, dpErr error
+	// hook is cmd/nri-vgpu-hook, static as the Makefile builds it: the
+	// chart's image holds it.
+	hook string
+	// nriErr, dpErr and hookErr say why a binary could not be built; the
+	// tests that need it then fail with that.
+	nriErr, dpErr, hookErr error
 }
 
-// buildBinaries builds cmd/nri-vgpu and cmd/device-plugin into dir.
+// buildBinaries builds cmd/nri-vgpu, cmd/device-plugin and
+// cmd/nri-vgpu-hook into dir.
 func buildBinaries(ctx context.Context, dir string) {
 	binaries.nriPlugin = filepath.Join(dir, "nri-vgpu")
 	binaries.devicePlugin = filepath.Join(dir, "nri-vgpu-device-plugin")
+	binaries.hook = filepath.Join(dir, "nri-vgpu-hook")
 	binaries.nriErr = harness.GoBuild(ctx, "./cmd/nri-vgpu", binaries.nriPlugin, false)
 	binaries.dpErr = harness.GoBuild(ctx, "./cmd/device-plugin", binaries.devicePlugin, false)
+	binaries.hookErr = harness.GoBuild(ctx, "./cmd/nri-vgpu-hook", binaries.hook, true)
 }
 
 // shimPath is the shim library under test, built by `make -C shim`.

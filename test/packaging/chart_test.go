@@ -276,6 +276,11 @@ func TestChartValues(t *testing.T) {
 			t.Errorf("NRI plugin securityContext %+v, want the default (privileged)", sc)
 		}
 	})
+	t.Run("shimDir", func(t *testing.T) {
+		// The pin hook follows the shim's directory (a read-only /usr).
+		m := render(t, "--set", "hostPaths.shimDir=/opt/nri-vgpu/lib")
+		checkHookInstalled(t, m.daemonSets["nri-plugin"].Spec.Template.Spec, "/opt/nri-vgpu/lib")
+	})
 	t.Run("existing service account", func(t *testing.T) {
 		m := render(t, "--set", "serviceAccount.create=false", "--set", "serviceAccount.name=gpu-agents")
 		if len(m.serviceAccounts) != 0 {

@@ -210,6 +210,50 @@ func hostMounts(pod corev1.PodSpec, c corev1.Container) map[string]corev1.Volume
 	return out
 }
 
+// checkHookInstalled holds the NRI plugin's pod to the pin hook's needs:
+// runc runs the hook on the host, so the plugin must name a host file
+// (--hook-path=<hostDir>/nri-vgpu-hook, in place of its own binary, which
+// is the pod's), and the init container must put the image's copy there:
+// executable, and by a rename from a temporary name in the same directory,
+// so that a runc running the old file is not handed a half-written one.
+func checkHookInstalled(t *testing.T, nri corev1.PodSpec, hostDir string) {
+	t.Helper()
+	want := path.Join(hostDir, "nri-vgpu-hook")
+	plugin := containerNamed(t, nri.Containers, "nri-plugin")
+	var got []string
+	for _, a := range plugin.Args {
+		if v, ok := strings.CutPrefix(a, "--hook-path="); ok {
+			got = append(got, v)
+		}
+	}
+	if len(got) != 1 || got[0] != want {
+		t.Errorf("nri-plugin --hook-path %q, want %s", got, want)
+	}
+	if vm, ok := hostMounts(nri, plugin)[hostDir]; !ok || vm.MountPath != hostDir {
+		// The plugin checks at start that the hook is there.
+		t.Errorf("nri-plugin must mount host %s at %s, has %+v", hostDir, hostDir, vm)
+	}
+	if len(nri.InitContainers) != 1 {
+		t.Fatalf("%d init containers, want the shim installer", len(nri.InitContainers))
+	}
+	initC := nri.InitContainers[0]
+	vm, ok := hostMounts(nri, initC)[hostDir]
+	if !ok {
+		t.Fatalf("the init container does not mount %s", hostDir)
+	}
+	script := initC.Command[len(initC.Command)-1]
+	mv := regexp.MustCompile(`(?m)^mv -f (` + regexp.QuoteMeta(vm.MountPath) + `/[^/\s]+) ` + regexp.QuoteMeta(vm.MountPath+"/nri-vgpu-hook") + `$`).FindStringSubmatch(script)
+	if mv == nil || mv[1] == vm.MountPath+"/nri-vgpu-hook" {
+		t.Fatalf("the init container does not rename a file of %s to nri-vgpu-hook there:\n%s", vm.MountPath, script)
+	}
+	if !regexp.MustCompile(`(?m)^cp /usr/lib/nri-vgpu/nri-vgpu-hook ` + regexp.QuoteMeta(mv[1]) + `$`).MatchString(script) {
+		t.Errorf("the init container does not copy the image's /usr/lib/nri-vgpu/nri-vgpu-hook to %s:\n%s", mv[1], script)
+	}
+	if !regexp.MustCompile(`(?m)^chmod 0?755 ` + regexp.QuoteMeta(mv[1]) + `$`).MatchString(script) {
+		t.Errorf("the init container does not make %s mode 0755 before the rename:\n%s", mv[1], script)
+	}
+}
+
 func containerNamed(t *testing.T, cs []corev1.Container, name string) corev1.Container {
 	t.Helper()
 	for _, c := range cs {
@@ -288,6 +332,7 @@ func TestManifestsMatchTheConfig(t *testing.T) {
 	if want := vm.MountPath + "/" + path.Base(cfg.Paths.ShimPath); !regexp.MustCompile(`mv -f \S+ ` + regexp.QuoteMeta(want) + `\b`).MatchString(script) {
 		t.Errorf("the init container does not move the shim to %s:\n%s", want, script)
 	}
+	checkHookInstalled(t, nri, path.Dir(cfg.Paths.ShimPath))
 	// kubelet creates a missing hostPath directory 0755; the allocation
 	// key's directory must be root's alone.
 	if vm, ok := initMounts[cfg.Paths.StateDir]; !ok {
