@@ -14,6 +14,7 @@ import (
 	"os"
 	"syscall"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/atomicfile"
 	"github.com/nri-vgpu/nri-vgpu/internal/bindings"
 	"github.com/nri-vgpu/nri-vgpu/internal/safepath"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
@@ -131,28 +132,14 @@ func LoadOrCreate(stateDir string) (limits.Key, error) {
 	if _, err := rand.Read(key[:]); err != nil {
 		return limits.Key{}, fmt.Errorf("allocation key: %w", err)
 	}
-	tmp, tmpRel, err := d.CreateTemp(".", "."+FileName+".tmp-*") // mode 0600
-	if err != nil {
-		return limits.Key{}, fmt.Errorf("allocation key: %w", err)
-	}
-	defer func() { _ = d.Remove(tmpRel) }()
-	if _, err := tmp.Write(key[:]); err != nil {
-		tmp.Close()
-		return limits.Key{}, fmt.Errorf("allocation key: write %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return limits.Key{}, fmt.Errorf("allocation key: sync %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return limits.Key{}, fmt.Errorf("allocation key: write %s: %w", tmp.Name(), err)
-	}
 	// The bindings store first: a key without one beside it means a store
 	// that was lost, which the NRI plugin treats as damaged.
 	if err := bindings.Seed(d); err != nil {
 		return limits.Key{}, fmt.Errorf("allocation key: %w", err)
 	}
-	if err := d.Link(tmpRel, FileName); err != nil {
+	// The key becomes durable before it can sign anything, so that it does
+	// not vanish in a crash.
+	if err := atomicfile.CreateIn(d, FileName, key[:], 0o600); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			// Another process or goroutine created the key first (or a
 			// link sits there, which load refuses).
@@ -160,9 +147,5 @@ func LoadOrCreate(stateDir string) (limits.Key, error) {
 		}
 		return limits.Key{}, fmt.Errorf("allocation key: %w", err)
 	}
-	// Make the new directory entry durable, so that a key that has signed
-	// allocations does not vanish in a crash. Best effort: some file
-	// systems do not support syncing directories.
-	_ = d.Sync()
 	return key, nil
 }

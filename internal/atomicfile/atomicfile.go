@@ -39,11 +39,44 @@ func WriteIn(d *safepath.Dir, rel string, data []byte, perm fs.FileMode) error {
 	return write(d, rel, data, perm, -1, -1)
 }
 
-func write(d *safepath.Dir, rel string, data []byte, perm fs.FileMode, uid, gid int) (err error) {
-	path := d.Join(rel)
+// CreateIn creates rel below the directory d with data, readable with perm,
+// only if nothing is there yet: the data is written and synced to a
+// temporary file first, which is then hard-linked to rel. A link never
+// replaces, so of several creators one wins and the others get an error
+// wrapping fs.ErrExist, and nobody ever sees a partial file. The new
+// directory entry is synced, best effort (not every file system can).
+func CreateIn(d *safepath.Dir, rel string, data []byte, perm fs.FileMode) error {
+	tmpRel, err := prepare(d, rel, data, perm, -1, -1)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = d.Remove(tmpRel) }()
+	if err := d.Link(tmpRel, rel); err != nil {
+		return fmt.Errorf("create %s: %w", d.Join(rel), err)
+	}
+	_ = d.Sync()
+	return nil
+}
+
+func write(d *safepath.Dir, rel string, data []byte, perm fs.FileMode, uid, gid int) error {
+	tmpRel, err := prepare(d, rel, data, perm, uid, gid)
+	if err != nil {
+		return err
+	}
+	if err := d.Rename(tmpRel, rel); err != nil {
+		_ = d.Remove(tmpRel)
+		return fmt.Errorf("write %s: %w", d.Join(rel), err)
+	}
+	return nil
+}
+
+// prepare writes data to a new temporary file beside rel, with perm and,
+// when uid >= 0, the owner uid:gid, synced and closed, and returns its
+// name below d. On any error nothing is left behind.
+func prepare(d *safepath.Dir, rel string, data []byte, perm fs.FileMode, uid, gid int) (tmpRel string, err error) {
 	tmp, tmpRel, err := d.CreateTemp(filepath.Dir(rel), "."+filepath.Base(rel)+".tmp-*")
 	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+		return "", fmt.Errorf("write %s: %w", d.Join(rel), err)
 	}
 	defer func() {
 		if err != nil {
@@ -52,25 +85,22 @@ func write(d *safepath.Dir, rel string, data []byte, perm fs.FileMode, uid, gid 
 		}
 	}()
 	if _, err := tmp.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", tmp.Name(), err)
+		return "", fmt.Errorf("write %s: %w", tmp.Name(), err)
 	}
 	// Chmod on the descriptor: the umask applies at creation, not here.
 	if err := tmp.Chmod(perm); err != nil {
-		return fmt.Errorf("write %s: %w", tmp.Name(), err)
+		return "", fmt.Errorf("write %s: %w", tmp.Name(), err)
 	}
 	if uid >= 0 && (uid != os.Geteuid() || gid != os.Getegid()) {
 		if err := tmp.Chown(uid, gid); err != nil {
-			return fmt.Errorf("write %s: %w", tmp.Name(), err)
+			return "", fmt.Errorf("write %s: %w", tmp.Name(), err)
 		}
 	}
 	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("write %s: %w", tmp.Name(), err)
+		return "", fmt.Errorf("write %s: %w", tmp.Name(), err)
 	}
 	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", tmp.Name(), err)
+		return "", fmt.Errorf("write %s: %w", tmp.Name(), err)
 	}
-	if err := d.Rename(tmpRel, rel); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
+	return tmpRel, nil
 }

@@ -2,6 +2,7 @@ package atomicfile
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -116,5 +117,34 @@ func TestWriteInFollowsNoLink(t *testing.T) {
 	}
 	if entries, err := os.ReadDir(outside); err != nil || len(entries) != 1 {
 		t.Errorf("outside holds %v (%v), want only the target (no temporary file)", entries, err)
+	}
+}
+
+// TestCreateInNeverReplaces: the first CreateIn makes the file with its
+// mode; a second one leaves it as it is and says it exists; no temporary
+// file is left either way.
+func TestCreateInNeverReplaces(t *testing.T) {
+	dir := t.TempDir()
+	d, err := safepath.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := CreateIn(d, "f", []byte("first"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := CreateIn(d, "f", []byte("second"), 0o600); !errors.Is(err, fs.ErrExist) {
+		t.Fatalf("second CreateIn: %v, want fs.ErrExist", err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "f"))
+	if err != nil || string(data) != "first" {
+		t.Fatalf("f holds %q (%v), want %q", data, err, "first")
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "f")); err != nil || fi.Mode().Perm() != 0o640 {
+		t.Fatalf("f: %v %v, want mode 0640", fi.Mode(), err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("directory holds %v (%v), want only f", entries, err)
 	}
 }

@@ -161,24 +161,8 @@ func Seed(d *safepath.Dir) error {
 	if err != nil {
 		return fmt.Errorf("allocation bindings: %w", err)
 	}
-	tmp, tmpRel, err := d.CreateTemp(".", "."+FileName+".tmp-*") // mode 0600
-	if err != nil {
-		return fmt.Errorf("allocation bindings: %w", err)
-	}
-	defer func() { _ = d.Remove(tmpRel) }()
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("allocation bindings: write %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("allocation bindings: sync %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("allocation bindings: write %s: %w", tmp.Name(), err)
-	}
-	// A link never replaces: a store already there is kept as it is.
-	if err := d.Link(tmpRel, FileName); err != nil && !errors.Is(err, fs.ErrExist) {
+	// Never replaces: a store already there is kept as it is.
+	if err := atomicfile.CreateIn(d, FileName, data, 0o600); err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("allocation bindings: %w", err)
 	}
 	return nil
