@@ -2,7 +2,6 @@ package main
 
 import (
 	"debug/elf"
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/pin/pintest"
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
 )
 
@@ -103,14 +103,7 @@ func TestHookPin(t *testing.T) {
 	if err := os.Symlink("/tmp", filepath.Join(bundle, "rootfs", "etc")); err != nil {
 		t.Fatal(err)
 	}
-	spec := map[string]any{"root": map[string]any{"path": "rootfs"}, "mounts": []map[string]string{}}
-	for _, p := range oci.PinnedPaths {
-		spec["mounts"] = append(spec["mounts"].([]map[string]string), map[string]string{"destination": p, "type": "bind", "source": "/"})
-	}
-	data, _ := json.Marshal(spec)
-	if err := os.WriteFile(filepath.Join(bundle, "config.json"), data, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	pintest.WriteBundle(t, bundle)
 	pinHook := oci.PinHook(hook)
 	for _, tt := range []struct {
 		args []string

@@ -22,6 +22,7 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/internal/allockey"
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate/hoststatetest"
 	"github.com/nri-vgpu/nri-vgpu/internal/nriplugin"
+	"github.com/nri-vgpu/nri-vgpu/internal/pin/pintest"
 	"github.com/nri-vgpu/nri-vgpu/internal/status"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
@@ -305,14 +306,7 @@ func TestHookPin(t *testing.T) {
 	if err := os.Symlink("/tmp", filepath.Join(bundle, "rootfs", "run", "nri-vgpu")); err != nil {
 		t.Fatal(err)
 	}
-	spec := map[string]any{"root": map[string]any{"path": "rootfs"}, "mounts": []map[string]string{}}
-	for _, p := range oci.PinnedPaths {
-		spec["mounts"] = append(spec["mounts"].([]map[string]string), map[string]string{"destination": p, "type": "bind", "source": "/"})
-	}
-	data, _ := json.Marshal(spec)
-	if err := os.WriteFile(filepath.Join(bundle, "config.json"), data, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	pintest.WriteBundle(t, bundle)
 	for _, tt := range []struct {
 		args []string
 		code int

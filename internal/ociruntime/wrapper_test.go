@@ -22,6 +22,7 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate/hoststatetest"
 	"github.com/nri-vgpu/nri-vgpu/internal/ledger"
+	"github.com/nri-vgpu/nri-vgpu/internal/pin/pintest"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
@@ -974,23 +975,14 @@ func TestMainRunsThePinHook(t *testing.T) {
 	if err := os.Symlink("/tmp/preload", filepath.Join(bundle, "rootfs", "etc", "ld.so.preload")); err != nil {
 		t.Fatal(err)
 	}
-	spec := specs.Spec{Root: &specs.Root{Path: "rootfs"}}
-	for _, p := range oci.PinnedPaths {
-		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: p, Type: "bind", Source: "/"})
-	}
-	writeJSON := func(v any) []byte {
-		data, err := json.Marshal(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return data
-	}
-	if err := os.WriteFile(filepath.Join(bundle, SpecFileName), writeJSON(spec), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	pintest.WriteBundle(t, bundle)
 	cmd := exec.Command(os.Args[0], "hook", "pin")
 	cmd.Env = append(os.Environ(), envMain+"=1", "NRI_VGPU_CONFIG=/nonexistent/config.toml")
-	cmd.Stdin = bytes.NewReader(writeJSON(specs.State{ID: ctrID, Bundle: bundle}))
+	state, err := json.Marshal(specs.State{ID: ctrID, Bundle: bundle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdin = bytes.NewReader(state)
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
