@@ -104,19 +104,25 @@ func (g SimulatedGPU) IsHealthy() bool { return g.Healthy == nil || *g.Healthy }
 
 // Driver configures how the driver's user-space files reach a container.
 type Driver struct {
-	Injection string   `toml:"injection"` // "auto" (default) | "cdi" | "nvidia-runtime" | "none"
+	Injection string   `toml:"injection"` // "auto" (default) | "cdi" | "generate" | "nvidia-runtime" | "none"
 	CDIDirs   []string `toml:"cdi_dirs"`  // default ["/etc/cdi", "/var/run/cdi"]
 	DevRoot   string   `toml:"dev_root"`  // default "/": the host's root as this process sees it
 	// DriverRoot is where the NVIDIA driver is installed on the host, as
 	// nvidia-ctk's --driver-root: "/run/nvidia/driver" under the GPU
 	// Operator's driver container, whose device nodes are beneath it.
 	DriverRoot string `toml:"driver_root"` // default "/"
+	// LibraryDirs are directories, beneath the driver root, searched for the
+	// driver's libraries (libnvidia-ml.so.1, libcuda.so.1) besides the
+	// loader's cache and the usual ones: drivers installed outside the
+	// loader's view, as under /usr/local/nvidia/lib64.
+	LibraryDirs []string `toml:"library_dirs"` // default ["/usr/local/nvidia/lib64", "/usr/local/nvidia/lib"]
 }
 
 // Injection modes for Driver.Injection.
 const (
 	InjectionAuto          = "auto"
 	InjectionCDI           = "cdi"
+	InjectionGenerate      = "generate"
 	InjectionNVIDIARuntime = "nvidia-runtime"
 	InjectionNone          = "none"
 )
@@ -283,10 +289,11 @@ func Default() *Config {
 			Backend: BackendNVML,
 		},
 		Driver: Driver{
-			Injection:  InjectionAuto,
-			CDIDirs:    []string{"/etc/cdi", "/var/run/cdi"},
-			DevRoot:    "/",
-			DriverRoot: "/",
+			Injection:   InjectionAuto,
+			CDIDirs:     []string{"/etc/cdi", "/var/run/cdi"},
+			DevRoot:     "/",
+			DriverRoot:  "/",
+			LibraryDirs: []string{"/usr/local/nvidia/lib64", "/usr/local/nvidia/lib"},
 		},
 		Paths: Paths{
 			StateDir: "/var/lib/nri-vgpu",

@@ -196,7 +196,7 @@ func checkSimulatedMemory(ck *checker, path string, memory uint64, split int, sc
 }
 
 func (d *Driver) validate(ck *checker) {
-	checkOneOf(ck, "driver.injection", d.Injection, InjectionAuto, InjectionCDI, InjectionNVIDIARuntime, InjectionNone)
+	checkOneOf(ck, "driver.injection", d.Injection, InjectionAuto, InjectionCDI, InjectionGenerate, InjectionNVIDIARuntime, InjectionNone)
 	if d.Injection == InjectionCDI && len(d.CDIDirs) == 0 {
 		ck.add("driver.cdi_dirs", `is empty, but driver.injection = "cdi" needs the directories of the NVIDIA CDI spec`)
 	}
@@ -205,6 +205,9 @@ func (d *Driver) validate(ck *checker) {
 	}
 	checkAbs(ck, "driver.dev_root", d.DevRoot)
 	checkAbs(ck, "driver.driver_root", d.DriverRoot)
+	for i, dir := range d.LibraryDirs {
+		checkAbs(ck, indexPath("driver.library_dirs", i), dir)
+	}
 }
 
 func (p *Paths) validate(ck *checker) {
