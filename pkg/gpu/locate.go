@@ -33,26 +33,37 @@ var usualLibraryDirs = []string{
 }
 
 // librarySearch finds and initializes libnvidia-ml.so.1 the way NVIDIA's
-// tools do: through the dynamic loader when the driver is installed in this
-// process's own root, then (or only, for a driver root elsewhere) as a file
-// beneath the driver root, in driver.library_dirs and the usual dirs.
+// tools do. Where driver.driver_root is "/", the host's own driver: first
+// through the dynamic loader (which also finds the libraries the NVIDIA
+// container toolkit puts into a pod), then as a file beneath dev_root in
+// driver.library_dirs and the usual dirs. Where the driver root is elsewhere
+// (the GPU Operator's /run/nvidia/driver), the files beneath it come first
+// and the loader last, for a pod that gets the driver only from the
+// toolkit.
 type librarySearch struct {
-	root      string // the driver root as this process sees it
-	useLoader bool
-	paths     []string // candidate files, in order
-	// open makes the binding for one library: path "" is the loader's
-	// search by soname. nvml.New in production; tests give mocks.
+	root string // the driver root as this process sees it: dev_root + driver_root
+	// paths are the candidate files in order; "" is the loader's search by
+	// soname.
+	paths []string
+	// open makes the binding for one library (path "" for the loader's).
+	// openNVML in production; tests give mocks.
 	open func(path string) nvml.Interface
 }
 
 func newLibrarySearch(d config.Driver) *librarySearch {
-	root := filepath.Join(cmp.Or(d.DevRoot, "/"), cmp.Or(d.DriverRoot, "/"))
-	s := &librarySearch{root: root, useLoader: root == "/", open: openNVML}
+	driverRoot := filepath.Clean(cmp.Or(d.DriverRoot, "/"))
+	s := &librarySearch{root: filepath.Join(cmp.Or(d.DevRoot, "/"), driverRoot), open: openNVML}
+	if driverRoot == "/" {
+		s.paths = append(s.paths, "")
+	}
 	for _, dir := range slices.Concat(d.LibraryDirs, usualLibraryDirs) {
-		p := filepath.Join(root, dir, nvmlSoname)
+		p := filepath.Join(s.root, dir, nvmlSoname)
 		if !slices.Contains(s.paths, p) {
 			s.paths = append(s.paths, p)
 		}
+	}
+	if driverRoot != "/" {
+		s.paths = append(s.paths, "")
 	}
 	return s
 }
@@ -72,30 +83,28 @@ func openNVML(path string) nvml.Interface {
 // searched.
 func (s *librarySearch) init() (nvml.Interface, error) {
 	var searched []string
-	if s.useLoader {
-		lib := s.open("")
-		if ret := lib.Init(); ret != nvml.ERROR_LIBRARY_NOT_FOUND {
-			if ret == nvml.SUCCESS {
-				slog.Info("loaded NVML", "library", cmp.Or(mappedFile(nvmlSoname), nvmlSoname), "found_by", "the dynamic loader")
-			}
-			return lib, initError(ret)
-		}
-		searched = append(searched, "the dynamic loader's path (LD_LIBRARY_PATH, ld.so.cache) for "+nvmlSoname)
-	}
 	for _, p := range s.paths {
-		file, err := resolveUnder(s.root, p)
-		if err != nil {
-			searched = append(searched, p+" (absent)")
-			continue
+		file := ""
+		if p != "" {
+			var err error
+			if file, err = resolveUnder(s.root, p); err != nil {
+				searched = append(searched, p+" (absent)")
+				continue
+			}
 		}
 		lib := s.open(file)
 		ret := lib.Init()
 		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
-			searched = append(searched, p+" (present but could not be loaded)")
+			if p == "" {
+				searched = append(searched, "the dynamic loader's path (LD_LIBRARY_PATH, ld.so.cache) for "+nvmlSoname)
+			} else {
+				searched = append(searched, p+" (present but could not be loaded)")
+			}
 			continue
 		}
 		if ret == nvml.SUCCESS {
-			slog.Info("loaded NVML", "library", cmp.Or(mappedFile(nvmlSoname), file), "found_by", p)
+			foundBy := cmp.Or(p, "the dynamic loader")
+			slog.Info("loaded NVML", "library", cmp.Or(mappedFile(nvmlSoname), file, nvmlSoname), "found_by", foundBy)
 		}
 		return lib, initError(ret)
 	}

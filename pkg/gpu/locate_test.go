@@ -59,9 +59,9 @@ func writeLib(t *testing.T, root, path, target string) {
 	}
 }
 
-// A driver root that is not this process's root: the loader is not asked
-// (it would find this root's library, not the driver's), library_dirs come
-// before the usual dirs, and links resolve as they do on the host.
+// A driver root other than "/": its files come before the loader (which
+// would find this root's library, not the driver's), library_dirs before the
+// usual dirs, and links resolve as they do on the host.
 func TestLibrarySearchDriverRoot(t *testing.T) {
 	devRoot := t.TempDir()
 	driver := config.Driver{DevRoot: devRoot, DriverRoot: "/run/nvidia/driver", LibraryDirs: []string{"/opt/drv/lib", "/usr/local/nvidia/lib64"}}
@@ -87,7 +87,8 @@ func TestLibrarySearchDriverRoot(t *testing.T) {
 
 func TestLibrarySearchNothingFound(t *testing.T) {
 	devRoot := t.TempDir()
-	driver := config.Driver{DevRoot: devRoot, DriverRoot: "/", LibraryDirs: []string{"/usr/local/nvidia/lib64"}}
+	driver := config.Driver{DevRoot: devRoot, DriverRoot: "/opt/driver", LibraryDirs: []string{"/usr/local/nvidia/lib64"}}
+	devRoot = filepath.Join(devRoot, "opt/driver") // where the files are looked for
 	// Present but not loadable (another architecture, say): searched, then passed over.
 	writeLib(t, devRoot, "usr/local/nvidia/lib64/libnvidia-ml.so.1", "")
 	o := newOpener(t, nil)
@@ -105,18 +106,15 @@ func TestLibrarySearchNothingFound(t *testing.T) {
 		filepath.Join(devRoot, "usr/lib64/libnvidia-ml.so.1") + " (absent)",
 		filepath.Join(devRoot, "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1") + " (absent)",
 		filepath.Join(devRoot, "lib64/libnvidia-ml.so.1") + " (absent)",
-		filepath.Join(devRoot, "lib/libnvidia-ml.so.1") + " (absent)",
+		filepath.Join(devRoot, "lib/libnvidia-ml.so.1") + " (absent), the dynamic loader's path (LD_LIBRARY_PATH, ld.so.cache)",
 		`gpu.backend = "simulated"`,
 	} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error does not name %q:\n%s", want, msg)
 		}
 	}
-	if strings.Contains(msg, "dynamic loader") {
-		t.Errorf("error names the loader, which a driver root beneath %s does not use:\n%s", devRoot, msg)
-	}
-	if !slices.Equal(o.opened, []string{filepath.Join(devRoot, "usr/local/nvidia/lib64/libnvidia-ml.so.1")}) {
-		t.Errorf("opened %q, want only the present file", o.opened)
+	if !slices.Equal(o.opened, []string{filepath.Join(devRoot, "usr/local/nvidia/lib64/libnvidia-ml.so.1"), ""}) {
+		t.Errorf("opened %q, want the present file, then the loader's", o.opened)
 	}
 }
 
@@ -137,8 +135,9 @@ func TestLibrarySearchLoadedButInitFails(t *testing.T) {
 			t.Fatalf("Devices: %v, want ErrNoDriver saying the kernel driver is not running", err)
 		}
 	}
-	if !slices.Equal(o.opened, []string{first}) || o.inits[first] != 2 {
-		t.Errorf("opened %q with %d inits of %s, want it alone, initialized twice", o.opened, o.inits[first], first)
+	// The driver root is "/": the loader (finding nothing here) first.
+	if !slices.Equal(o.opened, []string{"", first}) || o.inits[first] != 2 {
+		t.Errorf("opened %q with %d inits of %s, want the loader's then it, initialized twice", o.opened, o.inits[first], first)
 	}
 }
 
@@ -150,7 +149,7 @@ func TestLibrarySearchLoaderFirst(t *testing.T) {
 
 	t.Run("loader finds it", func(t *testing.T) {
 		o := newOpener(t, map[string]nvml.Return{"": nvml.SUCCESS, file: nvml.SUCCESS})
-		s := &librarySearch{root: "/", useLoader: true, paths: []string{file}, open: o.open}
+		s := &librarySearch{root: "/", paths: []string{"", file}, open: o.open}
 		if lib, err := s.init(); err != nil || lib == nil {
 			t.Fatalf("init: %v", err)
 		}
@@ -160,7 +159,7 @@ func TestLibrarySearchLoaderFirst(t *testing.T) {
 	})
 	t.Run("loader does not", func(t *testing.T) {
 		o := newOpener(t, map[string]nvml.Return{file: nvml.SUCCESS})
-		s := &librarySearch{root: "/", useLoader: true, paths: []string{file}, open: o.open}
+		s := &librarySearch{root: "/", paths: []string{"", file}, open: o.open}
 		if lib, err := s.init(); err != nil || lib == nil {
 			t.Fatalf("init: %v", err)
 		}
@@ -170,7 +169,7 @@ func TestLibrarySearchLoaderFirst(t *testing.T) {
 	})
 	t.Run("neither", func(t *testing.T) {
 		o := newOpener(t, nil)
-		s := &librarySearch{root: "/", useLoader: true, paths: []string{file}, open: o.open}
+		s := &librarySearch{root: "/", paths: []string{"", file}, open: o.open}
 		_, err := s.init()
 		if !errors.Is(err, ErrNoDriver) || !strings.Contains(err.Error(), "the dynamic loader's path (LD_LIBRARY_PATH, ld.so.cache)") ||
 			!strings.Contains(err.Error(), file+" (present but could not be loaded)") {
@@ -191,11 +190,15 @@ func TestNewLibrarySearchPaths(t *testing.T) {
 		"/host/run/nvidia/driver/lib/aarch64-linux-gnu/libnvidia-ml.so.1",
 		"/host/run/nvidia/driver/usr/lib/libnvidia-ml.so.1",
 		"/host/run/nvidia/driver/lib/libnvidia-ml.so.1",
+		"", // the loader last
 	}
-	if s.useLoader || !slices.Equal(s.paths, want) {
-		t.Errorf("useLoader %v, paths\n%q\nwant false,\n%q", s.useLoader, s.paths, want)
+	if !slices.Equal(s.paths, want) {
+		t.Errorf("paths\n%q\nwant\n%q", s.paths, want)
 	}
-	if s := newLibrarySearch(config.Default().Driver); !s.useLoader || s.paths[0] != "/usr/local/nvidia/lib64/libnvidia-ml.so.1" {
-		t.Errorf("defaults: useLoader %v, first path %q; want the loader, then /usr/local/nvidia/lib64", s.useLoader, s.paths[0])
+	// The chart's NRI plugin: dev_root /host, the host's own driver, which
+	// the toolkit puts into the pod: the loader first.
+	s = newLibrarySearch(config.Driver{DevRoot: "/host", DriverRoot: "/", LibraryDirs: []string{"/usr/local/nvidia/lib64"}})
+	if len(s.paths) < 2 || s.paths[0] != "" || s.paths[1] != "/host/usr/local/nvidia/lib64/libnvidia-ml.so.1" {
+		t.Errorf("dev_root /host: paths %q, want the loader's, then /host/usr/local/nvidia/lib64/libnvidia-ml.so.1", s.paths)
 	}
 }
