@@ -367,7 +367,7 @@ EXPORT CUresult cuDeviceGet(CUdevice *d, int ordinal)
 EXPORT CUresult cuDeviceGetName(char *buf, int len, CUdevice d)
 {
 	CHECK_DEV(d);
-	snprintf(buf, (size_t)len, "Fake GPU %d", d);
+	snprintf(buf, (size_t)len, "%s", fk->dev[d].name);
 	return CUDA_SUCCESS;
 }
 
@@ -388,6 +388,7 @@ EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d)
 	CHECK_DEV(d);
 	*v = attr == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT		? fk->dev[d].sms
 	     : attr == CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR ? FK_THREADS_PER_SM
+	     : attr == CU_DEVICE_ATTRIBUTE_PCI_BUS_ID			   ? FK_PCI_BUS(d)
 									   : 0;
 	return CUDA_SUCCESS;
 }

@@ -7,9 +7,11 @@
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cuda_abi.h"
@@ -121,7 +123,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t h, char *buf, unsigned len)
 EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t h, char *buf, unsigned len)
 {
 	CHECK(h);
-	snprintf(buf, len, "Fake GPU %d", h->index);
+	if (!buf || strlen(fk->dev[h->index].name) + 1 > len)
+		return buf ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_ERROR_INVALID_ARGUMENT;
+	strcpy(buf, fk->dev[h->index].name);
 	return NVML_SUCCESS;
 }
 
@@ -493,8 +497,358 @@ EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t h, nvmlUtilizatio
 	return NVML_SUCCESS;
 }
 
+/* The driver version: the one a fake driver root's file names carry
+ * (libnvidia-ml.so.<version>), so a library that compares the two agrees. */
+static const char *driver_version(void)
+{
+	const char *v = getenv("FAKECUDA_DRIVER_VERSION");
+	return v && *v ? v : "580.159.04";
+}
+
 EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *buf, unsigned len)
 {
-	snprintf(buf, len, "999.99-fake");
+	if (!buf || strlen(driver_version()) + 1 > len)
+		return buf ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_ERROR_INVALID_ARGUMENT;
+	strcpy(buf, driver_version());
 	return NVML_SUCCESS;
+}
+
+/* NVML's own version: the CUDA major, then the driver version ("13.580.159.04"). */
+EXPORT nvmlReturn_t nvmlSystemGetNVMLVersion(char *buf, unsigned len)
+{
+	const char *e = getenv("FAKECUDA_VERSION");
+	int cuda = e ? atoi(e) : 12080;
+	if (!buf)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if ((unsigned)snprintf(buf, len, "%d.%s", cuda / 1000, driver_version()) >= len)
+		return NVML_ERROR_INSUFFICIENT_SIZE;
+	return NVML_SUCCESS;
+}
+
+/* The CUDA version the driver supports, as cuDriverGetVersion says it (FAKECUDA_VERSION). */
+EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v)
+{
+	if (!v)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	const char *e = getenv("FAKECUDA_VERSION");
+	*v = e ? atoi(e) : 12080;
+	return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *v)
+{
+	return nvmlSystemGetCudaDriverVersion_v2(v);
+}
+
+/* ---- identity: index, minor, PCI, MIG, architecture ----------------------- */
+
+/* nvmlPciInfo_t as nvml.h declares it since NVML 11 (the ABI notes, section 4):
+ * the _v2 and _v3 entry points fill all 68 bytes. */
+typedef struct {
+	char busIdLegacy[16];
+	unsigned domain, bus, device, pciDeviceId, pciSubSystemId;
+	char busId[32];
+} nvmlPciInfo_t;
+_Static_assert(sizeof(nvmlPciInfo_t) == 68, "nvmlPciInfo_t");
+_Static_assert(offsetof(nvmlPciInfo_t, busId) == 36, "pci.busId");
+
+/* The unversioned entry point's record, from before busId grew to 32 bytes:
+ * 52 bytes, so it never writes past what an old caller allocated. */
+typedef struct {
+	char busId[16];
+	unsigned domain, bus, device, pciDeviceId, pciSubSystemId;
+	unsigned reserved[4];
+} nvmlPciInfo_v1_t;
+_Static_assert(sizeof(nvmlPciInfo_v1_t) == 52, "nvmlPciInfo_v1_t");
+
+/* An H200's PCI device id (0x2335) with NVIDIA's vendor id, as NVML packs them. */
+#define FK_PCI_DEVICE_ID 0x233510deu
+
+EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t h, unsigned *i)
+{
+	CHECK(h);
+	if (!i)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*i = (unsigned)h->index;
+	return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t h, unsigned *minor)
+{
+	CHECK(h);
+	if (!minor)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*minor = (unsigned)fk->dev[h->index].minor;
+	return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t h, nvmlPciInfo_t *p)
+{
+	CHECK(h);
+	if (!p)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	memset(p, 0, sizeof(*p));
+	p->bus = (unsigned)FK_PCI_BUS(h->index);
+	p->pciDeviceId = FK_PCI_DEVICE_ID;
+	snprintf(p->busIdLegacy, sizeof(p->busIdLegacy), "0000:%02x:00.0", p->bus);
+	snprintf(p->busId, sizeof(p->busId), "00000000:%02x:00.0", p->bus);
+	return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t h, nvmlPciInfo_t *p)
+{
+	return nvmlDeviceGetPciInfo_v3(h, p);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t h, nvmlPciInfo_v1_t *p)
+{
+	CHECK(h);
+	if (!p)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	memset(p, 0, sizeof(*p));
+	p->bus = (unsigned)FK_PCI_BUS(h->index);
+	p->pciDeviceId = FK_PCI_DEVICE_ID;
+	snprintf(p->busId, sizeof(p->busId), "0000:%02x:00.0", p->bus);
+	return NVML_SUCCESS;
+}
+
+/* A bus id in any of NVML's spellings ("00000000:10:00.0", "0000:10:00.0",
+ * "10:00.0", either case). */
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *id, nvmlDevice_t *h)
+{
+	NEED_INIT();
+	if (!id || !h)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	unsigned dom = 0, bus, dev, fn;
+	if (sscanf(id, "%x:%x:%x.%x", &dom, &bus, &dev, &fn) != 4 &&
+	    (dom = 0, sscanf(id, "%x:%x.%x", &bus, &dev, &fn) != 3))
+		return NVML_ERROR_INVALID_ARGUMENT;
+	for (int i = 0; i < fk->ndev; i++)
+		if (dom == 0 && bus == (unsigned)FK_PCI_BUS(i) && dev == 0 && fn == 0) {
+			*h = &handles[i];
+			return NVML_SUCCESS;
+		}
+	return NVML_ERROR_NOT_FOUND;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *id, nvmlDevice_t *h)
+{
+	return nvmlDeviceGetHandleByPciBusId_v2(id, h);
+}
+
+/* No fake GPU is MIG-capable: NVML says so for every GPU before Ampere. */
+EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t h, unsigned *current, unsigned *pending)
+{
+	CHECK(h);
+	(void)current;
+	(void)pending;
+	return NVML_ERROR_NOT_SUPPORTED;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t h, unsigned *isMig)
+{
+	CHECK(h);
+	if (!isMig)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*isMig = 0;
+	return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t h, unsigned *n)
+{
+	CHECK(h);
+	if (!n)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*n = 0;
+	return NVML_SUCCESS;
+}
+
+/* ATS/HMM addressing (the CDI library's coherence annotation): not a feature of these GPUs. */
+EXPORT nvmlReturn_t nvmlDeviceGetAddressingMode(nvmlDevice_t h, void *mode)
+{
+	CHECK(h);
+	(void)mode;
+	return NVML_ERROR_NOT_SUPPORTED;
+}
+
+/* Hopper (compute capability 9.0, NVML_DEVICE_ARCH_HOPPER 9), an NVIDIA-brand data-centre part (NVML_BRAND_NVIDIA 14). */
+EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t h, int *major, int *minor)
+{
+	CHECK(h);
+	if (!major || !minor)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*major = 9;
+	*minor = 0;
+	return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t h, unsigned *arch)
+{
+	CHECK(h);
+	if (!arch)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*arch = 9;
+	return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t h, int *brand)
+{
+	CHECK(h);
+	if (!brand)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*brand = 14;
+	return NVML_SUCCESS;
+}
+
+/* ---- events --------------------------------------------------------------- */
+
+/* nvmlEventData_t (the ABI notes, section 4); nvmlEventSetWait (v1) fills
+ * only the first three fields, the record from before MIG. */
+typedef struct {
+	nvmlDevice_t device;
+	unsigned long long eventType;
+	unsigned long long eventData;
+	unsigned gpuInstanceId;
+	unsigned computeInstanceId;
+} nvmlEventData_t;
+_Static_assert(sizeof(nvmlEventData_t) == 32, "nvmlEventData_t");
+_Static_assert(offsetof(nvmlEventData_t, eventData) == 16, "ev.eventData");
+
+#define FK_EVENT_XID 0x8ull
+#define FK_EVENT_ALL 0x1ffull /* every type nvml.h knows of, up to MIG configuration changes */
+
+struct nvmlEventSet_st {
+	unsigned long long mask[FK_MAX_DEV]; /* what each device registered */
+	/* The FAKECUDA_XID already delivered (its text and, for a file, the
+	 * file's identity), so each one is delivered once per set. */
+	char seen[160];
+};
+typedef struct nvmlEventSet_st *nvmlEventSet_t;
+
+static unsigned long long supported_events(void)
+{
+	const char *e = getenv("FAKECUDA_NVML_EVENT_TYPES");
+	return e && *e ? strtoull(e, NULL, 0) & FK_EVENT_ALL : 0xfull;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t h, unsigned long long *types)
+{
+	CHECK(h);
+	if (!types)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*types = supported_events();
+	return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
+{
+	NEED_INIT();
+	if (!set)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*set = calloc(1, sizeof(**set));
+	return *set ? NVML_SUCCESS : NVML_ERROR_UNKNOWN;
+}
+
+EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
+{
+	NEED_INIT();
+	free(set);
+	return NVML_SUCCESS;
+}
+
+/* Types the device does not support make the whole call fail, as NVML's
+ * documentation says: "NOT_SUPPORTED if ... some of requested event types". */
+EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t h, unsigned long long types, nvmlEventSet_t set)
+{
+	CHECK(h);
+	if (!set)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (types & ~supported_events())
+		return NVML_ERROR_NOT_SUPPORTED;
+	set->mask[h->index] |= types;
+	return NVML_SUCCESS;
+}
+
+/*
+ * The pending XID of FAKECUDA_XID, if this set has not had it yet: "uuid:xid"
+ * in the variable, or (a value starting with '/') in the file it names, read
+ * at each wait so a test can make one happen in a running process; each new
+ * content of the file (or a rewrite of it) is a new event. An empty uuid is
+ * an error the driver attributes to no GPU (a NULL device).
+ */
+static int pending_xid(nvmlEventSet_t set, nvmlEventData_t *ev)
+{
+	const char *spec = getenv("FAKECUDA_XID");
+	char text[128], key[160];
+	if (!spec || !*spec)
+		return 0;
+	if (spec[0] == '/') {
+		struct stat st;
+		FILE *f = fopen(spec, "r");
+		if (!f)
+			return 0;
+		size_t n = fread(text, 1, sizeof(text) - 1, f);
+		int ok = fstat(fileno(f), &st) == 0;
+		fclose(f);
+		if (!ok)
+			return 0;
+		text[n] = '\0';
+		text[strcspn(text, "\n")] = '\0';
+		snprintf(key, sizeof(key), "%lu.%ld.%ld:%s", (unsigned long)st.st_ino, (long)st.st_mtim.tv_sec,
+			 st.st_mtim.tv_nsec, text);
+	} else {
+		snprintf(text, sizeof(text), "%s", spec);
+		snprintf(key, sizeof(key), "%s", text);
+	}
+	if (!strcmp(set->seen, key))
+		return 0;
+	char *colon = strrchr(text, ':');
+	if (!colon)
+		return 0;
+	*colon = '\0';
+	unsigned long long xid = strtoull(colon + 1, NULL, 10);
+	int d = -1;
+	if (text[0]) {
+		for (int i = 0; i < fk->ndev; i++)
+			if (!strcasecmp(fk->dev[i].uuid, text))
+				d = i;
+		if (d < 0 || !(set->mask[d] & FK_EVENT_XID))
+			return 0; /* not a GPU of this set, or not registered for XIDs */
+	}
+	snprintf(set->seen, sizeof(set->seen), "%s", key);
+	*ev = (nvmlEventData_t){.device = d >= 0 ? &handles[d] : NULL,
+				.eventType = FK_EVENT_XID,
+				.eventData = xid,
+				.gpuInstanceId = ~0u,
+				.computeInstanceId = ~0u};
+	return 1;
+}
+
+/* Waits up to timeoutMs for an event (polling FAKECUDA_XID every 10 ms);
+ * NVML_ERROR_TIMEOUT when none came. */
+EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned timeoutMs)
+{
+	NEED_INIT();
+	if (!set || !data)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	int64_t deadline = fk_now() + (int64_t)timeoutMs * 1000000ll;
+	for (;;) {
+		if (pending_xid(set, data))
+			return NVML_SUCCESS;
+		int64_t left = deadline - fk_now();
+		if (left <= 0)
+			return NVML_ERROR_TIMEOUT;
+		fk_sleep_ns(left < 10000000ll ? left : 10000000ll);
+	}
+}
+
+EXPORT nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned timeoutMs)
+{
+	nvmlEventData_t ev;
+	if (!data)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	nvmlReturn_t rc = nvmlEventSetWait_v2(set, &ev, timeoutMs);
+	if (rc == NVML_SUCCESS)
+		memcpy(data, &ev, offsetof(nvmlEventData_t, gpuInstanceId));
+	return rc;
 }

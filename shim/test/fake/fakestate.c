@@ -1,4 +1,28 @@
-/* Shared state of the fake driver and NVML (see fakestate.h). */
+/*
+ * Shared state of the fake driver and NVML (see fakestate.h).
+ *
+ * The fake machine's GPUs: $FAKECUDA_DEVICES, a comma-separated list of
+ *
+ *     uuid:memory:SMs[:name[:minor]]
+ *
+ * memory as bytes or with KiB/MiB/GiB/TiB; name (no ':' or ',') defaults to
+ * "Fake GPU <index>"; minor, the N of /dev/nvidiaN, defaults to the index.
+ * Unset: one GPU, GPU-00000000-0000-0000-0000-000000000001:16GiB:108.
+ * The PCI bus id is derived from the index: bus 0x10 + index, i.e.
+ * "00000000:10:00.0" for GPU 0, "00000000:11:00.0" for GPU 1 (FK_PCI_BUS).
+ * Read once, when the state is created: every process of one fake machine
+ * sees the same GPUs.
+ *
+ * What only fake NVML reads (fakenvml.c), at each call:
+ *   FAKECUDA_DRIVER_VERSION   nvmlSystemGetDriverVersion (default 580.159.04,
+ *                             the version a fake driver root's file names carry)
+ *   FAKECUDA_VERSION          the CUDA version, as cuDriverGetVersion's (12080)
+ *   FAKECUDA_NVML_EVENT_TYPES the event types every GPU supports, a number
+ *                             (0x... for hex); default 0xf = single- and
+ *                             double-bit ECC, P-state and XID critical errors
+ *   FAKECUDA_XID              an XID critical error: "uuid:xid", or the path of
+ *                             a file holding it; see nvmlEventSetWait_v2
+ */
 #define _GNU_SOURCE
 #include "fakestate.h"
 
@@ -14,7 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define FK_MAGIC 0x46414b4543554443ull /* changes with the layout */
+#define FK_MAGIC 0x46414b4543554444ull /* changes with the layout */
 
 struct fk_state *fk;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -56,14 +80,25 @@ static void configure(void)
 		struct fk_dev *dev = &fk->dev[fk->ndev];
 		char *c1 = strchr(tok, ':');
 		char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-		if (!c1 || !c2) {
-			fprintf(stderr, "fakecuda: bad FAKECUDA_DEVICES entry %s\n", tok);
+		char *c3 = c2 ? strchr(c2 + 1, ':') : NULL;
+		char *c4 = c3 ? strchr(c3 + 1, ':') : NULL;
+		if (!c1 || !c2 || (c4 && strchr(c4 + 1, ':'))) {
+			fprintf(stderr, "fakecuda: bad FAKECUDA_DEVICES entry %s (want uuid:memory:SMs[:name[:minor]])\n", tok);
 			abort();
 		}
 		*c1 = *c2 = '\0';
+		if (c3)
+			*c3 = '\0';
+		if (c4)
+			*c4 = '\0';
 		snprintf(dev->uuid, sizeof(dev->uuid), "%s", tok);
 		dev->total = parse_size(c1 + 1);
 		dev->sms = atoi(c2 + 1);
+		if (c3 && c3[1])
+			snprintf(dev->name, sizeof(dev->name), "%s", c3 + 1);
+		else
+			snprintf(dev->name, sizeof(dev->name), "Fake GPU %d", fk->ndev);
+		dev->minor = c4 && c4[1] ? atoi(c4 + 1) : fk->ndev;
 		fk->ndev++;
 	}
 	free(copy);

@@ -2,8 +2,8 @@
  * Shared bookkeeping of the fake CUDA driver and fake NVML (test only).
  * One file under $FAKECUDA_STATE, mapped by every process, so memory use and
  * GPU time are consistent across processes and between the two libraries,
- * like the real driver's. Devices come from $FAKECUDA_DEVICES,
- * "uuid:memory:SMs,..." (memory as bytes or with KiB/MiB/GiB).
+ * like the real driver's. Devices come from $FAKECUDA_DEVICES (see
+ * fakestate.c for its format).
  *
  * $FAKECUDA_PIDNS_OFFSET=N simulates a container's pid namespace: fake NVML
  * reports every process as pid+N (process lists and utilisation samples),
@@ -33,6 +33,9 @@ struct fk_kernel {
 
 struct fk_dev {
 	char uuid[96];
+	char name[96];	/* what cuDeviceGetName and nvmlDeviceGetName say */
+	int32_t minor;	/* /dev/nvidia<minor> (nvmlDeviceGetMinorNumber) */
+	int32_t pad0;
 	uint64_t total;
 	uint64_t used;
 	int32_t sms;
@@ -119,6 +122,9 @@ void fk_mem_give(int dev, uint64_t bytes);
 /* A launch of f: loads a lazily loaded function, grows local memory (fakemodule.c). */
 struct CUfunc_st;
 void fk_function_launched(struct CUfunc_st *f);
+/* Device d's PCI bus number: 0x10 + d, so its bus id is "00000000:1d:00.0"
+ * in NVML's form (fakestate.c). */
+#define FK_PCI_BUS(d) (0x10 + (d))
 /* Parses a GPU UUID "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" into 16 bytes. */
 void fk_uuid_bytes(const char *s, unsigned char out[16]);
 
