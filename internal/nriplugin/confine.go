@@ -84,17 +84,19 @@ func (p *Plugin) Configure(_ context.Context, _, runtime, version string) (api.E
 		Confinement: rt.confines, Reason: rt.reason,
 		Policy: p.cfg.NRI.Confinement, Connected: time.Now().UTC(),
 	}
+	// Written under p.mu, as recordDriverFiles writes, so that neither
+	// write undoes the other.
 	p.mu.Lock()
 	if p.record != nil {
 		record.DriverFiles = p.record.DriverFiles // until resolved again, below
 	}
 	p.record = record
-	p.mu.Unlock()
 	if err := hoststate.WriteRuntime(p.cfg, record); err != nil {
 		// Status and metrics then show what they knew; containers are
 		// handled as decided above either way.
 		log.Error("cannot record the runtime for status and metrics", "err", err)
 	}
+	p.mu.Unlock()
 	go p.resolveDriverFiles()
 	return 0, nil
 }
