@@ -322,11 +322,11 @@ echo "own $(sed -n 's/.*"pid": \([0-9]*\).*/\1/p' /tmp/hold)"; kill %%1`, n.o.py
 	}()
 	// The host's process is on the GPU once the host's list shows it.
 	hostPid := host.Process.Pid
-	var hostSeen string
+	var hostSeen []int
 	for {
 		out, err := hostList()
 		if pids, perr := parse(out); err == nil && perr == nil && slices.Contains(pids, hostPid) {
-			hostSeen = strings.TrimSpace(out)
+			hostSeen = pids
 			break
 		}
 		select {
@@ -348,9 +348,9 @@ echo "own $(sed -n 's/.*"pid": \([0-9]*\).*/\1/p' /tmp/hold)"; kill %%1`, n.o.py
 		own, _ = strconv.Atoi(m[1])
 	}
 	if own == 0 || !slices.Equal(listed, []int{own}) {
-		return name, "", fmt.Errorf("the container's list is %v, want only its own process %d (the host's list: %q)", listed, own, hostSeen)
+		return name, "", fmt.Errorf("the container's list is %v, want only its own process %d (the host's list: %v)", listed, own, hostSeen)
 	}
-	return name, fmt.Sprintf("the container lists only its own process (pid %d there); the host's process %d is on the GPU (host list %q)", own, hostPid, hostSeen), nil
+	return name, fmt.Sprintf("the container's compute-process list is [%d], its own process; the host's lists %v, with the host's process %d", own, hostSeen, hostPid), nil
 }
 
 // hostOutput runs a program on the host with the node's driver environment
@@ -415,7 +415,11 @@ const shareTolerance = 5.0
 // a real GPU the unlimited rate is also compared with the same workload on
 // the host without the shim.
 func checkSMShare(ctx context.Context, n *node, r *report) {
-	unlimited, _, err := n.podRate(ctx, "sm-unlimited", 10)
+	unl, err := n.ratePod(ctx, "sm-unlimited", splitCount)
+	if err == nil {
+		err = unl.measure(ctx, n)
+		n.killPod(unl.rp)
+	}
 	if err != nil {
 		r.fail("sm-share", fmt.Sprintf("the unlimited run: %v", err))
 		return
@@ -423,37 +427,38 @@ func checkSMShare(ctx context.Context, n *node, r *report) {
 	if n.sim {
 		r.skip("sm-overhead", "the fake driver does no work to slow down: overhead needs a real GPU")
 	} else {
-		r.check(n.overhead(ctx, unlimited))
+		r.check(n.overhead(ctx, unl.rate))
 	}
-	type result struct {
-		rate  float64
-		cores int
-		err   error
-	}
-	pods := []struct {
+	// The pods start one after the other (a kubelet admits one pod at a
+	// time), then their workloads run at once.
+	var pods []*ratePod
+	for _, p := range []struct {
 		name   string
 		slices int
-	}{{"sm-30", 3}, {"sm-70", 7}}
-	results := make([]result, len(pods))
-	var wg sync.WaitGroup
-	for i, p := range pods {
-		wg.Go(func() {
-			rate, cores, err := n.podRate(ctx, p.name, p.slices)
-			results[i] = result{rate, cores, err}
-		})
-	}
-	wg.Wait()
-	for i, p := range pods {
-		res := results[i]
-		name := "sm-share-" + strconv.Itoa(p.slices*100/splitCount)
-		if res.err != nil {
-			r.fail(name, res.err.Error())
+	}{{"sm-30", 3}, {"sm-70", 7}} {
+		rp, err := n.ratePod(ctx, p.name, p.slices)
+		if err != nil {
+			r.fail("sm-share-"+strconv.Itoa(p.slices*100/splitCount), err.Error())
 			continue
 		}
-		got := res.rate / unlimited * 100
-		what := fmt.Sprintf("%s at %d %% SM: %.1f %% of the unlimited rate (%s %.1f vs %.1f), want %d +- %.0f", p.name, res.cores, got,
-			rateUnit(n.sim), res.rate, unlimited, res.cores, shareTolerance)
-		if math.Abs(got-float64(res.cores)) > shareTolerance {
+		defer n.killPod(rp.rp)
+		pods = append(pods, rp)
+	}
+	var wg sync.WaitGroup
+	for _, p := range pods {
+		wg.Go(func() { p.err = p.measure(ctx, n) })
+	}
+	wg.Wait()
+	for _, p := range pods {
+		name := "sm-share-" + strconv.Itoa(p.cores)
+		if p.err != nil {
+			r.fail(name, p.err.Error())
+			continue
+		}
+		got := p.rate / unl.rate * 100
+		what := fmt.Sprintf("%s at %d %% SM: %.1f %% of the unlimited rate (%s %.1f vs %.1f), want %d +- %.0f", p.rp.Pod.Name, p.cores, got,
+			rateUnit(n.sim), p.rate, unl.rate, p.cores, shareTolerance)
+		if math.Abs(got-float64(p.cores)) > shareTolerance {
 			r.fail(name, what)
 		} else {
 			r.pass(name, what)
@@ -476,18 +481,31 @@ const (
 	nvmlRateSecs, nvmlRateWarm = 20, 5
 )
 
-// podRate runs the rate workload in a pod asking for slices and returns
-// its rate and the SM share its allocation carries.
-func (n *node) podRate(ctx context.Context, name string, slices int) (float64, int, error) {
+// ratePod is a pod that runs the rate workload.
+type ratePod struct {
+	rp    *kubeletsim.RunningPod
+	cores int // the SM share its allocation carries
+	rate  float64
+	err   error
+}
+
+// ratePod starts a pod asking for slices.
+func (n *node) ratePod(ctx context.Context, name string, slices int) (*ratePod, error) {
 	rp, err := n.runPod(ctx, n.pod(name, slices))
-	defer n.killPod(rp)
 	if err != nil {
-		return 0, 0, err
+		n.killPod(rp)
+		return nil, err
 	}
 	a, err := n.allocation(rp)
 	if err != nil {
-		return 0, 0, err
+		n.killPod(rp)
+		return nil, err
 	}
+	return &ratePod{rp: rp, cores: a.GPUs[0].Cores}, nil
+}
+
+// measure runs the rate workload in the pod.
+func (p *ratePod) measure(ctx context.Context, n *node) error {
 	var script string
 	if n.sim {
 		// cudaprog launchfor: one-wave kernels flat out; prints the share of
@@ -496,12 +514,12 @@ func (n *node) podRate(ctx context.Context, name string, slices int) (float64, i
 	} else {
 		script = fmt.Sprintf("%s %s/matmul.py %d %d", n.o.python, scriptsInCtr, nvmlRateSecs, nvmlRateWarm)
 	}
-	out, err := n.exec(ctx, rp, 2*time.Minute, script)
+	out, err := n.exec(ctx, p.rp, 2*time.Minute, script)
 	if err != nil {
-		return 0, 0, err
+		return err
 	}
-	rate, err := parseRate(out)
-	return rate, a.GPUs[0].Cores, err
+	p.rate, err = parseRate(out)
+	return err
 }
 
 // parseRate reads "share X" (cudaprog launchfor) or matmul.py's JSON.

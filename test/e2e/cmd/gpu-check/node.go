@@ -85,6 +85,7 @@ type node struct {
 	nriMu      sync.Mutex
 	nri        *harness.Process // nri-vgpu, an external NRI plugin (gate stops it)
 	execs      int              // numbers the container output logs
+	pods       int              // numbers the GPU pods (simulated: their pid offsets)
 }
 
 func (n *node) bin(name string) string { return filepath.Join(n.o.bundle, "bin", name) }
@@ -273,6 +274,9 @@ func (n *node) writeConfig(context.Context) error {
 	if err := os.MkdirAll(cdiDir, 0o755); err != nil {
 		return err
 	}
+	if err := writeTmpCDI(cdiDir, n.driverRoot); err != nil {
+		return err
+	}
 	cfg := fmt.Sprintf(`# gpu-check (%s mode)
 [device_plugin]
 split_count = %d
@@ -443,11 +447,19 @@ func (n *node) devicePluginLog() string { return filepath.Join(n.o.logs, "device
 
 // pod is a one-container pod of the application image asking for slices
 // (none: a pod without a GPU).
-func (n *node) pod(name string, slices int) *kubeletsim.Pod {
+func (n *node) pod(name string, nslices int) *kubeletsim.Pod {
 	c := kubeletsim.Container{Name: "main", Image: appImage, Mounts: n.ctrMounts}
-	if slices > 0 {
-		c.Limits = map[string]int{resourceName: slices}
-		c.Env = n.ctrEnv
+	if nslices > 0 {
+		c.Limits = map[string]int{resourceName: nslices}
+		c.Env = slices.Clone(n.ctrEnv)
+		if n.sim {
+			// The fake driver knows a process by its pid in its own
+			// namespace, where a real driver knows it by its host pid: an
+			// offset per pod keeps two containers' pid 1s apart, as host
+			// pids are (FAKECUDA_PIDNS_OFFSET in shim/test/fake).
+			n.pods++
+			c.Env = append(c.Env, kubeletsim.EnvVar{Name: "FAKECUDA_PIDNS_OFFSET", Value: strconv.Itoa(n.pods * 1000000)})
+		}
 	}
 	return &kubeletsim.Pod{Name: name, UID: kubeletsim.NewUID(), TerminationGracePeriod: 2 * time.Second,
 		Containers: []kubeletsim.Container{c}}
