@@ -36,8 +36,11 @@ func runChecks(ctx context.Context, n *node, r *report) {
 		{"validate", 150 * time.Second, checkValidate},
 	}
 	for _, c := range checks {
-		if ctx.Err() != nil {
+		if ctx.Err() == context.DeadlineExceeded {
 			r.fail(c.name, "not run: the run's --timeout is up")
+			continue
+		} else if ctx.Err() != nil {
+			r.fail(c.name, "not run: interrupted")
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, c.limit)
@@ -302,7 +305,7 @@ for i in $(seq 200); do [ -s $d/pid ] && break; sleep 0.1; done
 		ctrScript = fmt.Sprintf(`%[1]s %[2]s/torchmem.py hold %[3]d 60 >/tmp/hold 2>&1 &
 for i in $(seq 300); do grep -q held /tmp/hold && break; sleep 0.1; done
 %[4]s nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | sed 's/^/app /'
-echo "own $(sed -n 's/.*"pid": \([0-9]*\).*/\1/p' /tmp/hold)"; kill %%1`, n.o.python, scriptsInCtr, 1<<30, smiPath())
+echo "own $(sed -n 's/.*"pid": \([0-9]*\).*/\1/p' /tmp/hold)"; kill $!`, n.o.python, scriptsInCtr, 1<<30, smiPath())
 		parse = parseSMIApps
 	}
 	host.Env = append(os.Environ(), n.hostEnv...)

@@ -157,7 +157,7 @@ func inspectPython(ctx context.Context, path string) (*pythonInfo, error) {
 	}
 	for _, d := range p.mounts() {
 		_ = filepath.WalkDir(d, func(f string, e fs.DirEntry, err error) error {
-			if err == nil && !e.IsDir() && regexp.MustCompile(`^lib(cuda|nvidia-ml)\.so`).MatchString(e.Name()) {
+			if err == nil && !e.IsDir() && loadedDriverLib.MatchString(e.Name()) {
 				p.DriverLibs = append(p.DriverLibs, f)
 			}
 			return nil
@@ -165,6 +165,11 @@ func inspectPython(ctx context.Context, path string) (*pythonInfo, error) {
 	}
 	return &p, nil
 }
+
+// loadedDriverLib matches the driver's libraries that CUDA and NVML users
+// load by soname (libcuda.so.1, libnvidia-ml.so.1) and the files behind
+// those names; an unversioned stub (libcuda.so) is never loaded that way.
+var loadedDriverLib = regexp.MustCompile(`^lib(cuda|nvidia-ml)\.so\.`)
 
 // mounts are the host directories a container needs for the interpreter
 // (each once, none inside another).
