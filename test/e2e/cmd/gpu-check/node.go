@@ -274,9 +274,6 @@ func (n *node) writeConfig(context.Context) error {
 	if err := os.MkdirAll(cdiDir, 0o755); err != nil {
 		return err
 	}
-	if err := writeTmpCDI(cdiDir, n.driverRoot); err != nil {
-		return err
-	}
 	cfg := fmt.Sprintf(`# gpu-check (%s mode)
 [device_plugin]
 split_count = %d
