@@ -15,11 +15,16 @@ VERSION       ?= $(shell git describe --tags --always --dirty 2>/dev/null || ech
 # time), and binding them at start fails where there is no NVML.
 GOFLAGS_BUILD := -trimpath -buildmode=pie -ldflags "-B gobuildid -X $(MODULE)/internal/version.Version=$(VERSION)"
 # The pin hook (cmd/nri-vgpu-hook) is run by runc on the host, whose C
-# library may be older than the build's or absent: without cgo, and not a
-# PIE, which Go's linker makes dynamically linked (an ELF interpreter does
-# its relocations). cmd/nri-vgpu-hook's test builds it with this rule and
-# fails if it has an interpreter or needs a library.
-GOFLAGS_STATIC := -trimpath -ldflags "-B gobuildid"
+# library may be older than the build's or absent: statically linked, and
+# not a PIE, which Go's linker makes dynamically linked (an ELF interpreter
+# does its relocations). It also runs NVIDIA's CDI hooks (internal/cdihook),
+# whose update-ldcache command imports go-nvml, which needs cgo: so cgo with
+# the C library linked in (-static; the hook never opens NVML, whose
+# dlopen is what the linker warns about), and Go's own resolver and user
+# lookup (netgo, osusergo) rather than glibc's NSS, which a static binary
+# cannot load. cmd/nri-vgpu-hook's test builds it with this rule and fails
+# if it has an interpreter or needs a library.
+GOFLAGS_STATIC := -trimpath -tags netgo,osusergo -ldflags "-B gobuildid -linkmode external -extldflags -static"
 FUZZTIME      ?= 5s
 
 STATICCHECK_VERSION := v0.8.2
@@ -43,7 +48,7 @@ $(BIN)/nri-vgpu-runtime: FORCE
 $(BIN)/nri-vgpu-dra-driver: FORCE
 	$(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/dra-driver
 $(BIN)/nri-vgpu-hook: FORCE
-	CGO_ENABLED=0 $(GO) build $(GOFLAGS_STATIC) -o $@ ./cmd/nri-vgpu-hook
+	CGO_ENABLED=1 $(GO) build $(GOFLAGS_STATIC) -o $@ ./cmd/nri-vgpu-hook
 FORCE:
 
 shim:

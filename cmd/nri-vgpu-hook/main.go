@@ -6,15 +6,24 @@
 // cgo and not as a PIE (Makefile) so that it runs on any host, whatever C
 // library that host has or lacks.
 //
-//	nri-vgpu-hook hook pin   (the container's state on stdin)
+// Run with argv[0] "nvidia-cdi-hook" it is NVIDIA's CDI hook instead
+// (internal/cdihook): the hooks of the container edits nri-vgpu generates
+// from the driver root (driver.injection = "generate") name this binary.
+//
+//	nri-vgpu-hook hook pin             (the container's state on stdin)
+//	nvidia-cdi-hook update-ldcache ... (argv[0]; internal/cdihook)
 package main
 
 import (
 	"os"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/cdihook"
 	"github.com/nri-vgpu/nri-vgpu/internal/pin"
 )
 
 func main() {
+	if cdihook.Invoked(os.Args[0]) {
+		os.Exit(cdihook.Main(os.Args, os.Stderr))
+	}
 	os.Exit(pin.Main("nri-vgpu-hook", os.Args[1:], os.Stdin, os.Stderr))
 }

@@ -123,3 +123,61 @@ func TestHookPin(t *testing.T) {
 		}
 	}
 }
+
+// TestNVIDIACDIHooks runs the built hook as the generated driver edits name
+// it (argv[0] "nvidia-cdi-hook", oci.CDIHookName): NVIDIA's create-symlinks
+// makes its link in the container's root, and update-ldcache runs the
+// host's ldconfig in that root (re-executing the static binary) so that
+// the container's loader cache holds a library of the added folder.
+func TestNVIDIACDIHooks(t *testing.T) {
+	hook := makeHook(t)
+	if _, err := os.Stat("/sbin/ldconfig"); err != nil {
+		t.Skipf("no ldconfig on this host: %v", err)
+	}
+	bundle := t.TempDir()
+	root := filepath.Join(bundle, "rootfs")
+	lib := filepath.Join(root, "opt/drv")
+	if err := os.MkdirAll(lib, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A real shared library (SONAME libutil.so.1) under another name, as
+	// a driver's versioned file.
+	data, err := os.ReadFile("/lib/x86_64-linux-gnu/libutil.so.1")
+	if err != nil {
+		t.Skipf("no libutil.so.1 to stand for a driver library: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(lib, "libutil.so.580.1"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pintest.WriteBundle(t, bundle)
+	state := `{"ociVersion":"1.2.0","id":"c1","status":"creating","bundle":"` + bundle + `"}`
+	// As runc runs it: in a mount namespace of the container's own,
+	// where its root is a mount (which pivot_root needs).
+	run := func(args ...string) {
+		t.Helper()
+		script := `mount --bind "$1" "$1" && shift && exec -a ` + oci.CDIHookName + ` "$@"`
+		cmd := exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "bash", "-c", script, "hook", root, hook}, args...)...)
+		cmd.Stdin = strings.NewReader(state)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("nvidia-cdi-hook %q: %v: %s", args, err, out)
+		}
+	}
+	run("create-symlinks", "--link", "libutil.so.1::/opt/drv/libutil.so")
+	if target, err := os.Readlink(filepath.Join(lib, "libutil.so")); err != nil || target != "libutil.so.1" {
+		t.Errorf("create-symlinks: link %q, %v; want libutil.so.1", target, err)
+	}
+	run("update-ldcache", "--folder", "/opt/drv")
+	cache, err := os.ReadFile(filepath.Join(root, "etc/ld.so.cache"))
+	if err != nil {
+		t.Fatalf("update-ldcache wrote no loader cache: %v", err)
+	}
+	if !strings.Contains(string(cache), "/opt/drv/libutil.so.1") {
+		t.Errorf("the container's loader cache does not name /opt/drv/libutil.so.1")
+	}
+	// An unknown hook is a warning, as with NVIDIA's binary (a spec from
+	// a newer toolkit must not fail containers).
+	run("no-such-hook")
+}

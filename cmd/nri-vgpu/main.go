@@ -12,6 +12,8 @@
 //	nri-vgpu configure containerd|docker [flags]
 //	nri-vgpu version
 //	nri-vgpu hook pin   (run by the container runtime: internal/pin)
+//	nvidia-cdi-hook ... (argv[0]; the hooks of generated driver edits:
+//	                    internal/cdihook)
 package main
 
 import (
@@ -29,6 +31,7 @@ import (
 	"time"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/allockey"
+	"github.com/nri-vgpu/nri-vgpu/internal/cdihook"
 	"github.com/nri-vgpu/nri-vgpu/internal/configure"
 	"github.com/nri-vgpu/nri-vgpu/internal/health"
 	"github.com/nri-vgpu/nri-vgpu/internal/logging"
@@ -58,6 +61,9 @@ global flags:
 `
 
 func main() {
+	if cdihook.Invoked(os.Args[0]) {
+		os.Exit(cdihook.Main(os.Args, os.Stderr))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

@@ -216,11 +216,15 @@ func pciBusID(p nvml.PciInfo) string {
 	return id
 }
 
-func cString(b []uint8) string {
+func cString[T int8 | uint8](b []T) string {
 	if i := slices.Index(b, 0); i >= 0 {
 		b = b[:i]
 	}
-	return string(b)
+	out := make([]byte, len(b))
+	for i, c := range b {
+		out[i] = byte(c)
+	}
+	return string(out)
 }
 
 // WatchHealth registers for XID critical errors and double-bit ECC errors on

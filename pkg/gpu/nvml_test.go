@@ -30,7 +30,9 @@ func newDGX(t *testing.T) *dgxa100.Server {
 		bus := 0x0a + i
 		d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
 			var p nvml.PciInfo
-			copy(p.BusId[:], fmt.Sprintf("%08X:%02X:00.0", 0, bus))
+			for j, c := range []byte(fmt.Sprintf("%08X:%02X:00.0", 0, bus)) {
+				p.BusId[j] = int8(c)
+			}
 			p.Bus = uint32(bus)
 			return p, nvml.SUCCESS
 		}

@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -114,13 +115,15 @@ func Compute(alloc *limits.Allocation, cfg *config.Config, host Host, files Host
 	}
 
 	// Driver files.
-	mode, gpuSpecs, err := injectionMode(cfg, host, e)
+	df, warnings, err := ResolveDriverFiles(cfg, host, files.Hook)
 	if err != nil {
 		return nil, err
 	}
-	switch mode {
-	case config.InjectionCDI:
-		if err := addCDIEdits(e, gpuSpecs, alloc, host); err != nil {
+	e.Warnings = append(e.Warnings, warnings...)
+	e.DriverFiles = df
+	switch df.Mode {
+	case config.InjectionCDI, config.InjectionGenerate:
+		if err := addCDIEdits(e, df.specs, alloc, host); err != nil {
 			return nil, err
 		}
 		// Keep nvidia-container-runtime, if it is the runtime, from adding
@@ -226,34 +229,92 @@ func bindMount(src, dst string, opts []string) specs.Mount {
 	return specs.Mount{Destination: dst, Type: "bind", Source: src, Options: slices.Clone(opts)}
 }
 
-// injectionMode resolves driver.injection; for cdi it also returns the specs.
-func injectionMode(cfg *config.Config, host Host, e *Edits) (string, []*cdi.Spec, error) {
+// DriverFiles is how the driver's files reach GPU containers: driver.injection
+// resolved on this node.
+type DriverFiles struct {
+	// Mode is config.InjectionCDI, InjectionGenerate, InjectionNVIDIARuntime
+	// or InjectionNone, never auto.
+	Mode string
+	// Source says where the files come from, and for auto's fallback to
+	// the nvidia runtime why: "CDI spec /etc/cdi/nvidia.yaml",
+	// "generated from driver root / (...)", "nvidia-runtime (no CDI spec,
+	// no driver libraries under /)".
+	Source string
+
+	specs []cdiSource // the CDI specs of the cdi and generate modes
+}
+
+// cdiSource is a CDI spec of GPUs: a host spec file or the generated one.
+type cdiSource struct {
+	name string // the spec file, or what generated it, for errors
+	spec *cdispec.Spec
+}
+
+// ResolveDriverFiles resolves driver.injection on this node: "auto" takes
+// the host's CDI spec of kind nvidia.com/gpu, else the spec generated from
+// the driver root when it holds the driver's libraries, else leaves the
+// files to nvidia-container-runtime. hook is the host path of the binary
+// that runs the hooks of a generated spec (HostFiles.Hook). Warnings, for
+// the caller to log, say what auto passed over and why.
+func ResolveDriverFiles(cfg *config.Config, host Host, hook string) (DriverFiles, []string, error) {
 	mode := cfg.Driver.Injection
 	switch mode {
-	case config.InjectionNVIDIARuntime, config.InjectionNone:
-		return mode, nil, nil
+	case config.InjectionNVIDIARuntime:
+		return DriverFiles{Mode: mode, Source: "nvidia-runtime (driver.injection = \"nvidia-runtime\")"}, nil, nil
+	case config.InjectionNone:
+		return DriverFiles{Mode: mode, Source: "none (driver.injection = \"none\")"}, nil, nil
+	case config.InjectionGenerate:
+		g, err := host.GeneratedCDISpec(hook)
+		if err != nil {
+			return DriverFiles{}, nil, fmt.Errorf("compute edits: driver.injection = \"generate\": %w", err)
+		}
+		return generated(g), nil, nil
 	case config.InjectionCDI, config.InjectionAuto, "":
 	default:
-		return "", nil, fmt.Errorf("compute edits: unknown driver.injection %q", mode)
+		return DriverFiles{}, nil, fmt.Errorf("compute edits: unknown driver.injection %q", mode)
 	}
+	var warnings []string
 	gpuSpecs, err := host.CDISpecs()
 	if len(gpuSpecs) > 0 {
 		if err != nil {
-			e.Warnings = append(e.Warnings, err.Error())
+			warnings = append(warnings, err.Error())
 		}
-		return config.InjectionCDI, gpuSpecs, nil
+		df := DriverFiles{Mode: config.InjectionCDI}
+		var names []string
+		for _, s := range gpuSpecs {
+			df.specs = append(df.specs, cdiSource{name: "CDI spec " + s.GetPath(), spec: s.Spec})
+			names = append(names, s.GetPath())
+		}
+		df.Source = "CDI spec " + strings.Join(names, ", ")
+		return df, warnings, nil
 	}
 	if mode == config.InjectionCDI {
 		msg := fmt.Sprintf("compute edits: driver.injection = \"cdi\" but no %s CDI spec in %s", CDIKind, strings.Join(cfg.Driver.CDIDirs, ", "))
 		if err != nil {
-			return "", nil, fmt.Errorf("%s: %w", msg, err)
+			return DriverFiles{}, nil, fmt.Errorf("%s: %w", msg, err)
 		}
-		return "", nil, errors.New(msg + " (generate one with `nvidia-ctk cdi generate`)")
+		return DriverFiles{}, nil, errors.New(msg + " (generate one with `nvidia-ctk cdi generate`, or set driver.injection = \"generate\")")
 	}
 	if err != nil {
-		e.Warnings = append(e.Warnings, fmt.Sprintf("no usable %s CDI spec, falling back to nvidia-runtime injection: %v", CDIKind, err))
+		warnings = append(warnings, fmt.Sprintf("no usable %s CDI spec: %v", CDIKind, err))
 	}
-	return config.InjectionNVIDIARuntime, nil, nil
+	g, genErr := host.GeneratedCDISpec(hook)
+	if genErr == nil {
+		return generated(g), warnings, nil
+	}
+	why := "no driver libraries under " + cmp.Or(cfg.Driver.DriverRoot, "/")
+	if !errors.Is(genErr, ErrNoDriverLibraries) {
+		// The driver is there but the spec could not be made: say so
+		// with every container rather than hide it in the fallback.
+		why = "generating from the driver root failed: " + genErr.Error()
+		warnings = append(warnings, "no CDI spec, and "+why+"; falling back to nvidia-runtime injection")
+	}
+	return DriverFiles{Mode: config.InjectionNVIDIARuntime, Source: "nvidia-runtime (no CDI spec, " + why + ")"}, warnings, nil
+}
+
+func generated(g *GeneratedSpec) DriverFiles {
+	return DriverFiles{Mode: config.InjectionGenerate, Source: g.Describe(),
+		specs: []cdiSource{{name: "CDI spec " + g.Describe(), spec: g.Spec}}}
 }
 
 // addCDIEdits translates the CDI container edits of the allocated GPUs, and
@@ -261,21 +322,21 @@ func injectionMode(cfg *config.Config, host Host, e *Edits) (string, []*cdi.Spec
 // CDI library's ContainerEdits.Apply does to a spec, but with device nodes
 // looked up through host (dev_root) and without touching a spec, so that the
 // same edits can go to an NRI adjustment.
-func addCDIEdits(e *Edits, gpuSpecs []*cdi.Spec, alloc *limits.Allocation, host Host) error {
+func addCDIEdits(e *Edits, gpuSpecs []cdiSource, alloc *limits.Allocation, host Host) error {
 	// Spec-level edits come before the first device of that spec, as the
 	// CDI library orders them.
 	var (
 		all  []*cdispec.ContainerEdits
-		used []*cdi.Spec
+		used []*cdispec.Spec
 	)
 	for _, g := range alloc.GPUs {
 		spec, dev, err := findCDIDevice(gpuSpecs, g)
 		if err != nil {
 			return err
 		}
-		if !slices.Contains(used, spec) {
-			used = append(used, spec)
-			all = append(all, &spec.ContainerEdits)
+		if !slices.Contains(used, spec.spec) {
+			used = append(used, spec.spec)
+			all = append(all, &spec.spec.ContainerEdits)
 		}
 		all = append(all, &dev.ContainerEdits)
 	}
@@ -291,19 +352,19 @@ func addCDIEdits(e *Edits, gpuSpecs []*cdi.Spec, alloc *limits.Allocation, host 
 // (device-name-strategy uuid), else the one whole-GPU device whose nodes
 // include /dev/nvidia<minor> (device-name-strategy index, where the name is
 // the NVML index, which the allocation does not carry).
-func findCDIDevice(gpuSpecs []*cdi.Spec, g limits.AllocatedGPU) (*cdi.Spec, *cdispec.Device, error) {
+func findCDIDevice(gpuSpecs []cdiSource, g limits.AllocatedGPU) (cdiSource, *cdispec.Device, error) {
 	for _, s := range gpuSpecs {
-		for i := range s.Devices {
-			if s.Devices[i].Name == g.UUID {
-				return s, &s.Devices[i], nil
+		for i := range s.spec.Devices {
+			if s.spec.Devices[i].Name == g.UUID {
+				return s, &s.spec.Devices[i], nil
 			}
 		}
 	}
 	node := "/dev/nvidia" + strconv.Itoa(g.Minor)
 	for _, s := range gpuSpecs {
 		var found *cdispec.Device
-		for i := range s.Devices {
-			d := &s.Devices[i]
+		for i := range s.spec.Devices {
+			d := &s.spec.Devices[i]
 			if d.Name == "all" || strings.Contains(d.Name, ":") { // "all", MIG devices ("0:1")
 				continue
 			}
@@ -311,7 +372,7 @@ func findCDIDevice(gpuSpecs []*cdi.Spec, g limits.AllocatedGPU) (*cdi.Spec, *cdi
 				continue
 			}
 			if found != nil {
-				return nil, nil, fmt.Errorf("compute edits: CDI spec %s: devices %q and %q both hold %s; name the GPU by UUID", s.GetPath(), found.Name, d.Name, node)
+				return cdiSource{}, nil, fmt.Errorf("compute edits: %s: devices %q and %q both hold %s; name the GPU by UUID", s.name, found.Name, d.Name, node)
 			}
 			found = d
 		}
@@ -319,7 +380,11 @@ func findCDIDevice(gpuSpecs []*cdi.Spec, g limits.AllocatedGPU) (*cdi.Spec, *cdi
 			return s, found, nil
 		}
 	}
-	return nil, nil, fmt.Errorf("compute edits: no %s CDI device for GPU %s (named by UUID or holding %s)", CDIKind, g.UUID, node)
+	var names []string
+	for _, s := range gpuSpecs {
+		names = append(names, s.name)
+	}
+	return cdiSource{}, nil, fmt.Errorf("compute edits: no %s CDI device for GPU %s (named by UUID or holding %s) in %s", CDIKind, g.UUID, node, strings.Join(names, ", "))
 }
 
 // translateCDI adds one set of CDI container edits to e.

@@ -360,8 +360,12 @@ func testCDITranslationMatchesLibrary(t *testing.T, fixture string, nodes []ocit
 	if err != nil {
 		t.Fatal(err)
 	}
+	var sources []cdiSource
+	for _, s := range gpuSpecs {
+		sources = append(sources, cdiSource{name: s.GetPath(), spec: s.Spec})
+	}
 	edits := &Edits{}
-	if err := addCDIEdits(edits, gpuSpecs, alloc(gpu0, gpu1), host); err != nil {
+	if err := addCDIEdits(edits, sources, alloc(gpu0, gpu1), host); err != nil {
 		t.Fatal(err)
 	}
 	got := base()

@@ -49,6 +49,8 @@ type Edits struct {
 	// Warnings name edits that could not be expressed (for the caller to
 	// log); they do not make the container unsafe.
 	Warnings []string
+	// DriverFiles is how Compute gave the container the driver's files.
+	DriverFiles DriverFiles
 }
 
 // ConfineSeccomp sets the edits' seccomp policy to the confinement of a

@@ -7,12 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
@@ -56,6 +59,12 @@ type Host interface {
 	// priority first. The error reports spec files that failed to load; the
 	// specs returned are usable even then.
 	CDISpecs() ([]*cdi.Spec, error)
+	// GeneratedCDISpec returns the CDI spec of the driver beneath the
+	// driver root as NVIDIA's CDI library generates it, devices named by
+	// UUID, its hooks run by hook (a host path) as CDIHookName. A driver
+	// root without the driver's libraries is an error wrapping
+	// ErrNoDriverLibraries.
+	GeneratedCDISpec(hook string) (*GeneratedSpec, error)
 }
 
 // HostFS is the Host of a real node: device nodes under the configured
@@ -70,8 +79,21 @@ type HostFS struct {
 	DriverRoot string
 	// ProcDevices is the kernel's device-major table, /proc/devices.
 	ProcDevices string
+	// LibraryDirs are searched, beneath the driver root, for the driver's
+	// libraries when its loader cache does not name them
+	// (driver.library_dirs).
+	LibraryDirs []string
+	// NewNVML opens the NVML library at a path; nil: go-nvml's. Tests set
+	// go-nvml's mock.
+	NewNVML func(path string) nvml.Interface
+	// Logger gets the CDI library's messages (at debug); nil: slog's default.
+	Logger *slog.Logger
 
 	cache *cdi.Cache
+
+	genMu  sync.Mutex
+	gen    *GeneratedSpec // the last spec generated, for genKey
+	genKey string         // the hook and the driver it was generated for
 }
 
 // NewHost returns the Host described by cfg. With watchCDI the CDI spec
@@ -86,7 +108,8 @@ func NewHost(cfg *config.Config, watchCDI bool) *HostFS {
 		cdi.WithSpecDirs(cfg.Driver.CDIDirs...),
 		cdi.WithAutoRefresh(watchCDI),
 	)
-	return &HostFS{DevRoot: root, DriverRoot: cmp.Or(cfg.Driver.DriverRoot, "/"), ProcDevices: "/proc/devices", cache: cache}
+	return &HostFS{DevRoot: root, DriverRoot: cmp.Or(cfg.Driver.DriverRoot, "/"), ProcDevices: "/proc/devices",
+		LibraryDirs: cfg.Driver.LibraryDirs, cache: cache}
 }
 
 // Close stops watching the CDI spec directories.
