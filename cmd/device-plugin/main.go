@@ -5,6 +5,9 @@
 //
 // Signals: SIGTERM and SIGINT stop it cleanly (exit 0); SIGHUP reloads the
 // simulated GPU list from the configuration file.
+//
+// The inventory command prints the GPUs the configured backend sees (the
+// daemon's own backend code) as JSON and exits, to compare with nvidia-smi.
 package main
 
 import (
@@ -31,6 +34,12 @@ import (
 
 const name = "nri-vgpu-device-plugin"
 
+const usage = `usage: nri-vgpu-device-plugin [flags]             serve the kubelet device plugin
+       nri-vgpu-device-plugin inventory [flags]   print the GPUs as JSON and exit
+
+flags:
+`
+
 // healthShutdownTimeout bounds how long a stop waits for probes in flight.
 const healthShutdownTimeout = 2 * time.Second
 
@@ -39,16 +48,23 @@ func main() {
 	defer stop()
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
-	code := run(ctx, os.Args[1:], os.Stderr, hup)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, hup)
 	stop()
 	os.Exit(code)
 }
 
 // run is the whole program; it returns the exit status: 0 after a clean
 // stop, 1 when it cannot serve, 2 for bad usage.
-func run(ctx context.Context, args []string, stderr io.Writer, reloadSig <-chan os.Signal) int {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, reloadSig <-chan os.Signal) int {
+	if len(args) > 0 && args[0] == "inventory" {
+		return inventory(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
 	common := daemonflags.Register(fs, name)
 	healthListen := fs.String("health-listen", "", "serve GET /healthz and /readyz (registered with the kubelet) on this host:port; empty: off")
 	if code, done := common.Parse(fs, args, stderr); done {
@@ -68,7 +84,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, reloadSig <-chan 
 	logger.Info("starting", "program", name, "version", version.Version, "config", cmp.Or(cfg.Source, "(defaults)"),
 		"resource", cfg.DevicePlugin.ResourceName, "backend", cfg.GPU.Backend, "socket_dir", cfg.DevicePlugin.SocketDir)
 
-	backend, err := gpu.New(cfg)
+	backend, err := newBackend(cfg)
 	if err != nil {
 		logger.Error("cannot set up the GPU backend", "error", err)
 		return 1

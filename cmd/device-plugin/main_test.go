@@ -78,7 +78,7 @@ func TestUsage(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			var out syncBuffer
-			if code := run(context.Background(), tt.args, &out, nil); code != tt.code {
+			if code := run(context.Background(), tt.args, &out, &out, nil); code != tt.code {
 				t.Errorf("exit %d, want %d; output:\n%s", code, tt.code, out.String())
 			}
 			if !strings.Contains(out.String(), tt.out) {
@@ -101,7 +101,7 @@ func TestNoDriver(t *testing.T) {
 	path := filepath.Join(dir, "config.toml")
 	writeConfig(t, path, fmt.Sprintf("[device_plugin]\nsocket_dir = %q\n[paths]\nstate_dir = %q\n[gpu]\nbackend = \"nvml\"\n", dir, dir))
 	var out syncBuffer
-	if code := run(context.Background(), []string{"--config", path}, &out, nil); code != 1 {
+	if code := run(context.Background(), []string{"--config", path}, &out, &out, nil); code != 1 {
 		t.Fatalf("exit %d, want 1; output:\n%s", code, out.String())
 	}
 	if !strings.Contains(out.String(), "no NVIDIA driver on this node") {
@@ -148,7 +148,7 @@ minor = 0
 	healthAddr := ln.Addr().String()
 	ln.Close()
 	go func() {
-		exit <- run(ctx, []string{"--config", path, "--log-format", "json", "--health-listen", healthAddr}, &out, reload)
+		exit <- run(ctx, []string{"--config", path, "--log-format", "json", "--health-listen", healthAddr}, &out, &out, reload)
 	}()
 
 	wctx, wcancel := context.WithTimeout(context.Background(), waitTimeout)

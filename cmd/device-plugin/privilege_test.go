@@ -26,7 +26,7 @@ const asProgram = "NRI_VGPU_TEST_RUN_DEVICE_PLUGIN"
 func TestMain(m *testing.M) {
 	if os.Getenv(asProgram) == "1" {
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-		code := run(ctx, os.Args[1:], os.Stderr, nil)
+		code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, nil)
 		stop()
 		os.Exit(code)
 	}

@@ -83,11 +83,14 @@ var pages = []page{
 		name:     "nri-vgpu-device-plugin",
 		pkg:      "cmd/device-plugin",
 		summary:  "kubelet device plugin of nri-vgpu",
-		synopsis: []string{"nri-vgpu-device-plugin [flags]"},
+		synopsis: []string{"nri-vgpu-device-plugin [flags]", "nri-vgpu-device-plugin inventory [flags]"},
 		help:     []string{"-h"},
-		env:      []entry{configEnv},
-		files:    []entry{configFile},
-		seeAlso:  "nri-vgpu(1), nri-vgpu-dra-driver(1), /usr/share/doc/nri-vgpu/README.md",
+		commands: []command{
+			{title: "inventory", help: []string{"inventory", "-h"}},
+		},
+		env:     []entry{configEnv},
+		files:   []entry{configFile},
+		seeAlso: "nri-vgpu(1), nri-vgpu-dra-driver(1), /usr/share/doc/nri-vgpu/README.md",
 	},
 	{
 		name:     "nri-vgpu-dra-driver",

@@ -13,8 +13,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
-
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 )
 
@@ -60,9 +58,11 @@ var ErrNoDriver = errors.New("NVIDIA driver not found")
 // ErrClosed is returned by a backend's methods after Close.
 var ErrClosed = errors.New("GPU backend is closed")
 
-// New returns the backend that cfg.GPU.Backend names. The NVML backend loads
-// libnvidia-ml.so.1 on first use, so New succeeds on a machine without the
-// driver; the first Devices call then reports ErrNoDriver.
+// New returns the backend that cfg.GPU.Backend names. The NVML backend finds
+// and loads libnvidia-ml.so.1 on first use (through the loader, and beneath
+// cfg.Driver's driver root in its library_dirs and the usual dirs), so New
+// succeeds on a machine without the driver; the first Devices call then
+// reports ErrNoDriver, naming every place searched.
 func New(cfg *config.Config) (Backend, error) {
 	if cfg == nil {
 		return nil, errors.New("gpu: no configuration given")
@@ -71,7 +71,7 @@ func New(cfg *config.Config) (Backend, error) {
 	// An empty backend is the documented default, for a Config that was
 	// built in code rather than read from a file.
 	case config.BackendNVML, "":
-		return NewNVML(nvml.New()), nil
+		return newNVMLForDriver(cfg.Driver), nil
 	case config.BackendSimulated:
 		s, err := NewSimulated(cfg.GPU.Simulated)
 		if err != nil {

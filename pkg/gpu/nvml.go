@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 )
 
 // IgnoredXIDs are the XID critical errors that do not make a GPU unhealthy:
@@ -23,10 +26,6 @@ import (
 //	68  video processor (NVDEC) exception
 //	109 context switch timeout
 var IgnoredXIDs = []uint64{13, 31, 43, 45, 68, 109}
-
-// healthEventMask is what WatchHealth registers for, intersected with what
-// each device supports.
-const healthEventMask = uint64(nvml.EventTypeXidCriticalError | nvml.EventTypeDoubleBitEccError)
 
 // defaultEventTimeout bounds each EventSetWait: the longest WatchHealth takes
 // to notice that its context is done or that the backend was closed.
@@ -47,7 +46,9 @@ const noDriverHint = `(is the NVIDIA driver installed? for a machine without GPU
 // that is not ignored (see IgnoredXIDs) needs a GPU reset, which restarts the
 // driver and therefore this process's view of it.
 type NVML struct {
-	lib nvml.Interface
+	// lib is the library; nil until search has loaded one.
+	lib    nvml.Interface
+	search *librarySearch
 	// eventTimeout is the EventSetWait timeout; tests shorten it.
 	eventTimeout time.Duration
 
@@ -66,10 +67,16 @@ type nvmlDevice struct {
 
 var _ Backend = (*NVML)(nil)
 
-// NewNVML returns an NVML backend on lib: nvml.New() in production, a mock in
-// tests. Nothing is loaded until the first call.
+// NewNVML returns an NVML backend on lib, a mock in tests. Nothing is
+// loaded until the first call.
 func NewNVML(lib nvml.Interface) *NVML {
 	return &NVML{lib: lib, eventTimeout: defaultEventTimeout, done: make(chan struct{})}
+}
+
+// newNVMLForDriver returns an NVML backend on the libnvidia-ml.so.1 of the
+// driver d describes, found at the first call (see librarySearch).
+func newNVMLForDriver(d config.Driver) *NVML {
+	return &NVML{search: newLibrarySearch(d), eventTimeout: defaultEventTimeout, done: make(chan struct{})}
 }
 
 // Name returns "nvml".
@@ -98,7 +105,15 @@ func (n *NVML) readyLocked() error {
 		return ErrClosed
 	}
 	if !n.initialized {
-		if err := initError(n.lib.Init()); err != nil {
+		if n.lib == nil {
+			lib, err := n.search.init()
+			// A library that loaded stays: its symbols are bound, so a
+			// retry initializes it again rather than searching anew.
+			n.lib = lib
+			if err != nil {
+				return err
+			}
+		} else if err := initError(n.lib.Init()); err != nil {
 			return err
 		}
 		n.initialized = true
@@ -257,11 +272,14 @@ func (n *NVML) WatchHealth(ctx context.Context, events chan<- HealthEvent) error
 
 	w := &nvmlWatch{n: n, ctx: ctx, events: events, devs: devs}
 	for _, d := range devs {
-		if reason := register(d, set); reason != "" {
+		types, reason := register(d, set)
+		if reason != "" {
 			if !w.report([]string{d.UUID}, reason) {
 				return nil
 			}
+			continue
 		}
+		logRegistered(d.UUID, types)
 	}
 
 	waitFailing := false // reports a run of failed waits once
@@ -305,37 +323,98 @@ func (n *NVML) WatchHealth(ctx context.Context, events chan<- HealthEvent) error
 	}
 }
 
-// register subscribes set to d's health events. It returns "" on success or
-// when d cannot report health events at all (logged), and the reason to mark
-// d unhealthy when registration failed otherwise.
-func register(d nvmlDevice, set nvml.EventSet) string {
+// healthEventTypes are the event types WatchHealth registers for, each
+// where the GPU supports it, by the names its log and the inventory use.
+var healthEventTypes = []struct {
+	mask uint64
+	name string
+}{
+	{nvml.EventTypeXidCriticalError, "xid_critical_error"},
+	{nvml.EventTypeDoubleBitEccError, "double_bit_ecc_error"},
+}
+
+// HealthEventTypes is what the driver said when health events were
+// registered for one GPU: the types it accepted and those it does not
+// support (names of healthEventTypes).
+type HealthEventTypes struct {
+	Accepted    []string `json:"accepted"`
+	Unsupported []string `json:"unsupported"`
+}
+
+// register subscribes set to d's health events, one type at a time, so the
+// driver's answer for each is known: a type the GPU does not list among its
+// supported ones, or that the driver refuses with NOT_SUPPORTED, is
+// unsupported. It returns the reason to mark d unhealthy ("" if none) when
+// the driver fails otherwise.
+func register(d nvmlDevice, set nvml.EventSet) (HealthEventTypes, string) {
+	types := HealthEventTypes{Accepted: []string{}, Unsupported: []string{}}
 	supported, ret := d.handle.GetSupportedEventTypes()
-	if ret == nvml.ERROR_NOT_SUPPORTED {
-		slog.Warn("GPU does not report health events; it is not monitored", "uuid", d.UUID)
-		return ""
+	switch ret {
+	case nvml.SUCCESS:
+	case nvml.ERROR_NOT_SUPPORTED:
+		supported = 0
+	default:
+		slog.Error("NVML: getting the supported event types failed; marking the GPU unhealthy", "gpu", d.UUID, "error", ret)
+		return types, fmt.Sprintf("health events unavailable: %v", ret)
 	}
+	for _, t := range healthEventTypes {
+		if supported&t.mask == 0 {
+			types.Unsupported = append(types.Unsupported, t.name)
+			continue
+		}
+		switch ret := d.handle.RegisterEvents(t.mask, set); ret {
+		case nvml.SUCCESS:
+			types.Accepted = append(types.Accepted, t.name)
+		case nvml.ERROR_NOT_SUPPORTED:
+			types.Unsupported = append(types.Unsupported, t.name)
+		default:
+			slog.Error("NVML: registering for health events failed; marking the GPU unhealthy", "gpu", d.UUID, "type", t.name, "error", ret)
+			return types, fmt.Sprintf("health events unavailable: registering %s: %v", t.name, ret)
+		}
+	}
+	return types, ""
+}
+
+// logRegistered says once per GPU which health events the driver accepted,
+// as bracketed comma-separated names that the text log leaves unquoted:
+// accepted=[xid_critical_error,double_bit_ecc_error] unsupported=[].
+func logRegistered(uuid string, types HealthEventTypes) {
+	slog.Info("health watch registered", "gpu", uuid,
+		"accepted", "["+strings.Join(types.Accepted, ",")+"]",
+		"unsupported", "["+strings.Join(types.Unsupported, ",")+"]")
+	if len(types.Accepted) == 0 {
+		slog.Warn("GPU reports no health events; it is not monitored", "gpu", uuid)
+	}
+}
+
+// HealthEventTypes registers the health events of every GPU in a scratch
+// event set, as WatchHealth does, and returns the driver's answers by UUID:
+// what an operator or a check compares with what the GPU should report.
+func (n *NVML) HealthEventTypes() (map[string]HealthEventTypes, error) {
+	n.mu.Lock()
+	if err := n.readyLocked(); err != nil {
+		n.mu.Unlock()
+		return nil, err
+	}
+	n.watchers.Add(1) // Close must not shut NVML down under these calls
+	defer n.watchers.Done()
+	devs := slices.Clone(n.devices)
+	n.mu.Unlock()
+
+	set, ret := n.lib.EventSetCreate()
 	if ret != nvml.SUCCESS {
-		slog.Error("NVML: getting the supported event types failed; marking the GPU unhealthy", "uuid", d.UUID, "error", ret)
-		return fmt.Sprintf("health events unavailable: %v", ret)
+		return nil, fmt.Errorf("NVML: creating an event set: %w", ret)
 	}
-	mask := healthEventMask & supported
-	if mask == 0 {
-		slog.Warn("GPU reports neither XID nor ECC events; it is not monitored", "uuid", d.UUID)
-		return ""
+	defer set.Free()
+	out := make(map[string]HealthEventTypes, len(devs))
+	for _, d := range devs {
+		types, reason := register(d, set)
+		if reason != "" {
+			return nil, fmt.Errorf("NVML: GPU %s: %s", d.UUID, reason)
+		}
+		out[d.UUID] = types
 	}
-	if mask&nvml.EventTypeXidCriticalError == 0 {
-		slog.Warn("GPU does not report XID critical errors; only ECC errors are monitored", "uuid", d.UUID)
-	}
-	ret = d.handle.RegisterEvents(mask, set)
-	if ret == nvml.ERROR_NOT_SUPPORTED {
-		slog.Warn("GPU does not report health events; it is not monitored", "uuid", d.UUID)
-		return ""
-	}
-	if ret != nvml.SUCCESS {
-		slog.Error("NVML: registering for health events failed; marking the GPU unhealthy", "uuid", d.UUID, "error", ret)
-		return fmt.Sprintf("health events unavailable: %v", ret)
-	}
-	return ""
+	return out, nil
 }
 
 // nvmlWatch is the state of one WatchHealth call.

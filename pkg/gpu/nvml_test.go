@@ -1,9 +1,12 @@
 package gpu
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -351,7 +354,7 @@ func TestNVMLWatchHealth(t *testing.T) {
 			setup: func(s *dgxa100.Server) {
 				dgxDevice(s, 7).RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.ERROR_UNKNOWN }
 			},
-			want:          []wantEvent{{7, "health events unavailable: ERROR_UNKNOWN"}},
+			want:          []wantEvent{{7, "health events unavailable: registering xid_critical_error: ERROR_UNKNOWN"}},
 			wantUnhealthy: []int{7},
 		},
 	}
@@ -493,9 +496,14 @@ func (w *watcher) stop(t *testing.T) []HealthEvent {
 	return w.events()
 }
 
+// TestNVMLRegistersHealthEvents checks that each health event type is
+// registered where the GPU lists it, that a type the driver refuses is
+// reported as unsupported rather than failing the GPU, and what the log and
+// HealthEventTypes say about it.
 func TestNVMLRegistersHealthEvents(t *testing.T) {
 	srv := newDGX(t)
-	// GPU 6 reports XIDs but no ECC events (ECC disabled).
+	// GPU 6 does not list ECC events (ECC disabled); GPU 5 lists them but
+	// the driver refuses their registration.
 	dgxDevice(srv, 6).GetSupportedEventTypesFunc = func() (uint64, nvml.Return) {
 		return nvml.EventTypeXidCriticalError | nvml.EventTypePState, nvml.SUCCESS
 	}
@@ -503,8 +511,11 @@ func TestNVMLRegistersHealthEvents(t *testing.T) {
 	masks := make(map[int]uint64)
 	for i := range srv.Devices {
 		dgxDevice(srv, i).RegisterEventsFunc = func(mask uint64, _ nvml.EventSet) nvml.Return {
+			if i == 5 && mask&nvml.EventTypeDoubleBitEccError != 0 {
+				return nvml.ERROR_NOT_SUPPORTED
+			}
 			mu.Lock()
-			masks[i] = mask
+			masks[i] |= mask
 			mu.Unlock()
 			return nvml.SUCCESS
 		}
@@ -517,22 +528,74 @@ func TestNVMLRegistersHealthEvents(t *testing.T) {
 	n.eventTimeout = 5 * time.Millisecond
 	t.Cleanup(func() { _ = n.Close() })
 
+	var logs syncBuffer
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+
 	w := watch(t, n)
 	<-drained
 	if got := w.stop(t); len(got) != 0 {
 		t.Errorf("unexpected events: %+v", got)
 	}
 	mu.Lock()
-	defer mu.Unlock()
 	for i := range srv.Devices {
 		want := uint64(nvml.EventTypeXidCriticalError | nvml.EventTypeDoubleBitEccError)
-		if i == 6 {
+		if i == 5 || i == 6 {
 			want = nvml.EventTypeXidCriticalError
 		}
 		if masks[i] != want {
 			t.Errorf("GPU %d registered mask %#x, want %#x", i, masks[i], want)
 		}
 	}
+	mu.Unlock()
+
+	uuid := func(i int) string { return dgxDevice(srv, i).UUID }
+	for i, want := range map[int]string{
+		0: "gpu=" + uuid(0) + " accepted=[xid_critical_error,double_bit_ecc_error] unsupported=[]",
+		5: "gpu=" + uuid(5) + " accepted=[xid_critical_error] unsupported=[double_bit_ecc_error]",
+		6: "gpu=" + uuid(6) + " accepted=[xid_critical_error] unsupported=[double_bit_ecc_error]",
+	} {
+		line := `msg="health watch registered" ` + want
+		if c := strings.Count(logs.String(), line); c != 1 {
+			t.Errorf("GPU %d: the log holds %q %d times, want once; log:\n%s", i, line, c, logs.String())
+		}
+	}
+
+	got, err := n.HealthEventTypes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	both := HealthEventTypes{Accepted: []string{"xid_critical_error", "double_bit_ecc_error"}, Unsupported: []string{}}
+	xidOnly := HealthEventTypes{Accepted: []string{"xid_critical_error"}, Unsupported: []string{"double_bit_ecc_error"}}
+	for i := range srv.Devices {
+		want := both
+		if i == 5 || i == 6 {
+			want = xidOnly
+		}
+		if !reflect.DeepEqual(got[uuid(i)], want) {
+			t.Errorf("HealthEventTypes[GPU %d] = %+v, want %+v", i, got[uuid(i)], want)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's writes from the
+// watching goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func TestNVMLEventSetCreateFails(t *testing.T) {

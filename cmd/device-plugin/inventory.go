@@ -1,0 +1,103 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/nri-vgpu/nri-vgpu/internal/daemonflags"
+	"github.com/nri-vgpu/nri-vgpu/pkg/config"
+	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
+)
+
+// newBackend builds the GPU backend from the configuration, as the daemon
+// does; tests replace it to put a mock NVML behind it.
+var newBackend = gpu.New
+
+// inventoryGPU is one GPU as the inventory command prints it.
+type inventoryGPU struct {
+	Index       int    `json:"index"`
+	UUID        string `json:"uuid"`
+	Name        string `json:"name"`
+	MemoryBytes uint64 `json:"memory_bytes"`
+	Minor       int    `json:"minor"`
+	// PCIBusID is in the sysfs form, "0000:07:00.0" (nvidia-smi prints
+	// "00000000:07:00.0").
+	PCIBusID string `json:"pci_bus_id"`
+	Healthy  bool   `json:"healthy"`
+	// HealthEvents is what the driver said when the GPU's health events
+	// were registered; NVML backend only.
+	HealthEvents *gpu.HealthEventTypes `json:"health_events,omitempty"`
+}
+
+// healthEventTyper is a backend that can say which health events each GPU
+// accepts (the NVML backend).
+type healthEventTyper interface {
+	HealthEventTypes() (map[string]gpu.HealthEventTypes, error)
+}
+
+// inventory is the inventory command: it prints the GPUs the configured
+// backend sees, as a JSON array, and returns the exit status.
+func inventory(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet(name+" inventory", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: %s inventory [flags]\n\n"+
+			"Prints the GPUs of the configured gpu.backend as a JSON array, one object per GPU\n"+
+			"(index, uuid, name, memory_bytes, minor, pci_bus_id, healthy, and for NVML\n"+
+			"health_events: the event types the driver accepted and those it does not support),\n"+
+			"and exits. The backend is the daemon's own; its log goes to stderr.\n\n", name)
+		fs.PrintDefaults()
+	}
+	common := daemonflags.Register(fs, name+" inventory")
+	if code, done := common.Parse(fs, args, stderr); done {
+		return code
+	}
+	logger, err := common.Logger(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 2
+	}
+	cfg, err := config.LoadResolved(common.ConfigPath())
+	if err != nil {
+		logger.Error("cannot load the configuration", "error", err)
+		return 1
+	}
+	backend, err := newBackend(cfg)
+	if err != nil {
+		logger.Error("cannot set up the GPU backend", "error", err)
+		return 1
+	}
+	defer backend.Close()
+	devs, err := backend.Devices()
+	if err != nil {
+		logger.Error("cannot list the GPUs", "backend", backend.Name(), "error", err)
+		return 1
+	}
+	var events map[string]gpu.HealthEventTypes
+	if h, ok := backend.(healthEventTyper); ok {
+		// Not fatal: the inventory itself is known; the log says why
+		// health_events is missing.
+		if events, err = h.HealthEventTypes(); err != nil {
+			logger.Error("cannot register health events; health_events left out", "error", err)
+		}
+	}
+	out := make([]inventoryGPU, len(devs))
+	for i, d := range devs {
+		out[i] = inventoryGPU{Index: d.Index, UUID: d.UUID, Name: d.Name, MemoryBytes: d.Memory, Minor: d.Minor, PCIBusID: d.PCIBusID, Healthy: d.Healthy}
+		if e, ok := events[d.UUID]; ok {
+			out[i].HealthEvents = &e
+		}
+	}
+	b, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		logger.Error("cannot encode the inventory", "error", err)
+		return 1
+	}
+	if _, err := fmt.Fprintf(stdout, "%s\n", b); err != nil {
+		logger.Error("cannot print the inventory", "error", err)
+		return 1
+	}
+	return 0
+}
