@@ -127,15 +127,17 @@ func compareInventory(raw []byte, want []hostGPU) (string, string, error) {
 // "00000000:10:00.0", as nvidia-smi prints it) and Linux's (4-digit,
 // "0000:10:00.0"), in either case.
 func samePCIBusID(a, b string) bool {
-	norm := func(id string) string {
+	norm := func(id string) (string, bool) {
 		dom, rest, ok := strings.Cut(strings.ToLower(strings.TrimSpace(id)), ":")
 		d, err := strconv.ParseUint(dom, 16, 32)
 		if !ok || err != nil || strings.Count(rest, ":") != 1 {
-			return "bad:" + id
+			return "", false
 		}
-		return fmt.Sprintf("%08x:%s", d, rest)
+		return fmt.Sprintf("%08x:%s", d, rest), true
 	}
-	return norm(a) == norm(b)
+	na, okA := norm(a)
+	nb, okB := norm(b)
+	return okA && okB && na == nb
 }
 
 // healthLine is what the device plugin logged when it registered for a
