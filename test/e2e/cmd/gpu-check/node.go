@@ -101,12 +101,10 @@ func startNode(ctx context.Context, o *options, r *report) (*node, error) {
 	if err != nil {
 		return n, err
 	}
+	// containerd's directory (harness.Start) is a sibling of base in
+	// $TMPDIR, not inside it: its sockets' paths must stay under 108
+	// bytes, and hack/gpu-check.sh already gives the run a TMPDIR of its own.
 	n.base = base
-	// containerd's directory (harness.Start) goes under base too, so that
-	// one directory holds all the run's state.
-	if err := os.Setenv("TMPDIR", base); err != nil {
-		return n, err
-	}
 	n.configPath = filepath.Join(base, "config.toml")
 	n.stateDir = filepath.Join(base, "state")
 	n.kubeletDir = filepath.Join(base, "device-plugins")
