@@ -114,7 +114,7 @@ func startNode(ctx context.Context, o *options, r *report) (*node, error) {
 		d    time.Duration
 		fn   func(context.Context) error
 	}{
-		{"the node's GPUs", 30 * time.Second, n.discoverGPUs},
+		{"the node's GPUs", 60 * time.Second, n.discoverGPUs},
 		{"config", 10 * time.Second, n.writeConfig},
 		{"images", 90 * time.Second, n.buildImagesAndStart},
 		{"kubelet simulator", 5 * time.Second, n.startKubelet},
