@@ -43,7 +43,9 @@ func useMockNVML(t *testing.T, gpus []mockGPU, countRet nvml.Return) {
 			GetMinorNumberFunc: func() (int, nvml.Return) { return g.minor, nvml.SUCCESS },
 			GetPciInfoFunc: func() (nvml.PciInfo, nvml.Return) {
 				var p nvml.PciInfo
-				copy(p.BusId[:], g.busID)
+				for j, c := range []byte(g.busID) {
+					p.BusId[j] = int8(c) // []int8 since go-nvml v0.13.4
+				}
 				return p, nvml.SUCCESS
 			},
 			GetSupportedEventTypesFunc: func() (uint64, nvml.Return) { return g.events, nvml.SUCCESS },
