@@ -183,9 +183,15 @@ func checkGPUContainer(ctx context.Context, n *node, r *report) {
 		return
 	}
 	slice := a.GPUs[0].Memory
+	i := slices.IndexFunc(n.gpus, func(g hostGPU) bool { return g.UUID == a.GPUs[0].UUID })
+	if i < 0 {
+		r.fail("gpu-container", fmt.Sprintf("the pod got GPU %s, not one of the node's", a.GPUs[0].UUID))
+		return
+	}
+	gpu := n.gpus[i]
 	// The device plugin's slice, from the node's memory and split count:
-	// a tenth (Contract 1 rounds down to whole MiB).
-	if whole := n.gpus[0].MemoryMiB << 20; slice > whole/splitCount || slice < whole/splitCount-(1<<20) {
+	// a tenth, give or take a MiB of rounding.
+	if whole := gpu.MemoryMiB << 20; slice > whole/splitCount+(1<<20) || slice+(1<<20) < whole/splitCount {
 		r.fail("gpu-container", fmt.Sprintf("a one-slice allocation of %d bytes, not a tenth of %d", slice, whole))
 		return
 	}
@@ -203,7 +209,7 @@ func checkGPUContainer(ctx context.Context, n *node, r *report) {
 		r.fail("gpu-container", fmt.Sprintf("%s: total %d bytes, %s: %d MiB; the slice is %d bytes (%d MiB)", v.cudaWho, v.cudaTotal, v.nvmlWho, v.nvmlTotalMiB, slice, sliceMiB))
 	} else {
 		r.pass("gpu-container", fmt.Sprintf("image without NVIDIA files; %s total = %d MiB, %s memory.total = %d MiB = the slice (GPU %d MiB / %d)",
-			v.cudaWho, v.cudaTotal>>20, v.nvmlWho, v.nvmlTotalMiB, n.gpus[0].MemoryMiB, splitCount))
+			v.cudaWho, v.cudaTotal>>20, v.nvmlWho, v.nvmlTotalMiB, gpu.MemoryMiB, splitCount))
 	}
 	if v.filled > slice || v.filled+chunk+footprintBound < slice || v.oomError == "" {
 		r.fail("gpu-oom", fmt.Sprintf("%s: %d MiB allocated before %q, slice %d MiB", v.cudaWho, v.filled>>20, v.oomError, sliceMiB))
