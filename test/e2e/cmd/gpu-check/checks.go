@@ -247,7 +247,7 @@ func (n *node) memoryView(ctx context.Context, rp *kubeletsim.RunningPod) (*memo
 	}
 	// Real GPU: PyTorch's mem_get_info and fill, nvidia-smi's memory.total.
 	// Real-GPU assumption: the generated edits mount nvidia-smi at its host
-	// path, a directory on the image's PATH or smiDir.
+	// path (driver root "/"), whose directory smiPath puts first on PATH.
 	out, err := n.exec(ctx, rp, 90*time.Second, fmt.Sprintf("%s nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits && %s %s/torchmem.py fill",
 		smiPath(), n.o.python, scriptsInCtr))
 	if err != nil {

@@ -119,6 +119,8 @@ func lddClosure(roots []string, skip func(string) bool) ([]string, error) {
 type pythonInfo struct {
 	Exe        string   `json:"exe"`         // the interpreter, links resolved: copied into the image
 	Prefix     string   `json:"prefix"`      // sys.prefix: the venv, mounted read-only
+	BasePrefix string   `json:"base_prefix"` // sys.base_prefix: Prefix too when there is no venv
+	Site       string   `json:"site"`        // the directory holding the torch package, mounted read-only
 	Stdlib     string   `json:"stdlib"`      // mounted read-only
 	PlatStdlib string   `json:"platstdlib"`  // mounted read-only
 	Libs       []string `json:"libs"`        // extension modules whose libraries the image needs
@@ -133,7 +135,8 @@ import glob, json, os, sys, sysconfig
 import torch
 dyn = glob.glob(os.path.join(sysconfig.get_path("platstdlib"), "lib-dynload", "*.so"))
 tl = glob.glob(os.path.join(os.path.dirname(torch.__file__), "lib", "*.so*"))
-print(json.dumps({"exe": os.path.realpath(sys.executable), "prefix": sys.prefix,
+print(json.dumps({"exe": os.path.realpath(sys.executable), "prefix": sys.prefix, "base_prefix": sys.base_prefix,
+    "site": os.path.dirname(os.path.dirname(torch.__file__)),
     "stdlib": sysconfig.get_path("stdlib"), "platstdlib": sysconfig.get_path("platstdlib"),
     "libs": dyn + tl, "torch": torch.__version__}))
 `
@@ -172,10 +175,18 @@ func inspectPython(ctx context.Context, path string) (*pythonInfo, error) {
 var loadedDriverLib = regexp.MustCompile(`^lib(cuda|nvidia-ml)\.so\.`)
 
 // mounts are the host directories a container needs for the interpreter
-// (each once, none inside another).
+// (each once, none inside another): the venv, the standard library and
+// torch's site-packages. An interpreter outside a venv has the system's
+// prefix (/usr): that is never mounted whole.
 func (p *pythonInfo) mounts() []string {
+	dirs := []string{p.Stdlib, p.PlatStdlib, p.Site}
+	if p.Prefix != p.BasePrefix {
+		dirs = append([]string{p.Prefix}, dirs...)
+	}
+	// Parents first, so that a directory inside another is dropped.
+	slices.SortStableFunc(dirs, func(a, b string) int { return len(a) - len(b) })
 	var out []string
-	for _, d := range []string{p.Prefix, p.Stdlib, p.PlatStdlib} {
+	for _, d := range dirs {
 		if d == "" || slices.ContainsFunc(out, func(o string) bool { return d == o || strings.HasPrefix(d, o+"/") }) {
 			continue
 		}

@@ -105,3 +105,17 @@ func TestParseFlagsNamesWhatIsMissing(t *testing.T) {
 		t.Errorf("a complete bundle: %+v, %v", o, err)
 	}
 }
+
+func TestPythonMounts(t *testing.T) {
+	venv := pythonInfo{Prefix: "/opt/torch/.venv", BasePrefix: "/usr", Stdlib: "/usr/lib/python3.12", PlatStdlib: "/usr/lib/python3.12",
+		Site: "/opt/torch/.venv/lib/python3.12/site-packages"}
+	if got := venv.mounts(); !slices.Equal(got, []string{"/opt/torch/.venv", "/usr/lib/python3.12"}) {
+		t.Errorf("a venv: mounts %v", got)
+	}
+	// No venv: the system's prefix (/usr) must not be mounted whole.
+	system := pythonInfo{Prefix: "/usr", BasePrefix: "/usr", Stdlib: "/usr/lib/python3.12", PlatStdlib: "/usr/lib/python3.12",
+		Site: "/usr/local/lib/python3.12/dist-packages"}
+	if got := system.mounts(); !slices.Equal(got, []string{"/usr/lib/python3.12", "/usr/local/lib/python3.12/dist-packages"}) {
+		t.Errorf("a system Python: mounts %v", got)
+	}
+}
