@@ -277,14 +277,16 @@ func (n *node) memoryView(ctx context.Context, rp *kubeletsim.RunningPod) (*memo
 	return v, nil
 }
 
-// smiPath puts the host's nvidia-smi directory on PATH in a container:
-// the edits mount it at its host path (the driver root is "/").
+// smiPath puts where the edits may have mounted nvidia-smi on PATH in a
+// container: the host's nvidia-smi directory (the edits mount it at its
+// host path, the driver root being "/"), then the usual driver
+// directories.
 func smiPath() string {
-	p, err := exec.LookPath("nvidia-smi")
-	if err != nil {
-		return ""
+	dirs := []string{"/usr/local/nvidia/bin", "/usr/bin", "/usr/sbin"}
+	if p, err := exec.LookPath("nvidia-smi"); err == nil {
+		dirs = append([]string{filepath.Dir(p)}, dirs...)
 	}
-	return "PATH=" + filepath.Dir(p) + ":$PATH"
+	return "PATH=" + strings.Join(dirs, ":") + ":$PATH"
 }
 
 // scanInts fills each target with the first group of its pattern in out.

@@ -36,8 +36,21 @@ func (n *node) buildAppImage(dir string) (string, error) {
 		filepath.Join(n.o.bundle, "test", "nvmlprocs"),
 	}
 	var files []image.File
+	links := map[string]string{}
 	if n.python != nil {
 		files = append(files, image.File{Src: n.python.Exe, Dst: n.python.Exe})
+		// The links from --python to the interpreter that the mounts do
+		// not bring (a venv's bin/python3 -> /usr/bin/python3.12, or a
+		// pyenv's python3 -> python3.11).
+		chain, err := linkChain(n.o.python)
+		if err != nil {
+			return "", err
+		}
+		for link, target := range chain {
+			if !n.underPythonMount(link) {
+				links[link] = target
+			}
+		}
 		roots = append(roots, n.python.Exe)
 		roots = append(roots, n.python.Libs...)
 		if smi, err := exec.LookPath("nvidia-smi"); err == nil {
@@ -51,7 +64,54 @@ func (n *node) buildAppImage(dir string) (string, error) {
 	for _, l := range libs {
 		files = append(files, image.File{Src: l, Dst: l})
 	}
-	return harness.BuildBusyboxImageFrom(n.bin("busybox"), dir, appImage, appEnv, files...)
+	return harness.BuildBusyboxImageFrom(n.bin("busybox"), dir, appImage, appEnv, links, files...)
+}
+
+// linkChain returns the symbolic links met on the way from path to the
+// file it names (link -> target as the link holds it), directories'
+// links included.
+func linkChain(path string) (map[string]string, error) {
+	chain := map[string]string{}
+	p := filepath.Clean(path)
+	for hops := 0; hops < 40; hops++ {
+		// Resolve the directory first: only the last element may be a link
+		// still to follow.
+		dir, err := filepath.EvalSymlinks(filepath.Dir(p))
+		if err != nil {
+			return nil, err
+		}
+		if dir != filepath.Dir(p) {
+			sub, err := linkChain(filepath.Dir(p))
+			if err != nil {
+				return nil, err
+			}
+			for k, v := range sub {
+				chain[k] = v
+			}
+		}
+		p = filepath.Join(dir, filepath.Base(p))
+		target, err := os.Readlink(p)
+		if err != nil {
+			return chain, nil // not a link: the end
+		}
+		chain[p] = target
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(p), target)
+		}
+		p = filepath.Clean(target)
+	}
+	return nil, fmt.Errorf("%s: too many levels of symbolic links", path)
+}
+
+// underPythonMount reports whether p is inside a directory the containers
+// get mounted from the host.
+func (n *node) underPythonMount(p string) bool {
+	for _, d := range n.pythonMounts() {
+		if p == d || strings.HasPrefix(p, d+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // driverLib matches the file names of the NVIDIA driver's libraries.

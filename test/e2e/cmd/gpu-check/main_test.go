@@ -119,3 +119,32 @@ func TestPythonMounts(t *testing.T) {
 		t.Errorf("a system Python: mounts %v", got)
 	}
 }
+
+func TestLinkChain(t *testing.T) {
+	dir := t.TempDir()
+	// venv/bin/python3 -> python -> <dir>/usr/bin/python3.12 (absolute),
+	// as a venv made by uv links its interpreter.
+	for _, d := range []string{"venv/bin", "usr/bin"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	real := filepath.Join(dir, "usr/bin/python3.12")
+	if err := os.WriteFile(real, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(real, filepath.Join(dir, "venv/bin/python")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("python", filepath.Join(dir, "venv/bin/python3")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := linkChain(filepath.Join(dir, "venv/bin/python3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{filepath.Join(dir, "venv/bin/python3"): "python", filepath.Join(dir, "venv/bin/python"): real}
+	if len(got) != len(want) || got[filepath.Join(dir, "venv/bin/python3")] != "python" || got[filepath.Join(dir, "venv/bin/python")] != real {
+		t.Errorf("linkChain = %v, want %v", got, want)
+	}
+}
