@@ -730,30 +730,30 @@ func checkValidate(ctx context.Context, n *node, r *report) {
 		r.skip("validate", "shim/validate/validate.sh needs a real GPU, nvidia-smi and PyTorch")
 		return
 	}
-	// validate.sh calls python3: the --python interpreter, first on PATH.
-	pyDir := filepath.Join(n.base, "python-bin")
-	if err := os.MkdirAll(pyDir, 0o755); err == nil {
-		_ = os.Symlink(n.o.python, filepath.Join(pyDir, "python3"))
-	}
+	// PYTHON: the --python interpreter; SHIM: the bundle's shim (its tools,
+	// regiondump and the rest, are found in the bundle's test/).
 	cmd := exec.CommandContext(ctx, "bash", filepath.Join(n.o.bundle, "validate", "validate.sh"), "--only", validateChecks)
-	cmd.Env = append(append(os.Environ(), n.hostEnv...), "PATH="+pyDir+":"+os.Getenv("PATH"),
+	cmd.Env = append(append(os.Environ(), n.hostEnv...), "PYTHON="+n.o.python,
 		"SHIM="+filepath.Join(n.o.bundle, "lib", "libvgpu-shim.so"))
 	out, err := cmd.CombinedOutput()
 	_ = os.WriteFile(filepath.Join(n.o.logs, "validate.log"), out, 0o644)
-	lines := 0
+	lines, fails := 0, 0
 	for _, l := range strings.Split(string(out), "\n") {
 		if verdict, what, ok := strings.Cut(l, " "); ok && (verdict == "PASS" || verdict == "FAIL") {
 			lines++
 			if verdict == "PASS" {
 				r.pass("validate", what)
 			} else {
+				fails++
 				r.fail("validate", what)
 			}
 		}
 	}
-	if lines == 0 {
-		r.fail("validate", fmt.Sprintf("validate.sh printed no PASS/FAIL line (%v): %s", err, harness.TailLines(string(out), 3)))
-	} else if err != nil && ctx.Err() != nil {
-		r.fail("validate", fmt.Sprintf("validate.sh did not finish: %v", ctx.Err()))
+	switch {
+	case ctx.Err() != nil:
+		r.fail("validate", fmt.Sprintf("validate.sh did not finish in time (%d checks reported): %s", lines, harness.TailLines(string(out), 2)))
+	case lines == 0 || err != nil && fails == 0:
+		// It stopped before its checks, or failed without saying which.
+		r.fail("validate", fmt.Sprintf("validate.sh: %v after %d checks: %s", err, lines, harness.TailLines(string(out), 3)))
 	}
 }
