@@ -33,7 +33,7 @@ func runChecks(ctx context.Context, n *node, r *report) {
 		{"sm-share", 150 * time.Second, checkSMShare},
 		{"no-gpu", time.Minute, checkNoGPU},
 		{"gate", 90 * time.Second, checkGate},
-		{"validate", 150 * time.Second, checkValidate},
+		{"validate", 180 * time.Second, checkValidate},
 	}
 	for _, c := range checks {
 		if ctx.Err() == context.DeadlineExceeded {
