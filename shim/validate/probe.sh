@@ -17,23 +17,23 @@ P=validate/nvmlprobe.py
 
 echo "== 1. NVML's pid numbering in pid namespaces"
 rm -f "$W"/go*
-CUDA_VISIBLE_DEVICES=$gpu python3 $P hold host 64 "$W/go" &
-CUDA_VISIBLE_DEVICES=$gpu unshare --pid --fork --mount-proc python3 $P hold ns-own-proc 32 "$W/go" &
-CUDA_VISIBLE_DEVICES=$gpu unshare --pid --fork python3 $P hold ns-host-proc 16 "$W/go" &
+CUDA_VISIBLE_DEVICES=$gpu "$PYTHON" $P hold host 64 "$W/go" &
+CUDA_VISIBLE_DEVICES=$gpu unshare --pid --fork --mount-proc "$PYTHON" $P hold ns-own-proc 32 "$W/go" &
+CUDA_VISIBLE_DEVICES=$gpu unshare --pid --fork "$PYTHON" $P hold ns-host-proc 16 "$W/go" &
 for _ in $(seq 300); do [ -e "$W/go.host" ] && [ -e "$W/go.ns-own-proc" ] && [ -e "$W/go.ns-host-proc" ] && break; sleep 0.1; done
-CUDA_VISIBLE_DEVICES=$gpu python3 $P list "host (no context)"
+CUDA_VISIBLE_DEVICES=$gpu "$PYTHON" $P list "host (no context)"
 touch "$W/go"
 wait
 
 echo "== 2. When a context's memory shows"
-CUDA_VISIBLE_DEVICES=$gpu python3 $P timeline | sed 's/^/direct /'
+CUDA_VISIBLE_DEVICES=$gpu "$PYTHON" $P timeline | sed 's/^/direct /'
 limits $((8 << 30)) 100
-shimmed python3 $P timeline "$PWD/build/regiondump" "$W/region/usage" | sed 's/^/shim   /'
+shimmed "$PYTHON" $P timeline "$SHIM_TOOLS/regiondump" "$W/region/usage" | sed 's/^/shim   /'
 
 echo "== 3. SM limiter at cores=30, shares of the unlimited rate in 2 s windows"
 for kind in graph eager; do
-	base=$(CUDA_VISIBLE_DEVICES=$gpu python3 validate/smallkernels.py $kind 2 2 | tail -n 1)
+	base=$(CUDA_VISIBLE_DEVICES=$gpu "$PYTHON" validate/smallkernels.py $kind 2 2 | tail -n 1)
 	limits 0 30
-	got=$(shimmed python3 validate/smallkernels.py $kind 2 2 2 2 2 2 | grep -v '^capture_ms' | tr '\n' ' ')
-	echo "  $kind: unlimited $base/s; at cores=30: $(for r in $got; do printf '%s%% ' "$(python3 -c "print(round(100 * $r / $base, 1))")"; done)"
+	got=$(shimmed "$PYTHON" validate/smallkernels.py $kind 2 2 2 2 2 2 | grep -v '^capture_ms' | tr '\n' ' ')
+	echo "  $kind: unlimited $base/s; at cores=30: $(for r in $got; do printf '%s%% ' "$("$PYTHON" -c "print(round(100 * $r / $base, 1))")"; done)"
 done

@@ -1,19 +1,54 @@
 #!/usr/bin/env bash
 # Checks libvgpu-shim.so on a real NVIDIA GPU (issue item 10), with PyTorch and
-# nvidia-smi. Needs: an NVIDIA driver, nvidia-smi, python3 with torch (CUDA).
+# nvidia-smi. Needs: an NVIDIA driver, nvidia-smi, Python with torch (CUDA).
 # Uses the override paths (NRI_VGPU_LIMITS / NRI_VGPU_REGION_DIR), so it must
 # not run where /run/nri-vgpu/limits exists. Prints one PASS/FAIL line per check
 # and the numbers behind it; record them in docs/validation.md.
 #
-#   shim/validate/validate.sh [GPU-index]
+#   shim/validate/validate.sh [--only LABELS] [GPU-index]
+#
+# --only 4c,4d,6   runs only the checks with these labels (the numbers of the
+#                  "# N." comments below; the cudart checks are "cudart"), in
+#                  this file's order; each runs as it does in a full run.
+# Environment: PYTHON, the Python with PyTorch (default python3); SHIM and
+# SHIM_TOOLS for a shim built elsewhere (common.sh).
+
+# Every check's label, in order.
+labels="1 2 3 3b 4 4b 4c 4d 5 6 7 7b cudart 8 9 10 11 12 12b 13"
+only=""
+while (($#)); do
+	case $1 in
+	--only)
+		(($# >= 2)) || { echo "validate: --only needs a list of check labels ($labels)" >&2; exit 2; }
+		only=" ${2//,/ } "
+		shift 2
+		;;
+	--only=*) only=" $(echo "${1#--only=}" | tr , ' ') "; shift ;;
+	-*) echo "validate: unknown option '$1' (usage: validate.sh [--only LABELS] [GPU-index])" >&2; exit 2 ;;
+	*) break ;;
+	esac
+done
+for l in $only; do
+	[[ " $labels " == *" $l "* ]] || { echo "validate: unknown check '$l' in --only (checks: $labels)" >&2; exit 2; }
+done
+# want LABEL...: one of the checks is to run (all of them without --only).
+want() {
+	[ -z "$only" ] && return 0
+	local l
+	for l in "$@"; do [[ $only == *" $l "* ]] && return 0; done
+	return 1
+}
+# The checks' lines inside each "if want" are as in a full run, not indented
+# again: Python in their here-documents must keep its indentation.
 . "$(dirname "$0")/common.sh"
 
 echo "GPU $gpu $uuid, ${total_mib} MiB; memory limit $limit bytes"
-echo "  $(nvidia-smi -i "$gpu" --query-gpu=name,driver_version --format=csv,noheader); $(python3 -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)')"
+echo "  $(nvidia-smi -i "$gpu" --query-gpu=name,driver_version --format=csv,noheader); $("$PYTHON" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)')"
 limits "$limit" 100
 
 # 1. mem_get_info reports the slice; allocation at the limit fails cleanly.
-shimmed python3 - "$limit" <<'PY'
+if want 1; then
+shimmed "$PYTHON" - "$limit" <<'PY'
 import sys, torch
 limit = int(sys.argv[1])
 free, total = torch.cuda.mem_get_info()
@@ -28,9 +63,11 @@ except torch.cuda.OutOfMemoryError as e:
 assert n * (64 << 20) <= limit, "allocated past the limit"
 PY
 result $? "mem_get_info reports the slice; allocation past the limit raises OutOfMemoryError"
+fi
 
 # 2. nvidia-smi (its own NVML calls) reports the slice while a process holds memory.
-shimmed python3 -c 'import torch,time; x=torch.empty(256<<20,dtype=torch.uint8,device="cuda"); open("'"$W"'/held","w"); time.sleep(20)' &
+if want 2; then
+shimmed "$PYTHON" -c 'import torch,time; x=torch.empty(256<<20,dtype=torch.uint8,device="cuda"); open("'"$W"'/held","w"); time.sleep(20)' &
 holder=$!
 for _ in $(seq 100); do [ -e "$W/held" ] && break; sleep 0.2; done
 line=$(shimmed nvidia-smi -i "$gpu" --query-gpu=memory.total,memory.used --format=csv,noheader,nounits)
@@ -39,9 +76,11 @@ echo "  nvidia-smi total,used (MiB): $line"
 smi_total=$(echo "$line" | cut -d, -f1 | tr -d ' ')
 [ "$smi_total" = $((limit / 1048576)) ]
 result $? "nvidia-smi shows the slice as total"
+fi
 
 # 3. Expandable segments (cuMemCreate/cuMemMap) are counted.
-PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True shimmed python3 - "$limit" <<'PY'
+if want 3; then
+PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True shimmed "$PYTHON" - "$limit" <<'PY'
 import sys, torch
 limit = int(sys.argv[1]); n = 0; keep = []
 try:
@@ -53,11 +92,13 @@ print(f"  expandable segments: {n * 32} MiB before OOM (limit {limit >> 20} MiB)
 assert 0 < n * (32 << 20) <= limit
 PY
 result $? "expandable segments stop at the limit"
+fi
 
 # 3b. Stream-ordered pools: PyTorch's cudaMallocAsync backend keeps freed memory
 #     in its pool (release threshold UINT64_MAX); the shim charges what the pool
 #     keeps, lets the pool reuse it, and gives it back when the pool is trimmed.
-PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync shimmed python3 - "$limit" <<'PY'
+if want 3b; then
+PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync shimmed "$PYTHON" - "$limit" <<'PY'
 import sys, torch
 limit = int(sys.argv[1]); q = limit * 3 // 4
 base = torch.cuda.mem_get_info()[0]  # the slice less the context's own footprint
@@ -76,6 +117,7 @@ print(f"  cudaMallocAsync: free {kept >> 20} MiB while the pool keeps {q >> 20} 
 assert kept <= base - q and refused and trimmed >= base - (32 << 20)
 PY
 result $? "cudaMallocAsync pool retention charged, reused, trimmed"
+fi
 
 # 4. SM limits: matmul throughput relative to the unlimited run.
 bench='
@@ -87,22 +129,27 @@ while time.time() - t < 10:
     a @ b; n += 1
     if n % 10 == 0: torch.cuda.synchronize()
 torch.cuda.synchronize(); print(n / (time.time() - t))'
-base=$(CUDA_VISIBLE_DEVICES=$gpu python3 -c "$bench")
+if want 4 5 6 7b; then # the unlimited rate: 5, 6 and 7b compare with it too
+base=$(CUDA_VISIBLE_DEVICES=$gpu "$PYTHON" -c "$bench")
 echo "  unlimited, no shim: $base matmul/s"
+fi
+if want 4; then
 for cores in 30 50 70; do
 	limits 0 "$cores"
-	got=$(shimmed python3 -c "$bench")
-	share=$(python3 -c "print(round(100 * $got / $base, 1))")
+	got=$(shimmed "$PYTHON" -c "$bench")
+	share=$("$PYTHON" -c "print(round(100 * $got / $base, 1))")
 	echo "  cores=$cores: $got matmul/s = $share %"
-	python3 -c "import sys; sys.exit(0 if abs($share - $cores) <= 5 else 1)"
+	"$PYTHON" -c "import sys; sys.exit(0 if abs($share - $cores) <= 5 else 1)"
 	result $? "SM limit $cores % within 5 points"
 done
+fi
 
 # 4b. CUDA graph memory: counted when the driver backs it (upload), refused over
 #    the quota before the driver is called, given back by cuDeviceGraphMemTrim.
 #    Driver API through ctypes (no toolkit needed); the shim sees it via dlsym.
+if want 4b; then
 limits "$limit" 100
-shimmed python3 - "$limit" <<'PY'
+shimmed "$PYTHON" - "$limit" <<'PY'
 import ctypes as C, sys
 limit = int(sys.argv[1]); cu = C.CDLL("libcuda.so.1")
 def ck(r, what):
@@ -135,6 +182,7 @@ ok = f1 == f0 and abs((f0 - f2) - r) <= (2 << 20) and rc == 2 and rr == r and ab
 sys.exit(0 if ok else 1)
 PY
 result $? "CUDA graph memory counted at upload, refused over the quota, given back by the trim"
+fi
 
 # The device's busy percentage (NVML's utilization.gpu: the time a kernel ran) over the window
 # a program prints as its last line's last two fields (wall-clock start and end, seconds since
@@ -145,7 +193,7 @@ busy() { # busy COMMAND...
 	out=$("$@")
 	kill $sampler 2>/dev/null
 	wait $sampler 2>/dev/null
-	echo "$out" | python3 -c '
+	echo "$out" | "$PYTHON" -c '
 import datetime, sys
 lines = sys.stdin.read().split("\n")
 last = [l for l in lines if l.strip()][-1].split()
@@ -170,6 +218,7 @@ print(" ".join(last[:-2]), round(sum(vals) / len(vals), 1) if vals else -1)' "$W
 #     GPU was busy (NVML's utilization.gpu, sampled by nvidia-smi), not by the launch rate.
 #     Passes when the measured phase kept the GPU busy at most 35 % of the time and no launch
 #     after the matmuls waited more than twice the control period (2 x 50 ms).
+if want 4c; then
 stall='
 import time, torch
 x = torch.ones(1, device="cuda"); a = torch.randn(8192, 8192, device="cuda")
@@ -186,13 +235,14 @@ for _ in range(50):
     s = time.time(); x.add_(1); waits.append(time.time() - s)
 torch.cuda.synchronize()
 print(rate, round(max(waits) * 1000, 1), t0, t1)'
-read -r small_base _ busy_base < <(busy env CUDA_VISIBLE_DEVICES="$gpu" python3 -c "$stall")
+read -r small_base _ busy_base < <(busy env CUDA_VISIBLE_DEVICES="$gpu" "$PYTHON" -c "$stall")
 limits 0 30
-read -r small_got wait_ms busy_got < <(busy shimmed python3 -c "$stall")
-share=$(python3 -c "print(round(100 * $small_got / $small_base, 1))")
+read -r small_got wait_ms busy_got < <(busy shimmed "$PYTHON" -c "$stall")
+share=$("$PYTHON" -c "print(round(100 * $small_got / $small_base, 1))")
 echo "  small kernels: unlimited GPU busy $busy_base %; at cores=30 GPU busy $busy_got % (launch rate $share % of unlimited); longest launch after the matmuls $wait_ms ms"
-python3 -c "import sys; sys.exit(0 if 0 <= $busy_got <= 35 and $wait_ms <= 100 else 1)"
+"$PYTHON" -c "import sys; sys.exit(0 if 0 <= $busy_got <= 35 and $wait_ms <= 100 else 1)"
 result $? "SM limiter: small kernels held to 30 % of GPU time, no launch waits over 2 control periods after long kernels"
+fi
 
 # 4d. A CUDA graph is charged what its kernels run: a captured graph of 50 1-element kernels
 #     (each a 1-block launch, a wave each), replayed at 30 % (four seconds for the rate to
@@ -200,23 +250,27 @@ result $? "SM limiter: small kernels held to 30 % of GPU time, no launch waits o
 #     unlimited rate (replays keep the GPU busy: the rate is the share); charged as one wave
 #     (its 50 blocks on the GPU's SMs) it would run far above. Capturing it at 30 % is not
 #     charged (no replay has run yet).
-graph_base=$(CUDA_VISIBLE_DEVICES=$gpu python3 validate/smallkernels.py graph 4 3 | tail -n 1)
+if want 4d; then
+graph_base=$(CUDA_VISIBLE_DEVICES=$gpu "$PYTHON" validate/smallkernels.py graph 4 3 | tail -n 1)
 limits 0 30
-out=$(shimmed python3 validate/smallkernels.py graph 4 3)
+out=$(shimmed "$PYTHON" validate/smallkernels.py graph 4 3)
 graph_got=$(echo "$out" | tail -n 1)
 cap_ms=$(echo "$out" | sed -n 's/^capture_ms //p')
-share=$(python3 -c "print(round(100 * $graph_got / $graph_base, 1))")
+share=$("$PYTHON" -c "print(round(100 * $graph_got / $graph_base, 1))")
 echo "  cores=30: a 50-kernel graph replays at $share % of its unlimited rate once settled; capturing it took $cap_ms ms"
-python3 -c "import sys; sys.exit(0 if 25 <= $share <= 35 else 1)"
+"$PYTHON" -c "import sys; sys.exit(0 if 25 <= $share <= 35 else 1)"
 result $? "SM limiter: a graph of small kernels charged by its kernels (replays at about 30 % once settled)"
+fi
 
 # 5. Overhead with the shim loaded and no limits in force.
+if want 5; then
 limits 0 100
-got=$(shimmed python3 -c "$bench")
-over=$(python3 -c "print(round(100 * (1 - $got / $base), 2))")
+got=$(shimmed "$PYTHON" -c "$bench")
+over=$("$PYTHON" -c "print(round(100 * (1 - $got / $base), 2))")
 echo "  shim, no limit: $got matmul/s, overhead $over %"
-python3 -c "import sys; sys.exit(0 if $over < 1 else 1)"
+"$PYTHON" -c "import sys; sys.exit(0 if $over < 1 else 1)"
 result $? "overhead at no limit below 1 %"
+fi
 
 # 6. In a pid namespace of its own, as in a container, the shim finds its "host pid": the pid
 #    NVML gives the process as seen from the process's own namespace (a driver that numbers
@@ -224,15 +278,16 @@ result $? "overhead at no limit below 1 %"
 #    Both views are printed; the slot must hold the one NVML shows inside. The SM limit holds.
 if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null; then
 	inns() { shimmed unshare --pid --fork --mount-proc --kill-child "$@"; }
+	if want 6; then
 	limits "$limit" 100
 	rm -f "$W/held" "$W/looked"
 	inns bash -c '
-		python3 -c "import torch,time; x=torch.empty(64<<20,dtype=torch.uint8,device=\"cuda\"); open(\"$1/held\",\"w\"); time.sleep(30)" &
+		"$PYTHON" -c "import torch,time; x=torch.empty(64<<20,dtype=torch.uint8,device=\"cuda\"); open(\"$1/held\",\"w\"); time.sleep(30)" &
 		p=$!
 		for _ in $(seq 100); do [ -e "$1/held" ] && break; sleep 0.2; done
 		echo "holder $p"
 		env -u LD_PRELOAD nvidia-smi -i "$2" --query-compute-apps=pid --format=csv,noheader | sed "s/^/inside /"
-		build/regiondump "$1/region/usage" | grep "^proc " | sed "s/^/slot /"
+		"$SHIM_TOOLS/regiondump" "$1/region/usage" | grep "^proc " | sed "s/^/slot /"
 		for _ in $(seq 100); do [ -e "$1/looked" ] && break; sleep 0.2; done
 		kill $p' _ "$W" "$gpu" >"$W/ns6" &
 	for _ in $(seq 100); do [ -e "$W/held" ] && break; sleep 0.2; done
@@ -246,21 +301,23 @@ if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null; then
 	[ -n "$host_pid" ] && [ "$host_pid" != 0 ] && echo "$seen" | sed -n 's/^inside //p' | tr -d ' ' | grep -qx "$host_pid"
 	result $? "the host pid the shim records inside a pid namespace is the pid NVML lists there ($host_pid)"
 	limits 0 30
-	got=$(inns python3 -c "$bench")
-	share=$(python3 -c "print(round(100 * $got / $base, 1))")
+	got=$(inns "$PYTHON" -c "$bench")
+	share=$("$PYTHON" -c "print(round(100 * $got / $base, 1))")
 	echo "  cores=30 in a pid namespace: $got matmul/s = $share %"
-	python3 -c "import sys; sys.exit(0 if abs($share - 30) <= 5 else 1)"
+	"$PYTHON" -c "import sys; sys.exit(0 if abs($share - 30) <= 5 else 1)"
 	result $? "SM limit 30 % within 5 points inside a pid namespace"
+	fi
 
 	# 7. nvidia-smi in the namespace (a container) lists only the container's process, under
 	#    its pid there, with the memory that adds up to "used"; not the one outside.
+	if want 7; then
 	limits "$limit" 100
 	rm -f "$W/outside" "$W/in"
-	python3 -c 'import torch,time; x=torch.empty(128<<20,dtype=torch.uint8,device="cuda"); open("'"$W"'/outside","w"); time.sleep(60)' &
+	"$PYTHON" -c 'import torch,time; x=torch.empty(128<<20,dtype=torch.uint8,device="cuda"); open("'"$W"'/outside","w"); time.sleep(60)' &
 	outside=$!
 	for _ in $(seq 100); do [ -e "$W/outside" ] && break; sleep 0.2; done
 	seen=$(inns bash -c '
-		python3 -c "import torch,time; x=torch.empty(256<<20,dtype=torch.uint8,device=\"cuda\"); open(\"$1/in\",\"w\"); time.sleep(60)" &
+		"$PYTHON" -c "import torch,time; x=torch.empty(256<<20,dtype=torch.uint8,device=\"cuda\"); open(\"$1/in\",\"w\"); time.sleep(60)" &
 		p=$!
 		for _ in $(seq 100); do [ -e "$1/in" ] && break; sleep 0.2; done
 		echo "holder $p"
@@ -277,44 +334,48 @@ if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null; then
 	[ "$(echo "$apps" | grep -c .)" = 1 ] && [ "$(echo "$apps" | cut -d, -f1)" = "$holder" ] &&
 		[ -n "$used" ] && [ $((sum - used)) -le 1 ] && [ $((used - sum)) -le 1 ]
 	result $? "nvidia-smi in a pid namespace lists only its own process (pid $holder), summing to used ($sum vs $used MiB)"
+	fi
 
 	# 7b. One SM cap for a claim that two containers of a pod share: two processes, each in a
 	#     pid namespace of its own, with one limits file at 30 %, run the matmul loop at once.
 	#     Together they get about 30 % of the unlimited rate, not 30 % each (each counts the
 	#     other with the SM use it publishes in the ledger). What NVML lists inside one of the
 	#     namespaces while both run is printed: the driver is expected to show only its own.
+	if want 7b; then
 	limits 0 30
 	for ns in a b; do
-		inns bash -c 'python3 -c "$1" >"$2" & p=$!; sleep 6
+		inns bash -c '"$PYTHON" -c "$1" >"$2" & p=$!; sleep 6
 			nvidia-smi -i "$3" --query-compute-apps=pid --format=csv,noheader | tr -d " " | tr "\n" " " >"$2.apps"
 			wait $p' _ "$bench" "$W/ns.$ns" "$gpu" &
 	done
 	wait
 	got_a=$(tail -n 1 "$W/ns.a"); got_b=$(tail -n 1 "$W/ns.b")
-	share=$(python3 -c "print(round(100 * ($got_a + $got_b) / $base, 1))")
+	share=$("$PYTHON" -c "print(round(100 * ($got_a + $got_b) / $base, 1))")
 	echo "  one 30 % claim in two pid namespaces: $got_a + $got_b matmul/s = $share % (NVML lists in a: $(cat "$W/ns.a.apps"); in b: $(cat "$W/ns.b.apps"))"
-	python3 -c "import sys; sys.exit(0 if abs($share - 30) <= 5 else 1)"
+	"$PYTHON" -c "import sys; sys.exit(0 if abs($share - 30) <= 5 else 1)"
 	result $? "one SM cap for a claim shared by two pid namespaces: 30 % together within 5 points"
-else
+	fi
+elif want 6 7 7b; then
 	echo "  pid-namespace checks skipped: they need root and unshare(1)"
 fi
 
-# 7. NVIDIA's own libcudart 11.8 and 12.4 (hack/cudart.sh; without network,
+# cudart. NVIDIA's own libcudart 11.8 and 12.4 (hack/cudart.sh; without network,
 #    copy a filled cache over and point NRI_VGPU_CUDART_CACHE at it) through
 #    the shim on the real driver: every allocation API counted and refused
 #    past the quota, and every recorded cuGetProcAddress request of an
 #    allocation or launch entry answered with the shim's wrapper.
+if want cudart; then
 if cudart=$(../hack/cudart.sh); then
 	limits $((2 << 30)) 100
 	sed -n 's/^HOOK(LIB_CUDA, *\([^,]*\), *\([^,]*\),.*/\1 \2/p' src/hooks.def >"$W/hooks"
 	for v in 11.8.89 12.4.127; do
-		out=$(shimmed build/rtprog "$cudart/$v/libcudart.so.$v" info:-:2GiB malloc:3GiB:2 malloc:64MiB \
+		out=$(shimmed "$SHIM_TOOLS/rtprog" "$cudart/$v/libcudart.so.$v" info:-:2GiB malloc:3GiB:2 malloc:64MiB \
 			managed:64MiB async:64MiB defpool:64MiB pool:64MiB info:-:2GiB malloc:2GiB:2 free free free free free 2>&1)
 		rc=$?
 		echo "$out" | grep -E '^(info|FAIL)|-> [1-9]' | sed "s/^/  cudart $v: /"
 		result $rc "cudart $v: allocations counted, refused past the quota, cudaMemGetInfo shows the slice"
-		CUDA_VISIBLE_DEVICES=$gpu build/procreplay <"test/cudart/requests-$v.txt" >"$W/direct"
-		shimmed build/procreplay <"test/cudart/requests-$v.txt" >"$W/shim"
+		CUDA_VISIBLE_DEVICES=$gpu "$SHIM_TOOLS/procreplay" <"test/cudart/requests-$v.txt" >"$W/direct"
+		shimmed "$SHIM_TOOLS/procreplay" <"test/cudart/requests-$v.txt" >"$W/shim"
 		bad=$(awk -v info="$W/info" -f test/cudart/requests.awk "$W/hooks" "$W/direct" "$W/shim")
 		echo "  cudart $v: $(grep -c 'libvgpu-shim.so' "$W/shim") requests answered by the shim, $(grep -c -- '-> - -' "$W/direct") unknown to the driver"
 		[ -n "$bad" ] && echo "$bad" | sed "s/^/  cudart $v: /"
@@ -325,14 +386,16 @@ if cudart=$(../hack/cudart.sh); then
 else
 	echo "  cudart checks skipped: hack/cudart.sh could not provide the libraries (its error is above)"
 fi
+fi
 
 # 8. Context footprint: what the driver holds for a process beyond its allocations (the
 #    context, kernels cuBLAS and cuDNN load lazily at first use, the stack reservation
 #    cuCtxSetLimit makes) is counted: a second after the last growth and an allocation, the
 #    process's slot in the region holds what nvidia-smi says the process uses.
+if want 8; then
 limits "$limit" 100
 rm -f "$W/fp"
-shimmed python3 - "$W/fp" <<'PY' &
+shimmed "$PYTHON" - "$W/fp" <<'PY' &
 import ctypes, os, sys, time, torch
 x = torch.randn(1024, 1024, device="cuda")
 (x @ x).sum().item()
@@ -349,19 +412,21 @@ for _ in $(seq 150); do [ -s "$W/fp" ] && break; sleep 0.2; done
 read -r fp_pid fp_rc <"$W/fp" || fp_pid=
 smi_mib=$(nvidia-smi -i "$gpu" --query-compute-apps=pid,used_memory --format=csv,noheader,nounits |
 	awk -F', *' -v p="$fp_pid" '$1 == p {print $2}')
-slot=$(build/regiondump "$W/region/usage" | sed -n "s/^proc pid=$fp_pid .* used0=\([0-9]*\).*/\1/p")
+slot=$("$SHIM_TOOLS/regiondump" "$W/region/usage" | sed -n "s/^proc pid=$fp_pid .* used0=\([0-9]*\).*/\1/p")
 kill $holder 2>/dev/null; wait $holder 2>/dev/null
 echo "  footprint: pid ${fp_pid:-?} cuCtxSetLimit rc=${fp_rc:-?}; nvidia-smi ${smi_mib:-?} MiB, region slot $((${slot:-0} >> 20)) MiB"
 [ -n "$smi_mib" ] && [ -n "$slot" ] && [ "${fp_rc:-1}" = 0 ] &&
-	python3 -c "import sys; sys.exit(0 if abs($slot / 1048576 - $smi_mib) <= 4 else 1)"
+	"$PYTHON" -c "import sys; sys.exit(0 if abs($slot / 1048576 - $smi_mib) <= 4 else 1)"
 result $? "context footprint (lazy kernels, stack limit) counted: region slot matches nvidia-smi within 4 MiB"
+fi
 
 # 9. Entry points reached around the _v2s: after a release of the primary context through the
 #    pre-11.0 cuDevicePrimaryCtxRelease (as cudart 11.8 / 12.4 do) what was allocated in it is
 #    free again, and the pre-3.2 cuMemGetInfo / cuDeviceTotalMem report the slice (32 bits,
 #    saturated at 4 GiB - 1). Driver calls through ctypes: no PyTorch needed.
+if want 9; then
 limits "$limit" 100
-shimmed python3 - "$limit" <<'PY'
+shimmed "$PYTHON" - "$limit" <<'PY'
 import ctypes, sys
 from ctypes import byref, c_int, c_size_t, c_uint, c_uint64, c_void_p
 limit = int(sys.argv[1]); cap = (1 << 32) - 1
@@ -396,6 +461,7 @@ ok = ok and rel == 0 and free2 >= free0 - (4 << 20)
 sys.exit(0 if ok else 1)
 PY
 result $? "pre-11.0 primary-context release gives memory back; pre-3.2 cuMemGetInfo / cuDeviceTotalMem report the slice"
+fi
 
 # 10. IPC lifetime: memory still resident after the exporter's free, while a sibling holds an
 #     import, must stay charged (the 580 driver keeps an IPC block: the importer is charged for
@@ -415,8 +481,8 @@ share_check() { # share_check MODE (ipc or pool)
 	limits "$limit" 100
 	rm -rf "$W/share" && mkdir -p "$W/share"
 	local block=$((limit / 4)) u_shared u_after u_closed s_shared s_after s_closed
-	shimmed python3 validate/ipcshare.py "$1" export "$W/share" "$block" &
-	shimmed python3 validate/ipcshare.py "$1" import "$W/share" "$block" &
+	shimmed "$PYTHON" validate/ipcshare.py "$1" export "$W/share" "$block" &
+	shimmed "$PYTHON" validate/ipcshare.py "$1" import "$W/share" "$block" &
 	await opened
 	u_shared=$(gpu_used)
 	echo "  NVML per process while shared (pid, MiB): $(nvidia-smi -i "$gpu" --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | tr '\n' ' ')"
@@ -440,16 +506,19 @@ share_check() { # share_check MODE (ipc or pool)
 			"; the shim " (charged ? "charges it until the close" : "does not charge it after the exporter'"'"'s free")
 		exit !(!keeps || charged) }'
 }
+if want 10; then
 echo "  cuIpcOpenMemHandle:"
 share_check ipc
 result $? "IPC: memory resident after the exporter's free is what the shim charges"
 echo "  cuMemPoolImportPointer:"
 share_check pool
 result $? "pool import: memory resident after the exporter's free and trim is what the shim charges"
+fi
 
 # 11. Leases: an allocation inside a process's lease takes no lock. Cost of cuMemAlloc_v2 +
 # cuMemFree_v2 (4 KiB, a memory limit in force) with and without the shim, and 8 processes
 # filling the quota at once with 64 MiB tensors never get more than the limit between them.
+if want 11; then
 limits "$limit" 100
 cat >"$W/pairs.py" <<'PY'
 import ctypes, sys, time
@@ -467,13 +536,13 @@ for r in range(5):
     best = min(best, (time.perf_counter() - t0) / n * 1e9)
 print(f"{best:.0f}")
 PY
-direct_ns=$(CUDA_VISIBLE_DEVICES=$gpu python3 "$W/pairs.py")
-shim_ns=$(shimmed python3 "$W/pairs.py")
+direct_ns=$(CUDA_VISIBLE_DEVICES=$gpu "$PYTHON" "$W/pairs.py")
+shim_ns=$(shimmed "$PYTHON" "$W/pairs.py")
 echo "  cuMemAlloc_v2+cuMemFree_v2 of 4 KiB (ctypes loop): direct ${direct_ns} ns, shim ${shim_ns} ns"
 awk -v d="$direct_ns" -v s="$shim_ns" 'BEGIN { exit !(d > 0 && s > 0 && s <= 1.2 * d) }'
 result $? "alloc+free with a quota costs at most 1.2x the driver's own (leases: no lock in the common case)"
 for i in $(seq 8); do
-	shimmed python3 -c '
+	shimmed "$PYTHON" -c '
 import torch
 n = 0
 try:
@@ -493,10 +562,12 @@ got=$(cat "$W"/fill.* | awk '{s += $1} END {print s * 64}')
 echo "  8 processes got ${got} MiB of tensors between them; nvidia-smi in the container: ${used_mib} MiB used; limit $((limit >> 20)) MiB"
 [ "$got" -gt 0 ] && [ $((got * 1048576)) -le "$limit" ] && [ "$((used_mib * 1048576))" -le "$limit" ]
 result $? "8 processes filling the quota at once never pass the limit between them"
+fi
 
 # 12. Process start: N processes (32: each real context holds hundreds of MiB) started at once,
 # each timing cuInit -> primary context -> first 1 MiB cuMemAlloc_v2; the mean with the shim
 # against the mean without (the grant's measurement of the others' leases grows with N).
+if want 12; then
 limits "$limit" 100
 cat >"$W/start.py" <<'PY'
 import ctypes, os, sys, time
@@ -514,8 +585,8 @@ PY
 start_mean() { # start_mean direct|shim: mean ns over 32 processes, or "fail"
 	rm -f "$W/go" "$W"/start.*.out
 	for i in $(seq 32); do
-		if [ "$1" = shim ]; then shimmed python3 "$W/start.py" "$W/go" >"$W/start.$i.out" 2>/dev/null &
-		else CUDA_VISIBLE_DEVICES=$gpu python3 "$W/start.py" "$W/go" >"$W/start.$i.out" 2>/dev/null & fi
+		if [ "$1" = shim ]; then shimmed "$PYTHON" "$W/start.py" "$W/go" >"$W/start.$i.out" 2>/dev/null &
+		else CUDA_VISIBLE_DEVICES=$gpu "$PYTHON" "$W/start.py" "$W/go" >"$W/start.$i.out" 2>/dev/null & fi
 	done
 	sleep 3; touch "$W/go"; wait
 	cat "$W"/start.*.out | awk '/^[0-9]+$/ {s += $1; n++} END {if (n == 32) printf "%.0f\n", s / n; else print "fail"}'
@@ -525,6 +596,7 @@ start_shim=$(start_mean shim)
 echo "  32 processes at once, cuInit -> first allocation (mean): direct ${start_direct} ns, shim ${start_shim} ns"
 awk -v d="$start_direct" -v s="$start_shim" 'BEGIN { exit !(d > 0 && s > 0 && s <= 1.2 * d) }'
 result $? "process start with 32 processes at once costs at most 1.2x the driver's own"
+fi
 
 # 12b. Green contexts: a process that uses only green contexts (validate/greenctx.py). Creating
 #     one retains the primary context inside the driver; the shim retains it first itself, so
@@ -532,28 +604,32 @@ result $? "process start with 32 processes at once costs at most 1.2x the driver
 #     with the primary context when the green one is destroyed. Printed without the shim too
 #     (the driver's own used memory, the whole card's). Passes when the shim counts hundreds of
 #     MiB at once (a context on this card) and gives the allocation back.
+if want 12b; then
 green_size=$((limit / 8))
-echo "  without the shim (card's used, bytes): $(CUDA_VISIBLE_DEVICES=$gpu python3 validate/greenctx.py "$green_size")"
+echo "  without the shim (card's used, bytes): $(CUDA_VISIBLE_DEVICES=$gpu "$PYTHON" validate/greenctx.py "$green_size")"
 limits "$limit" 100
-green_out=$(shimmed python3 validate/greenctx.py "$green_size")
+green_out=$(shimmed "$PYTHON" validate/greenctx.py "$green_size")
 echo "  with the shim (container's used, bytes): $green_out (allocated $green_size)"
 echo "$green_out" | awk -v sz="$green_size" '$1 == "green" {
 	ok = $2 >= 64 * 1048576 && $3 - $2 >= sz && $4 <= $2 + sz / 2; found = 1 } END { exit !(found && ok) }'
 result $? "green contexts: the primary context counted at once, the allocation given back with it"
+fi
 
 # 13. The ABI facts the shim's notes mark as inferred, read from the driver itself (no shim:
 #     they describe the driver), and the NVML names nvidia-smi resolves with dlsym (those the
 #     shim must hook for nvidia-smi's numbers). Passes when the probe ran to its end.
-CUDA_VISIBLE_DEVICES=$gpu python3 validate/abiprobe.py | sed 's/^/  /'
+if want 13; then
+CUDA_VISIBLE_DEVICES=$gpu "$PYTHON" validate/abiprobe.py | sed 's/^/  /'
 result $? "ABI probe of the driver ran"
 for q in "" "--query-gpu=memory.total,memory.used --format=csv" "--query-compute-apps=pid,used_memory --format=csv" "-q -d MEMORY,PIDS"; do
 	# shellcheck disable=SC2086 # $q is several words
-	CUDA_VISIBLE_DEVICES=$gpu LD_PRELOAD=$PWD/build/dlsymlog.so nvidia-smi -i "$gpu" $q >/dev/null 2>>"$W/smi.dlsym"
+	CUDA_VISIBLE_DEVICES=$gpu LD_PRELOAD=$SHIM_TOOLS/dlsymlog.so nvidia-smi -i "$gpu" $q >/dev/null 2>>"$W/smi.dlsym"
 done
 echo "  nvidia-smi resolves with dlsym: $(grep -o '^dlsym nvml.*' "$W/smi.dlsym" | cut -d' ' -f2 | sort -u | tr '\n' ' ')"
 echo "  nvidia-smi inside the limits (shim, a quarter of the card):"
 limits "$limit" 100
 shimmed nvidia-smi -i "$gpu" | sed 's/^/    /'
+fi
 
 echo "validate: $fails check(s) failed"
 [ "$fails" -eq 0 ]

@@ -60,6 +60,13 @@ func BuildPauseImage(ctx context.Context, dir string) (string, error) {
 	if err := GoBuild(ctx, "./test/e2e/cmd/pause", bin, true); err != nil {
 		return "", err
 	}
+	return WritePauseImage(dir, bin)
+}
+
+// WritePauseImage writes the pause image tarball into dir from a pause
+// program built before (a bundle's bin/pause, where there is no Go to
+// build one). It returns the tarball's path.
+func WritePauseImage(dir, bin string) (string, error) {
 	out := filepath.Join(dir, "pause.tar")
 	if err := image.Write(out, image.Spec{
 		Ref:        PauseImage,
@@ -76,13 +83,23 @@ func BuildPauseImage(ctx context.Context, dir string) (string, error) {
 // PATH), and extra (programs with WithLibs get their glibc libraries). Its
 // default command sleeps until SIGTERM.
 func BuildBusyboxImage(dir, ref string, env []string, extra ...image.File) (string, error) {
-	applets, err := image.BusyboxApplets(BusyboxPath)
+	return BuildBusyboxImageFrom(BusyboxPath, dir, ref, env, nil, extra...)
+}
+
+// BuildBusyboxImageFrom is BuildBusyboxImage with the static busybox at
+// busybox (a bundle's bin/busybox) instead of Debian's, and the symbolic
+// links links (path in the image -> target) besides busybox's applets.
+func BuildBusyboxImageFrom(busybox, dir, ref string, env []string, links map[string]string, extra ...image.File) (string, error) {
+	applets, err := image.BusyboxApplets(busybox)
 	if err != nil {
 		return "", fmt.Errorf("harness: %w (install busybox-static)", err)
 	}
+	for path, target := range links {
+		applets[path] = target
+	}
 	spec := image.Spec{
 		Ref:      ref,
-		Files:    append([]image.File{{Src: BusyboxPath, Dst: "/bin/busybox", Mode: 0o755}}, extra...),
+		Files:    append([]image.File{{Src: busybox, Dst: "/bin/busybox", Mode: 0o755}}, extra...),
 		Symlinks: applets,
 		Dirs:     []string{"/tmp", "/etc", "/dev", "/proc", "/sys", "/run"},
 		Env:      append([]string{"PATH=/usr/local/bin:/usr/bin:/bin"}, env...),
