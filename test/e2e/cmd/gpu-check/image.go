@@ -17,11 +17,13 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/image"
 )
 
-// appEnv is the application image's environment: where NVIDIA's CUDA base
-// images have the driver's libraries. The edits that nri-vgpu generates
-// mount them at their paths beneath the driver root; the loader of a busybox
-// image has no cache that names them.
-var appEnv = []string{"LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/usr/local/nvidia/lib"}
+// appEnv is the application image's environment: nothing that points the
+// loader at the driver. The edits that nri-vgpu generates mount the
+// driver's libraries at their paths beneath the driver root (such as
+// /usr/local/nvidia/lib64) and NVIDIA's update-ldcache hook adds that
+// directory to the container's loader cache; an LD_LIBRARY_PATH here, as
+// NVIDIA's CUDA images set, would hide a hook that did not run.
+var appEnv []string
 
 // buildAppImage writes the image of every pod: busybox and the glibc
 // libraries that the shim, the test programs and (nvml mode) the host's
