@@ -41,9 +41,10 @@ TARGET_GLIBC=2.39
 LIMIT_MIB=48
 # A dictionary larger than the whole tar stream lets xz find what the Go
 # binaries share (containerd, its shim and nri-vgpu hold many of the same
-# packages); a fast preset keeps it short. On two busy cores, 100 MiB
-# unpacked: this 20.5 MB in 52 s; -6 (8 MiB dictionary) 28.2 MB in 107 s;
-# -9 (64 MiB) 18.3 MB in 100 s. Unpacking needs 128 MiB of memory.
+# packages); a fast preset keeps it short. On two busy cores, 174 MiB
+# unpacked: this 30.8 MB in 79 s, -9 (64 MiB dictionary) 27.9 MB in 200 s;
+# at 100 MiB (before ctr and gpu-check), -6 (8 MiB) gave 28.2 MB against
+# this 20.5 MB. Unpacking needs 128 MiB of memory.
 XZ_OPTIONS=${XZ_OPTIONS:---lzma2=preset=3,dict=128MiB}
 MODULE=github.com/nri-vgpu/nri-vgpu
 VERSION=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
