@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Builds the bundle that hack/gpu-check.sh unpacks on a GPU machine (make
 # gpu-bundle): everything the GPU check runs, for a machine that has a driver,
-# Python and PyTorch but no containerd, runc, Go or network. Writes one file,
+# Python and PyTorch but no containerd, runc, Go or network. Writes
 #
 #   gpu-bundle/nri-vgpu-gpu-bundle.tar.xz
 #
+# (and beside it the sha256 of the tar stream inside, to skip compressing the
+# same files again),
 # which unpacks to (the layout gpu-check --bundle reads):
 #
 #   bin/       containerd containerd-shim-runc-v2 ctr runc nri-vgpu
@@ -73,7 +75,7 @@ fi
 stage=""
 partial=""
 cleanup() {
-	[ -z "$stage" ] || rm -rf "$stage" "$stage.MANIFEST"
+	[ -z "$stage" ] || rm -rf "$stage" "$stage.MANIFEST" "$stage.tar"
 	[ -z "$partial" ] || rm -rf "$partial"
 }
 trap cleanup EXIT
@@ -201,15 +203,25 @@ done < <(find "$stage" -type f -print0)
 mv "$stage.MANIFEST" "$stage/MANIFEST"
 
 mkdir -p "$out"
-partial=$tarball.partial
-log "compressing (xz $XZ_OPTIONS)"
-# Owned by root, in name order, dated by the last commit: the same tree gives
-# the same tar stream.
+# Owned by root, in name order, dated by the last commit: the same files give
+# the same tar stream, and a stream already compressed is not compressed
+# again (its sha256 is kept beside the tarball).
 mtime=$(git log -1 --format=%ct 2>/dev/null || date +%s)
-tar -C "$stage" --owner=0 --group=0 --numeric-owner --sort=name --mtime="@$mtime" -cf - . |
-	xz -T0 "$XZ_OPTIONS" >"$partial"
-mv -f "$partial" "$tarball"
-partial=""
+tar -C "$stage" --owner=0 --group=0 --numeric-owner --sort=name --mtime="@$mtime" -cf "$stage.tar" .
+sum=$(sha256sum "$stage.tar" | cut -d' ' -f1)
+stamp=$out/.nri-vgpu-gpu-bundle.tar.sha256
+if [ -f "$tarball" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$sum" ]; then
+	log "unchanged since the last build: $tarball kept"
+else
+	partial=$tarball.partial
+	log "compressing (xz $XZ_OPTIONS)"
+	xz -T0 "$XZ_OPTIONS" <"$stage.tar" >"$partial"
+	# The stamp goes first, so that it never names another tarball.
+	rm -f "$stamp"
+	mv -f "$partial" "$tarball"
+	partial=""
+	echo "$sum" >"$stamp"
+fi
 
 # --- size -----------------------------------------------------------------------
 bundle_bytes=$(stat -c %s "$tarball")
