@@ -43,7 +43,9 @@ func useMockNVML(t *testing.T, gpus []mockGPU, countRet nvml.Return) {
 			GetMinorNumberFunc: func() (int, nvml.Return) { return g.minor, nvml.SUCCESS },
 			GetPciInfoFunc: func() (nvml.PciInfo, nvml.Return) {
 				var p nvml.PciInfo
-				copy(p.BusId[:], g.busID)
+				for j, c := range []byte(g.busID) {
+					p.BusId[j] = int8(c) // []int8 since go-nvml v0.13.4
+				}
 				return p, nvml.SUCCESS
 			},
 			GetSupportedEventTypesFunc: func() (uint64, nvml.Return) { return g.events, nvml.SUCCESS },
@@ -182,11 +184,13 @@ healthy = false
 	}
 }
 
-// TestInventoryFakeDriverRoot runs the inventory command (in a child: the
-// fake NVML keeps its GPUs for a process's life) on a node whose NVML is
-// the fake driver under its real file names in a driver root's library
-// dir, which the loader does not know: only driver.library_dirs finds it.
-func TestInventoryFakeDriverRoot(t *testing.T) {
+// fakeDriverNode lays out a fake driver root with gpus, its NVML in
+// /usr/local/nvidia/lib64 (which the loader does not know), and returns
+// that directory and the environment of a child process (the test binary
+// as the program, see TestMain) that sees exactly those GPUs: the fake NVML
+// keeps its GPUs for a process's life, so each run is a child.
+func fakeDriverNode(t *testing.T, gpus []harness.FakeGPU) (libDir string, env []string) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("making the driver root's device nodes needs root")
 	}
@@ -198,24 +202,33 @@ func TestInventoryFakeDriverRoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	root := t.TempDir()
-	r := harness.FakeDriverRoot{LibDir: "/usr/local/nvidia/lib64", Version: "580.159.04", ShimBuild: build, GPUs: []harness.FakeGPU{
-		{UUID: "GPU-5e1ec7ed-0000-4000-8000-000000000001", Name: "NVIDIA H200", Memory: 143771 << 20, SMs: 132, Minor: 2},
-		{UUID: "GPU-5e1ec7ed-0000-4000-8000-000000000002", Name: "NVIDIA H200", Memory: 143771 << 20, SMs: 132, Minor: 7},
-	}}
+	r := harness.FakeDriverRoot{LibDir: "/usr/local/nvidia/lib64", Version: "580.159.04", ShimBuild: build, GPUs: gpus}
 	if err := harness.MakeFakeDriverRoot(root, r); err != nil {
 		t.Fatal(err)
 	}
-	libDir := filepath.Join(root, "usr/local/nvidia/lib64")
+	env = append([]string{asProgram + "=1"}, r.Env()...)
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); k != "LD_LIBRARY_PATH" && !strings.HasPrefix(k, "FAKECUDA_") && k != config.EnvPath {
+			env = append(env, kv)
+		}
+	}
+	return filepath.Join(root, "usr/local/nvidia/lib64"), env
+}
+
+// TestInventoryFakeDriverRoot runs the inventory command on a node whose
+// NVML is the fake driver under its real file names in a driver root's
+// library dir: only driver.library_dirs finds it.
+func TestInventoryFakeDriverRoot(t *testing.T) {
+	libDir, env := fakeDriverNode(t, []harness.FakeGPU{
+		{UUID: "GPU-5e1ec7ed-0000-4000-8000-000000000001", Name: "NVIDIA H200", Memory: 143771 << 20, SMs: 132, Minor: 2},
+		{UUID: "GPU-5e1ec7ed-0000-4000-8000-000000000002", Name: "NVIDIA H200", Memory: 143771 << 20, SMs: 132, Minor: 7},
+	})
 	path := filepath.Join(t.TempDir(), "config.toml")
 	writeConfig(t, path, fmt.Sprintf("[gpu]\nbackend = \"nvml\"\n[driver]\nlibrary_dirs = [%q]\n", libDir))
 
 	cmd := exec.Command(os.Args[0], "inventory", "-config", path)
-	cmd.Env = append([]string{asProgram + "=1", "FAKECUDA_NVML_EVENT_TYPES=0xc"}, r.Env()...)
-	for _, kv := range os.Environ() {
-		if k, _, _ := strings.Cut(kv, "="); k != "LD_LIBRARY_PATH" && !strings.HasPrefix(k, "FAKECUDA_") && k != config.EnvPath {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
+	// XID critical errors and P-state changes only: no ECC events.
+	cmd.Env = append(env, "FAKECUDA_NVML_EVENT_TYPES=0xc")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {

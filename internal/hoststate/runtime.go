@@ -11,8 +11,9 @@ import (
 )
 
 // RuntimeFileName is <run_dir>/runtime.json: what the NRI plugin learned of
-// the container runtime when it last connected, for `nri-vgpu status` and
-// the metrics, which run in other processes or read only files.
+// the container runtime when it last connected, and how it gives GPU
+// containers the driver's files, for `nri-vgpu status` and the metrics,
+// which run in other processes or read only files.
 const RuntimeFileName = "runtime.json"
 
 // maxRuntimeSize bounds what is read of runtime.json.
@@ -31,6 +32,10 @@ type Runtime struct {
 	// a GPU container the runtime cannot confine.
 	Policy    string    `json:"policy"`
 	Connected time.Time `json:"connected"`
+	// DriverFiles says how GPU containers get the driver's files:
+	// driver.injection as resolved on the node (oci.DriverFiles.Source),
+	// when the runtime connected and again whenever it changes.
+	DriverFiles string `json:"driverFiles,omitempty"`
 }
 
 // WriteRuntime replaces runtime.json.

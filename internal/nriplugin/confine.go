@@ -79,16 +79,52 @@ func (p *Plugin) Configure(_ context.Context, _, runtime, version string) (api.E
 	} else {
 		log.Warn(`the runtime cannot confine GPU containers: they run without the confinement, and their processes can run programs without the limiter (nri.confinement = "best-effort")`, "reason", rt.reason)
 	}
-	if err := hoststate.WriteRuntime(p.cfg, &hoststate.Runtime{
+	record := &hoststate.Runtime{
 		Name: runtime, Version: version, NRIVersion: nriVersion,
 		Confinement: rt.confines, Reason: rt.reason,
 		Policy: p.cfg.NRI.Confinement, Connected: time.Now().UTC(),
-	}); err != nil {
+	}
+	// How GPU containers will get the driver's files, resolved now so
+	// that status shows it before the first one (and a spec generated now
+	// serves it).
+	df, warnings, err := oci.ResolveDriverFiles(p.cfg, p.host, p.hook)
+	for _, w := range warnings {
+		p.log.Warn(w)
+	}
+	if err != nil {
+		p.log.Error("GPU containers cannot get the driver's files", "err", err)
+		record.DriverFiles = "unavailable: " + err.Error()
+	} else {
+		p.log.Info("driver files of GPU containers", "injection", p.cfg.Driver.Injection, "driver_files", df.Source)
+		record.DriverFiles = df.Source
+	}
+	p.mu.Lock()
+	p.record = record
+	p.mu.Unlock()
+	if err := hoststate.WriteRuntime(p.cfg, record); err != nil {
 		// Status and metrics then show what they knew; containers are
 		// handled as decided above either way.
 		log.Error("cannot record the runtime for status and metrics", "err", err)
 	}
 	return 0, nil
+}
+
+// recordDriverFiles updates runtime.json when a container got the driver's
+// files otherwise than recorded (a CDI spec appeared, the driver changed).
+func (p *Plugin) recordDriverFiles(df oci.DriverFiles) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.record == nil || p.record.DriverFiles == df.Source {
+		return
+	}
+	rec := *p.record
+	rec.DriverFiles = df.Source
+	p.log.Info("driver files of GPU containers", "injection", p.cfg.Driver.Injection, "driver_files", df.Source, "was", p.record.DriverFiles)
+	if err := hoststate.WriteRuntime(p.cfg, &rec); err != nil {
+		p.log.Error("cannot record the driver files for status", "err", err)
+		return
+	}
+	p.record = &rec
 }
 
 // confine decides the seccomp policy of a GPU container: the confinement

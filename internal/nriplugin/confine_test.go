@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -254,5 +256,37 @@ func TestVersionAtLeast(t *testing.T) {
 		if got := versionAtLeast(tt.v, "v0.10.0"); got != tt.want {
 			t.Errorf("versionAtLeast(%q, v0.10.0) = %v, want %v", tt.v, got, tt.want)
 		}
+	}
+}
+
+// runtime.json also says how GPU containers get the driver's files, as
+// resolved when the runtime connected, and follows a change seen when a
+// container is created (here the host's CDI spec is removed: auto falls
+// back to the nvidia runtime, the fake root holding no driver libraries).
+func TestRuntimeFileRecordsDriverFiles(t *testing.T) {
+	cfg := newConfig(t)
+	h := newHarness(t, cfg)
+	spec := filepath.Join(cfg.Driver.CDIDirs[0], "nvidia.yaml")
+	rt, err := hoststate.ReadRuntime(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "CDI spec " + spec; rt.DriverFiles != want {
+		t.Errorf("runtime.json driverFiles = %q, want %q", rt.DriverFiles, want)
+	}
+	if err := os.Remove(spec); err != nil {
+		t.Fatal(err)
+	}
+	ann, _ := sign(t, h.key, gpu0)
+	pd := pod("sb1", "uid-1")
+	if _, _, err := h.plugin.CreateContainer(context.Background(), pd, container("c1", pd, ann)); err != nil {
+		t.Fatal(err)
+	}
+	rt, err = hoststate.ReadRuntime(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "nvidia-runtime (no CDI spec, no driver libraries under /)"; rt.DriverFiles != want || rt.Name == "" {
+		t.Errorf("runtime.json after the spec went: %+v, want driverFiles %q and the runtime kept", rt, want)
 	}
 }

@@ -63,6 +63,8 @@ type Plugin struct {
 	mu    sync.Mutex
 	known map[string]bool // GPU UUIDs of the node, refreshed on a miss
 	stub  stub.Stub       // of the current connection, for the runtime's NRI version
+	// record is what runtime.json holds, written at Configure.
+	record *hoststate.Runtime
 
 	// runtime is what Configure learned of the runtime; nil before.
 	runtime atomic.Pointer[runtimeInfo]
@@ -295,6 +297,7 @@ func (p *Plugin) apply(a *limits.Allocation, files oci.HostFiles, pod *api.PodSa
 	for _, w := range edits.Warnings {
 		log.Warn(w)
 	}
+	p.recordDriverFiles(edits.DriverFiles)
 	adj := &api.ContainerAdjustment{}
 	edits.ApplyToAdjustment(adj, ctr.GetMounts())
 	return adj, nil

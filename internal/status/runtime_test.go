@@ -24,6 +24,11 @@ func TestStatusSaysWhetherContainersAreConfined(t *testing.T) {
 			"runtime containerd v1.7.35 (NRI v0.8.0): confinement unavailable: too old; GPU containers run WITHOUT the confinement (nri.confinement = \"best-effort\")\n"},
 		{"containerd 1.7, required", hoststate.Runtime{Name: "containerd", Version: "v1.7.35", NRIVersion: "v0.8.0", Reason: "too old", Policy: "required"},
 			"runtime containerd v1.7.35 (NRI v0.8.0): confinement unavailable: too old; GPU containers are REFUSED (nri.confinement = \"required\")\n"},
+		// Where the driver's files come from, as the plugin recorded it.
+		{"generated driver files", hoststate.Runtime{Name: "containerd", Version: "v2.4.2", NRIVersion: "v0.12.3", Confinement: true, Policy: "best-effort",
+			DriverFiles: "generated from driver root / (NVIDIA CDI library; driver 580.159.04; libraries in /usr/local/nvidia/lib64)"},
+			"runtime containerd v2.4.2 (NRI v0.12.3): GPU containers are confined\n" +
+				"driver files: generated from driver root / (NVIDIA CDI library; driver 580.159.04; libraries in /usr/local/nvidia/lib64)\n\n"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := config.Default()

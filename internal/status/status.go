@@ -180,7 +180,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 	// under it form a table, so long UUIDs and names do not widen it.
 	bw := bufio.NewWriter(w)
 	if rt := r.Runtime; rt != nil {
-		fmt.Fprintf(bw, "runtime %s %s (NRI %s): %s\n\n", rt.Name, rt.Version, cmp.Or(rt.NRIVersion, "unknown"), confinementLine(rt))
+		fmt.Fprintf(bw, "runtime %s %s (NRI %s): %s\n", rt.Name, rt.Version, cmp.Or(rt.NRIVersion, "unknown"), confinementLine(rt))
+		if rt.DriverFiles != "" {
+			fmt.Fprintf(bw, "driver files: %s\n", rt.DriverFiles)
+		}
+		fmt.Fprintln(bw)
 	}
 	if len(r.GPUs) == 0 {
 		fmt.Fprintln(bw, "no GPUs and no vGPU containers")

@@ -88,7 +88,7 @@ func (h *helmNode) chartValues(t *testing.T, splits int) string {
 	shimDir := filepath.Join(h.base, "shim")
 	inPod := *h.vgpu
 	inPod.devRoot = "/host"
-	config := strings.Replace(configTOML(&inPod, harness.DevicePluginDir, filepath.Join(shimDir, "libvgpu-shim.so"), ""),
+	config := strings.Replace(configTOML(&inPod, harness.DevicePluginDir, filepath.Join(shimDir, "libvgpu-shim.so"), vgpuOptions{}),
 		fmt.Sprintf("split_count = %d", splitCount), fmt.Sprintf("split_count = %d", splits), 1)
 	values := map[string]any{
 		"image":  map[string]any{"repository": chartImageRepo, "tag": chartImageTag, "pullPolicy": "Never"},

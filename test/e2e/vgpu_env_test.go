@@ -63,7 +63,22 @@ func buildBinaries(ctx context.Context, dir string) {
 	binaries.hook = filepath.Join(dir, "nri-vgpu-hook")
 	binaries.nriErr = harness.GoBuild(ctx, "./cmd/nri-vgpu", binaries.nriPlugin, false)
 	binaries.dpErr = harness.GoBuild(ctx, "./cmd/device-plugin", binaries.devicePlugin, false)
-	binaries.hookErr = harness.GoBuild(ctx, "./cmd/nri-vgpu-hook", binaries.hook, true)
+	binaries.hookErr = makeHook(ctx, binaries.hook)
+}
+
+// makeHook builds cmd/nri-vgpu-hook into out with the Makefile's rule: it
+// needs cgo (NVIDIA's update-ldcache hook imports go-nvml) and is linked
+// statically.
+func makeHook(ctx context.Context, out string) error {
+	root, err := harness.RepoRoot()
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, "make", "-s", "-C", root, "BIN="+filepath.Dir(out), out)
+	if o, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("make %s: %w: %s", out, err, harness.TailLines(string(o), 20))
+	}
+	return nil
 }
 
 // shimPath is the shim library under test, built by `make -C shim`.
@@ -114,6 +129,11 @@ type vgpuOptions struct {
 	// socketDir is the kubelet's device-plugin directory (default: one in
 	// the node's directory, for the kubelet simulator).
 	socketDir string
+	// driver is the config's [driver] table (default: no injection, the
+	// fake nodes under the node's dev root); hookPath is paths.hook_path.
+	driver, hookPath string
+	// nriEnv is added to nri-vgpu's environment.
+	nriEnv []string
 }
 
 // startVGPU sets up a node on containerd version for t, with the device
@@ -187,7 +207,7 @@ func setUpNode(t *testing.T, containerd string, opts vgpuOptions) *vgpu {
 	if err := os.MkdirAll(filepath.Dir(v.nriSocket), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(v.configPath, []byte(configTOML(v, v.socketDir, shim, opts.extraConfig)), 0o644); err != nil {
+	if err := os.WriteFile(v.configPath, []byte(configTOML(v, v.socketDir, shim, opts)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 
@@ -196,7 +216,7 @@ func setUpNode(t *testing.T, containerd string, opts vgpuOptions) *vgpu {
 		plugins = append(plugins, harness.NRIPlugin{
 			Name: nriPluginName,
 			Path: binaries.nriPlugin,
-			Env:  []string{"NRI_VGPU_CONFIG=" + v.configPath},
+			Env:  append([]string{"NRI_VGPU_CONFIG=" + v.configPath}, opts.nriEnv...),
 		})
 	}
 	copts := opts.containerd
@@ -218,7 +238,7 @@ func (v *vgpu) runDevicePlugin(t *testing.T) {
 }
 
 // configTOML is the config file both daemons read.
-func configTOML(v *vgpu, kubeletDir, shim, extra string) string {
+func configTOML(v *vgpu, kubeletDir, shim string, opts vgpuOptions) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `[device_plugin]
 split_count = %d
@@ -230,8 +250,9 @@ backend = "simulated"
 	for _, g := range testGPUs {
 		harness.WriteSimulatedGPU(&b, g.UUID, g.Name, g.Memory, g.Minor)
 	}
-	harness.WriteNodePaths(&b, harness.NodePaths{DevRoot: v.devRoot, StateDir: v.stateDir, RunDir: v.runDir, Shim: shim, NRISocket: v.nriSocket})
-	b.WriteString(extra)
+	harness.WriteNodePaths(&b, harness.NodePaths{DevRoot: v.devRoot, StateDir: v.stateDir, RunDir: v.runDir, Shim: shim, NRISocket: v.nriSocket,
+		Driver: opts.driver, Hook: opts.hookPath})
+	b.WriteString(opts.extraConfig)
 	return b.String()
 }
 

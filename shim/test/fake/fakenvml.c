@@ -757,13 +757,16 @@ EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
 }
 
 /* Types the device does not support make the whole call fail, as NVML's
- * documentation says: "NOT_SUPPORTED if ... some of requested event types". */
+ * documentation says: "NOT_SUPPORTED if ... some of requested event types".
+ * FAKECUDA_NVML_REFUSE_EVENTS (a mask) fails it for types the device lists
+ * as supported, as a driver with ECC turned off may. */
 EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t h, unsigned long long types, nvmlEventSet_t set)
 {
 	CHECK(h);
 	if (!set)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	if (types & ~supported_events())
+	const char *refuse = getenv("FAKECUDA_NVML_REFUSE_EVENTS");
+	if ((types & ~supported_events()) || (refuse && (types & strtoull(refuse, NULL, 0))))
 		return NVML_ERROR_NOT_SUPPORTED;
 	set->mask[h->index] |= types;
 	return NVML_SUCCESS;

@@ -20,6 +20,8 @@
  *   FAKECUDA_NVML_EVENT_TYPES the event types every GPU supports, a number
  *                             (0x... for hex); default 0xf = single- and
  *                             double-bit ECC, P-state and XID critical errors
+ *   FAKECUDA_NVML_REFUSE_EVENTS types listed as supported whose registration
+ *                             fails with NOT_SUPPORTED (a mask, as above)
  *   FAKECUDA_XID              an XID critical error: "uuid:xid", or the path of
  *                             a file holding it; see nvmlEventSetWait_v2
  */

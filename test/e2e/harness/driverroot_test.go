@@ -256,13 +256,13 @@ func TestFakeNVMLThroughGoNVML(t *testing.T) {
 	}
 }
 
-func bytesUntilNUL(b []uint8) []byte {
+func bytesUntilNUL[T int8 | uint8](b []T) []byte {
 	out := make([]byte, 0, len(b))
 	for _, c := range b {
 		if c == 0 {
 			break
 		}
-		out = append(out, c)
+		out = append(out, byte(c))
 	}
 	return out
 }

@@ -83,15 +83,19 @@ func WritePauseImage(dir, bin string) (string, error) {
 // PATH), and extra (programs with WithLibs get their glibc libraries). Its
 // default command sleeps until SIGTERM.
 func BuildBusyboxImage(dir, ref string, env []string, extra ...image.File) (string, error) {
-	return BuildBusyboxImageFrom(BusyboxPath, dir, ref, env, extra...)
+	return BuildBusyboxImageFrom(BusyboxPath, dir, ref, env, nil, extra...)
 }
 
 // BuildBusyboxImageFrom is BuildBusyboxImage with the static busybox at
-// busybox (a bundle's bin/busybox) instead of Debian's.
-func BuildBusyboxImageFrom(busybox, dir, ref string, env []string, extra ...image.File) (string, error) {
+// busybox (a bundle's bin/busybox) instead of Debian's, and the symbolic
+// links links (path in the image -> target) besides busybox's applets.
+func BuildBusyboxImageFrom(busybox, dir, ref string, env []string, links map[string]string, extra ...image.File) (string, error) {
 	applets, err := image.BusyboxApplets(busybox)
 	if err != nil {
 		return "", fmt.Errorf("harness: %w (install busybox-static)", err)
+	}
+	for path, target := range links {
+		applets[path] = target
 	}
 	spec := image.Spec{
 		Ref:      ref,

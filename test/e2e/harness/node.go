@@ -113,23 +113,34 @@ func WriteSimulatedGPU(b *strings.Builder, uuid, name string, memory uint64, min
 // /var/lib, /run and /usr/lib.
 type NodePaths struct {
 	DevRoot, StateDir, RunDir, Shim, NRISocket string
+	// Driver, when set, is the [driver] table's body in place of
+	// injection "none" and dev_root DevRoot.
+	Driver string
+	// Hook, when set, is paths.hook_path.
+	Hook string
 }
 
 // WriteNodePaths appends the [driver], [paths] and [nri] sections of a test
 // node's config: no driver to inject (the image brings a fake one), the fake
 // device nodes under DevRoot, every path in the node's directories.
 func WriteNodePaths(b *strings.Builder, p NodePaths) {
+	driver := p.Driver
+	if driver == "" {
+		driver = fmt.Sprintf("injection = \"none\"\ndev_root = %q\n", p.DevRoot)
+	}
+	hook := ""
+	if p.Hook != "" {
+		hook = fmt.Sprintf("hook_path = %q\n", p.Hook)
+	}
 	fmt.Fprintf(b, `
 [driver]
-injection = "none"
-dev_root = %q
-
+%s
 [paths]
 state_dir = %q
 run_dir = %q
 shim_path = %q
-
+%s
 [nri]
 socket_path = %q
-`, p.DevRoot, p.StateDir, p.RunDir, p.Shim, p.NRISocket)
+`, driver, p.StateDir, p.RunDir, p.Shim, hook, p.NRISocket)
 }

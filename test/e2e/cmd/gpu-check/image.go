@@ -36,8 +36,21 @@ func (n *node) buildAppImage(dir string) (string, error) {
 		filepath.Join(n.o.bundle, "test", "nvmlprocs"),
 	}
 	var files []image.File
+	links := map[string]string{}
 	if n.python != nil {
 		files = append(files, image.File{Src: n.python.Exe, Dst: n.python.Exe})
+		// The links from --python to the interpreter that the mounts do
+		// not bring (a venv's bin/python3 -> /usr/bin/python3.12, or a
+		// pyenv's python3 -> python3.11).
+		chain, err := linkChain(n.o.python)
+		if err != nil {
+			return "", err
+		}
+		for link, target := range chain {
+			if !n.underPythonMount(link) {
+				links[link] = target
+			}
+		}
 		roots = append(roots, n.python.Exe)
 		roots = append(roots, n.python.Libs...)
 		if smi, err := exec.LookPath("nvidia-smi"); err == nil {
@@ -51,7 +64,54 @@ func (n *node) buildAppImage(dir string) (string, error) {
 	for _, l := range libs {
 		files = append(files, image.File{Src: l, Dst: l})
 	}
-	return harness.BuildBusyboxImageFrom(n.bin("busybox"), dir, appImage, appEnv, files...)
+	return harness.BuildBusyboxImageFrom(n.bin("busybox"), dir, appImage, appEnv, links, files...)
+}
+
+// linkChain returns the symbolic links met on the way from path to the
+// file it names (link -> target as the link holds it), directories'
+// links included.
+func linkChain(path string) (map[string]string, error) {
+	chain := map[string]string{}
+	p := filepath.Clean(path)
+	for hops := 0; hops < 40; hops++ {
+		// Resolve the directory first: only the last element may be a link
+		// still to follow.
+		dir, err := filepath.EvalSymlinks(filepath.Dir(p))
+		if err != nil {
+			return nil, err
+		}
+		if dir != filepath.Dir(p) {
+			sub, err := linkChain(filepath.Dir(p))
+			if err != nil {
+				return nil, err
+			}
+			for k, v := range sub {
+				chain[k] = v
+			}
+		}
+		p = filepath.Join(dir, filepath.Base(p))
+		target, err := os.Readlink(p)
+		if err != nil {
+			return chain, nil // not a link: the end
+		}
+		chain[p] = target
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(p), target)
+		}
+		p = filepath.Clean(target)
+	}
+	return nil, fmt.Errorf("%s: too many levels of symbolic links", path)
+}
+
+// underPythonMount reports whether p is inside a directory the containers
+// get mounted from the host.
+func (n *node) underPythonMount(p string) bool {
+	for _, d := range n.pythonMounts() {
+		if p == d || strings.HasPrefix(p, d+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // driverLib matches the file names of the NVIDIA driver's libraries.
@@ -119,6 +179,8 @@ func lddClosure(roots []string, skip func(string) bool) ([]string, error) {
 type pythonInfo struct {
 	Exe        string   `json:"exe"`         // the interpreter, links resolved: copied into the image
 	Prefix     string   `json:"prefix"`      // sys.prefix: the venv, mounted read-only
+	BasePrefix string   `json:"base_prefix"` // sys.base_prefix: Prefix too when there is no venv
+	Site       string   `json:"site"`        // the directory holding the torch package, mounted read-only
 	Stdlib     string   `json:"stdlib"`      // mounted read-only
 	PlatStdlib string   `json:"platstdlib"`  // mounted read-only
 	Libs       []string `json:"libs"`        // extension modules whose libraries the image needs
@@ -133,7 +195,8 @@ import glob, json, os, sys, sysconfig
 import torch
 dyn = glob.glob(os.path.join(sysconfig.get_path("platstdlib"), "lib-dynload", "*.so"))
 tl = glob.glob(os.path.join(os.path.dirname(torch.__file__), "lib", "*.so*"))
-print(json.dumps({"exe": os.path.realpath(sys.executable), "prefix": sys.prefix,
+print(json.dumps({"exe": os.path.realpath(sys.executable), "prefix": sys.prefix, "base_prefix": sys.base_prefix,
+    "site": os.path.dirname(os.path.dirname(torch.__file__)),
     "stdlib": sysconfig.get_path("stdlib"), "platstdlib": sysconfig.get_path("platstdlib"),
     "libs": dyn + tl, "torch": torch.__version__}))
 `
@@ -172,10 +235,18 @@ func inspectPython(ctx context.Context, path string) (*pythonInfo, error) {
 var loadedDriverLib = regexp.MustCompile(`^lib(cuda|nvidia-ml)\.so\.`)
 
 // mounts are the host directories a container needs for the interpreter
-// (each once, none inside another).
+// (each once, none inside another): the venv, the standard library and
+// torch's site-packages. An interpreter outside a venv has the system's
+// prefix (/usr): that is never mounted whole.
 func (p *pythonInfo) mounts() []string {
+	dirs := []string{p.Stdlib, p.PlatStdlib, p.Site}
+	if p.Prefix != p.BasePrefix {
+		dirs = append([]string{p.Prefix}, dirs...)
+	}
+	// Parents first, so that a directory inside another is dropped.
+	slices.SortStableFunc(dirs, func(a, b string) int { return len(a) - len(b) })
 	var out []string
-	for _, d := range []string{p.Prefix, p.Stdlib, p.PlatStdlib} {
+	for _, d := range dirs {
 		if d == "" || slices.ContainsFunc(out, func(o string) bool { return d == o || strings.HasPrefix(d, o+"/") }) {
 			continue
 		}

@@ -66,10 +66,10 @@ type node struct {
 	kubeletDir string
 	nriSocket  string
 	gpus       []hostGPU
-	// hostEnv is the environment of the daemons and of the workloads the
-	// checks run on the host: where the driver's libraries are, and in
-	// simulated mode the fake driver's settings.
-	hostEnv []string
+	// daemonEnv is the daemons' environment (simulated: the fake
+	// driver's settings); hostEnv the workloads' the checks run on the host
+	// (simulated: also where the fake driver's libraries are).
+	daemonEnv, hostEnv []string
 	// ctrEnv and ctrMounts go to every pod's container.
 	ctrEnv    []kubeletsim.EnvVar
 	ctrMounts []kubeletsim.Mount
@@ -101,12 +101,10 @@ func startNode(ctx context.Context, o *options, r *report) (*node, error) {
 	if err != nil {
 		return n, err
 	}
+	// containerd's directory (harness.Start) is a sibling of base in
+	// $TMPDIR, not inside it: its sockets' paths must stay under 108
+	// bytes, and hack/gpu-check.sh already gives the run a TMPDIR of its own.
 	n.base = base
-	// containerd's directory (harness.Start) goes under base too, so that
-	// one directory holds all the run's state.
-	if err := os.Setenv("TMPDIR", base); err != nil {
-		return n, err
-	}
 	n.configPath = filepath.Join(base, "config.toml")
 	n.stateDir = filepath.Join(base, "state")
 	n.kubeletDir = filepath.Join(base, "device-plugins")
@@ -116,7 +114,7 @@ func startNode(ctx context.Context, o *options, r *report) (*node, error) {
 		d    time.Duration
 		fn   func(context.Context) error
 	}{
-		{"the node's GPUs", 30 * time.Second, n.discoverGPUs},
+		{"the node's GPUs", 60 * time.Second, n.discoverGPUs},
 		{"config", 10 * time.Second, n.writeConfig},
 		{"images", 90 * time.Second, n.buildImagesAndStart},
 		{"kubelet simulator", 5 * time.Second, n.startKubelet},
@@ -149,7 +147,6 @@ const simPCIBusID = "00000000:10:00.0"
 // discoverGPUs learns the node's GPUs: from nvidia-smi (nvml mode), or by
 // making a fake driver root with one fake GPU (simulated).
 func (n *node) discoverGPUs(ctx context.Context) error {
-	libDirs := []string{"/usr/local/nvidia/lib64", "/usr/local/nvidia/lib"}
 	if n.sim {
 		n.driverRoot = filepath.Join(n.base, "driver")
 		n.fakeState = filepath.Join(n.base, "fakecuda")
@@ -171,20 +168,19 @@ func (n *node) discoverGPUs(ctx context.Context) error {
 		}
 		n.ctrMounts = append(n.ctrMounts, kubeletsim.Mount{ContainerPath: fakeStateInCtr, HostPath: n.fakeState})
 	}
-	// The daemons load libnvidia-ml.so.1 through the loader; the driver's
-	// directories beneath the driver root come first, as an operator's
-	// unit or DaemonSet would set them (the lent GPU machine has its
-	// driver in /usr/local/nvidia/lib64, outside the loader's cache).
-	var ld []string
-	for _, d := range libDirs {
-		if _, err := os.Stat(filepath.Join(n.driverRoot, d)); err == nil {
-			ld = append(ld, filepath.Join(n.driverRoot, d))
+	// The daemons find libnvidia-ml.so.1 beneath driver_root themselves
+	// (library_dirs). The host's own workloads (nvmlprocs, validate.sh,
+	// PyTorch on the host) use the loader: in simulated mode the fake
+	// driver's directory goes first; in nvml mode they run as nvidia-smi
+	// does on that machine, with its environment.
+	n.daemonEnv = slices.Clone(n.hostEnv)
+	if n.sim {
+		ld := filepath.Join(n.driverRoot, simDriver.LibDir)
+		if old := os.Getenv("LD_LIBRARY_PATH"); old != "" {
+			ld += ":" + old
 		}
+		n.hostEnv = append(n.hostEnv, "LD_LIBRARY_PATH="+ld)
 	}
-	if old := os.Getenv("LD_LIBRARY_PATH"); old != "" {
-		ld = append(ld, old)
-	}
-	n.hostEnv = append(n.hostEnv, "LD_LIBRARY_PATH="+strings.Join(ld, ":"))
 	n.ctrMounts = append(n.ctrMounts,
 		kubeletsim.Mount{ContainerPath: testInCtr, HostPath: filepath.Join(n.o.bundle, "test"), ReadOnly: true},
 		kubeletsim.Mount{ContainerPath: scriptsInCtr, HostPath: filepath.Join(n.o.bundle, "scripts"), ReadOnly: true})
@@ -347,7 +343,7 @@ func (n *node) buildImagesAndStart(ctx context.Context) error {
 // check can stop and restart it) and waits until it edits new containers.
 func (n *node) startNRI(ctx context.Context) error {
 	cmd := exec.Command(n.bin("nri-vgpu"))
-	cmd.Env = append(append(os.Environ(), n.hostEnv...), "NRI_VGPU_CONFIG="+n.configPath)
+	cmd.Env = append(append(os.Environ(), n.daemonEnv...), "NRI_VGPU_CONFIG="+n.configPath)
 	p, err := harness.StartProcess(cmd, filepath.Join(n.o.logs, "nri-vgpu.log"))
 	if err != nil {
 		return err
@@ -419,7 +415,7 @@ func (n *node) startKubelet(context.Context) error {
 // and waits for every slice.
 func (n *node) startDevicePlugin(ctx context.Context) error {
 	cmd := exec.Command(n.bin("nri-vgpu-device-plugin"), "--config", n.configPath, "--log-level", "debug")
-	cmd.Env = append(os.Environ(), n.hostEnv...)
+	cmd.Env = append(os.Environ(), n.daemonEnv...)
 	dp, err := harness.StartProcess(cmd, n.devicePluginLog())
 	if err != nil {
 		return err
