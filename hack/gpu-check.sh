@@ -169,10 +169,11 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 trap 'exit 129' HUP
 
+# The shim sockets already there are not ours (the cleanup's rule).
+sockets_before=(/run/containerd/s/*)
 # A short name in /tmp, whatever TMPDIR says: gpu-check puts containerd's
 # state two directories further down, and a unix socket's path may not be
 # longer than 104 bytes.
-sockets_before=(/run/containerd/s/*)
 tmp=$(mktemp -d /tmp/gck.XXXXXX)
 bundle=$tmp/bundle
 mkdir "$bundle"
