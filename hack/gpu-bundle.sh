@@ -233,6 +233,6 @@ mib() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
 total=$((bundle_bytes + tree_bytes))
 echo "gpu-bundle: $tarball $(mib "$bundle_bytes") ($(mib "$unpacked_bytes") unpacked) + tracked tree $(mib "$tree_bytes") = $(mib "$total") (limit $LIMIT_MIB MiB)"
 if ((total >= LIMIT_MIB * 1048576)); then
-	rm -f "$tarball"
+	rm -f "$tarball" "$stamp"
 	die "bundle and tree together reach $(mib "$total"), at or over $LIMIT_MIB MiB: the bundle was removed"
 fi
