@@ -84,29 +84,42 @@ func (p *Plugin) Configure(_ context.Context, _, runtime, version string) (api.E
 		Confinement: rt.confines, Reason: rt.reason,
 		Policy: p.cfg.NRI.Confinement, Connected: time.Now().UTC(),
 	}
-	// How GPU containers will get the driver's files, resolved now so
-	// that status shows it before the first one (and a spec generated now
-	// serves it).
+	// Written under p.mu, as recordDriverFiles writes, so that neither
+	// write undoes the other.
+	p.mu.Lock()
+	if p.record != nil {
+		record.DriverFiles = p.record.DriverFiles // until resolved again, below
+	}
+	p.record = record
+	if err := hoststate.WriteRuntime(p.cfg, record); err != nil {
+		// Status and metrics then show what they knew; containers are
+		// handled as decided above either way.
+		log.Error("cannot record the runtime for status and metrics", "err", err)
+	}
+	p.mu.Unlock()
+	go p.resolveDriverFiles()
+	return 0, nil
+}
+
+// resolveDriverFiles resolves how GPU containers will get the driver's
+// files and records it in runtime.json, so that status shows it before the
+// first GPU container. It runs beside the connection: generating a CDI spec
+// opens NVML, which on a real GPU may take longer than the runtime waits for
+// Configure; the spec it generates is kept for the containers
+// (oci.HostFS.GeneratedCDISpec), which wait for it if they come first.
+func (p *Plugin) resolveDriverFiles() {
+	// One at a time; a later one finds a generated spec kept.
+	p.resolveMu.Lock()
+	defer p.resolveMu.Unlock()
 	df, warnings, err := oci.ResolveDriverFiles(p.cfg, p.host, p.hook)
 	for _, w := range warnings {
 		p.log.Warn(w)
 	}
 	if err != nil {
 		p.log.Error("GPU containers cannot get the driver's files", "err", err)
-		record.DriverFiles = "unavailable: " + err.Error()
-	} else {
-		p.log.Info("driver files of GPU containers", "injection", p.cfg.Driver.Injection, "driver_files", df.Source)
-		record.DriverFiles = df.Source
+		df = oci.DriverFiles{Source: "unavailable: " + err.Error()}
 	}
-	p.mu.Lock()
-	p.record = record
-	p.mu.Unlock()
-	if err := hoststate.WriteRuntime(p.cfg, record); err != nil {
-		// Status and metrics then show what they knew; containers are
-		// handled as decided above either way.
-		log.Error("cannot record the runtime for status and metrics", "err", err)
-	}
-	return 0, nil
+	p.recordDriverFiles(df)
 }
 
 // recordDriverFiles updates runtime.json when a container got the driver's
@@ -119,7 +132,7 @@ func (p *Plugin) recordDriverFiles(df oci.DriverFiles) {
 	}
 	rec := *p.record
 	rec.DriverFiles = df.Source
-	p.log.Info("driver files of GPU containers", "injection", p.cfg.Driver.Injection, "driver_files", df.Source, "was", p.record.DriverFiles)
+	p.log.Info("driver files of GPU containers", "injection", p.cfg.Driver.Injection, "driver_files", df.Source)
 	if err := hoststate.WriteRuntime(p.cfg, &rec); err != nil {
 		p.log.Error("cannot record the driver files for status", "err", err)
 		return

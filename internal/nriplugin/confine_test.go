@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 
@@ -267,12 +268,16 @@ func TestRuntimeFileRecordsDriverFiles(t *testing.T) {
 	cfg := newConfig(t)
 	h := newHarness(t, cfg)
 	spec := filepath.Join(cfg.Driver.CDIDirs[0], "nvidia.yaml")
-	rt, err := hoststate.ReadRuntime(cfg)
-	if err != nil {
-		t.Fatal(err)
+	// Resolved beside the connection (generating may take a while).
+	var rt *hoststate.Runtime
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var err error
+		if rt, err = hoststate.ReadRuntime(cfg); err == nil && rt.DriverFiles != "" || time.Now().After(deadline) {
+			break
+		}
 	}
-	if want := "CDI spec " + spec; rt.DriverFiles != want {
-		t.Errorf("runtime.json driverFiles = %q, want %q", rt.DriverFiles, want)
+	if want := "CDI spec " + spec; rt == nil || rt.DriverFiles != want {
+		t.Fatalf("runtime.json %+v, want driverFiles %q", rt, want)
 	}
 	if err := os.Remove(spec); err != nil {
 		t.Fatal(err)
@@ -282,7 +287,7 @@ func TestRuntimeFileRecordsDriverFiles(t *testing.T) {
 	if _, _, err := h.plugin.CreateContainer(context.Background(), pd, container("c1", pd, ann)); err != nil {
 		t.Fatal(err)
 	}
-	rt, err = hoststate.ReadRuntime(cfg)
+	rt, err := hoststate.ReadRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

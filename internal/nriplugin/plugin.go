@@ -66,6 +66,9 @@ type Plugin struct {
 	// record is what runtime.json holds, written at Configure.
 	record *hoststate.Runtime
 
+	// resolveMu serializes resolveDriverFiles.
+	resolveMu sync.Mutex
+
 	// runtime is what Configure learned of the runtime; nil before.
 	runtime atomic.Pointer[runtimeInfo]
 

@@ -41,6 +41,9 @@ func StartedByRuntime() bool {
 // nri.socket_path and, whenever the connection is lost (containerd
 // restarted), dials again with exponential backoff.
 func (p *Plugin) Run(ctx context.Context) error {
+	// A CDI spec generated from the driver root is ready, or under way,
+	// before the runtime's first container.
+	go p.resolveDriverFiles()
 	byRuntime := StartedByRuntime()
 	backoff := backoffMin
 	for {

@@ -17,6 +17,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 )
 
 const a100Memory = 40 << 30 // dgxa100 mock: A100-SXM4-40GB
@@ -25,7 +26,7 @@ const a100Memory = 40 << 30 // dgxa100 mock: A100-SXM4-40GB
 // PCI info with the bus id the way the driver formats it (eight-digit domain,
 // upper case; buses 0x0a..0x11 so that hex digits are exercised) and support
 // for both health event types.
-func newDGX(t *testing.T) *dgxa100.Server {
+func newDGX(t *testing.T) *server.Server {
 	t.Helper()
 	srv := dgxa100.New()
 	for i := range srv.Devices {
@@ -48,8 +49,8 @@ func newDGX(t *testing.T) *dgxa100.Server {
 	return srv
 }
 
-func dgxDevice(srv *dgxa100.Server, i int) *dgxa100.Device {
-	return srv.Devices[i].(*dgxa100.Device)
+func dgxDevice(srv *server.Server, i int) *server.Device {
+	return srv.Devices[i].(*server.Device)
 }
 
 func TestNVMLDevices(t *testing.T) {
@@ -271,8 +272,8 @@ func TestNVMLWatchHealth(t *testing.T) {
 
 	tests := []struct {
 		name  string
-		setup func(srv *dgxa100.Server) // optional changes to the mock
-		steps func(srv *dgxa100.Server) []step
+		setup func(srv *server.Server) // optional changes to the mock
+		steps func(srv *server.Server) []step
 		// want lists (device index, reason) per event; index -1 means one
 		// event per GPU.
 		want          []wantEvent
@@ -280,17 +281,17 @@ func TestNVMLWatchHealth(t *testing.T) {
 	}{
 		{
 			name:          "XID 79 on GPU 3",
-			steps:         func(s *dgxa100.Server) []step { return []step{xid(s.Devices[3], 79)} },
+			steps:         func(s *server.Server) []step { return []step{xid(s.Devices[3], 79)} },
 			want:          []wantEvent{{3, "XID 79"}},
 			wantUnhealthy: []int{3},
 		},
 		{
 			name:  "application XID 13 is ignored",
-			steps: func(s *dgxa100.Server) []step { return []step{xid(s.Devices[3], 13)} },
+			steps: func(s *server.Server) []step { return []step{xid(s.Devices[3], 13)} },
 		},
 		{
 			name: "every application XID is ignored, then a real one counts",
-			steps: func(s *dgxa100.Server) []step {
+			steps: func(s *server.Server) []step {
 				var st []step
 				for _, code := range IgnoredXIDs {
 					st = append(st, xid(s.Devices[1], code))
@@ -302,7 +303,7 @@ func TestNVMLWatchHealth(t *testing.T) {
 		},
 		{
 			name: "double-bit ECC error",
-			steps: func(s *dgxa100.Server) []step {
+			steps: func(s *server.Server) []step {
 				return []step{{ev: nvml.EventData{Device: s.Devices[5], EventType: nvml.EventTypeDoubleBitEccError}}}
 			},
 			want:          []wantEvent{{5, "double-bit ECC error"}},
@@ -310,13 +311,13 @@ func TestNVMLWatchHealth(t *testing.T) {
 		},
 		{
 			name: "other event types are ignored",
-			steps: func(s *dgxa100.Server) []step {
+			steps: func(s *server.Server) []step {
 				return []step{{ev: nvml.EventData{Device: s.Devices[2], EventType: nvml.EventTypePState}}}
 			},
 		},
 		{
 			name: "an unhealthy GPU stays unhealthy and every error is reported",
-			steps: func(s *dgxa100.Server) []step {
+			steps: func(s *server.Server) []step {
 				return []step{xid(s.Devices[0], 79), xid(s.Devices[0], 13), xid(s.Devices[0], 94)}
 			},
 			want:          []wantEvent{{0, "XID 79"}, {0, "XID 94"}},
@@ -324,19 +325,19 @@ func TestNVMLWatchHealth(t *testing.T) {
 		},
 		{
 			name:          "an XID for no GPU marks all unhealthy",
-			steps:         func(*dgxa100.Server) []step { return []step{xid(nil, 79)} },
+			steps:         func(*server.Server) []step { return []step{xid(nil, 79)} },
 			want:          []wantEvent{{-1, "XID 79"}},
 			wantUnhealthy: all,
 		},
 		{
 			name:          "an XID on a GPU that cannot be identified marks all unhealthy",
-			steps:         func(*dgxa100.Server) []step { return []step{xid(lost, 62)} },
+			steps:         func(*server.Server) []step { return []step{xid(lost, 62)} },
 			want:          []wantEvent{{-1, "XID 62"}},
 			wantUnhealthy: all,
 		},
 		{
 			name: "failed waits mark all unhealthy, reported once per run of failures",
-			steps: func(*dgxa100.Server) []step {
+			steps: func(*server.Server) []step {
 				return []step{{ret: nvml.ERROR_UNKNOWN}, {ret: nvml.ERROR_UNKNOWN}, {ret: nvml.ERROR_UNKNOWN}}
 			},
 			want:          []wantEvent{{-1, "NVML event wait failed: ERROR_UNKNOWN"}},
@@ -344,14 +345,14 @@ func TestNVMLWatchHealth(t *testing.T) {
 		},
 		{
 			name: "a GPU without event support is not monitored and stays healthy",
-			setup: func(s *dgxa100.Server) {
+			setup: func(s *server.Server) {
 				dgxDevice(s, 4).GetSupportedEventTypesFunc = func() (uint64, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
 				dgxDevice(s, 4).RegisterEventsFunc = nil // must not be called: the mock panics
 			},
 		},
 		{
 			name: "a GPU whose registration fails is unhealthy",
-			setup: func(s *dgxa100.Server) {
+			setup: func(s *server.Server) {
 				dgxDevice(s, 7).RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.ERROR_UNKNOWN }
 			},
 			want:          []wantEvent{{7, "health events unavailable: registering xid_critical_error: ERROR_UNKNOWN"}},

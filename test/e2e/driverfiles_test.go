@@ -83,9 +83,20 @@ func buildNoDriverImage(t *testing.T, dir string) string {
 // finds libcuda.so.1 and sees its GPU. `nri-vgpu status` says where the
 // driver files come from.
 func TestDriverFilesGenerated(t *testing.T) {
-	if binaries.hookErr != nil {
-		t.Fatalf("nri-vgpu-hook: %v", binaries.hookErr)
-	}
+	// The hooks run by the chart's static nri-vgpu-hook (paths.hook_path),
+	// and by nri-vgpu itself where no hook_path is set (the packages).
+	t.Run("nri-vgpu-hook", func(t *testing.T) {
+		if binaries.hookErr != nil {
+			t.Fatalf("nri-vgpu-hook: %v", binaries.hookErr)
+		}
+		testDriverFilesGenerated(t, binaries.hook, binaries.hook)
+	})
+	t.Run("nri-vgpu", func(t *testing.T) { testDriverFilesGenerated(t, "", binaries.nriPlugin) })
+}
+
+// testDriverFilesGenerated runs the scenario with paths.hook_path set to
+// hookPath; hookBin is the binary the hooks must name.
+func testDriverFilesGenerated(t *testing.T, hookPath, hookBin string) {
 	root, err := harness.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -104,10 +115,8 @@ func TestDriverFilesGenerated(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := startVGPU(t, harness.ContainerdVersion, vgpuOptions{
-		driver: fmt.Sprintf("injection = \"auto\"\ndev_root = \"/\"\ndriver_root = %q\ncdi_dirs = [%q]\n", driverRoot, cdiDir),
-		// The chart's static hook serves NVIDIA's hooks as it serves the
-		// pin hook.
-		hookPath: binaries.hook,
+		driver:   fmt.Sprintf("injection = \"auto\"\ndev_root = \"/\"\ndriver_root = %q\ncdi_dirs = [%q]\n", driverRoot, cdiDir),
+		hookPath: hookPath,
 		// What the fake NVML presents to nri-vgpu's generation.
 		nriEnv: fake.Env(),
 	})
@@ -158,8 +167,8 @@ func TestDriverFilesGenerated(t *testing.T) {
 		var commands []string
 		for _, h := range spec.Hooks.CreateContainer {
 			if len(h.Args) > 1 && h.Args[0] == "nvidia-cdi-hook" {
-				if h.Path != binaries.hook {
-					t.Errorf("hook %v runs %s, want %s", h.Args, h.Path, binaries.hook)
+				if h.Path != hookBin {
+					t.Errorf("hook %v runs %s, want %s", h.Args, h.Path, hookBin)
 				}
 				commands = append(commands, h.Args[1])
 			}
