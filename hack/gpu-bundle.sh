@@ -213,7 +213,8 @@ stamp=$out/.nri-vgpu-gpu-bundle.tar.sha256
 if [ -f "$tarball" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$sum" ]; then
 	log "unchanged since the last build: $tarball kept"
 else
-	partial=$tarball.partial
+	# A name of its own: two builds at once never write one file.
+	partial=$(mktemp "$out/.nri-vgpu-gpu-bundle.XXXXXX")
 	log "compressing (xz $XZ_OPTIONS)"
 	xz -T0 "$XZ_OPTIONS" <"$stage.tar" >"$partial"
 	# The stamp goes first, so that it never names another tarball.
