@@ -217,6 +217,7 @@ else
 	partial=$(mktemp "$out/.nri-vgpu-gpu-bundle.XXXXXX")
 	log "compressing (xz $XZ_OPTIONS)"
 	xz -T0 "$XZ_OPTIONS" <"$stage.tar" >"$partial"
+	chmod 644 "$partial" # mktemp made it private
 	# The stamp goes first, so that it never names another tarball.
 	rm -f "$stamp"
 	mv -f "$partial" "$tarball"
