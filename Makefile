@@ -32,7 +32,7 @@ DEADCODE_VERSION    := v0.52.0
 
 COMMANDS := nri-vgpu nri-vgpu-device-plugin nri-vgpu-runtime nri-vgpu-dra-driver nri-vgpu-hook
 
-.PHONY: all build shim deps test test-go test-shim test-e2e test-docker test-packages test-deps fuzz lint bench demo demo-cluster e2e packages clean
+.PHONY: all build shim deps test test-go test-shim test-e2e test-gpu-check test-docker test-packages test-deps fuzz lint bench demo demo-cluster e2e packages gpu-bundle clean
 
 all: build
 
@@ -61,7 +61,7 @@ deps:
 ## test: lint, unit tests with -race, C tests, short fuzzing, end to end on
 ## real containerd and dockerd, the node packages installed into fresh roots,
 ## hack/deps.sh on fresh roots
-test: deps lint test-go test-shim fuzz test-e2e test-docker test-packages test-deps
+test: deps lint test-go test-shim fuzz test-e2e test-gpu-check test-docker test-packages test-deps
 	@echo "make test: all checks passed"
 
 test-go:
@@ -79,6 +79,20 @@ test-e2e e2e: build
 	hack/k8s-deps.sh >/dev/null
 	hack/helm.sh bin >/dev/null
 	$(GO) test -tags e2e -count=1 -timeout 30m ./test/e2e/...
+
+## gpu-bundle: everything the GPU check runs, in gpu-bundle/ (one xz
+## tarball; hack/gpu-bundle.sh): containerd, a static runc, the binaries,
+## the shim, gpu-check. Prints its size; fails if it and the tracked tree
+## reach 48 MiB
+gpu-bundle:
+	VERSION=$(VERSION) hack/gpu-bundle.sh
+
+## test-gpu-check: the GPU check of a lent GPU machine (docs/validation.md),
+## here on the fake driver: the bundle unpacked and run by hack/gpu-check.sh
+test-gpu-check: gpu-bundle
+	@logs=$$(mktemp -d /tmp/nri-vgpu-gpu-check-logs.XXXXXX) && \
+	  hack/gpu-check.sh --simulated --logs "$$logs" || { rc=$$?; echo "logs kept in $$logs"; exit $$rc; }; \
+	  rm -rf "$$logs"
 
 ## test-docker: nri-vgpu-runtime under a real dockerd (root; installs docker.io)
 test-docker: build
@@ -139,5 +153,5 @@ demo-cluster: build
 	  $(GO) run ./test/e2e/cmd/demo-cluster --containerd-bin "$$bin" --kubernetes-bin "$$kbin"
 
 clean:
-	rm -rf $(BIN) $(TOOLS) dist
+	rm -rf $(BIN) $(TOOLS) dist gpu-bundle
 	$(MAKE) -C shim clean

@@ -36,6 +36,9 @@
 #               test-docker)                                   busybox-static
 #   docker      /usr/sbin/dockerd and /usr/bin/docker run (test-docker)
 #                                                                   docker.io
+#   libseccomp  gcc links a static program with libseccomp found through
+#               pkg-config, as the GPU bundle's static runc (gpu-bundle,
+#               test-gpu-check)                    libseccomp-dev pkg-config
 #
 # Environment: NRI_VGPU_TEST_SUITE, the Debian suite of the package tests'
 # roots (default bookworm), as test/packaging/packages.sh reads it.
@@ -258,7 +261,26 @@ check_docker() {
 	done
 }
 
-checks=(ca_bundle go_modules c_shared cgo_race make git libfuzzer python3 patch debootstrap rpm dpkg_deb lintian rpmlint runc busybox docker)
+check_libseccomp() {
+	local d=$tmp/libseccomp flags
+	mkdir -p "$d"
+	cat >"$d/probe.c" <<-'EOF'
+		#include <seccomp.h>
+		#include <stdio.h>
+		int main(void) {
+			const struct scmp_version *v = seccomp_version();
+			printf("%u\n", v->major);
+			return 0;
+		}
+	EOF
+	NEED="libseccomp-dev pkg-config"
+	flags=$(pkg-config --cflags --libs libseccomp) || return 1
+	# shellcheck disable=SC2086 # $flags is several words
+	gcc -static -o "$d/probe" "$d/probe.c" $flags || return 1
+	[ "$("$d/probe")" = 2 ]
+}
+
+checks=(ca_bundle go_modules c_shared cgo_race make git libfuzzer python3 patch debootstrap rpm dpkg_deb lintian rpmlint runc busybox docker libseccomp)
 
 # run_checks sets failed to the checks that fail, needed to the packages
 # they ask for and need_of[check] to each one's.

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Builds the bundle that hack/gpu-check.sh unpacks on a GPU machine (make
 # gpu-bundle): everything the GPU check runs, for a machine that has a driver,
-# Python and PyTorch but no containerd, runc, Go or network. Writes one file,
+# Python and PyTorch but no containerd, runc, Go or network. Writes
 #
 #   gpu-bundle/nri-vgpu-gpu-bundle.tar.xz
 #
+# (and beside it the sha256 of the tar stream inside, to skip compressing the
+# same files again),
 # which unpacks to (the layout gpu-check --bundle reads):
 #
 #   bin/       containerd containerd-shim-runc-v2 ctr runc nri-vgpu
@@ -41,9 +43,10 @@ TARGET_GLIBC=2.39
 LIMIT_MIB=48
 # A dictionary larger than the whole tar stream lets xz find what the Go
 # binaries share (containerd, its shim and nri-vgpu hold many of the same
-# packages); a fast preset keeps it short. On two busy cores, 100 MiB
-# unpacked: this 20.5 MB in 52 s; -6 (8 MiB dictionary) 28.2 MB in 107 s;
-# -9 (64 MiB) 18.3 MB in 100 s. Unpacking needs 128 MiB of memory.
+# packages); a fast preset keeps it short. On two busy cores, 174 MiB
+# unpacked: this 30.8 MB in 79 s, -9 (64 MiB dictionary) 27.9 MB in 200 s;
+# at 100 MiB (before ctr and gpu-check), -6 (8 MiB) gave 28.2 MB against
+# this 20.5 MB. Unpacking needs 128 MiB of memory.
 XZ_OPTIONS=${XZ_OPTIONS:---lzma2=preset=3,dict=128MiB}
 MODULE=github.com/nri-vgpu/nri-vgpu
 VERSION=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
@@ -72,7 +75,7 @@ fi
 stage=""
 partial=""
 cleanup() {
-	[ -z "$stage" ] || rm -rf "$stage" "$stage.MANIFEST"
+	[ -z "$stage" ] || rm -rf "$stage" "$stage.MANIFEST" "$stage.tar"
 	[ -z "$partial" ] || rm -rf "$partial"
 }
 trap cleanup EXIT
@@ -200,15 +203,27 @@ done < <(find "$stage" -type f -print0)
 mv "$stage.MANIFEST" "$stage/MANIFEST"
 
 mkdir -p "$out"
-partial=$tarball.partial
-log "compressing (xz $XZ_OPTIONS)"
-# Owned by root, in name order, dated by the last commit: the same tree gives
-# the same tar stream.
+# Owned by root, in name order, dated by the last commit: the same files give
+# the same tar stream, and a stream already compressed is not compressed
+# again (its sha256 is kept beside the tarball).
 mtime=$(git log -1 --format=%ct 2>/dev/null || date +%s)
-tar -C "$stage" --owner=0 --group=0 --numeric-owner --sort=name --mtime="@$mtime" -cf - . |
-	xz -T0 "$XZ_OPTIONS" >"$partial"
-mv -f "$partial" "$tarball"
-partial=""
+tar -C "$stage" --owner=0 --group=0 --numeric-owner --sort=name --mtime="@$mtime" -cf "$stage.tar" .
+sum=$(sha256sum "$stage.tar" | cut -d' ' -f1)
+stamp=$out/.nri-vgpu-gpu-bundle.tar.sha256
+if [ -f "$tarball" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$sum" ]; then
+	log "unchanged since the last build: $tarball kept"
+else
+	# A name of its own: two builds at once never write one file.
+	partial=$(mktemp "$out/.nri-vgpu-gpu-bundle.XXXXXX")
+	log "compressing (xz $XZ_OPTIONS)"
+	xz -T0 "$XZ_OPTIONS" <"$stage.tar" >"$partial"
+	chmod 644 "$partial" # mktemp made it private
+	# The stamp goes first, so that it never names another tarball.
+	rm -f "$stamp"
+	mv -f "$partial" "$tarball"
+	partial=""
+	echo "$sum" >"$stamp"
+fi
 
 # --- size -----------------------------------------------------------------------
 bundle_bytes=$(stat -c %s "$tarball")
@@ -220,6 +235,6 @@ mib() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
 total=$((bundle_bytes + tree_bytes))
 echo "gpu-bundle: $tarball $(mib "$bundle_bytes") ($(mib "$unpacked_bytes") unpacked) + tracked tree $(mib "$tree_bytes") = $(mib "$total") (limit $LIMIT_MIB MiB)"
 if ((total >= LIMIT_MIB * 1048576)); then
-	rm -f "$tarball"
+	rm -f "$tarball" "$stamp"
 	die "bundle and tree together reach $(mib "$total"), at or over $LIMIT_MIB MiB: the bundle was removed"
 fi

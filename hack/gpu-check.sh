@@ -14,8 +14,9 @@
 #
 # The bundle is unpacked into a temporary directory; on every exit, SIGINT
 # and SIGTERM included, gpu-check is stopped (it stops what it started), then
-# whatever still runs from or inside that directory is killed, what is
-# mounted under it unmounted, and the directory removed. The exit status is
+# whatever still runs from that directory or in a container whose state is
+# there is killed, the containers' cgroups and shim sockets removed, what is
+# mounted under the directory unmounted, and the directory removed. The exit status is
 # gpu-check's (1 also when something could not be cleaned up).
 set -euo pipefail
 
@@ -73,9 +74,8 @@ logs=$(cd "$logs" && pwd)
 # --- the temporary directory and its cleanup -----------------------------------
 tmp=""
 pid=""
-# under PATH: every process whose program, root or working directory lies
-# under the temporary directory (the bundle's daemons, and containers whose
-# root file system is mounted there), by pid.
+# under: every process whose program, root or working directory lies under
+# the temporary directory (the bundle's daemons), by pid.
 under() {
 	local p f t
 	for p in /proc/[0-9]*; do
@@ -89,6 +89,24 @@ under() {
 		done
 	done
 }
+# ids: the containers (and sandboxes) containerd still has tasks for, by the
+# directories of its runtime state under the temporary directory. Only
+# descends the temporary directory's own file system, not the containers'.
+ids() {
+	local d
+	find "$tmp" -xdev -type d -name io.containerd.runtime.v2.task 2>/dev/null | while read -r d; do
+		find "$d" -mindepth 2 -maxdepth 2 -type d -printf '%f\n'
+	done
+}
+# cgroups ID...: the cgroup directories runc made for these containers (named
+# by the id), deepest first. A container's processes run in their own mount
+# namespace, where no path of ours shows: they are found by their cgroups.
+cgroups() {
+	(($#)) || return 0
+	local args=() id
+	for id in "$@"; do args+=(-o -name "$id"); done
+	find /sys/fs/cgroup -mindepth 1 -maxdepth 8 -depth -type d \( "${args[@]:1}" \) 2>/dev/null
+}
 # mounts: mount points under the temporary directory, the last mounted first.
 mounts() {
 	local mp
@@ -98,7 +116,7 @@ mounts() {
 	done </proc/self/mountinfo | tac
 }
 cleanup() {
-	local rc=$? left="" round p m
+	local rc=$? left="" round p m c s known=()
 	trap '' INT TERM HUP
 	if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
 		# gpu-check stops what it started on SIGTERM; give it the time its
@@ -109,20 +127,34 @@ cleanup() {
 		wait "$pid" 2>/dev/null || true
 	fi
 	if [ -n "$tmp" ]; then
+		# Read before the state is unmounted or removed.
+		mapfile -t known < <(ids)
 		for round in 1 2 3 4 5; do
 			p=$(under)
+			for c in $(cgroups "${known[@]}"); do p="$p $(cat "$c/cgroup.procs" 2>/dev/null)"; done
+			p=$(printf '%s\n' $p | sort -un | tr '\n' ' ') # a pid is in one cgroup per v1 hierarchy
+			p=${p% }
 			m=$(mounts)
 			[ -z "$p$m" ] && break
-			[ -z "$p" ] || { [ "$round" = 1 ] && log "killing what still runs from $tmp: $(echo $p)"; kill -KILL $p 2>/dev/null || true; sleep 0.5; }
+			[ -z "$p" ] || { log "killing what still runs from $tmp: $p"; kill -KILL $p 2>/dev/null || true; sleep 0.5; }
 			for m in $m; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
+		done
+		# Empty now: removed (deepest first), as runc's delete would.
+		for c in $(cgroups "${known[@]}"); do rmdir "$c" 2>/dev/null || left="$left cgroup $c"; done
+		# containerd's shims bind their sockets in /run/containerd/s whatever
+		# the configuration says; a killed shim leaves its socket there. Those
+		# made during the run that nothing listens on any more are ours.
+		for s in /run/containerd/s/*; do
+			[ -S "$s" ] && [[ " ${sockets_before[*]} " != *" $s "* ]] || continue
+			grep -qF " $s" /proc/net/unix || rm -f "$s"
 		done
 		p=$(under)
 		m=$(mounts)
 		if [ -z "$p$m" ]; then
 			# One file system: never through a mount that is still there.
-			rm -rf --one-file-system "$tmp" || left="files in $tmp"
+			rm -rf --one-file-system "$tmp" || left="$left files in $tmp"
 		else
-			left="${p:+processes $(echo $p)} ${m:+mounts $(echo $m)}"
+			left="$left${p:+ processes $(echo $p)}${m:+ mounts $(echo $m)}"
 		fi
 	fi
 	if [ -n "$left" ]; then
@@ -137,12 +169,17 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 trap 'exit 129' HUP
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/nri-vgpu-gpu-check.XXXXXX")
+# The shim sockets already there are not ours (the cleanup's rule).
+sockets_before=(/run/containerd/s/*)
+# A short name in /tmp, whatever TMPDIR says: gpu-check puts containerd's
+# state two directories further down, and a unix socket's path may not be
+# longer than 104 bytes.
+tmp=$(mktemp -d /tmp/gck.XXXXXX)
 bundle=$tmp/bundle
 mkdir "$bundle"
 log "unpacking $tarball into $bundle"
 unpack "$bundle" || die "could not unpack $tarball"
-"$bundle/bin/busybox" true 2>/dev/null || die "$bundle/bin/busybox does not run: is ${TMPDIR:-/tmp} mounted noexec? (set TMPDIR)"
+"$bundle/bin/busybox" true 2>/dev/null || die "$bundle/bin/busybox does not run: is /tmp mounted noexec?"
 head -n 1 "$bundle/MANIFEST" >&2
 
 # --- the run ---------------------------------------------------------------------

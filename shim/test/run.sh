@@ -1520,6 +1520,7 @@ t fuzz_limits_parser test_fuzz_limits_parser
 . "$HERE/t_harden.sh"
 . "$HERE/t_slots.sh"
 . "$HERE/t_nvmlown.sh"
+. "$HERE/t_validate.sh"
 
 echo "shim: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
