@@ -51,10 +51,15 @@ var errorSources = []string{SourceInventory, SourceRunDir, SourceLimits, SourceC
 // Label names are dcgm-exporter's (UUID; gpu for the index; namespace, pod,
 // container), so that queries and dashboards join the two exporters' series
 // on them. The model stays "name": dcgm-exporter's modelName is camelCase,
-// which `promtool check metrics` refuses for a label.
+// which `promtool check metrics` refuses for a label. No series carries the
+// node: Prometheus adds it when it scrapes (docs/metrics.md), as it knows
+// which node it scraped and a label of ours could only repeat that.
 var (
-	gpuLabels       = []string{"UUID", "gpu", "name"}
-	containerLabels = []string{"container_id", "namespace", "pod", "container"}
+	gpuLabels = []string{"UUID", "gpu", "name"}
+	// claim is "" for a container's record; a DRA claim's record has the
+	// claim's namespace and name, and pod and container "" (its pods are
+	// in nri_vgpu_claim_pod_info).
+	containerLabels = []string{"container_id", "namespace", "pod", "container", "claim"}
 	perGPULabels    = append(append([]string(nil), containerLabels...), "UUID")
 
 	gpuMemoryTotal = prometheus.NewDesc("nri_vgpu_gpu_memory_total_bytes",
@@ -63,21 +68,25 @@ var (
 		"Sum of the memory limits of the vGPU containers on the GPU (a container without a memory limit adds 0).", gpuLabels, nil)
 	gpuMemoryUsed = prometheus.NewDesc("nri_vgpu_gpu_memory_used_bytes",
 		"Sum of the memory the vGPU containers' processes hold on the GPU, from their usage regions.", gpuLabels, nil)
-	gpuCoresAllocated = prometheus.NewDesc("nri_vgpu_gpu_cores_allocated_percent",
-		"Sum of the SM-time shares (percent) of the vGPU containers on the GPU.", gpuLabels, nil)
+	gpuSMAllocated = prometheus.NewDesc("nri_vgpu_gpu_sm_allocated_ratio",
+		"Sum of the SM-time shares of the vGPU containers on the GPU, as a ratio of the GPU (1 = all of it; above 1 when cores_scaling overcommits).", gpuLabels, nil)
 
 	ctrMemoryLimit = prometheus.NewDesc("nri_vgpu_container_memory_limit_bytes",
 		"Memory limit of the container on the GPU; 0 means no memory limit.", perGPULabels, nil)
 	ctrMemoryUsed = prometheus.NewDesc("nri_vgpu_container_memory_used_bytes",
 		"Memory the container's processes hold on the GPU, from its usage region.", perGPULabels, nil)
-	ctrCoresLimit = prometheus.NewDesc("nri_vgpu_container_cores_limit_percent",
-		"SM-time share of the container on the GPU, in percent (100 = not throttled).", perGPULabels, nil)
+	ctrSMLimit = prometheus.NewDesc("nri_vgpu_container_sm_limit_ratio",
+		"SM-time share of the container on the GPU, as a ratio of the GPU (1 = not throttled).", perGPULabels, nil)
 	ctrLaunches = prometheus.NewDesc("nri_vgpu_container_kernel_launches_total",
 		"Kernel launches of the container's processes on the GPU since this daemon first saw them.", perGPULabels, nil)
 	ctrRegionSuspect = prometheus.NewDesc("nri_vgpu_container_region_suspect",
 		"1 when the container's usage region holds impossible counters for the GPU (its memory used and kernel launches are then left out), else 0.", perGPULabels, nil)
 	ctrProcesses = prometheus.NewDesc("nri_vgpu_container_processes",
 		"Processes of the container registered in its usage region (processes that initialised CUDA or NVML and are alive).", containerLabels, nil)
+
+	claimPodInfo = prometheus.NewDesc("nri_vgpu_claim_pod_info",
+		"Always 1: one series per pod a DRA claim's record serves (the pods the claim was reserved for when last prepared).",
+		[]string{"namespace", "claim", "pod"}, nil)
 
 	confinementAvailable = prometheus.NewDesc("nri_vgpu_confinement_available",
 		"1 when the container runtime applies the confinement of GPU containers (NRI seccomp adjustment, containerd 2.2 and later), 0 when it cannot or nri-vgpu cannot tell; absent until the NRI plugin first connected. policy is nri.confinement: what happens to a GPU container that cannot be confined.",
@@ -140,9 +149,9 @@ func NewCollector(cfg *config.Config, inv Inventory, logger *slog.Logger) *Colle
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		gpuMemoryTotal, gpuMemoryAllocated, gpuMemoryUsed, gpuCoresAllocated,
-		ctrMemoryLimit, ctrMemoryUsed, ctrCoresLimit, ctrLaunches, ctrRegionSuspect, ctrProcesses, buildInfo,
-		confinementAvailable,
+		gpuMemoryTotal, gpuMemoryAllocated, gpuMemoryUsed, gpuSMAllocated,
+		ctrMemoryLimit, ctrMemoryUsed, ctrSMLimit, ctrLaunches, ctrRegionSuspect, ctrProcesses,
+		claimPodInfo, buildInfo, confinementAvailable,
 	} {
 		ch <- d
 	}
@@ -234,7 +243,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(gpuMemoryAllocated, prometheus.GaugeValue, float64(g.allocated), g.labels...)
 		ch <- prometheus.MustNewConstMetric(gpuMemoryUsed, prometheus.GaugeValue, float64(g.used), g.labels...)
-		ch <- prometheus.MustNewConstMetric(gpuCoresAllocated, prometheus.GaugeValue, float64(g.coresSum), g.labels...)
+		ch <- prometheus.MustNewConstMetric(gpuSMAllocated, prometheus.GaugeValue, percentToRatio(g.coresSum), g.labels...)
 	}
 	ch <- c.buildInfo
 	if rt, err := hoststate.ReadRuntime(c.cfg); err == nil {
@@ -257,6 +266,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 type scrape struct {
 	c      *Collector
 	failed map[string]bool // keys that failed in this scrape
+	// claimPodSeen holds the nri_vgpu_claim_pod_info label values
+	// (namespace, claim, pod) exported so far in this scrape.
+	claimPodSeen map[[3]string]bool
 }
 
 // fail counts a scrape error and logs it unless key already failed at the
@@ -310,12 +322,18 @@ func (s *scrape) container(containers *hoststate.Containers, id string, gpuOf fu
 	}
 	s.ok(limitsPath)
 
-	labels := []string{id, "", "", ""} // container_id, namespace, pod, container
+	labels := []string{id, "", "", "", ""} // container_id, namespace, pod, container, claim
+	var out []prometheus.Metric
 	infoPath := containers.Path(id, hoststate.InfoFileName)
 	if info, err := containers.Info(id); err == nil {
 		s.ok(infoPath)
-		labels[1], labels[2] = splitPod(info.Pod)
-		labels[3] = info.Name
+		if info.Claim != nil {
+			labels[1], labels[4] = info.Claim.Namespace, info.Claim.Name
+			out = s.claimPods(out, info)
+		} else {
+			labels[1], labels[2] = splitPod(info.Pod)
+			labels[3] = info.Name
+		}
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		s.fail(SourceContainerInfo, infoPath, err)
 	}
@@ -336,7 +354,6 @@ func (s *scrape) container(containers *hoststate.Containers, id string, gpuOf fu
 		s.ok(regionPath)
 	}
 
-	var out []prometheus.Metric
 	var used, launched map[string]uint64
 	if haveUsage {
 		used = make(map[string]uint64, len(usage.Devices))
@@ -353,7 +370,7 @@ func (s *scrape) container(containers *hoststate.Containers, id string, gpuOf fu
 		g.coresSum += uint64(l.Cores)
 		out = append(out,
 			prometheus.MustNewConstMetric(ctrMemoryLimit, prometheus.GaugeValue, float64(l.Memory), gl...),
-			prometheus.MustNewConstMetric(ctrCoresLimit, prometheus.GaugeValue, float64(l.Cores), gl...))
+			prometheus.MustNewConstMetric(ctrSMLimit, prometheus.GaugeValue, percentToRatio(uint64(l.Cores)), gl...))
 		if !haveUsage {
 			continue
 		}
@@ -382,6 +399,35 @@ func (s *scrape) container(containers *hoststate.Containers, id string, gpuOf fu
 	}
 	return out
 }
+
+// claimPods appends to out one nri_vgpu_claim_pod_info per pod of the
+// claim record info. The DRA driver records the pods' names in Pod, as
+// "namespace/name1,name2" (ClaimInfo holds only their UIDs). A pod named
+// twice, or by two records of one claim name (a claim deleted and created
+// again while the old record is still prepared), is exported once: the
+// registry refuses a series collected twice.
+func (s *scrape) claimPods(out []prometheus.Metric, info *hoststate.Info) []prometheus.Metric {
+	_, names := splitPod(info.Pod)
+	for _, pod := range strings.Split(names, ",") {
+		if pod == "" {
+			continue
+		}
+		k := [3]string{info.Claim.Namespace, info.Claim.Name, pod}
+		if s.claimPodSeen[k] {
+			continue
+		}
+		if s.claimPodSeen == nil {
+			s.claimPodSeen = map[[3]string]bool{}
+		}
+		s.claimPodSeen[k] = true
+		out = append(out, prometheus.MustNewConstMetric(claimPodInfo, prometheus.GaugeValue, 1, k[:]...))
+	}
+	return out
+}
+
+// percentToRatio turns a share in percent (limits files count in percent)
+// into the ratio the metrics are in.
+func percentToRatio(p uint64) float64 { return float64(p) / 100 }
 
 // splitPod splits container.json's "namespace/name" pod field.
 func splitPod(pod string) (namespace, name string) {
