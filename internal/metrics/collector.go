@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
+	"github.com/nri-vgpu/nri-vgpu/internal/utilization"
 	"github.com/nri-vgpu/nri-vgpu/internal/version"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
@@ -44,9 +46,10 @@ const (
 	SourceLimits        = "limits"         // a limits file could not be read or parsed
 	SourceContainerInfo = "container_info" // a container.json could not be read or parsed
 	SourceRegion        = "region"         // a usage region could not be read or is invalid
+	SourceNVML          = "nvml"           // the processes' SM utilisation could not be read
 )
 
-var errorSources = []string{SourceInventory, SourceRunDir, SourceLimits, SourceContainerInfo, SourceRegion}
+var errorSources = []string{SourceInventory, SourceRunDir, SourceLimits, SourceContainerInfo, SourceRegion, SourceNVML}
 
 // Label names are dcgm-exporter's (UUID; gpu for the index; namespace, pod,
 // container), so that queries and dashboards join the two exporters' series
@@ -70,6 +73,8 @@ var (
 		"Sum of the memory the vGPU containers' processes hold on the GPU, from their usage regions.", gpuLabels, nil)
 	gpuSMAllocated = prometheus.NewDesc("nri_vgpu_gpu_sm_allocated_ratio",
 		"Sum of the SM-time shares of the vGPU containers on the GPU, as a ratio of the GPU (1 = all of it; above 1 when cores_scaling overcommits).", gpuLabels, nil)
+	gpuSMUtilization = prometheus.NewDesc("nri_vgpu_gpu_sm_utilization_ratio",
+		"Share of the GPU's SM time the vGPU containers' processes used (sum of nri_vgpu_container_sm_utilization_ratio), measured by NVML on the host.", gpuLabels, nil)
 
 	ctrMemoryLimit = prometheus.NewDesc("nri_vgpu_container_memory_limit_bytes",
 		"Memory limit of the container on the GPU; 0 means no memory limit.", perGPULabels, nil)
@@ -77,6 +82,10 @@ var (
 		"Memory the container's processes hold on the GPU, from its usage region.", perGPULabels, nil)
 	ctrSMLimit = prometheus.NewDesc("nri_vgpu_container_sm_limit_ratio",
 		"SM-time share of the container on the GPU, as a ratio of the GPU (1 = not throttled).", perGPULabels, nil)
+	ctrSMUtilization = prometheus.NewDesc("nri_vgpu_container_sm_utilization_ratio",
+		"Share of the GPU's SM time the container's processes used, measured by NVML on the host (0-1 of the whole GPU).", perGPULabels, nil)
+	ctrSMShareUtilization = prometheus.NewDesc("nri_vgpu_container_sm_share_utilization_ratio",
+		"SM utilisation of the container as a ratio of its SM-time share (1 = its whole share; above 1 only with the burst cores policy).", perGPULabels, nil)
 	ctrLaunches = prometheus.NewDesc("nri_vgpu_container_kernel_launches_total",
 		"Kernel launches of the container's processes on the GPU since this daemon first saw them.", perGPULabels, nil)
 	ctrRegionSuspect = prometheus.NewDesc("nri_vgpu_container_region_suspect",
@@ -102,9 +111,10 @@ var (
 // be broken, the launch counts of processes that exited) needs no finer
 // locking.
 type Collector struct {
-	cfg *config.Config
-	inv Inventory
-	log *slog.Logger
+	cfg  *config.Config
+	inv  Inventory
+	util utilization.Source
+	log  *slog.Logger
 
 	scrapeErrors *prometheus.CounterVec
 	buildInfo    prometheus.Metric
@@ -119,20 +129,40 @@ type Collector struct {
 	launches map[string]*launchHistory
 }
 
-// NewCollector returns a collector over cfg's run_dir and inv; inv may be
-// nil (GPUs then appear only through the containers that use them, without
-// index, name or total memory). logger nil means slog.Default().
+// Options are what a Collector reads besides run_dir.
+type Options struct {
+	// Inventory lists the node's GPUs. nil: GPUs appear only through the
+	// containers that use them, without index, name or total memory.
+	Inventory Inventory
+	// Utilization gives the SM utilisation of the GPU processes, mapped to
+	// their containers. nil: no utilisation series.
+	Utilization utilization.Source
+	// Logger nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// NewCollector returns a collector over cfg's run_dir and inv, without SM
+// utilisation (see NewCollectorWith); inv and logger may be nil (see
+// Options).
 func NewCollector(cfg *config.Config, inv Inventory, logger *slog.Logger) *Collector {
+	return NewCollectorWith(cfg, Options{Inventory: inv, Logger: logger})
+}
+
+// NewCollectorWith returns a collector over cfg's run_dir and what opts
+// gives.
+func NewCollectorWith(cfg *config.Config, opts Options) *Collector {
+	logger := opts.Logger
 	if logger == nil {
 		logger = slog.Default()
 	}
 	c := &Collector{
-		cfg: cfg,
-		inv: inv,
-		log: logger,
+		cfg:  cfg,
+		inv:  opts.Inventory,
+		util: opts.Utilization,
+		log:  logger,
 		scrapeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nri_vgpu_scrape_errors_total",
-			Help: "Files (limits, container.json, usage regions) or sources (GPU inventory, run_dir) that could not be read during scrapes, by source; each scrape counts each failure once.",
+			Help: "Files (limits, container.json, usage regions) or sources (GPU inventory, run_dir, NVML's utilisation) that could not be read during scrapes, by source; each scrape counts each failure once.",
 		}, []string{"source"}),
 		buildInfo: prometheus.MustNewConstMetric(buildInfo, prometheus.GaugeValue, 1, version.Version),
 		broken:    map[string]bool{},
@@ -149,8 +179,9 @@ func NewCollector(cfg *config.Config, inv Inventory, logger *slog.Logger) *Colle
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		gpuMemoryTotal, gpuMemoryAllocated, gpuMemoryUsed, gpuSMAllocated,
-		ctrMemoryLimit, ctrMemoryUsed, ctrSMLimit, ctrLaunches, ctrRegionSuspect, ctrProcesses,
+		gpuMemoryTotal, gpuMemoryAllocated, gpuMemoryUsed, gpuSMAllocated, gpuSMUtilization,
+		ctrMemoryLimit, ctrMemoryUsed, ctrSMLimit, ctrSMUtilization, ctrSMShareUtilization,
+		ctrLaunches, ctrRegionSuspect, ctrProcesses,
 		claimPodInfo, buildInfo, confinementAvailable,
 	} {
 		ch <- d
@@ -164,6 +195,7 @@ type gpuTotals struct {
 	total                     uint64
 	inInventory               bool
 	allocated, used, coresSum uint64
+	smUtilization             float64
 }
 
 // Collect implements prometheus.Collector: it reads the inventory and every
@@ -173,6 +205,18 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := &scrape{c: c, failed: map[string]bool{}}
+	if c.util != nil {
+		// Asked before run_dir is read: a container created in between has
+		// no sample yet and shows 0, rather than one removed in between
+		// showing its processes' last use.
+		samples, err := c.util.Samples()
+		if err != nil {
+			s.fail(SourceNVML, "nvml", err)
+		} else {
+			s.ok("nvml")
+			s.util = indexSamples(samples)
+		}
+	}
 
 	gpus := map[string]*gpuTotals{}
 	var order []string // GPU UUIDs, inventory order first
@@ -244,6 +288,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(gpuMemoryAllocated, prometheus.GaugeValue, float64(g.allocated), g.labels...)
 		ch <- prometheus.MustNewConstMetric(gpuMemoryUsed, prometheus.GaugeValue, float64(g.used), g.labels...)
 		ch <- prometheus.MustNewConstMetric(gpuSMAllocated, prometheus.GaugeValue, percentToRatio(g.coresSum), g.labels...)
+		if s.util != nil {
+			ch <- prometheus.MustNewConstMetric(gpuSMUtilization, prometheus.GaugeValue, g.smUtilization, g.labels...)
+		}
 	}
 	ch <- c.buildInfo
 	if rt, err := hoststate.ReadRuntime(c.cfg); err == nil {
@@ -269,6 +316,49 @@ type scrape struct {
 	// claimPodSeen holds the nri_vgpu_claim_pod_info label values
 	// (namespace, claim, pod) exported so far in this scrape.
 	claimPodSeen map[[3]string]bool
+	// util is this scrape's SM utilisation; nil leaves the utilisation
+	// series out (no source, or it failed).
+	util *utilIndex
+}
+
+// utilIndex sums the utilisation samples per GPU UUID, by container ID and
+// by pod UID.
+type utilIndex struct {
+	byContainer, byPod map[string]map[string]float64
+}
+
+func indexSamples(samples []utilization.Sample) *utilIndex {
+	x := &utilIndex{byContainer: map[string]map[string]float64{}, byPod: map[string]map[string]float64{}}
+	add := func(m map[string]map[string]float64, key, uuid string, v float64) {
+		if key == "" {
+			return
+		}
+		if m[key] == nil {
+			m[key] = map[string]float64{}
+		}
+		m[key][uuid] += v
+	}
+	for _, smp := range samples {
+		add(x.byContainer, smp.ContainerID, smp.UUID, smp.SM)
+		add(x.byPod, smp.PodUID, smp.UUID, smp.SM)
+	}
+	return x
+}
+
+// of returns the SM utilisation of a record on the GPU uuid: that of the
+// container's processes, or for a claim (claim non-nil) that of its pods'
+// processes on the GPU.
+func (x *utilIndex) of(id string, claim *hoststate.ClaimInfo, uuid string) float64 {
+	if claim == nil {
+		return x.byContainer[id][uuid]
+	}
+	var sum float64
+	for i, pod := range claim.PodUIDs {
+		if !slices.Contains(claim.PodUIDs[:i], pod) { // a pod named twice counts once
+			sum += x.byPod[pod][uuid]
+		}
+	}
+	return sum
 }
 
 // fail counts a scrape error and logs it unless key already failed at the
@@ -324,9 +414,11 @@ func (s *scrape) container(containers *hoststate.Containers, id string, gpuOf fu
 
 	labels := []string{id, "", "", "", ""} // container_id, namespace, pod, container, claim
 	var out []prometheus.Metric
+	var claim *hoststate.ClaimInfo
 	infoPath := containers.Path(id, hoststate.InfoFileName)
 	if info, err := containers.Info(id); err == nil {
 		s.ok(infoPath)
+		claim = info.Claim
 		if info.Claim != nil {
 			labels[1], labels[4] = info.Claim.Namespace, info.Claim.Name
 			out = s.claimPods(out, info)
@@ -371,6 +463,15 @@ func (s *scrape) container(containers *hoststate.Containers, id string, gpuOf fu
 		out = append(out,
 			prometheus.MustNewConstMetric(ctrMemoryLimit, prometheus.GaugeValue, float64(l.Memory), gl...),
 			prometheus.MustNewConstMetric(ctrSMLimit, prometheus.GaugeValue, percentToRatio(uint64(l.Cores)), gl...))
+		if s.util != nil {
+			// Measured on the host: exported whatever the region says.
+			u := s.util.of(id, claim, l.UUID)
+			g.smUtilization += u
+			out = append(out,
+				prometheus.MustNewConstMetric(ctrSMUtilization, prometheus.GaugeValue, u, gl...),
+				// Cores is 1..100 in a limits file that parsed.
+				prometheus.MustNewConstMetric(ctrSMShareUtilization, prometheus.GaugeValue, u/percentToRatio(uint64(l.Cores)), gl...))
+		}
 		if !haveUsage {
 			continue
 		}

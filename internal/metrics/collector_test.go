@@ -37,6 +37,9 @@ var ourMetrics = []string{
 	"nri_vgpu_container_memory_used_bytes", "nri_vgpu_container_sm_limit_ratio",
 	"nri_vgpu_container_kernel_launches_total", "nri_vgpu_container_region_suspect", "nri_vgpu_container_processes",
 	"nri_vgpu_build_info", "nri_vgpu_scrape_errors_total", "nri_vgpu_confinement_available",
+	// Not exported without utilisation source or claim.
+	"nri_vgpu_gpu_sm_utilization_ratio", "nri_vgpu_container_sm_utilization_ratio",
+	"nri_vgpu_container_sm_share_utilization_ratio", "nri_vgpu_claim_pod_info",
 }
 
 type fakeInventory struct {
@@ -101,7 +104,7 @@ const header = `
 # TYPE nri_vgpu_container_processes gauge
 # HELP nri_vgpu_build_info Always 1; the version label is that of the running build.
 # TYPE nri_vgpu_build_info gauge
-# HELP nri_vgpu_scrape_errors_total Files (limits, container.json, usage regions) or sources (GPU inventory, run_dir) that could not be read during scrapes, by source; each scrape counts each failure once.
+# HELP nri_vgpu_scrape_errors_total Files (limits, container.json, usage regions) or sources (GPU inventory, run_dir, NVML's utilisation) that could not be read during scrapes, by source; each scrape counts each failure once.
 # TYPE nri_vgpu_scrape_errors_total counter
 `
 
