@@ -80,16 +80,20 @@ var (
 		"Memory limit of the container on the GPU; 0 means no memory limit.", perGPULabels, nil)
 	ctrMemoryUsed = prometheus.NewDesc("nri_vgpu_container_memory_used_bytes",
 		"Memory the container's processes hold on the GPU, from its usage region.", perGPULabels, nil)
+	ctrMemoryPeak = prometheus.NewDesc("nri_vgpu_container_memory_peak_bytes",
+		"Most memory the container's processes held on the GPU at once since its usage region was made, from the region (version 2 and later).", perGPULabels, nil)
 	ctrSMLimit = prometheus.NewDesc("nri_vgpu_container_sm_limit_ratio",
 		"SM-time share of the container on the GPU, as a ratio of the GPU (1 = not throttled).", perGPULabels, nil)
 	ctrSMUtilization = prometheus.NewDesc("nri_vgpu_container_sm_utilization_ratio",
 		"Share of the GPU's SM time the container's processes used, measured by NVML on the host (0-1 of the whole GPU).", perGPULabels, nil)
 	ctrSMShareUtilization = prometheus.NewDesc("nri_vgpu_container_sm_share_utilization_ratio",
 		"SM utilisation of the container as a ratio of its SM-time share (1 = its whole share; above 1 only with the burst cores policy).", perGPULabels, nil)
+	ctrSMThrottled = prometheus.NewDesc("nri_vgpu_container_sm_throttled_seconds_total",
+		"Seconds the container's processes had kernel launches waiting on the SM limiter on the GPU, summed over processes, since its usage region was made, from the region (version 2 and later).", perGPULabels, nil)
 	ctrLaunches = prometheus.NewDesc("nri_vgpu_container_kernel_launches_total",
 		"Kernel launches of the container's processes on the GPU since this daemon first saw them.", perGPULabels, nil)
 	ctrRegionSuspect = prometheus.NewDesc("nri_vgpu_container_region_suspect",
-		"1 when the container's usage region holds impossible counters for the GPU (its memory used and kernel launches are then left out), else 0.", perGPULabels, nil)
+		"1 when the container's usage region holds impossible counters for the GPU (its memory used, peak, throttled time and kernel launches are then left out), else 0.", perGPULabels, nil)
 	ctrProcesses = prometheus.NewDesc("nri_vgpu_container_processes",
 		"Processes of the container registered in its usage region (processes that initialised CUDA or NVML and are alive).", containerLabels, nil)
 
@@ -180,8 +184,8 @@ func NewCollectorWith(cfg *config.Config, opts Options) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		gpuMemoryTotal, gpuMemoryAllocated, gpuMemoryUsed, gpuSMAllocated, gpuSMUtilization,
-		ctrMemoryLimit, ctrMemoryUsed, ctrSMLimit, ctrSMUtilization, ctrSMShareUtilization,
-		ctrLaunches, ctrRegionSuspect, ctrProcesses,
+		ctrMemoryLimit, ctrMemoryUsed, ctrMemoryPeak, ctrSMLimit, ctrSMUtilization, ctrSMShareUtilization,
+		ctrSMThrottled, ctrLaunches, ctrRegionSuspect, ctrProcesses,
 		claimPodInfo, buildInfo, confinementAvailable,
 	} {
 		ch <- d
@@ -431,14 +435,15 @@ func (s *scrape) container(containers *hoststate.Containers, id string, gpuOf fu
 	}
 
 	// No region yet means no process of the container has used a GPU: it
-	// holds nothing and launched nothing. An unreadable region leaves the
-	// container's usage series out of this scrape rather than report 0.
+	// holds nothing, held nothing, launched nothing and was never held
+	// back. An unreadable region leaves the container's usage series out of
+	// this scrape rather than report 0.
 	regionPath := containers.Path(id, hoststate.RegionDirName, region.FileName)
 	usage, err := containers.Usage(id)
 	haveUsage, noRegion := true, false
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		usage, noRegion = &region.Usage{}, true
+		usage, noRegion = &region.Usage{Version: region.Version}, true
 	case err != nil:
 		s.fail(SourceRegion, regionPath, err)
 		haveUsage = false
@@ -446,11 +451,12 @@ func (s *scrape) container(containers *hoststate.Containers, id string, gpuOf fu
 		s.ok(regionPath)
 	}
 
-	var used, launched map[string]uint64
+	var launched map[string]uint64
+	var devs map[string]region.DeviceUsage
 	if haveUsage {
-		used = make(map[string]uint64, len(usage.Devices))
+		devs = make(map[string]region.DeviceUsage, len(usage.Devices))
 		for _, d := range usage.Devices {
-			used[d.UUID] = d.Used
+			devs[d.UUID] = d
 		}
 		launched = s.c.launchTotals(id, usage)
 		out = append(out, prometheus.MustNewConstMetric(ctrProcesses, prometheus.GaugeValue, float64(len(usage.Processes)), labels...))
@@ -492,11 +498,21 @@ func (s *scrape) container(containers *hoststate.Containers, id string, gpuOf fu
 			continue
 		}
 		s.believable(suspectKey)
-		g.used += used[l.UUID]
+		d := devs[l.UUID]
+		g.used += d.Used
 		out = append(out,
 			prometheus.MustNewConstMetric(ctrRegionSuspect, prometheus.GaugeValue, 0, gl...),
-			prometheus.MustNewConstMetric(ctrMemoryUsed, prometheus.GaugeValue, float64(used[l.UUID]), gl...),
+			prometheus.MustNewConstMetric(ctrMemoryUsed, prometheus.GaugeValue, float64(d.Used), gl...),
 			prometheus.MustNewConstMetric(ctrLaunches, prometheus.CounterValue, float64(launched[l.UUID]), gl...))
+		// A version 1 region (a container started with an earlier
+		// release's shim) has no peak or throttled time: left out, not 0.
+		// The throttled time starts again at 0 when the shim makes the
+		// region anew; Prometheus takes that for a counter reset, as it is.
+		if usage.HasPeakAndThrottle() {
+			out = append(out,
+				prometheus.MustNewConstMetric(ctrMemoryPeak, prometheus.GaugeValue, float64(d.Peak), gl...),
+				prometheus.MustNewConstMetric(ctrSMThrottled, prometheus.CounterValue, float64(d.ThrottledNs)/1e9, gl...))
+		}
 	}
 	return out
 }

@@ -34,7 +34,8 @@ const (
 var ourMetrics = []string{
 	"nri_vgpu_gpu_memory_total_bytes", "nri_vgpu_gpu_memory_allocated_bytes", "nri_vgpu_gpu_memory_used_bytes",
 	"nri_vgpu_gpu_sm_allocated_ratio", "nri_vgpu_container_memory_limit_bytes",
-	"nri_vgpu_container_memory_used_bytes", "nri_vgpu_container_sm_limit_ratio",
+	"nri_vgpu_container_memory_used_bytes", "nri_vgpu_container_memory_peak_bytes", "nri_vgpu_container_sm_limit_ratio",
+	"nri_vgpu_container_sm_throttled_seconds_total",
 	"nri_vgpu_container_kernel_launches_total", "nri_vgpu_container_region_suspect", "nri_vgpu_container_processes",
 	"nri_vgpu_build_info", "nri_vgpu_scrape_errors_total", "nri_vgpu_confinement_available",
 	// Not exported without utilisation source or claim.
@@ -94,11 +95,15 @@ const header = `
 # TYPE nri_vgpu_container_memory_limit_bytes gauge
 # HELP nri_vgpu_container_memory_used_bytes Memory the container's processes hold on the GPU, from its usage region.
 # TYPE nri_vgpu_container_memory_used_bytes gauge
+# HELP nri_vgpu_container_memory_peak_bytes Most memory the container's processes held on the GPU at once since its usage region was made, from the region (version 2 and later).
+# TYPE nri_vgpu_container_memory_peak_bytes gauge
 # HELP nri_vgpu_container_sm_limit_ratio SM-time share of the container on the GPU, as a ratio of the GPU (1 = not throttled).
 # TYPE nri_vgpu_container_sm_limit_ratio gauge
+# HELP nri_vgpu_container_sm_throttled_seconds_total Seconds the container's processes had kernel launches waiting on the SM limiter on the GPU, summed over processes, since its usage region was made, from the region (version 2 and later).
+# TYPE nri_vgpu_container_sm_throttled_seconds_total counter
 # HELP nri_vgpu_container_kernel_launches_total Kernel launches of the container's processes on the GPU since this daemon first saw them.
 # TYPE nri_vgpu_container_kernel_launches_total counter
-# HELP nri_vgpu_container_region_suspect 1 when the container's usage region holds impossible counters for the GPU (its memory used and kernel launches are then left out), else 0.
+# HELP nri_vgpu_container_region_suspect 1 when the container's usage region holds impossible counters for the GPU (its memory used, peak, throttled time and kernel launches are then left out), else 0.
 # TYPE nri_vgpu_container_region_suspect gauge
 # HELP nri_vgpu_container_processes Processes of the container registered in its usage region (processes that initialised CUDA or NVML and are alive).
 # TYPE nri_vgpu_container_processes gauge
@@ -119,9 +124,11 @@ func scrapeErrors(counts map[string]int) string {
 }
 
 // A node with two GPUs in the inventory: c1 (pod ml/a) runs two processes
-// on A; c2 (pod ml/b) holds slices of A and of a GPU gone from the
-// inventory and has run no process yet; B is idle; a directory still being
-// created has no limits file yet.
+// on A, with the version 1 region of an earlier release's shim (no peak or
+// throttled time, so none exported); c2 (pod ml/b) holds slices of A and of
+// a GPU gone from the inventory and has run no process yet (no region:
+// nothing held or throttled); B is idle; a directory still being created
+// has no limits file yet.
 func TestCollect(t *testing.T) {
 	cfg := testConfig(t)
 	prepare(t, cfg, "c1", "ml/a", "train", limits.AllocatedGPU{UUID: uuidA, Slices: 2, Memory: 8 << 30, Cores: 20})
@@ -162,6 +169,10 @@ nri_vgpu_container_memory_used_bytes{UUID="` + uuidGone + `",claim="",container=
 nri_vgpu_container_sm_limit_ratio{UUID="` + uuidA + `",claim="",container="train",container_id="c1",namespace="ml",pod="a"} 0.2
 nri_vgpu_container_sm_limit_ratio{UUID="` + uuidA + `",claim="",container="serve",container_id="c2",namespace="ml",pod="b"} 0.5
 nri_vgpu_container_sm_limit_ratio{UUID="` + uuidGone + `",claim="",container="serve",container_id="c2",namespace="ml",pod="b"} 0.1
+nri_vgpu_container_memory_peak_bytes{UUID="` + uuidA + `",claim="",container="serve",container_id="c2",namespace="ml",pod="b"} 0
+nri_vgpu_container_memory_peak_bytes{UUID="` + uuidGone + `",claim="",container="serve",container_id="c2",namespace="ml",pod="b"} 0
+nri_vgpu_container_sm_throttled_seconds_total{UUID="` + uuidA + `",claim="",container="serve",container_id="c2",namespace="ml",pod="b"} 0
+nri_vgpu_container_sm_throttled_seconds_total{UUID="` + uuidGone + `",claim="",container="serve",container_id="c2",namespace="ml",pod="b"} 0
 nri_vgpu_container_kernel_launches_total{UUID="` + uuidA + `",claim="",container="train",container_id="c1",namespace="ml",pod="a"} %d
 nri_vgpu_container_kernel_launches_total{UUID="` + uuidA + `",claim="",container="serve",container_id="c2",namespace="ml",pod="b"} 0
 nri_vgpu_container_kernel_launches_total{UUID="` + uuidGone + `",claim="",container="serve",container_id="c2",namespace="ml",pod="b"} 0

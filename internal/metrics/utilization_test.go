@@ -92,7 +92,7 @@ func TestCollectUtilization(t *testing.T) {
 		t.Error(err)
 	}
 	suspect := `
-# HELP nri_vgpu_container_region_suspect 1 when the container's usage region holds impossible counters for the GPU (its memory used and kernel launches are then left out), else 0.
+# HELP nri_vgpu_container_region_suspect 1 when the container's usage region holds impossible counters for the GPU (its memory used, peak, throttled time and kernel launches are then left out), else 0.
 # TYPE nri_vgpu_container_region_suspect gauge
 nri_vgpu_container_region_suspect` + c1A + `1
 nri_vgpu_container_region_suspect` + c2A + `0
