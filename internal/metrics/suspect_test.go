@@ -65,7 +65,7 @@ const (
 )
 
 func series(name, id, value string) string {
-	return name + `{UUID="` + uuidA + `",container="train",container_id="` + id + `",namespace="ml",pod="` + id + `"} ` + value + "\n"
+	return name + `{UUID="` + uuidA + `",claim="",container="train",container_id="` + id + `",namespace="ml",pod="` + id + `"} ` + value + "\n"
 }
 
 // A tenant holding its region's lock does not stall the scrape, which
