@@ -276,6 +276,7 @@ func (p *Plugin) supervise(ctx context.Context) error {
 				break
 			}
 			registered, kubeletID, lastErr = true, kid, ""
+			p.metrics.registrations.WithLabelValues(p.cfg.ResourceName).Inc()
 			p.log.Info("registered with kubelet", "resource", p.cfg.ResourceName, "endpoint", p.socketName,
 				"policy", p.policy, "kubelet", kubeletPath)
 		}
