@@ -101,7 +101,7 @@ func TestNoDriver(t *testing.T) {
 		}
 	}
 	path := filepath.Join(dir, "config.toml")
-	writeConfig(t, path, fmt.Sprintf("[device_plugin]\nsocket_dir = %q\n[paths]\nstate_dir = %q\n[gpu]\nbackend = \"nvml\"\n", dir, dir))
+	writeConfig(t, path, fmt.Sprintf("[device_plugin]\nsocket_dir = %q\nfeature_file = \"\"\n[paths]\nstate_dir = %q\n[gpu]\nbackend = \"nvml\"\n", dir, dir))
 	var out syncBuffer
 	if code := run(context.Background(), []string{"--config", path}, &out, &out, nil); code != 1 {
 		t.Fatalf("exit %d, want 1; output:\n%s", code, out.String())
@@ -112,13 +112,16 @@ func TestNoDriver(t *testing.T) {
 }
 
 // TestRunSimulated runs the program against a fake kubelet: it registers,
+// writes the node labels to its feature file (removed when it stops),
 // reports ready on --health-listen, lists the configured GPUs, applies a
 // reload (SIGHUP) and stops cleanly.
 func TestRunSimulated(t *testing.T) {
 	dir := shortDir(t)
 	path := filepath.Join(dir, "config.toml")
+	features := filepath.Join(dir, "features.d", "nri-vgpu")
 	base := fmt.Sprintf(`[device_plugin]
 socket_dir = %q
+feature_file = %q
 split_count = 2
 [paths]
 state_dir = %q
@@ -129,7 +132,7 @@ uuid = "GPU-aaaa"
 name = "Sim"
 memory = "16GiB"
 minor = 0
-`, dir, filepath.Join(dir, "state"))
+`, dir, features, filepath.Join(dir, "state"))
 	writeConfig(t, path, base)
 
 	k, err := kubelettest.Start(dir)
@@ -180,6 +183,19 @@ minor = 0
 		}
 	}
 
+	// Serving: the node's labels are in the feature file.
+	wantFeatures := `# Node labels of nri-vgpu-device-plugin (Node Feature Discovery local source);
+# rewritten when the GPUs change, removed when the plugin stops.
+nri-vgpu.io/gpu.count=1
+nri-vgpu.io/gpu.memory=16384
+nri-vgpu.io/gpu.product=Sim
+nri-vgpu.io/gpu.replicas=2
+nri-vgpu.io/gpu.sharing-strategy=time-slicing
+`
+	if got, err := os.ReadFile(features); err != nil || string(got) != wantFeatures {
+		t.Errorf("feature file: %v\n%s\nwant\n%s", err, got, wantFeatures)
+	}
+
 	// Mark the GPU unhealthy in the file and reload.
 	writeConfig(t, path, base+"healthy = false\n")
 	reload <- syscall.SIGHUP
@@ -200,6 +216,9 @@ minor = 0
 	}
 	if _, err := os.Stat(filepath.Join(dir, "nri-vgpu-nvidia.com_gpu.sock")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("plugin socket after stop: %v", err)
+	}
+	if _, err := os.Stat(features); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("feature file after stop: %v", err)
 	}
 	if s := out.String(); !strings.Contains(s, `"version":"`+version.Version+`"`) || !strings.Contains(s, `"msg":"stopped"`) {
 		t.Errorf("log lacks the version or the stop line:\n%s", s)
@@ -226,6 +245,7 @@ func TestRunMetrics(t *testing.T) {
 	path := filepath.Join(dir, "config.toml")
 	writeConfig(t, path, fmt.Sprintf(`[device_plugin]
 socket_dir = %q
+feature_file = ""
 split_count = 3
 [paths]
 state_dir = %q

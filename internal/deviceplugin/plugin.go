@@ -74,6 +74,13 @@ type Plugin struct {
 	inv     *inventory
 	events  map[string]gpu.HealthEvent // the last health event per GPU UUID
 	changed chan struct{}              // closed and replaced when inv's device list changes
+
+	// The feature file (device_plugin.feature_file): kept while featuresOn,
+	// featuresWritten is its content on disk, featuresErr the last write
+	// error logged.
+	featuresOn      bool
+	featuresWritten []byte
+	featuresErr     string
 }
 
 var _ pluginapi.DevicePluginServer = (*Plugin)(nil)
@@ -215,6 +222,7 @@ func (p *Plugin) applyHealth(ev gpu.HealthEvent) {
 func (p *Plugin) setInventory(inv *inventory) {
 	old := p.inv
 	p.inv = inv
+	p.writeFeatures(inv)
 	if old != nil && sameDevices(old.devices, inv.devices) {
 		return
 	}
