@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"log/slog"
-	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -13,12 +12,6 @@ import (
 // NewRegistry returns a registry holding c and the standard Go runtime and
 // process collectors (go_*, process_*).
 func NewRegistry(c *Collector) *prometheus.Registry { return promserver.NewRegistry(c) }
-
-// Handler serves GET /metrics from reg, and the health endpoints (GET
-// /healthz and GET /readyz, see package health) with ready.
-func Handler(reg *prometheus.Registry, ready health.Ready, logger *slog.Logger) http.Handler {
-	return promserver.Handler(reg, ready, logger)
-}
 
 // Server is the metrics HTTP server.
 type Server = health.Server
