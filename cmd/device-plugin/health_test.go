@@ -29,7 +29,7 @@ func TestDaemonFakeNVMLHealth(t *testing.T) {
 	dir := shortDir(t)
 	xid := filepath.Join(dir, "xid")
 	path := filepath.Join(dir, "config.toml")
-	writeConfig(t, path, fmt.Sprintf("[device_plugin]\nsocket_dir = %q\nsplit_count = 2\n[paths]\nstate_dir = %q\n"+
+	writeConfig(t, path, fmt.Sprintf("[device_plugin]\nsocket_dir = %q\nfeature_file = \"\"\nsplit_count = 2\n[paths]\nstate_dir = %q\n"+
 		"[gpu]\nbackend = \"nvml\"\n[driver]\nlibrary_dirs = [%q]\n", dir, filepath.Join(dir, "state"), libDir))
 
 	k, err := kubelettest.Start(dir)

@@ -21,7 +21,6 @@ import (
 	"os/signal"
 	"reflect"
 	"syscall"
-	"time"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/daemonflags"
 	"github.com/nri-vgpu/nri-vgpu/internal/deviceplugin"
@@ -39,9 +38,6 @@ const usage = `usage: nri-vgpu-device-plugin [flags]             serve the kubel
 
 flags:
 `
-
-// healthShutdownTimeout bounds how long a stop waits for probes in flight.
-const healthShutdownTimeout = 2 * time.Second
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -66,7 +62,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reloadSig
 		fs.PrintDefaults()
 	}
 	common := daemonflags.Register(fs, name)
-	healthListen := fs.String("health-listen", "", "serve GET /healthz and /readyz (registered with the kubelet) on this host:port; empty: off")
+	healthListen := fs.String("health-listen", "", "serve GET /healthz and /readyz (registered with the kubelet) on this host:port; empty: off (-metrics-listen serves them too)")
 	if code, done := common.Parse(fs, args, stderr); done {
 		return code
 	}
@@ -101,7 +97,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reloadSig
 		return 1
 	}
 
-	if *healthListen != "" {
+	defer common.ServeMetrics(plugin.Ready, logger, plugin.Collector())()
+	// The metrics endpoint serves the probes too: the same address names
+	// one server.
+	if *healthListen != "" && *healthListen != common.MetricsListen() {
 		srv, err := health.Start(*healthListen, "--health-listen", plugin.Ready, logger)
 		if err != nil {
 			// Not fatal: the probes fail and say so; the node's GPUs are
@@ -110,7 +109,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reloadSig
 		} else {
 			logger.Info("serving health endpoints", "addr", srv.Addr().String())
 			defer func() {
-				sctx, cancel := context.WithTimeout(context.Background(), healthShutdownTimeout)
+				sctx, cancel := context.WithTimeout(context.Background(), daemonflags.ShutdownTimeout)
 				defer cancel()
 				_ = srv.Shutdown(sctx)
 			}()

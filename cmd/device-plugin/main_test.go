@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -18,6 +19,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/kubelettest"
+	"github.com/nri-vgpu/nri-vgpu/internal/promserver/promtooltest"
 	"github.com/nri-vgpu/nri-vgpu/internal/version"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
@@ -99,7 +101,7 @@ func TestNoDriver(t *testing.T) {
 		}
 	}
 	path := filepath.Join(dir, "config.toml")
-	writeConfig(t, path, fmt.Sprintf("[device_plugin]\nsocket_dir = %q\n[paths]\nstate_dir = %q\n[gpu]\nbackend = \"nvml\"\n", dir, dir))
+	writeConfig(t, path, fmt.Sprintf("[device_plugin]\nsocket_dir = %q\nfeature_file = \"\"\n[paths]\nstate_dir = %q\n[gpu]\nbackend = \"nvml\"\n", dir, dir))
 	var out syncBuffer
 	if code := run(context.Background(), []string{"--config", path}, &out, &out, nil); code != 1 {
 		t.Fatalf("exit %d, want 1; output:\n%s", code, out.String())
@@ -110,13 +112,16 @@ func TestNoDriver(t *testing.T) {
 }
 
 // TestRunSimulated runs the program against a fake kubelet: it registers,
+// writes the node labels to its feature file (removed when it stops),
 // reports ready on --health-listen, lists the configured GPUs, applies a
 // reload (SIGHUP) and stops cleanly.
 func TestRunSimulated(t *testing.T) {
 	dir := shortDir(t)
 	path := filepath.Join(dir, "config.toml")
+	features := filepath.Join(dir, "features.d", "nri-vgpu")
 	base := fmt.Sprintf(`[device_plugin]
 socket_dir = %q
+feature_file = %q
 split_count = 2
 [paths]
 state_dir = %q
@@ -127,7 +132,7 @@ uuid = "GPU-aaaa"
 name = "Sim"
 memory = "16GiB"
 minor = 0
-`, dir, filepath.Join(dir, "state"))
+`, dir, features, filepath.Join(dir, "state"))
 	writeConfig(t, path, base)
 
 	k, err := kubelettest.Start(dir)
@@ -178,6 +183,19 @@ minor = 0
 		}
 	}
 
+	// Serving: the node's labels are in the feature file.
+	wantFeatures := `# Node labels of nri-vgpu-device-plugin (Node Feature Discovery local source);
+# rewritten when the GPUs change, removed when the plugin stops.
+nri-vgpu.io/gpu.count=1
+nri-vgpu.io/gpu.memory=16384
+nri-vgpu.io/gpu.product=Sim
+nri-vgpu.io/gpu.replicas=2
+nri-vgpu.io/gpu.sharing-strategy=time-slicing
+`
+	if got, err := os.ReadFile(features); err != nil || string(got) != wantFeatures {
+		t.Errorf("feature file: %v\n%s\nwant\n%s", err, got, wantFeatures)
+	}
+
 	// Mark the GPU unhealthy in the file and reload.
 	writeConfig(t, path, base+"healthy = false\n")
 	reload <- syscall.SIGHUP
@@ -199,7 +217,111 @@ minor = 0
 	if _, err := os.Stat(filepath.Join(dir, "nri-vgpu-nvidia.com_gpu.sock")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("plugin socket after stop: %v", err)
 	}
+	if _, err := os.Stat(features); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("feature file after stop: %v", err)
+	}
 	if s := out.String(); !strings.Contains(s, `"version":"`+version.Version+`"`) || !strings.Contains(s, `"msg":"stopped"`) {
 		t.Errorf("log lacks the version or the stop line:\n%s", s)
 	}
+}
+
+// freeAddr is a 127.0.0.1 address with a port nothing listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestRunMetrics runs the program with --metrics-listen and --health-listen
+// on one address, which then names one server: it serves the probes and
+// the device plugin's series next to the Go, process and build ones, and
+// the scrape passes `promtool check metrics`.
+func TestRunMetrics(t *testing.T) {
+	dir := shortDir(t)
+	path := filepath.Join(dir, "config.toml")
+	writeConfig(t, path, fmt.Sprintf(`[device_plugin]
+socket_dir = %q
+feature_file = ""
+split_count = 3
+[paths]
+state_dir = %q
+[gpu]
+backend = "simulated"
+[[gpu.simulated]]
+uuid = "GPU-aaaa"
+name = "Sim"
+memory = "16GiB"
+minor = 0
+`, dir, filepath.Join(dir, "state")))
+	k, err := kubelettest.Start(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out syncBuffer
+	exit := make(chan int, 1)
+	addr := freeAddr(t)
+	go func() {
+		exit <- run(ctx, []string{"--config", path, "--metrics-listen", addr, "--health-listen", addr}, &out, &out, nil)
+	}()
+	defer func() {
+		cancel()
+		if code := <-exit; code != 0 {
+			t.Errorf("exit %d, want 0; output:\n%s", code, out.String())
+		}
+	}()
+	wctx, wcancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer wcancel()
+	reg, err := k.WaitRegistration(wctx)
+	if err != nil {
+		t.Fatalf("%v; output:\n%s", err, out.String())
+	}
+	defer reg.Close()
+
+	client := &http.Client{Timeout: 5 * time.Second}
+	get := func(path string) (int, string) {
+		rsp, err := client.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer rsp.Body.Close()
+		body, _ := io.ReadAll(rsp.Body)
+		return rsp.StatusCode, string(body)
+	}
+	for deadline := time.Now().Add(waitTimeout); ; time.Sleep(20 * time.Millisecond) {
+		if code, _ := get("/readyz"); code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET /readyz on %s never 200; output:\n%s", addr, out.String())
+		}
+	}
+	code, body := get("/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d %s", code, body)
+	}
+	for _, want := range []string{
+		"\nnri_vgpu_device_plugin_registered{resource=\"nvidia.com/gpu\"} 1\n",
+		"\nnri_vgpu_device_plugin_devices{health=\"healthy\",resource=\"nvidia.com/gpu\"} 3\n",
+		"\nnri_vgpu_build_info{version=\"" + version.Version + "\"} 1\n",
+		"\ngo_goroutines ",
+		"\nprocess_start_time_seconds ",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("scrape lacks %q:\n%s", want, body)
+		}
+	}
+	if code, _ := get("/healthz"); code != http.StatusOK {
+		t.Errorf("GET /healthz: %d", code)
+	}
+	if strings.Contains(out.String(), "unavailable") {
+		t.Errorf("one address started two servers:\n%s", out.String())
+	}
+	promtooltest.CheckMetrics(t, []byte(body))
 }

@@ -86,8 +86,10 @@ func TestRunsWithoutCapabilities(t *testing.T) {
 	dir := shortDir(t) // socket_dir; root's, 0700 like a fresh kubelet's
 	state := filepath.Join(dir, "state")
 	path := filepath.Join(dir, "config.toml")
+	// The feature file: a hostPath volume in the pod.
 	writeConfig(t, path, fmt.Sprintf(`[device_plugin]
 socket_dir = %q
+feature_file = %q
 split_count = 2
 [paths]
 state_dir = %q
@@ -98,7 +100,7 @@ uuid = "GPU-aaaa"
 name = "Sim"
 memory = "16GiB"
 minor = 0
-`, dir, state))
+`, dir, filepath.Join(dir, "features.d", "nri-vgpu"), state))
 	k, err := kubelettest.Start(dir)
 	if err != nil {
 		t.Fatal(err)

@@ -106,6 +106,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, reloadSig <-chan 
 		logger.Error("cannot start the DRA driver", "error", err)
 		return 1
 	}
+	defer common.ServeMetrics(driver.Ready, logger, driver.Collector())()
 	// Health changes of reloaded simulated GPUs reach the driver as health
 	// events, which publish the slice again.
 	go reload.Watcher{ConfigPath: common.ConfigPath(), Current: cfg, Backend: backend, Logger: logger,

@@ -3,8 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/nri-vgpu/nri-vgpu/internal/promserver/promtooltest"
+	"github.com/nri-vgpu/nri-vgpu/internal/version"
 )
 
 func TestUsage(t *testing.T) {
@@ -35,4 +46,122 @@ func TestUsage(t *testing.T) {
 			}
 		})
 	}
+}
+
+// syncBuffer is a bytes.Buffer for a log written while the test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestRunMetrics runs the driver with --metrics-listen against an API
+// server that does not answer (so nothing is published) and no kubelet: /readyz says it is not
+// registered, /healthz answers, and /metrics serves the driver's series
+// (every refusal reason at 0) next to the Go, process and build ones,
+// passing `promtool check metrics`.
+func TestRunMetrics(t *testing.T) {
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "http://127.0.0.1:1"}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+users: [{name: u, user: {}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`[dra]
+enabled = true
+cdi_dir = %q
+[paths]
+state_dir = %q
+run_dir = %q
+[gpu]
+backend = "simulated"
+[[gpu.simulated]]
+uuid = "GPU-8e1c3f5a-0d2b-4c6e-9f71-2a3b4c5d6e7f"
+name = "Sim"
+memory = "16GiB"
+`, filepath.Join(dir, "cdi"), filepath.Join(dir, "state"), filepath.Join(dir, "run"))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var out syncBuffer
+	exit := make(chan int, 1)
+	go func() {
+		exit <- run(ctx, []string{"--config", cfg, "--node-name", "n", "--kubeconfig", kubeconfig,
+			"--plugin-dir", filepath.Join(dir, "plugin"), "--registry-dir", dir, "--metrics-listen", addr}, &out, nil)
+	}()
+	defer func() {
+		cancel()
+		select {
+		case code := <-exit:
+			if code != 0 {
+				t.Errorf("exit %d, want 0; output:\n%s", code, out.String())
+			}
+		case <-time.After(time.Minute):
+			t.Error("run did not return after cancel")
+		}
+	}()
+
+	client := &http.Client{Timeout: 5 * time.Second}
+	get := func(path string) (int, string) {
+		rsp, err := client.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer rsp.Body.Close()
+		body, _ := io.ReadAll(rsp.Body)
+		return rsp.StatusCode, string(body)
+	}
+	var code int
+	var body string
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if code, body = get("/metrics"); code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET /metrics: %d %s\noutput:\n%s", code, body, out.String())
+		}
+	}
+	for _, want := range []string{
+		"\nnri_vgpu_dra_registered 0\n",
+		"\nnri_vgpu_dra_resourceslice_publications_total 0\n",
+		"\nnri_vgpu_dra_prepare_refusals_total{reason=\"over_capacity\"} 0\n",
+		"\nnri_vgpu_dra_gpu_healthy{UUID=\"GPU-8e1c3f5a-0d2b-4c6e-9f71-2a3b4c5d6e7f\",gpu=\"0\",name=\"Sim\"} 1\n",
+		"\nnri_vgpu_build_info{version=\"" + version.Version + "\"} 1\n",
+		"\ngo_goroutines ",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("scrape lacks %q:\n%s", want, body)
+		}
+	}
+	if code, body := get("/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "not registered") {
+		t.Errorf("GET /readyz = %d %q, want 503 saying the driver is not registered", code, body)
+	}
+	if code, _ := get("/healthz"); code != http.StatusOK {
+		t.Errorf("GET /healthz: %d", code)
+	}
+	promtooltest.CheckMetrics(t, []byte(body))
 }

@@ -1,16 +1,23 @@
 // Package daemonflags holds the flags the node daemons (the device plugin and
 // the DRA driver) share, and what each of them does with them before serving:
-// parse, answer -h and -version, refuse stray arguments, build the logger.
+// parse, answer -h and -version, refuse stray arguments, build the logger,
+// serve the metrics endpoint.
 package daemonflags
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nri-vgpu/nri-vgpu/internal/health"
 	"github.com/nri-vgpu/nri-vgpu/internal/logging"
+	"github.com/nri-vgpu/nri-vgpu/internal/promserver"
 	"github.com/nri-vgpu/nri-vgpu/internal/version"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 )
@@ -22,12 +29,14 @@ type Common struct {
 	logLevel  *string
 	logFormat *string
 	version   *bool
+	metrics   *string
 }
 
-// Register adds -config, -log-level, -log-format and -version to fs, for the
-// program called name.
+// Register adds -config, -log-level, -log-format, -version and
+// -metrics-listen to fs, for the program called name.
 func Register(fs *flag.FlagSet, name string) *Common {
 	return &Common{
+		metrics:   fs.String("metrics-listen", "", "serve GET /metrics, /healthz and /readyz on this host:port; empty: off"),
 		name:      name,
 		config:    fs.String("config", "", "configuration file (default: $"+config.EnvPath+", else "+config.DefaultPath+")"),
 		logLevel:  fs.String("log-level", "info", "log level: debug, info, warn or error"),
@@ -69,4 +78,35 @@ func (c *Common) Logger(stderr io.Writer) (*slog.Logger, error) {
 	}
 	slog.SetDefault(logger)
 	return logger, nil
+}
+
+// MetricsListen is -metrics-listen: empty for no metrics endpoint.
+func (c *Common) MetricsListen() string { return *c.metrics }
+
+// ShutdownTimeout bounds how long a stop waits for scrapes and probes in
+// flight.
+const ShutdownTimeout = 2 * time.Second
+
+// ServeMetrics serves GET /metrics from a registry of cs (with the Go and
+// process collectors and nri_vgpu_build_info) and the health endpoints
+// with ready on -metrics-listen, if set. It returns the function that
+// stops the server, a no-op when there is none. A port that cannot be
+// bound is logged and not fatal: the daemon's work never depends on its
+// metrics.
+func (c *Common) ServeMetrics(ready health.Ready, logger *slog.Logger, cs ...prometheus.Collector) (stop func()) {
+	if *c.metrics == "" {
+		return func() {}
+	}
+	reg := promserver.NewRegistry(append(cs, promserver.BuildInfo())...)
+	srv, err := promserver.Start(*c.metrics, "--metrics-listen", reg, ready, logger)
+	if err != nil {
+		logger.Error("metrics endpoint unavailable", "err", err)
+		return func() {}
+	}
+	logger.Info("serving metrics", "addr", srv.Addr().String())
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strconv"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
@@ -59,6 +60,8 @@ func (p *Plugin) buildInventory(devs []gpu.Device) *inventory {
 		}
 		inv.byUUID[d.UUID] = len(inv.gpus)
 		inv.gpus = append(inv.gpus, g)
+		// Present at 0 from the GPU's first appearance.
+		p.metrics.healthChanges.WithLabelValues(g.UUID, strconv.Itoa(g.Index), g.Name)
 
 		health := pluginapi.Unhealthy
 		if g.Healthy {
@@ -84,14 +87,14 @@ func (p *Plugin) buildInventory(devs []gpu.Device) *inventory {
 func (inv *inventory) lookup(id string) (int, int, error) {
 	uuid, slice, err := limits.ParseDeviceID(id)
 	if err != nil {
-		return 0, 0, fmt.Errorf("malformed %w", err)
+		return 0, 0, fmt.Errorf("%w: %w", errMalformedDevice, err)
 	}
 	i, ok := inv.byUUID[uuid]
 	if !ok {
-		return 0, 0, fmt.Errorf("device %q names GPU %s, which this node does not have (%s)", id, uuid, inv.describe())
+		return 0, 0, fmt.Errorf("%w: device %q names GPU %s, which this node does not have (%s)", errUnknownGPU, id, uuid, inv.describe())
 	}
 	if g := inv.gpus[i]; slice < 0 || slice >= g.Split {
-		return 0, 0, fmt.Errorf("device %q names slice %d of GPU %s, which has slices 0..%d", id, slice, uuid, g.Split-1)
+		return 0, 0, fmt.Errorf("%w: device %q names slice %d of GPU %s, which has slices 0..%d", errUnknownSlice, id, slice, uuid, g.Split-1)
 	}
 	return i, slice, nil
 }

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -67,10 +68,19 @@ type Plugin struct {
 	// accepted the registration and the plugin serves its socket (Ready).
 	registered atomic.Bool
 
+	metrics *collector
+
 	mu      sync.Mutex
 	inv     *inventory
 	events  map[string]gpu.HealthEvent // the last health event per GPU UUID
 	changed chan struct{}              // closed and replaced when inv's device list changes
+
+	// The feature file (device_plugin.feature_file): kept while featuresOn,
+	// featuresWritten is its content on disk, featuresErr the last write
+	// error logged.
+	featuresOn      bool
+	featuresWritten []byte
+	featuresErr     string
 }
 
 var _ pluginapi.DevicePluginServer = (*Plugin)(nil)
@@ -106,6 +116,7 @@ func New(opts Options) (*Plugin, error) {
 		events:     make(map[string]gpu.HealthEvent),
 		changed:    make(chan struct{}),
 	}
+	p.metrics = newCollector(p)
 	if p.now == nil {
 		p.now = time.Now
 	}
@@ -178,6 +189,19 @@ func (p *Plugin) applyHealth(ev gpu.HealthEvent) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	devs, err := p.backend.Devices() // under p.mu: see Refresh
+	// A transition is an event whose health differs from the GPU's last
+	// event (or, before any, from its health when listed): a repeated
+	// event (the backend reporting a failing GPU again) is none.
+	if i, ok := p.inv.byUUID[ev.UUID]; ok {
+		g := p.inv.gpus[i]
+		was := g.Healthy
+		if last, ok := p.events[ev.UUID]; ok {
+			was = last.Healthy
+		}
+		if was != ev.Healthy {
+			p.metrics.healthChanges.WithLabelValues(g.UUID, strconv.Itoa(g.Index), g.Name).Inc()
+		}
+	}
 	p.events[ev.UUID] = ev
 	if err != nil {
 		// Keep the GPU list we have and apply the event to it.
@@ -198,6 +222,7 @@ func (p *Plugin) applyHealth(ev gpu.HealthEvent) {
 func (p *Plugin) setInventory(inv *inventory) {
 	old := p.inv
 	p.inv = inv
+	p.writeFeatures(inv)
 	if old != nil && sameDevices(old.devices, inv.devices) {
 		return
 	}
@@ -248,6 +273,7 @@ func (p *Plugin) GetPreferredAllocation(_ context.Context, req *pluginapi.Prefer
 	for _, creq := range req.ContainerRequests {
 		ids, err := p.prefer(inv, creq)
 		if err != nil {
+			p.metrics.refusals.WithLabelValues(p.cfg.ResourceName, refusalReason(err)).Inc()
 			p.log.Warn("preferred allocation failed", "error", err)
 			return nil, err
 		}
@@ -259,7 +285,7 @@ func (p *Plugin) GetPreferredAllocation(_ context.Context, req *pluginapi.Prefer
 func (p *Plugin) prefer(inv *inventory, req *pluginapi.ContainerPreferredAllocationRequest) ([]string, error) {
 	size := int(req.AllocationSize)
 	if size > inv.healthySlices {
-		return nil, status.Error(codes.ResourceExhausted, p.overAsked(inv, size))
+		return nil, refuse(ReasonExhausted, status.Error(codes.ResourceExhausted, p.overAsked(inv, size)))
 	}
 
 	// Must-include slices are kept whatever their state: kubelet has given
@@ -314,8 +340,8 @@ func (p *Plugin) prefer(inv *inventory, req *pluginapi.ContainerPreferredAllocat
 
 	chosen, err := Choose(p.policy, cands, size-len(must))
 	if err != nil {
-		return nil, status.Errorf(codes.ResourceExhausted, "%s: preferred allocation of %d slices (%d must-include): %v",
-			p.cfg.ResourceName, size, len(must), err)
+		return nil, refuse(ReasonExhausted, status.Errorf(codes.ResourceExhausted, "%s: preferred allocation of %d slices (%d must-include): %v",
+			p.cfg.ResourceName, size, len(must), err))
 	}
 	return append(must, chosen...), nil
 }
@@ -331,6 +357,16 @@ func (p *Plugin) overAsked(inv *inventory, asked int) string {
 // returns exactly one annotation, the signed allocation (Contract 2): the
 // GPUs its slices lie on and the quota those slices are worth there.
 func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	resp, err := p.allocate(req)
+	if err != nil {
+		p.metrics.refusals.WithLabelValues(p.cfg.ResourceName, refusalReason(err)).Inc()
+		return nil, err
+	}
+	p.metrics.allocations.WithLabelValues(p.cfg.ResourceName).Inc()
+	return resp, nil
+}
+
+func (p *Plugin) allocate(req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	inv, _ := p.snapshot()
 	resp := &pluginapi.AllocateResponse{}
 	for _, creq := range req.ContainerRequests {
@@ -341,7 +377,7 @@ func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 		}
 		value, err := limits.Sign(p.key, a)
 		if err != nil {
-			return nil, status.Errorf(codes.Internal, "%s: sign allocation: %v", p.cfg.ResourceName, err)
+			return nil, refuse(ReasonInternal, status.Errorf(codes.Internal, "%s: sign allocation: %v", p.cfg.ResourceName, err))
 		}
 		gpus := make([]string, len(a.GPUs))
 		for i, g := range a.GPUs {
@@ -360,32 +396,32 @@ func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 
 func (p *Plugin) allocation(inv *inventory, ids []string) (*limits.Allocation, error) {
 	if len(ids) == 0 {
-		return nil, status.Errorf(codes.InvalidArgument, "%s: allocate request names no devices", p.cfg.ResourceName)
+		return nil, refuse(ReasonNoDevices, status.Errorf(codes.InvalidArgument, "%s: allocate request names no devices", p.cfg.ResourceName))
 	}
 	if len(ids) > inv.healthySlices {
-		return nil, status.Error(codes.ResourceExhausted, p.overAsked(inv, len(ids)))
+		return nil, refuse(ReasonExhausted, status.Error(codes.ResourceExhausted, p.overAsked(inv, len(ids))))
 	}
 	perGPU := make(map[int]int)
 	seen := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		if seen[id] {
-			return nil, status.Errorf(codes.InvalidArgument, "%s: device %q is requested twice", p.cfg.ResourceName, id)
+			return nil, refuse(ReasonDuplicateDevice, status.Errorf(codes.InvalidArgument, "%s: device %q is requested twice", p.cfg.ResourceName, id))
 		}
 		seen[id] = true
 		i, _, err := inv.lookup(id)
 		if err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "%s: %v", p.cfg.ResourceName, err)
+			return nil, refuse(lookupReason(err), status.Errorf(codes.InvalidArgument, "%s: %v", p.cfg.ResourceName, err))
 		}
 		if g := inv.gpus[i]; !g.Healthy {
-			return nil, status.Errorf(codes.FailedPrecondition, "%s: device %q is on GPU %d (%s, %s), which is unhealthy: %s",
-				p.cfg.ResourceName, id, g.Index, g.UUID, g.Name, cmp.Or(g.Reason, "no reason given"))
+			return nil, refuse(ReasonUnhealthyGPU, status.Errorf(codes.FailedPrecondition, "%s: device %q is on GPU %d (%s, %s), which is unhealthy: %s",
+				p.cfg.ResourceName, id, g.Index, g.UUID, g.Name, cmp.Or(g.Reason, "no reason given")))
 		}
 		perGPU[i]++
 	}
 
 	id, err := limits.NewAllocationID()
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "%s: allocation id: %v", p.cfg.ResourceName, err)
+		return nil, refuse(ReasonInternal, status.Errorf(codes.Internal, "%s: allocation id: %v", p.cfg.ResourceName, err))
 	}
 	a := &limits.Allocation{V: limits.AllocationVersion, ID: id, Issued: p.now().Unix(), CoresPolicy: p.coresPolicy}
 	for i, n := range perGPU {
@@ -394,7 +430,7 @@ func (p *Plugin) allocation(inv *inventory, ids []string) (*limits.Allocation, e
 		// g.Split (lookup checks), so no GPU can be over-committed here.
 		q, err := limits.CheckedQuota(g.Memory, g.Split, n, p.cfg.MemoryScaling, p.cfg.CoresScaling)
 		if err != nil {
-			return nil, status.Errorf(codes.Internal, "%s: quota on GPU %s: %v", p.cfg.ResourceName, g.UUID, err)
+			return nil, refuse(ReasonInternal, status.Errorf(codes.Internal, "%s: quota on GPU %s: %v", p.cfg.ResourceName, g.UUID, err))
 		}
 		a.GPUs = append(a.GPUs, limits.AllocatedGPU{
 			UUID: g.UUID, Minor: g.Minor, Slices: n, Memory: q.Memory, Cores: q.Cores,

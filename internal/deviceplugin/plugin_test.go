@@ -87,6 +87,7 @@ func testLogger(t testing.TB) *slog.Logger {
 func testConfig(dir string, gpus ...config.SimulatedGPU) *config.Config {
 	cfg := config.Default()
 	cfg.DevicePlugin.SocketDir = dir
+	cfg.DevicePlugin.FeatureFile = filepath.Join(dir, "features.d", "nri-vgpu")
 	cfg.Paths.StateDir = filepath.Join(dir, "state")
 	cfg.GPU.Backend = config.BackendSimulated
 	cfg.GPU.Simulated = gpus

@@ -40,6 +40,7 @@ const (
 func (p *Plugin) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	defer p.stopFeatures() // after the socket is gone: see startFeatures
 	defer wg.Wait()
 	defer cancel() // runs first: ends the goroutines wg waits for
 	events := make(chan gpu.HealthEvent, 16)
@@ -248,6 +249,7 @@ func (p *Plugin) supervise(ctx context.Context) error {
 					waiting = false
 				}
 				srv, registered = s, false
+				p.startFeatures()
 			}
 		}
 
@@ -276,6 +278,7 @@ func (p *Plugin) supervise(ctx context.Context) error {
 				break
 			}
 			registered, kubeletID, lastErr = true, kid, ""
+			p.metrics.registrations.WithLabelValues(p.cfg.ResourceName).Inc()
 			p.log.Info("registered with kubelet", "resource", p.cfg.ResourceName, "endpoint", p.socketName,
 				"policy", p.policy, "kubelet", kubeletPath)
 		}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -56,6 +57,11 @@ type Driver struct {
 	cdi  *cdiapi.Cache
 
 	mu sync.Mutex // serializes Prepare and Unprepare: the capacity check reads what others wrote
+
+	// helper is the kubelet plugin helper while Run runs: it knows whether
+	// the kubelet has registered the driver.
+	helper  atomic.Pointer[kubeletplugin.Helper]
+	metrics *collector
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -79,7 +85,9 @@ func New(opts Options) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dra driver: CDI directory %s: %w", opts.Config.DRA.CDIDir, err)
 	}
-	return &Driver{cfg: opts.Config, inv: opts.Inventory, pool: opts.NodeName, log: log, cdi: cache}, nil
+	d := &Driver{cfg: opts.Config, inv: opts.Inventory, pool: opts.NodeName, log: log, cdi: cache}
+	d.metrics = newCollector(d)
+	return d, nil
 }
 
 // gpus lists the GPUs the driver serves now.
@@ -116,16 +124,20 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	defer d.mu.Unlock()
 	gpus, err := d.gpus()
 	if err != nil {
+		// Every claim of the call fails with it.
+		d.metrics.refusals.WithLabelValues(ReasonInventory).Add(float64(len(claims)))
 		return nil, fmt.Errorf("dra driver: %w", err)
 	}
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	for _, claim := range claims {
 		devices, err := d.prepare(claim, gpus)
 		if err != nil {
+			d.metrics.refusals.WithLabelValues(refusalReason(err)).Inc()
 			d.log.Warn("cannot prepare claim", "claim", claim.Namespace+"/"+claim.Name, "uid", claim.UID, "err", err)
 			out[claim.UID] = kubeletplugin.PrepareResult{Err: fmt.Errorf("nri-vgpu: %w", err)}
 			continue
 		}
+		d.metrics.prepares.Inc()
 		out[claim.UID] = kubeletplugin.PrepareResult{Devices: devices}
 	}
 	return out, nil
@@ -139,7 +151,7 @@ func (d *Driver) prepare(claim *resourceapi.ResourceClaim, gpus []served) ([]kub
 	uid := string(claim.UID)
 	id := hoststate.ClaimID(uid)
 	if !limits.ValidClaimUID(uid) {
-		return nil, rejected("claim UID %q is not a UUID", uid)
+		return nil, rejected(ReasonInvalidUID, "claim UID %q is not a UUID", uid)
 	}
 	shares, err := claimShares(claim, d.cfg.DRA.DriverName, d.pool, gpus)
 	if err != nil {
@@ -164,14 +176,14 @@ func (d *Driver) prepare(claim *resourceapi.ResourceClaim, gpus []served) ([]kub
 	switch {
 	case err == nil:
 		if prev.Source != Source || prev.Claim == nil || prev.Claim.UID != uid {
-			return nil, fmt.Errorf("claim %s/%s: %s holds something else than this claim", claim.Namespace, claim.Name, hoststate.ContainerDir(d.cfg, id))
+			return nil, refuse(ReasonStateConflict, fmt.Errorf("claim %s/%s: %s holds something else than this claim", claim.Namespace, claim.Name, hoststate.ContainerDir(d.cfg, id)))
 		}
 		if !slices.Equal(prev.GPUs, info.GPUs) {
-			return nil, rejected("claim %s/%s was prepared with %v and is now allocated %v", claim.Namespace, claim.Name, prev.GPUs, info.GPUs)
+			return nil, rejected(ReasonAllocationChanged, "claim %s/%s was prepared with %v and is now allocated %v", claim.Namespace, claim.Name, prev.GPUs, info.GPUs)
 		}
 		info.Created = prev.Created
 		if err := hoststate.UpdateInfo(d.cfg, info); err != nil {
-			return nil, fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)
+			return nil, refuse(ReasonHostState, fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err))
 		}
 	case errors.Is(err, fs.ErrNotExist):
 		if err := d.checkCapacity(info, gpus); err != nil {
@@ -182,14 +194,14 @@ func (d *Driver) prepare(claim *resourceapi.ResourceClaim, gpus []served) ([]kub
 			lf.GPUs = append(lf.GPUs, limits.GPULimit{UUID: s.UUID, Memory: s.Memory, Cores: s.Cores})
 		}
 		if _, err := hoststate.Provision(d.cfg, info, lf); err != nil {
-			return nil, fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)
+			return nil, refuse(ReasonHostState, fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err))
 		}
 	default:
-		return nil, fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)
+		return nil, refuse(ReasonHostState, fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err))
 	}
 
 	if err := d.writeSpec(uid, shares); err != nil {
-		return nil, fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)
+		return nil, refuse(ReasonHostState, fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err))
 	}
 	var devices []kubeletplugin.Device
 	for _, r := range claim.Status.Allocation.Devices.Results {
@@ -216,7 +228,7 @@ func (d *Driver) prepare(claim *resourceapi.ResourceClaim, gpus []served) ([]kub
 func (d *Driver) checkCapacity(info *hoststate.Info, gpus []served) error {
 	ids, err := hoststate.List(d.cfg)
 	if err != nil {
-		return fmt.Errorf("capacity check: %w", err)
+		return refuse(ReasonHostState, fmt.Errorf("capacity check: %w", err))
 	}
 	type used struct {
 		memory uint64
@@ -229,7 +241,7 @@ func (d *Driver) checkCapacity(info *hoststate.Info, gpus []served) error {
 		}
 		oi, err := d.preparedClaim(other)
 		if err != nil {
-			return fmt.Errorf("capacity check: %w", err)
+			return refuse(ReasonUnaccountedClaim, fmt.Errorf("capacity check: %w", err))
 		}
 		if oi == nil {
 			continue
@@ -242,12 +254,12 @@ func (d *Driver) checkCapacity(info *hoststate.Info, gpus []served) error {
 	for _, g := range info.GPUs {
 		i := slices.IndexFunc(gpus, func(s served) bool { return s.UUID == g.UUID })
 		if i < 0 {
-			return rejected("GPU %s is not served through DRA on this node", g.UUID)
+			return rejected(ReasonUnknownDevice, "GPU %s is not served through DRA on this node", g.UUID)
 		}
 		total := gpus[i]
 		u := inUse[g.UUID]
 		if u.memory+g.Memory > total.Memory || u.cores+g.Cores > total.Cores {
-			return rejected("GPU %s has %s and %d%% left, the claim needs %s and %d%%",
+			return rejected(ReasonOverCapacity, "GPU %s has %s and %d%% left, the claim needs %s and %d%%",
 				g.UUID, limits.FormatBytes(total.Memory-min(u.memory, total.Memory)), max(total.Cores-u.cores, 0),
 				limits.FormatBytes(g.Memory), g.Cores)
 		}
@@ -324,6 +336,7 @@ func (d *Driver) UnprepareResourceClaims(_ context.Context, claims []kubeletplug
 		if out[c.UID] != nil {
 			d.log.Error("cannot unprepare claim", "claim", c.Namespace+"/"+c.Name, "uid", c.UID, "err", out[c.UID])
 		} else {
+			d.metrics.unprepares.Inc()
 			d.log.Info("claim unprepared", "claim", c.Namespace+"/"+c.Name, "uid", c.UID)
 		}
 	}

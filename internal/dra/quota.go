@@ -13,8 +13,10 @@ import (
 // prepared on this node; their messages name the reason.
 var ErrRejected = limits.ErrClaimRejected
 
-func rejected(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrRejected, fmt.Sprintf(format, args...))
+// rejected is a refusal for reason whose message says why and wraps
+// ErrRejected.
+func rejected(reason, format string, args ...any) error {
+	return refuse(reason, fmt.Errorf("%w: %s", ErrRejected, fmt.Sprintf(format, args...)))
 }
 
 // share is what a claim holds of one GPU.
@@ -32,7 +34,7 @@ type share struct {
 func claimShares(claim *resourceapi.ResourceClaim, driver, pool string, gpus []served) ([]share, error) {
 	alloc := claim.Status.Allocation
 	if alloc == nil {
-		return nil, rejected("claim %s/%s is not allocated", claim.Namespace, claim.Name)
+		return nil, rejected(ReasonNotAllocated, "claim %s/%s is not allocated", claim.Namespace, claim.Name)
 	}
 	byName := make(map[string]served, len(gpus))
 	for _, g := range gpus {
@@ -44,25 +46,25 @@ func claimShares(claim *resourceapi.ResourceClaim, driver, pool string, gpus []s
 			continue // another driver's device in the same claim
 		}
 		if r.Pool != pool {
-			return nil, rejected("request %q: device %s/%s is not of this node's pool %q", r.Request, r.Pool, r.Device, pool)
+			return nil, rejected(ReasonForeignPool, "request %q: device %s/%s is not of this node's pool %q", r.Request, r.Pool, r.Device, pool)
 		}
 		if r.AdminAccess != nil && *r.AdminAccess {
-			return nil, rejected("request %q: admin access to %s is not supported: it would bypass the GPU's quotas", r.Request, r.Device)
+			return nil, rejected(ReasonAdminAccess, "request %q: admin access to %s is not supported: it would bypass the GPU's quotas", r.Request, r.Device)
 		}
 		g, ok := byName[r.Device]
 		if !ok {
-			return nil, rejected("request %q: this node serves no GPU %q through DRA", r.Request, r.Device)
+			return nil, rejected(ReasonUnknownDevice, "request %q: this node serves no GPU %q through DRA", r.Request, r.Device)
 		}
 		mem, cores := g.Memory, uint64(g.MaxCores())
 		if q, ok := r.ConsumedCapacity[CapacityMemory]; ok {
 			if q.Sign() <= 0 {
-				return nil, rejected("request %q: consumed memory %s on %s is not positive", r.Request, q.String(), r.Device)
+				return nil, rejected(ReasonInvalidCapacity, "request %q: consumed memory %s on %s is not positive", r.Request, q.String(), r.Device)
 			}
 			mem = uint64(q.Value())
 		}
 		if q, ok := r.ConsumedCapacity[CapacityCores]; ok {
 			if q.Sign() <= 0 {
-				return nil, rejected("request %q: consumed cores %s on %s is not positive", r.Request, q.String(), r.Device)
+				return nil, rejected(ReasonInvalidCapacity, "request %q: consumed cores %s on %s is not positive", r.Request, q.String(), r.Device)
 			}
 			cores = uint64(q.Value())
 		}
@@ -76,10 +78,10 @@ func claimShares(claim *resourceapi.ResourceClaim, driver, pool string, gpus []s
 		s.Cores = int(min(uint64(s.Cores)+cores, 100))
 	}
 	if len(out) == 0 {
-		return nil, rejected("claim %s/%s holds no device of driver %s", claim.Namespace, claim.Name, driver)
+		return nil, rejected(ReasonNoDevice, "claim %s/%s holds no device of driver %s", claim.Namespace, claim.Name, driver)
 	}
 	if len(out) > limits.MaxLimitsGPUs {
-		return nil, rejected("claim %s/%s holds %d GPUs, at most %d", claim.Namespace, claim.Name, len(out), limits.MaxLimitsGPUs)
+		return nil, rejected(ReasonTooManyGPUs, "claim %s/%s holds %d GPUs, at most %d", claim.Namespace, claim.Name, len(out), limits.MaxLimitsGPUs)
 	}
 	return out, nil
 }

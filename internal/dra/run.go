@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -65,6 +66,8 @@ func (d *Driver) Run(ctx context.Context, opts RunOptions) error {
 		return fmt.Errorf("dra driver: start the kubelet plugin: %w", err)
 	}
 	defer helper.Stop()
+	d.helper.Store(helper)
+	defer d.helper.Store(nil)
 
 	last := -1
 	publish := func() {
@@ -77,6 +80,7 @@ func (d *Driver) Run(ctx context.Context, opts RunOptions) error {
 			d.log.Error("cannot publish the ResourceSlice", "err", err)
 			return
 		}
+		d.metrics.publications.Inc()
 		n := 0
 		for _, p := range res.Pools {
 			for _, s := range p.Slices {
@@ -94,6 +98,7 @@ func (d *Driver) Run(ctx context.Context, opts RunOptions) error {
 	// Watched before the first publish, so that a GPU failing while the
 	// first slice is built is published again.
 	events := make(chan gpu.HealthEvent, 16)
+	health := d.servedHealth()
 	if opts.Backend != nil {
 		go func() {
 			if err := opts.Backend.WatchHealth(ctx, events); err != nil {
@@ -115,9 +120,51 @@ func (d *Driver) Run(ctx context.Context, opts RunOptions) error {
 			return nil
 		case ev := <-events:
 			d.log.Warn("GPU health changed; publishing the slice again", "uuid", ev.UUID, "healthy", ev.Healthy, "reason", ev.Reason)
+			d.countHealthChange(ev, health)
 			publish()
 		case <-tick.C:
 			publish()
+		}
+	}
+}
+
+// servedHealth is the health of each GPU served through DRA now, which
+// health events are compared with; empty when the GPUs cannot be listed.
+func (d *Driver) servedHealth() map[string]bool {
+	out := map[string]bool{}
+	devs, err := d.inv.Devices()
+	if err != nil {
+		return out
+	}
+	for _, g := range devs {
+		if d.cfg.DRA.Serves(g.UUID) {
+			out[g.UUID] = g.Healthy
+		}
+	}
+	return out
+}
+
+// countHealthChange counts ev as a transition of a GPU served through DRA
+// when its health differs from the GPU's last known one (a GPU not known
+// yet was healthy): a repeated event is none. last is updated.
+func (d *Driver) countHealthChange(ev gpu.HealthEvent, last map[string]bool) {
+	if !d.cfg.DRA.Serves(ev.UUID) {
+		return
+	}
+	was, known := last[ev.UUID]
+	last[ev.UUID] = ev.Healthy
+	if known && was == ev.Healthy || !known && ev.Healthy {
+		return
+	}
+	devs, err := d.inv.Devices()
+	if err != nil {
+		d.log.Error("cannot list the GPUs to label a health change; not counted", "uuid", ev.UUID, "err", err)
+		return
+	}
+	for _, g := range devs {
+		if g.UUID == ev.UUID {
+			d.metrics.healthChanges.WithLabelValues(g.UUID, strconv.Itoa(g.Index), g.Name).Inc()
+			return
 		}
 	}
 }

@@ -66,7 +66,7 @@ type Limits struct {
 }
 
 // Server is an HTTP server of the daemons' endpoints (health here, metrics
-// in package metrics).
+// in package promserver).
 type Server struct {
 	name string
 	srv  *http.Server

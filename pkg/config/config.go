@@ -32,14 +32,26 @@ type Config struct {
 
 // DevicePlugin configures how GPUs are split into slices (Contract 1).
 type DevicePlugin struct {
-	ResourceName     string          `toml:"resource_name"`     // default "nvidia.com/gpu"
-	SplitCount       int             `toml:"split_count"`       // default 10, 1..1024
-	MemoryScaling    float64         `toml:"memory_scaling"`    // default 1.0, (0, 10]
-	CoresScaling     float64         `toml:"cores_scaling"`     // default 1.0, (0, 10]
-	AllocationPolicy string          `toml:"allocation_policy"` // "binpack" (default) | "spread"
-	SocketDir        string          `toml:"socket_dir"`        // default "/var/lib/kubelet/device-plugins"
-	Models           []ModelOverride `toml:"model"`
+	ResourceName     string  `toml:"resource_name"`     // default "nvidia.com/gpu"
+	SplitCount       int     `toml:"split_count"`       // default 10, 1..1024
+	MemoryScaling    float64 `toml:"memory_scaling"`    // default 1.0, (0, 10]
+	CoresScaling     float64 `toml:"cores_scaling"`     // default 1.0, (0, 10]
+	AllocationPolicy string  `toml:"allocation_policy"` // "binpack" (default) | "spread"
+	SocketDir        string  `toml:"socket_dir"`        // default "/var/lib/kubelet/device-plugins"
+	// FeatureFile is the Node Feature Discovery local feature file the
+	// plugin writes the node's GPU sharing labels to (docs/design.md,
+	// "Node labels"); "" turns it off.
+	FeatureFile string `toml:"feature_file"` // default DefaultFeatureFile
+	// FeatureNVIDIALabels also writes the nvidia.com/gpu.* labels NVIDIA's
+	// GPU Feature Discovery writes; only where GFD does not run.
+	FeatureNVIDIALabels bool            `toml:"feature_nvidia_labels"` // default false
+	Models              []ModelOverride `toml:"model"`
 }
+
+// DefaultFeatureFile is device_plugin.feature_file by default: a file of
+// Node Feature Discovery's local source, which reads every file of
+// features.d whose name does not start with a dot.
+const DefaultFeatureFile = "/etc/kubernetes/node-feature-discovery/features.d/nri-vgpu"
 
 // SplitCountFor returns the split count for GPUs whose NVML product name is
 // model: the split_count of the [[device_plugin.model]] entry with exactly
@@ -284,6 +296,7 @@ func Default() *Config {
 			CoresScaling:     1.0,
 			AllocationPolicy: PolicyBinpack,
 			SocketDir:        "/var/lib/kubelet/device-plugins",
+			FeatureFile:      DefaultFeatureFile,
 		},
 		GPU: GPU{
 			Backend: BackendNVML,

@@ -25,6 +25,7 @@ func TestDefault(t *testing.T) {
 			CoresScaling:     1.0,
 			AllocationPolicy: "binpack",
 			SocketDir:        "/var/lib/kubelet/device-plugins",
+			FeatureFile:      "/etc/kubernetes/node-feature-discovery/features.d/nri-vgpu",
 		},
 		GPU: GPU{Backend: "nvml"},
 		Driver: Driver{Injection: "auto", CDIDirs: []string{"/etc/cdi", "/var/run/cdi"}, DevRoot: "/", DriverRoot: "/",
@@ -175,6 +176,8 @@ memory_scaling = 1.5
 cores_scaling = 2
 allocation_policy = "spread"
 socket_dir = "/tmp/dp"
+feature_file = "/tmp/features.d/vgpu"
+feature_nvidia_labels = true
 
 [[device_plugin.model]]
 name = "NVIDIA A100-SXM4-40GB"
@@ -239,6 +242,7 @@ cdi_dir = "/etc/cdi"
 			CoresScaling:     2,
 			AllocationPolicy: "spread",
 			SocketDir:        "/tmp/dp",
+			FeatureFile:      "/tmp/features.d/vgpu", FeatureNVIDIALabels: true,
 			Models: []ModelOverride{
 				{Name: "NVIDIA A100-SXM4-40GB", SplitCount: 7},
 				{Name: "Tesla T4", SplitCount: 2},
@@ -457,6 +461,9 @@ func TestValidationErrors(t *testing.T) {
 		{"resource name reserved", "[device_plugin]\nresource_name = \"kubernetes.io/gpu\"\n", 2, "device_plugin.resource_name", "reserved"},
 		{"resource name bad name", "[device_plugin]\nresource_name = \"nvidia.com/gpu!\"\n", 2, "device_plugin.resource_name", "the name must be"},
 		{"socket_dir relative", "[device_plugin]\nsocket_dir = \"device-plugins\"\n", 2, "device_plugin.socket_dir", `must be an absolute path, not "device-plugins"`},
+		{"feature_file relative", "[device_plugin]\nfeature_file = \"nri-vgpu\"\n", 2, "device_plugin.feature_file", `must be an absolute path, not "nri-vgpu"`},
+		{"feature_file hidden", "[device_plugin]\nfeature_file = \"/etc/kubernetes/node-feature-discovery/features.d/.nri-vgpu\"\n", 2, "device_plugin.feature_file", `must not name a hidden file (".nri-vgpu")`},
+		{"nvidia labels without a feature file", "[device_plugin]\nfeature_file = \"\"\nfeature_nvidia_labels = true\n", 3, "device_plugin.feature_nvidia_labels", "needs device_plugin.feature_file"},
 		{"model without name", "[[device_plugin.model]]\nsplit_count = 4\n", 1, "device_plugin.model[0].name", "must be set"},
 		{"model split_count left out", "[[device_plugin.model]]\nname = \"T4\"\n", 1, "device_plugin.model[0].split_count", "not 0"},
 		{"model split_count", "[[device_plugin.model]]\nname = \"T4\"\nsplit_count = 2\n[[device_plugin.model]]\nname = \"L4\"\nsplit_count = 0\n", 6, "device_plugin.model[1].split_count", "not 0"},

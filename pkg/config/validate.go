@@ -65,6 +65,15 @@ func (d *DevicePlugin) validate(ck *checker) {
 	checkScaling(ck, "device_plugin.cores_scaling", d.CoresScaling)
 	checkOneOf(ck, "device_plugin.allocation_policy", d.AllocationPolicy, PolicyBinpack, PolicySpread)
 	checkAbs(ck, "device_plugin.socket_dir", d.SocketDir)
+	if d.FeatureFile != "" {
+		checkAbs(ck, "device_plugin.feature_file", d.FeatureFile)
+		// Node Feature Discovery skips hidden files.
+		if base := filepath.Base(d.FeatureFile); strings.HasPrefix(base, ".") {
+			ck.add("device_plugin.feature_file", "must not name a hidden file (%q), which Node Feature Discovery does not read", base)
+		}
+	} else if d.FeatureNVIDIALabels {
+		ck.add("device_plugin.feature_nvidia_labels", "needs device_plugin.feature_file")
+	}
 	seen := make(map[string]int)
 	for i, m := range d.Models {
 		p := indexPath("device_plugin.model", i)

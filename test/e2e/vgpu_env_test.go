@@ -243,10 +243,11 @@ func configTOML(v *vgpu, kubeletDir, shim string, opts vgpuOptions) string {
 	fmt.Fprintf(&b, `[device_plugin]
 split_count = %d
 socket_dir = %q
+feature_file = %q
 
 [gpu]
 backend = "simulated"
-`, splitCount, kubeletDir)
+`, splitCount, kubeletDir, filepath.Join(filepath.Dir(kubeletDir), "features.d", "nri-vgpu"))
 	for _, g := range testGPUs {
 		harness.WriteSimulatedGPU(&b, g.UUID, g.Name, g.Memory, g.Minor)
 	}

@@ -118,10 +118,11 @@ func TestChartMetrics(t *testing.T) {
 		}
 		checkProbes(t, c)
 		checkHostProc(t, ds, true)
-		if len(m.services) != 1 {
-			t.Fatalf("%d Services, want the metrics Service", len(m.services))
+		services := servicesOf(m, "nri-plugin")
+		if len(services) != 1 {
+			t.Fatalf("%d Services of the NRI plugin, want the metrics Service", len(services))
 		}
-		svc := m.services[0]
+		svc := services[0]
 		if svc.Spec.ClusterIP != corev1.ClusterIPNone {
 			t.Errorf("Service clusterIP %q, want None: each node's plugin is its own target", svc.Spec.ClusterIP)
 		}
@@ -141,10 +142,11 @@ func TestChartMetrics(t *testing.T) {
 	t.Run("service monitor", func(t *testing.T) {
 		m := render(t, "--set", "metrics.enabled=true", "--set", "metrics.serviceMonitor.enabled=true",
 			"--set", "metrics.serviceMonitor.additionalLabels.release=prom", "--set", "metrics.serviceMonitor.interval=15s")
-		if len(m.serviceMonitors) != 1 || len(m.services) != 1 {
-			t.Fatalf("%d ServiceMonitors and %d Services, want 1 and 1", len(m.serviceMonitors), len(m.services))
+		monitors, services := serviceMonitorsOf(m, "nri-plugin"), servicesOf(m, "nri-plugin")
+		if len(monitors) != 1 || len(services) != 1 {
+			t.Fatalf("%d ServiceMonitors and %d Services of the NRI plugin, want 1 and 1", len(monitors), len(services))
 		}
-		sm, svc := m.serviceMonitors[0], m.services[0]
+		sm, svc := monitors[0], services[0]
 		sel, err := metav1.LabelSelectorAsSelector(&sm.Spec.Selector)
 		if err != nil {
 			t.Fatal(err)
@@ -232,8 +234,10 @@ func TestChartValues(t *testing.T) {
 		for _, o := range m.daemonSets {
 			got = append(got, o.Namespace)
 		}
-		if len(got) != 7 {
-			t.Errorf("%d namespaced objects, want 6 and the ServiceMonitor's namespaceSelector", len(got))
+		// The NRI plugin's and the device plugin's metrics Services and
+		// ServiceMonitors.
+		if len(got) != 10 {
+			t.Errorf("%d namespaced objects, want 8 and the ServiceMonitors' namespaceSelectors", len(got))
 		}
 		for _, ns := range got {
 			if ns != "gpu-system" {

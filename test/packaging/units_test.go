@@ -152,7 +152,7 @@ func TestSystemdUnits(t *testing.T) {
 		{
 			file:    "nri-vgpu-device-plugin.service",
 			program: "/usr/bin/nri-vgpu-device-plugin",
-			writes:  []string{cfg.DevicePlugin.SocketDir, cfg.Paths.StateDir},
+			writes:  []string{cfg.DevicePlugin.SocketDir, cfg.Paths.StateDir, path.Dir(cfg.DevicePlugin.FeatureFile)},
 		},
 		{
 			file:    "nri-vgpu.service",

@@ -88,7 +88,8 @@ func (n *node) configTOML(shim string) string {
 [device_plugin]
 split_count = %d
 socket_dir = %q
-`, splitCount, n.kubeletDir)
+feature_file = %q
+`, splitCount, n.kubeletDir, filepath.Join(filepath.Dir(n.kubeletDir), "features.d", "nri-vgpu"))
 	for _, g := range demoGPUs {
 		if g.Split != 0 {
 			fmt.Fprintf(&b, "\n[[device_plugin.model]]\nname = %q\nsplit_count = %d\n", g.Name, g.Split)

@@ -274,6 +274,7 @@ func (n *node) writeConfig(context.Context) error {
 [device_plugin]
 split_count = %d
 socket_dir = %q
+feature_file = %q
 
 [gpu]
 backend = "nvml"
@@ -291,7 +292,7 @@ shim_path = %q
 
 [nri]
 socket_path = %q
-`, n.o.mode, splitCount, n.kubeletDir, cdiDir, n.driverRoot, n.stateDir,
+`, n.o.mode, splitCount, n.kubeletDir, filepath.Join(n.base, "features.d", "nri-vgpu"), cdiDir, n.driverRoot, n.stateDir,
 		filepath.Join(n.base, "run"), filepath.Join(n.o.bundle, "lib", "libvgpu-shim.so"), n.nriSocket)
 	if err := os.WriteFile(n.configPath, []byte(cfg), 0o644); err != nil {
 		return err
