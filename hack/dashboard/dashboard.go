@@ -88,7 +88,7 @@ func grid(title, description string, width uint32, expr string) *table.PanelBuil
 		// the dashboard schema does not allow.
 		Footer(common.NewTableFooterOptionsBuilder().Show(false).Reducer([]string{"sum"})).
 		WithTransformation(dashboard.DataTransformerConfig{Id: "organize", Options: map[string]any{
-			"excludeByName": map[string]bool{"Time": true, "__name__": true, "instance": true, "job": true},
+			"excludeByName": map[string]bool{"Time": true, "__name__": true, "instance": true},
 		}}).
 		WithTarget(instant(expr).RefId("A"))
 }

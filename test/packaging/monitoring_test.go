@@ -307,8 +307,8 @@ func TestChartServiceMonitorNode(t *testing.T) {
 	if len(rs) != 2 || !isNode(rs[0]) || rs[1].TargetLabel != "cluster" {
 		t.Errorf("relabelings %+v, want node from __meta_kubernetes_pod_node_name, then the user's", rs)
 	}
-	m = render(t, append(on, "--set", "metrics.serviceMonitor.nodeLabel=false")...)
-	if rs := m.serviceMonitors[0].Spec.Endpoints[0].RelabelConfigs; len(rs) != 0 {
-		t.Errorf("relabelings %+v with nodeLabel=false and none of the user's, want none", rs)
+	m = render(t, on...)
+	if rs := m.serviceMonitors[0].Spec.Endpoints[0].RelabelConfigs; len(rs) != 1 || !isNode(rs[0]) {
+		t.Errorf("relabelings %+v without the user's, want node from __meta_kubernetes_pod_node_name", rs)
 	}
 }
