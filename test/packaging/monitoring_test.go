@@ -226,6 +226,20 @@ func ruleFileGroups(t *testing.T) []monitoringv1.RuleGroup {
 	return f.Groups
 }
 
+// checkRuleGroups runs promtool check rules on rendered rule groups.
+func checkRuleGroups(t *testing.T, groups []monitoringv1.RuleGroup) {
+	t.Helper()
+	data, err := yaml.Marshal(map[string]any{"groups": groups})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "rendered.rules.yaml"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runPromtool(t, dir, "check", "rules", "rendered.rules.yaml")
+}
+
 // alertRule returns the rendered rule of an alert, or nil.
 func alertRule(groups []monitoringv1.RuleGroup, alert string) *monitoringv1.Rule {
 	for _, g := range groups {
@@ -299,6 +313,7 @@ func TestChartPrometheusRule(t *testing.T) {
 			t.Fatal(err)
 		}
 		groups := decodeManifests(t, out).prometheusRules[0].Spec.Groups
+		checkRuleGroups(t, groups)
 		mem := alertRule(groups, "NriVgpuContainerMemoryNearLimit")
 		if mem == nil || !strings.HasSuffix(mem.Expr.String(), "> 0.75") || mem.For == nil || *mem.For != "30m" {
 			t.Errorf("NriVgpuContainerMemoryNearLimit %+v, want threshold 0.75 for 30m", mem)
@@ -326,6 +341,7 @@ func TestChartPrometheusRule(t *testing.T) {
 			t.Fatal(err)
 		}
 		groups = decodeManifests(t, out).prometheusRules[0].Spec.Groups
+		checkRuleGroups(t, groups)
 		if r := alertRule(groups, "NriVgpuPluginAbsent"); r == nil || r.Expr.String() != `absent(up{job="gpu-nodes"})` {
 			t.Errorf("NriVgpuPluginAbsent %+v, want the targetSelector", r)
 		}
