@@ -8,10 +8,12 @@
 //
 // NVML keeps a few seconds of samples per GPU, each the percent of the
 // sampling period (about 1/6 s on current GPUs) the process had kernels
-// running, stamped with the CPU time in microseconds. Samples returns those
-// newer than the newest one the previous call handed out (on the first call
-// for a GPU, those of the last FirstWindow), so consecutive scrapes never
-// count a sample twice. A process's utilisation over the window is the mean
+// running, stamped with the wall-clock time in microseconds. Every call
+// reads the samples of the last Window, whoever calls and however often:
+// a gauge that two Prometheus servers, a kubectl nri-vgpu and an operator's
+// curl all see alike, none of them using up what the others would have
+// seen (a window that started at the previous call would split the samples
+// among the callers). A process's utilisation over the window is the mean
 // of its samples in it, as the shim's SM limiter takes it
 // (shim/src/limiter.c); a container's is the sum over its processes,
 // capped at 1 (the whole GPU). NVML_ERROR_NOT_FOUND means no samples in the
@@ -67,14 +69,15 @@ type Sample struct {
 	SM          float64 // 0–1 of the GPU
 }
 
-// Source gives the per-container SM utilisation since its previous call.
+// Source gives the per-container SM utilisation over the last Window.
 type Source interface {
 	Samples() ([]Sample, error)
 }
 
-// FirstWindow is how far back the first call for a GPU looks: about what
-// NVML keeps.
-const FirstWindow = 10 * time.Second
+// Window is how far back each call looks: a few of NVML's sampling periods
+// at the least, and no longer than the shortest scrape interval in common
+// use (15 s), so that a scrape shows the time since about the previous one.
+const Window = 10 * time.Second
 
 // NVML is the Source on the driver's NVML.
 type NVML struct {
@@ -88,9 +91,6 @@ type NVML struct {
 	mu          sync.Mutex
 	lib         nvml.Interface
 	initialized bool
-	// lastSeen is, by GPU UUID, the timestamp of the newest sample handed
-	// out; a GPU absent has had none yet.
-	lastSeen map[string]uint64
 	// unsupported are the GPUs whose driver said per-process utilisation
 	// is not supported, logged once each.
 	unsupported map[string]bool
@@ -107,7 +107,7 @@ func New(d config.Driver, procRoot string) *NVML {
 
 func newNVML(load func() (nvml.Interface, error), procRoot string) *NVML {
 	return &NVML{load: load, procRoot: procRoot, now: time.Now,
-		lastSeen: map[string]uint64{}, unsupported: map[string]bool{}}
+		unsupported: map[string]bool{}}
 }
 
 // readyLocked initializes NVML if it is not. A failure is not remembered:
@@ -142,7 +142,7 @@ func (s *NVML) lostLocked(ret nvml.Return) {
 }
 
 // Samples returns, for each container with processes that NVML sampled on
-// a GPU since the previous call, its SM utilisation of that GPU. On a
+// a GPU in the last Window, its SM utilisation of that GPU. On a
 // failure on some GPUs it returns the samples of the others with an error
 // naming each GPU that failed.
 func (s *NVML) Samples() ([]Sample, error) {
@@ -231,11 +231,7 @@ func (s *NVML) deviceLocked(i int) (string, map[uint32]float64, error) {
 		s.lostLocked(ret)
 		return "", nil, fmt.Errorf("NVML: GPU %d: getting its UUID: %w", i, ret)
 	}
-	last, seen := s.lastSeen[uuid]
-	since := last
-	if !seen {
-		since = uint64(s.now().Add(-FirstWindow).UnixMicro())
-	}
+	since := uint64(s.now().Add(-Window).UnixMicro())
 	samples, ret := h.GetProcessUtilization(since)
 	switch ret {
 	case nvml.SUCCESS:
@@ -255,14 +251,12 @@ func (s *NVML) deviceLocked(i int) (string, map[uint32]float64, error) {
 	}
 	type acc struct{ sum, n float64 }
 	per := map[uint32]*acc{}
-	newest := last
 	for _, x := range samples {
-		// NVML hands out samples at or after lastSeenTimeStamp; one at
-		// the previous call's newest was counted then.
-		if seen && x.TimeStamp <= last {
+		// NVML hands out samples at or after lastSeenTimeStamp; an older
+		// one would stretch the window.
+		if x.TimeStamp < since {
 			continue
 		}
-		newest = max(newest, x.TimeStamp)
 		a := per[x.Pid]
 		if a == nil {
 			a = &acc{}
@@ -270,9 +264,6 @@ func (s *NVML) deviceLocked(i int) (string, map[uint32]float64, error) {
 		}
 		a.sum += float64(x.SmUtil)
 		a.n++
-	}
-	if len(per) > 0 {
-		s.lastSeen[uuid] = newest
 	}
 	util := make(map[uint32]float64, len(per))
 	for pid, a := range per {

@@ -54,6 +54,10 @@ func (f *fakeNVML) lib() *mock.Interface {
 // source is an NVML Source on f, its clock at now, reading cgroups from a
 // fake /proc: pids 100-199 in container A of pod uid, 200-299 in container
 // B of pod uidB, 300 a host process; others are gone.
+// windowFromZero is a clock at which the window starts at timestamp 0, so
+// that the tests' small timestamps all lie in it.
+var windowFromZero = time.Unix(10, 0)
+
 func source(t *testing.T, f *fakeNVML, now time.Time) *NVML {
 	t.Helper()
 	cg := map[uint32]string{300: "0::/system.slice/sshd.service\n"}
@@ -108,7 +112,7 @@ func TestSamplesAttributeToContainers(t *testing.T) {
 			at(400, 1000, 70), // exited since
 		}, nvml.SUCCESS
 	}
-	got, err := source(t, f, time.Unix(1000, 0)).Samples()
+	got, err := source(t, f, windowFromZero).Samples()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +129,7 @@ func TestSamplesCappedPerGPU(t *testing.T) {
 	f.util = func(string, uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
 		return []nvml.ProcessUtilizationSample{at(100, 5, 50), at(101, 5, 50), at(102, 5, 50), at(200, 5, 10)}, nvml.SUCCESS
 	}
-	got, err := source(t, f, time.Unix(1000, 0)).Samples()
+	got, err := source(t, f, windowFromZero).Samples()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,46 +139,36 @@ func TestSamplesCappedPerGPU(t *testing.T) {
 	})
 }
 
-// TestSamplesWindow: the first call asks for the last FirstWindow (in
-// microseconds of the clock), each later one for what is newer than the
-// newest sample it handed out; a sample at that instant, which NVML hands
-// out again, is not counted twice.
+// TestSamplesWindow: every call asks NVML for the last Window, so that
+// callers do not use up each other's samples (a second caller at the same
+// moment sees what the first saw), and a sample older than the window that
+// NVML hands out anyway does not stretch it.
 func TestSamplesWindow(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
-	calls := 0
+	// 10 s before now, in microseconds.
+	const start = 1_000_000*1_000_000 - 10*1_000_000
 	f := &fakeNVML{uuids: []string{gpu0}}
 	f.util = func(_ string, since uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
-		calls++
-		switch calls {
-		case 1:
-			return []nvml.ProcessUtilizationSample{at(100, 5000, 10), at(200, 7000, 30)}, nvml.SUCCESS
-		case 2:
-			return []nvml.ProcessUtilizationSample{at(200, 7000, 30), at(100, 8000, 60)}, nvml.SUCCESS
-		default:
-			return nil, nvml.ERROR_NOT_FOUND
-		}
+		return []nvml.ProcessUtilizationSample{
+			at(100, start-1, 90), // before the window
+			at(100, start, 10), at(100, start+5_000_000, 30),
+			at(200, start+9_000_000, 60),
+		}, nvml.SUCCESS
 	}
 	s := source(t, f, now)
-	first, err := s.Samples()
-	if err != nil {
-		t.Fatal(err)
+	want := []Sample{
+		{ContainerID: idA, PodUID: uid, UUID: gpu0, SM: 0.2},
+		{ContainerID: idB, PodUID: uidB, UUID: gpu0, SM: 0.6},
 	}
-	samplesEqual(t, first, []Sample{
-		{ContainerID: idA, PodUID: uid, UUID: gpu0, SM: 0.1},
-		{ContainerID: idB, PodUID: uidB, UUID: gpu0, SM: 0.3},
-	})
-	second, err := s.Samples()
-	if err != nil {
-		t.Fatal(err)
+	for call := 1; call <= 2; call++ {
+		got, err := s.Samples()
+		if err != nil {
+			t.Fatal(err)
+		}
+		samplesEqual(t, got, want)
 	}
-	samplesEqual(t, second, []Sample{{ContainerID: idA, PodUID: uid, UUID: gpu0, SM: 0.6}})
-	third, err := s.Samples()
-	if err != nil || len(third) != 0 {
-		t.Fatalf("third call: %+v, %v; want nothing", third, err)
-	}
-	want := []uint64{1_000_000*1_000_000 - 10*1_000_000, 7000, 8000}
-	if got := f.since[gpu0]; len(got) != 3 || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
-		t.Errorf("lastSeenTimeStamp of the calls = %v, want %v", got, want)
+	if got := f.since[gpu0]; len(got) != 2 || got[0] != start || got[1] != start {
+		t.Errorf("lastSeenTimeStamp of the calls = %v, want [%d %d]", got, uint64(start), uint64(start))
 	}
 }
 
@@ -190,7 +184,7 @@ func TestSamplesReinitAfterDriverReload(t *testing.T) {
 		}
 		return []nvml.ProcessUtilizationSample{at(100, 5, 25)}, nvml.SUCCESS
 	}
-	s := source(t, f, time.Unix(1000, 0))
+	s := source(t, f, windowFromZero)
 	_, err := s.Samples()
 	if !errors.Is(err, nvml.ERROR_UNINITIALIZED) || !strings.Contains(err.Error(), gpu0) {
 		t.Fatalf("first call: %v; want NVML's uninitialized error naming %s", err, gpu0)
@@ -231,7 +225,7 @@ func TestSamplesOneGPUFails(t *testing.T) {
 		}
 		return []nvml.ProcessUtilizationSample{at(200, 5, 45)}, nvml.SUCCESS
 	}
-	got, err := source(t, f, time.Unix(1000, 0)).Samples()
+	got, err := source(t, f, windowFromZero).Samples()
 	if !errors.Is(err, nvml.ERROR_GPU_IS_LOST) || !strings.Contains(err.Error(), gpu0) || strings.Contains(err.Error(), gpu1) {
 		t.Errorf("error %v; want GPU_IS_LOST naming %s only", err, gpu0)
 	}
