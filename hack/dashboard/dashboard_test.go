@@ -19,6 +19,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/promserver/promtooltest"
+
 	"github.com/grafana/grafana-foundation-sdk/go/cog"
 	"github.com/grafana/grafana-foundation-sdk/go/cog/plugins"
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
@@ -386,15 +388,7 @@ func TestRulesVocabulary(t *testing.T) {
 // expressions of recording rules, with Grafana's variables replaced by
 // values of their kind.
 func TestQueriesArePromQL(t *testing.T) {
-	out, err := exec.Command("../prometheus.sh", "promtool").Output()
-	if err != nil {
-		var stderr string
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = string(ee.Stderr)
-		}
-		t.Skipf("no promtool: hack/prometheus.sh promtool: %v: %s", err, stderr)
-	}
-	promtool := strings.TrimSpace(string(out))
+	promtool := promtooltest.Promtool(t)
 
 	interval := regexp.MustCompile(`\$\{?__(rate_)?interval\}?`)
 	variable := regexp.MustCompile(`\$\{?\w+\}?`)

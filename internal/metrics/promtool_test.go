@@ -7,39 +7,19 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
+	"github.com/nri-vgpu/nri-vgpu/internal/promserver"
+	"github.com/nri-vgpu/nri-vgpu/internal/promserver/promtooltest"
 	"github.com/nri-vgpu/nri-vgpu/internal/utilization"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/pkg/region"
 	"github.com/nri-vgpu/nri-vgpu/pkg/region/regiontest"
 )
-
-// promtoolPath returns the promtool to check with: $PROMTOOL (which `make
-// test-go` sets from hack/prometheus.sh), else what hack/prometheus.sh
-// provides. The test is skipped only when that script cannot provide one
-// (no apt source serves the pinned package); a promtool that is there but
-// does not run fails the test.
-func promtoolPath(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("PROMTOOL"); p != "" {
-		return p
-	}
-	var stderr bytes.Buffer
-	cmd := exec.Command("../../hack/prometheus.sh", "promtool")
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Skipf("hack/prometheus.sh cannot provide promtool: %v\n%s", err, stderr.String())
-	}
-	return strings.TrimSpace(string(out))
-}
 
 // realisticNode fills cfg's run_dir with what a busy node holds: containers
 // of the device plugin with processes (one with a version 1 region of an
@@ -87,11 +67,11 @@ func realisticNode(t *testing.T, cfg *config.Config) (Inventory, utilization.Sou
 // runs): names, units, HELP, counters, label names, the text format
 // itself. Any complaint fails the test.
 func TestPromtoolCheckMetrics(t *testing.T) {
-	promtool := promtoolPath(t)
+	promtool := promtooltest.Promtool(t)
 	cfg := testConfig(t)
 	inv, util := realisticNode(t, cfg)
 	c := NewCollectorWith(cfg, Options{Inventory: inv, Utilization: util, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	h := Handler(NewRegistry(c), nil, nil)
+	h := promserver.Handler(NewRegistry(c), nil, nil)
 	var body []byte
 	for range 2 { // the second scrape has launch history and counted errors
 		rec := httptest.NewRecorder()

@@ -9,47 +9,19 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/promserver/promtooltest"
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"sigs.k8s.io/yaml"
 )
 
 const rulesPath = "../../packaging/helm/nri-vgpu/rules/nri-vgpu.rules.yaml"
 
-var promtoolOnce struct {
-	sync.Once
-	path string
-	err  error
-}
-
-// promtool returns the path of the pinned promtool (hack/prometheus.sh
-// unpacks Debian's on first use). The tests that need it skip only where
-// that script fails, which it says why.
-func promtool(t *testing.T) string {
-	t.Helper()
-	promtoolOnce.Do(func() {
-		out, err := exec.Command("../../hack/prometheus.sh", "promtool").Output()
-		if ee, ok := err.(*exec.ExitError); ok {
-			err = &scriptError{err: ee, stderr: string(ee.Stderr)}
-		}
-		promtoolOnce.path, promtoolOnce.err = strings.TrimSpace(string(out)), err
-	})
-	if promtoolOnce.err != nil {
-		t.Skipf("no promtool: hack/prometheus.sh promtool: %v", promtoolOnce.err)
-	}
-	return promtoolOnce.path
-}
-
-type scriptError struct {
-	err    error
-	stderr string
-}
-
-func (e *scriptError) Error() string { return e.err.Error() + ": " + strings.TrimSpace(e.stderr) }
+// promtool returns the path of the pinned promtool.
+func promtool(t *testing.T) string { return promtooltest.Promtool(t) }
 
 // runPromtool runs promtool with args in dir and fails the test, with its
 // output, when it fails.
