@@ -93,6 +93,8 @@ func (h *helmNode) chartValues(t *testing.T, splits int) string {
 	values := map[string]any{
 		"image":  map[string]any{"repository": chartImageRepo, "tag": chartImageTag, "pullPolicy": "Never"},
 		"config": config,
+		// The metrics Service Prometheus scrapes (helmNode.prometheus).
+		"metrics": map[string]any{"enabled": true},
 		"hostPaths": map[string]any{
 			"nriSocketDir": filepath.Dir(h.nriSocket),
 			"stateDir":     h.stateDir,
@@ -175,9 +177,11 @@ func rolledOut(ds *appsv1.DaemonSet) bool {
 // plugin from the chart registers (the node advertises the slices), the NRI
 // plugin from the chart connects to containerd (it edits new containers),
 // and a GPU pod gets its slice through them, limited by the shim the chart
-// installed. helm upgrade with another config rolls both pods (the node
-// then advertises the new split), and helm uninstall leaves no socket,
-// mount or container directory of the chart's daemons behind.
+// installed. Prometheus, scraping the chart's metrics Service, sees what a
+// GPU pod's workload holds and does (helmNode.prometheus). helm upgrade
+// with another config rolls both pods (the node then advertises the new
+// split), and helm uninstall leaves no socket, mount or container directory
+// of the chart's daemons behind.
 func TestHelmChart(t *testing.T) { forEachKubernetes(t, testHelmChart) }
 
 func testHelmChart(t *testing.T, version string) {
@@ -270,6 +274,8 @@ func testHelmChart(t *testing.T, version string) {
 			t.Errorf("%s still there after the pod was deleted", dir)
 		}
 	})
+
+	t.Run("Prometheus", func(t *testing.T) { h.prometheus(t, ctx) })
 
 	t.Run("upgrade", func(t *testing.T) {
 		before := h.waitRolledOut(t, ctx)
