@@ -64,8 +64,10 @@ deps:
 test: deps lint test-go test-shim fuzz test-e2e test-gpu-check test-docker test-packages test-deps
 	@echo "make test: all checks passed"
 
+## test-go: the Go unit tests; internal/metrics checks a scrape with
+## Debian's pinned promtool (hack/prometheus.sh), passed as PROMTOOL
 test-go:
-	$(GO) test -race -count=1 ./...
+	promtool=$$(hack/prometheus.sh promtool) && PROMTOOL=$$promtool $(GO) test -race -count=1 ./...
 
 test-shim:
 	$(MAKE) -C shim test

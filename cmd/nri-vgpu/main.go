@@ -8,6 +8,7 @@
 //
 //	nri-vgpu [--config FILE] [--log-level LEVEL] [--log-format text|json]
 //	         [--metrics-listen ADDR] [--health-listen ADDR] [--hook-path FILE]
+//	         [--host-proc DIR]
 //	nri-vgpu [--config FILE] status [-o table|json]
 //	nri-vgpu configure containerd|docker [flags]
 //	nri-vgpu version
@@ -85,6 +86,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	metricsListen := fs.String("metrics-listen", "", "serve Prometheus metrics on this `host:port`, in place of metrics.listen of the configuration")
 	healthListen := fs.String("health-listen", "", "serve GET /healthz and /readyz (connected to the runtime) on this `host:port`; empty: off")
 	hookPath := fs.String("hook-path", "", "host `path` of the binary the container runtime runs as the pin hook of vGPU containers (nri-vgpu-hook), in place of paths.hook_path of the configuration")
+	hostProc := fs.String("host-proc", "/proc", "`directory` where the host's /proc is: the metrics map the GPU processes NVML reports, by host pid, to their containers")
 	showVersion := fs.Bool("version", false, "print the version and exit (as the version command does)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -158,7 +160,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// the host, whatever config the release gives.
 		cfg.Paths.HookPath = *hookPath
 	}
-	if err := runPlugin(ctx, cfg, *healthListen, logger); err != nil {
+	if err := runPlugin(ctx, cfg, *healthListen, *hostProc, logger); err != nil {
 		logger.Error("stopped", "err", err)
 		return 1
 	}
@@ -173,9 +175,9 @@ var setNRILogger = nriplugin.SetNRILogger
 const metricsShutdownTimeout = 5 * time.Second
 
 // runPlugin runs the NRI plugin, with its metrics endpoint when
-// cfg.Metrics.Listen is set and its health endpoints on healthListen when
-// that is.
-func runPlugin(ctx context.Context, cfg *config.Config, healthListen string, logger *slog.Logger) error {
+// cfg.Metrics.Listen is set (reading processes' cgroups under hostProc)
+// and its health endpoints on healthListen when that is.
+func runPlugin(ctx context.Context, cfg *config.Config, healthListen, hostProc string, logger *slog.Logger) error {
 	setNRILogger(logger)
 	logger.Info("starting", "program", name, "version", version.Version, "config", cmp.Or(cfg.Source, "(defaults)"),
 		"started_by_runtime", nriplugin.StartedByRuntime(), "socket", cfg.NRI.SocketPath, "hook_path", cmp.Or(cfg.Paths.HookPath, "(this binary)"), "injection", cfg.Driver.Injection,
@@ -211,7 +213,14 @@ func runPlugin(ctx context.Context, cfg *config.Config, healthListen string, log
 	// Neither endpoint is fatal: without the plugin, containers would start
 	// without their limits, and GPUs would not be hidden from the others.
 	if cfg.Metrics.Listen != "" {
-		srv, err := metrics.Start(cfg.Metrics.Listen, metrics.NewCollector(cfg, inv, logger), p.Ready, logger)
+		opts := metrics.Options{Inventory: inv, Logger: logger}
+		// Set only when there is one: a nil *utilization.NVML would be a
+		// non-nil Source.
+		if util := utilizationSource(cfg, hostProc, logger); util != nil {
+			defer util.Close()
+			opts.Utilization = util
+		}
+		srv, err := metrics.Start(cfg.Metrics.Listen, metrics.NewCollectorWith(cfg, opts), p.Ready, logger)
 		if err != nil {
 			logger.Error("metrics endpoint unavailable", "err", err)
 		} else {

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
+	"github.com/nri-vgpu/nri-vgpu/internal/utilization"
 	"github.com/nri-vgpu/nri-vgpu/internal/version"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
@@ -44,17 +46,23 @@ const (
 	SourceLimits        = "limits"         // a limits file could not be read or parsed
 	SourceContainerInfo = "container_info" // a container.json could not be read or parsed
 	SourceRegion        = "region"         // a usage region could not be read or is invalid
+	SourceNVML          = "nvml"           // the processes' SM utilisation could not be read
 )
 
-var errorSources = []string{SourceInventory, SourceRunDir, SourceLimits, SourceContainerInfo, SourceRegion}
+var errorSources = []string{SourceInventory, SourceRunDir, SourceLimits, SourceContainerInfo, SourceRegion, SourceNVML}
 
 // Label names are dcgm-exporter's (UUID; gpu for the index; namespace, pod,
 // container), so that queries and dashboards join the two exporters' series
 // on them. The model stays "name": dcgm-exporter's modelName is camelCase,
-// which `promtool check metrics` refuses for a label.
+// which `promtool check metrics` refuses for a label. No series carries the
+// node: Prometheus adds it when it scrapes (docs/metrics.md), as it knows
+// which node it scraped and a label of ours could only repeat that.
 var (
-	gpuLabels       = []string{"UUID", "gpu", "name"}
-	containerLabels = []string{"container_id", "namespace", "pod", "container"}
+	gpuLabels = []string{"UUID", "gpu", "name"}
+	// claim is "" for a container's record; a DRA claim's record has the
+	// claim's namespace and name, and pod and container "" (its pods are
+	// in nri_vgpu_claim_pod_info).
+	containerLabels = []string{"container_id", "namespace", "pod", "container", "claim"}
 	perGPULabels    = append(append([]string(nil), containerLabels...), "UUID")
 
 	gpuMemoryTotal = prometheus.NewDesc("nri_vgpu_gpu_memory_total_bytes",
@@ -63,21 +71,35 @@ var (
 		"Sum of the memory limits of the vGPU containers on the GPU (a container without a memory limit adds 0).", gpuLabels, nil)
 	gpuMemoryUsed = prometheus.NewDesc("nri_vgpu_gpu_memory_used_bytes",
 		"Sum of the memory the vGPU containers' processes hold on the GPU, from their usage regions.", gpuLabels, nil)
-	gpuCoresAllocated = prometheus.NewDesc("nri_vgpu_gpu_cores_allocated_percent",
-		"Sum of the SM-time shares (percent) of the vGPU containers on the GPU.", gpuLabels, nil)
+	gpuSMAllocated = prometheus.NewDesc("nri_vgpu_gpu_sm_allocated_ratio",
+		"Sum of the SM-time shares of the vGPU containers on the GPU, as a ratio of the GPU (1 = all of it; above 1 when cores_scaling overcommits).", gpuLabels, nil)
+	gpuSMUtilization = prometheus.NewDesc("nri_vgpu_gpu_sm_utilization_ratio",
+		"Share of the GPU's SM time the vGPU containers' processes used (sum of nri_vgpu_container_sm_utilization_ratio), measured by NVML on the host.", gpuLabels, nil)
 
 	ctrMemoryLimit = prometheus.NewDesc("nri_vgpu_container_memory_limit_bytes",
 		"Memory limit of the container on the GPU; 0 means no memory limit.", perGPULabels, nil)
 	ctrMemoryUsed = prometheus.NewDesc("nri_vgpu_container_memory_used_bytes",
 		"Memory the container's processes hold on the GPU, from its usage region.", perGPULabels, nil)
-	ctrCoresLimit = prometheus.NewDesc("nri_vgpu_container_cores_limit_percent",
-		"SM-time share of the container on the GPU, in percent (100 = not throttled).", perGPULabels, nil)
+	ctrMemoryPeak = prometheus.NewDesc("nri_vgpu_container_memory_peak_bytes",
+		"Most memory the container's processes held on the GPU at once since its usage region was made, from the region (version 2 and later).", perGPULabels, nil)
+	ctrSMLimit = prometheus.NewDesc("nri_vgpu_container_sm_limit_ratio",
+		"SM-time share of the container on the GPU, as a ratio of the GPU (1 = not throttled).", perGPULabels, nil)
+	ctrSMUtilization = prometheus.NewDesc("nri_vgpu_container_sm_utilization_ratio",
+		"Share of the GPU's SM time the container's processes used, measured by NVML on the host (0-1 of the whole GPU).", perGPULabels, nil)
+	ctrSMShareUtilization = prometheus.NewDesc("nri_vgpu_container_sm_share_utilization_ratio",
+		"SM utilisation of the container as a ratio of its SM-time share (1 = its whole share; above 1 only with the burst cores policy).", perGPULabels, nil)
+	ctrSMThrottled = prometheus.NewDesc("nri_vgpu_container_sm_throttled_seconds_total",
+		"Seconds the container's processes had kernel launches waiting on the SM limiter on the GPU, summed over processes, since its usage region was made, from the region (version 2 and later).", perGPULabels, nil)
 	ctrLaunches = prometheus.NewDesc("nri_vgpu_container_kernel_launches_total",
 		"Kernel launches of the container's processes on the GPU since this daemon first saw them.", perGPULabels, nil)
 	ctrRegionSuspect = prometheus.NewDesc("nri_vgpu_container_region_suspect",
-		"1 when the container's usage region holds impossible counters for the GPU (its memory used and kernel launches are then left out), else 0.", perGPULabels, nil)
+		"1 when the container's usage region holds impossible counters for the GPU (its memory used, peak, throttled time and kernel launches are then left out), else 0.", perGPULabels, nil)
 	ctrProcesses = prometheus.NewDesc("nri_vgpu_container_processes",
 		"Processes of the container registered in its usage region (processes that initialised CUDA or NVML and are alive).", containerLabels, nil)
+
+	claimPodInfo = prometheus.NewDesc("nri_vgpu_claim_pod_info",
+		"Always 1: one series per pod a DRA claim's record serves (the pods the claim was reserved for when last prepared).",
+		[]string{"namespace", "claim", "pod"}, nil)
 
 	confinementAvailable = prometheus.NewDesc("nri_vgpu_confinement_available",
 		"1 when the container runtime applies the confinement of GPU containers (NRI seccomp adjustment, containerd 2.2 and later), 0 when it cannot or nri-vgpu cannot tell; absent until the NRI plugin first connected. policy is nri.confinement: what happens to a GPU container that cannot be confined.",
@@ -93,9 +115,10 @@ var (
 // be broken, the launch counts of processes that exited) needs no finer
 // locking.
 type Collector struct {
-	cfg *config.Config
-	inv Inventory
-	log *slog.Logger
+	cfg  *config.Config
+	inv  Inventory
+	util utilization.Source
+	log  *slog.Logger
 
 	scrapeErrors *prometheus.CounterVec
 	buildInfo    prometheus.Metric
@@ -110,20 +133,40 @@ type Collector struct {
 	launches map[string]*launchHistory
 }
 
-// NewCollector returns a collector over cfg's run_dir and inv; inv may be
-// nil (GPUs then appear only through the containers that use them, without
-// index, name or total memory). logger nil means slog.Default().
+// Options are what a Collector reads besides run_dir.
+type Options struct {
+	// Inventory lists the node's GPUs. nil: GPUs appear only through the
+	// containers that use them, without index, name or total memory.
+	Inventory Inventory
+	// Utilization gives the SM utilisation of the GPU processes, mapped to
+	// their containers. nil: no utilisation series.
+	Utilization utilization.Source
+	// Logger nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// NewCollector returns a collector over cfg's run_dir and inv, without SM
+// utilisation (see NewCollectorWith); inv and logger may be nil (see
+// Options).
 func NewCollector(cfg *config.Config, inv Inventory, logger *slog.Logger) *Collector {
+	return NewCollectorWith(cfg, Options{Inventory: inv, Logger: logger})
+}
+
+// NewCollectorWith returns a collector over cfg's run_dir and what opts
+// gives.
+func NewCollectorWith(cfg *config.Config, opts Options) *Collector {
+	logger := opts.Logger
 	if logger == nil {
 		logger = slog.Default()
 	}
 	c := &Collector{
-		cfg: cfg,
-		inv: inv,
-		log: logger,
+		cfg:  cfg,
+		inv:  opts.Inventory,
+		util: opts.Utilization,
+		log:  logger,
 		scrapeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nri_vgpu_scrape_errors_total",
-			Help: "Files (limits, container.json, usage regions) or sources (GPU inventory, run_dir) that could not be read during scrapes, by source; each scrape counts each failure once.",
+			Help: "Files (limits, container.json, usage regions) or sources (GPU inventory, run_dir, NVML's utilisation) that could not be read during scrapes, by source; each scrape counts each failure once.",
 		}, []string{"source"}),
 		buildInfo: prometheus.MustNewConstMetric(buildInfo, prometheus.GaugeValue, 1, version.Version),
 		broken:    map[string]bool{},
@@ -140,9 +183,10 @@ func NewCollector(cfg *config.Config, inv Inventory, logger *slog.Logger) *Colle
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		gpuMemoryTotal, gpuMemoryAllocated, gpuMemoryUsed, gpuCoresAllocated,
-		ctrMemoryLimit, ctrMemoryUsed, ctrCoresLimit, ctrLaunches, ctrRegionSuspect, ctrProcesses, buildInfo,
-		confinementAvailable,
+		gpuMemoryTotal, gpuMemoryAllocated, gpuMemoryUsed, gpuSMAllocated, gpuSMUtilization,
+		ctrMemoryLimit, ctrMemoryUsed, ctrMemoryPeak, ctrSMLimit, ctrSMUtilization, ctrSMShareUtilization,
+		ctrSMThrottled, ctrLaunches, ctrRegionSuspect, ctrProcesses,
+		claimPodInfo, buildInfo, confinementAvailable,
 	} {
 		ch <- d
 	}
@@ -155,6 +199,7 @@ type gpuTotals struct {
 	total                     uint64
 	inInventory               bool
 	allocated, used, coresSum uint64
+	smUtilization             float64
 }
 
 // Collect implements prometheus.Collector: it reads the inventory and every
@@ -164,6 +209,18 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := &scrape{c: c, failed: map[string]bool{}}
+	if c.util != nil {
+		// Asked before run_dir is read: a container created in between has
+		// no sample yet and shows 0, rather than one removed in between
+		// showing its processes' last use.
+		samples, err := c.util.Samples()
+		if err != nil {
+			s.fail(SourceNVML, "nvml", err)
+		} else {
+			s.ok("nvml")
+			s.util = indexSamples(samples)
+		}
+	}
 
 	gpus := map[string]*gpuTotals{}
 	var order []string // GPU UUIDs, inventory order first
@@ -234,7 +291,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(gpuMemoryAllocated, prometheus.GaugeValue, float64(g.allocated), g.labels...)
 		ch <- prometheus.MustNewConstMetric(gpuMemoryUsed, prometheus.GaugeValue, float64(g.used), g.labels...)
-		ch <- prometheus.MustNewConstMetric(gpuCoresAllocated, prometheus.GaugeValue, float64(g.coresSum), g.labels...)
+		ch <- prometheus.MustNewConstMetric(gpuSMAllocated, prometheus.GaugeValue, percentToRatio(g.coresSum), g.labels...)
+		if s.util != nil {
+			ch <- prometheus.MustNewConstMetric(gpuSMUtilization, prometheus.GaugeValue, g.smUtilization, g.labels...)
+		}
 	}
 	ch <- c.buildInfo
 	if rt, err := hoststate.ReadRuntime(c.cfg); err == nil {
@@ -257,6 +317,52 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 type scrape struct {
 	c      *Collector
 	failed map[string]bool // keys that failed in this scrape
+	// claimPodSeen holds the nri_vgpu_claim_pod_info label values
+	// (namespace, claim, pod) exported so far in this scrape.
+	claimPodSeen map[[3]string]bool
+	// util is this scrape's SM utilisation; nil leaves the utilisation
+	// series out (no source, or it failed).
+	util *utilIndex
+}
+
+// utilIndex sums the utilisation samples per GPU UUID, by container ID and
+// by pod UID.
+type utilIndex struct {
+	byContainer, byPod map[string]map[string]float64
+}
+
+func indexSamples(samples []utilization.Sample) *utilIndex {
+	x := &utilIndex{byContainer: map[string]map[string]float64{}, byPod: map[string]map[string]float64{}}
+	add := func(m map[string]map[string]float64, key, uuid string, v float64) {
+		if key == "" {
+			return
+		}
+		if m[key] == nil {
+			m[key] = map[string]float64{}
+		}
+		m[key][uuid] += v
+	}
+	for _, smp := range samples {
+		add(x.byContainer, smp.ContainerID, smp.UUID, smp.SM)
+		add(x.byPod, smp.PodUID, smp.UUID, smp.SM)
+	}
+	return x
+}
+
+// of returns the SM utilisation of a record on the GPU uuid: that of the
+// container's processes, or for a claim (claim non-nil) that of its pods'
+// processes on the GPU.
+func (x *utilIndex) of(id string, claim *hoststate.ClaimInfo, uuid string) float64 {
+	if claim == nil {
+		return x.byContainer[id][uuid]
+	}
+	var sum float64
+	for i, pod := range claim.PodUIDs {
+		if !slices.Contains(claim.PodUIDs[:i], pod) { // a pod named twice counts once
+			sum += x.byPod[pod][uuid]
+		}
+	}
+	return sum
 }
 
 // fail counts a scrape error and logs it unless key already failed at the
@@ -310,25 +416,34 @@ func (s *scrape) container(containers *hoststate.Containers, id string, gpuOf fu
 	}
 	s.ok(limitsPath)
 
-	labels := []string{id, "", "", ""} // container_id, namespace, pod, container
+	labels := []string{id, "", "", "", ""} // container_id, namespace, pod, container, claim
+	var out []prometheus.Metric
+	var claim *hoststate.ClaimInfo
 	infoPath := containers.Path(id, hoststate.InfoFileName)
 	if info, err := containers.Info(id); err == nil {
 		s.ok(infoPath)
-		labels[1], labels[2] = splitPod(info.Pod)
-		labels[3] = info.Name
+		claim = info.Claim
+		if info.Claim != nil {
+			labels[1], labels[4] = info.Claim.Namespace, info.Claim.Name
+			out = s.claimPods(out, info)
+		} else {
+			labels[1], labels[2] = splitPod(info.Pod)
+			labels[3] = info.Name
+		}
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		s.fail(SourceContainerInfo, infoPath, err)
 	}
 
 	// No region yet means no process of the container has used a GPU: it
-	// holds nothing and launched nothing. An unreadable region leaves the
-	// container's usage series out of this scrape rather than report 0.
+	// holds nothing, held nothing, launched nothing and was never held
+	// back. An unreadable region leaves the container's usage series out of
+	// this scrape rather than report 0.
 	regionPath := containers.Path(id, hoststate.RegionDirName, region.FileName)
 	usage, err := containers.Usage(id)
 	haveUsage, noRegion := true, false
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		usage, noRegion = &region.Usage{}, true
+		usage, noRegion = &region.Usage{Version: region.Version}, true
 	case err != nil:
 		s.fail(SourceRegion, regionPath, err)
 		haveUsage = false
@@ -336,12 +451,12 @@ func (s *scrape) container(containers *hoststate.Containers, id string, gpuOf fu
 		s.ok(regionPath)
 	}
 
-	var out []prometheus.Metric
-	var used, launched map[string]uint64
+	var launched map[string]uint64
+	var devs map[string]region.DeviceUsage
 	if haveUsage {
-		used = make(map[string]uint64, len(usage.Devices))
+		devs = make(map[string]region.DeviceUsage, len(usage.Devices))
 		for _, d := range usage.Devices {
-			used[d.UUID] = d.Used
+			devs[d.UUID] = d
 		}
 		launched = s.c.launchTotals(id, usage)
 		out = append(out, prometheus.MustNewConstMetric(ctrProcesses, prometheus.GaugeValue, float64(len(usage.Processes)), labels...))
@@ -353,7 +468,16 @@ func (s *scrape) container(containers *hoststate.Containers, id string, gpuOf fu
 		g.coresSum += uint64(l.Cores)
 		out = append(out,
 			prometheus.MustNewConstMetric(ctrMemoryLimit, prometheus.GaugeValue, float64(l.Memory), gl...),
-			prometheus.MustNewConstMetric(ctrCoresLimit, prometheus.GaugeValue, float64(l.Cores), gl...))
+			prometheus.MustNewConstMetric(ctrSMLimit, prometheus.GaugeValue, percentToRatio(uint64(l.Cores)), gl...))
+		if s.util != nil {
+			// Measured on the host: exported whatever the region says.
+			u := s.util.of(id, claim, l.UUID)
+			g.smUtilization += u
+			out = append(out,
+				prometheus.MustNewConstMetric(ctrSMUtilization, prometheus.GaugeValue, u, gl...),
+				// Cores is 1..100 in a limits file that parsed.
+				prometheus.MustNewConstMetric(ctrSMShareUtilization, prometheus.GaugeValue, u/percentToRatio(uint64(l.Cores)), gl...))
+		}
 		if !haveUsage {
 			continue
 		}
@@ -374,14 +498,53 @@ func (s *scrape) container(containers *hoststate.Containers, id string, gpuOf fu
 			continue
 		}
 		s.believable(suspectKey)
-		g.used += used[l.UUID]
+		d := devs[l.UUID]
+		g.used += d.Used
 		out = append(out,
 			prometheus.MustNewConstMetric(ctrRegionSuspect, prometheus.GaugeValue, 0, gl...),
-			prometheus.MustNewConstMetric(ctrMemoryUsed, prometheus.GaugeValue, float64(used[l.UUID]), gl...),
+			prometheus.MustNewConstMetric(ctrMemoryUsed, prometheus.GaugeValue, float64(d.Used), gl...),
 			prometheus.MustNewConstMetric(ctrLaunches, prometheus.CounterValue, float64(launched[l.UUID]), gl...))
+		// A version 1 region (a container started with an earlier
+		// release's shim) has no peak or throttled time: left out, not 0.
+		// The throttled time starts again at 0 when the shim makes the
+		// region anew; Prometheus takes that for a counter reset, as it is.
+		if usage.HasPeakAndThrottle() {
+			out = append(out,
+				prometheus.MustNewConstMetric(ctrMemoryPeak, prometheus.GaugeValue, float64(d.Peak), gl...),
+				prometheus.MustNewConstMetric(ctrSMThrottled, prometheus.CounterValue, float64(d.ThrottledNs)/1e9, gl...))
+		}
 	}
 	return out
 }
+
+// claimPods appends to out one nri_vgpu_claim_pod_info per pod of the
+// claim record info. The DRA driver records the pods' names in Pod, as
+// "namespace/name1,name2" (ClaimInfo holds only their UIDs). A pod named
+// twice, or by two records of one claim name (a claim deleted and created
+// again while the old record is still prepared), is exported once: the
+// registry refuses a series collected twice.
+func (s *scrape) claimPods(out []prometheus.Metric, info *hoststate.Info) []prometheus.Metric {
+	_, names := splitPod(info.Pod)
+	for _, pod := range strings.Split(names, ",") {
+		if pod == "" {
+			continue
+		}
+		k := [3]string{info.Claim.Namespace, info.Claim.Name, pod}
+		if s.claimPodSeen[k] {
+			continue
+		}
+		if s.claimPodSeen == nil {
+			s.claimPodSeen = map[[3]string]bool{}
+		}
+		s.claimPodSeen[k] = true
+		out = append(out, prometheus.MustNewConstMetric(claimPodInfo, prometheus.GaugeValue, 1, k[:]...))
+	}
+	return out
+}
+
+// percentToRatio turns a share in percent (limits files count in percent)
+// into the ratio the metrics are in.
+func percentToRatio(p uint64) float64 { return float64(p) / 100 }
 
 // splitPod splits container.json's "namespace/name" pod field.
 func splitPod(pod string) (namespace, name string) {

@@ -33,10 +33,14 @@ const (
 // The families this package exports, for testutil's name filter.
 var ourMetrics = []string{
 	"nri_vgpu_gpu_memory_total_bytes", "nri_vgpu_gpu_memory_allocated_bytes", "nri_vgpu_gpu_memory_used_bytes",
-	"nri_vgpu_gpu_cores_allocated_percent", "nri_vgpu_container_memory_limit_bytes",
-	"nri_vgpu_container_memory_used_bytes", "nri_vgpu_container_cores_limit_percent",
+	"nri_vgpu_gpu_sm_allocated_ratio", "nri_vgpu_container_memory_limit_bytes",
+	"nri_vgpu_container_memory_used_bytes", "nri_vgpu_container_memory_peak_bytes", "nri_vgpu_container_sm_limit_ratio",
+	"nri_vgpu_container_sm_throttled_seconds_total",
 	"nri_vgpu_container_kernel_launches_total", "nri_vgpu_container_region_suspect", "nri_vgpu_container_processes",
 	"nri_vgpu_build_info", "nri_vgpu_scrape_errors_total", "nri_vgpu_confinement_available",
+	// Not exported without utilisation source or claim.
+	"nri_vgpu_gpu_sm_utilization_ratio", "nri_vgpu_container_sm_utilization_ratio",
+	"nri_vgpu_container_sm_share_utilization_ratio", "nri_vgpu_claim_pod_info",
 }
 
 type fakeInventory struct {
@@ -85,23 +89,27 @@ const header = `
 # TYPE nri_vgpu_gpu_memory_allocated_bytes gauge
 # HELP nri_vgpu_gpu_memory_used_bytes Sum of the memory the vGPU containers' processes hold on the GPU, from their usage regions.
 # TYPE nri_vgpu_gpu_memory_used_bytes gauge
-# HELP nri_vgpu_gpu_cores_allocated_percent Sum of the SM-time shares (percent) of the vGPU containers on the GPU.
-# TYPE nri_vgpu_gpu_cores_allocated_percent gauge
+# HELP nri_vgpu_gpu_sm_allocated_ratio Sum of the SM-time shares of the vGPU containers on the GPU, as a ratio of the GPU (1 = all of it; above 1 when cores_scaling overcommits).
+# TYPE nri_vgpu_gpu_sm_allocated_ratio gauge
 # HELP nri_vgpu_container_memory_limit_bytes Memory limit of the container on the GPU; 0 means no memory limit.
 # TYPE nri_vgpu_container_memory_limit_bytes gauge
 # HELP nri_vgpu_container_memory_used_bytes Memory the container's processes hold on the GPU, from its usage region.
 # TYPE nri_vgpu_container_memory_used_bytes gauge
-# HELP nri_vgpu_container_cores_limit_percent SM-time share of the container on the GPU, in percent (100 = not throttled).
-# TYPE nri_vgpu_container_cores_limit_percent gauge
+# HELP nri_vgpu_container_memory_peak_bytes Most memory the container's processes held on the GPU at once since its usage region was made, from the region (version 2 and later).
+# TYPE nri_vgpu_container_memory_peak_bytes gauge
+# HELP nri_vgpu_container_sm_limit_ratio SM-time share of the container on the GPU, as a ratio of the GPU (1 = not throttled).
+# TYPE nri_vgpu_container_sm_limit_ratio gauge
+# HELP nri_vgpu_container_sm_throttled_seconds_total Seconds the container's processes had kernel launches waiting on the SM limiter on the GPU, summed over processes, since its usage region was made, from the region (version 2 and later).
+# TYPE nri_vgpu_container_sm_throttled_seconds_total counter
 # HELP nri_vgpu_container_kernel_launches_total Kernel launches of the container's processes on the GPU since this daemon first saw them.
 # TYPE nri_vgpu_container_kernel_launches_total counter
-# HELP nri_vgpu_container_region_suspect 1 when the container's usage region holds impossible counters for the GPU (its memory used and kernel launches are then left out), else 0.
+# HELP nri_vgpu_container_region_suspect 1 when the container's usage region holds impossible counters for the GPU (its memory used, peak, throttled time and kernel launches are then left out), else 0.
 # TYPE nri_vgpu_container_region_suspect gauge
 # HELP nri_vgpu_container_processes Processes of the container registered in its usage region (processes that initialised CUDA or NVML and are alive).
 # TYPE nri_vgpu_container_processes gauge
 # HELP nri_vgpu_build_info Always 1; the version label is that of the running build.
 # TYPE nri_vgpu_build_info gauge
-# HELP nri_vgpu_scrape_errors_total Files (limits, container.json, usage regions) or sources (GPU inventory, run_dir) that could not be read during scrapes, by source; each scrape counts each failure once.
+# HELP nri_vgpu_scrape_errors_total Files (limits, container.json, usage regions) or sources (GPU inventory, run_dir, NVML's utilisation) that could not be read during scrapes, by source; each scrape counts each failure once.
 # TYPE nri_vgpu_scrape_errors_total counter
 `
 
@@ -116,9 +124,11 @@ func scrapeErrors(counts map[string]int) string {
 }
 
 // A node with two GPUs in the inventory: c1 (pod ml/a) runs two processes
-// on A; c2 (pod ml/b) holds slices of A and of a GPU gone from the
-// inventory and has run no process yet; B is idle; a directory still being
-// created has no limits file yet.
+// on A, with the version 1 region of an earlier release's shim (no peak or
+// throttled time, so none exported); c2 (pod ml/b) holds slices of A and of
+// a GPU gone from the inventory and has run no process yet (no region:
+// nothing held or throttled); B is idle; a directory still being created
+// has no limits file yet.
 func TestCollect(t *testing.T) {
 	cfg := testConfig(t)
 	prepare(t, cfg, "c1", "ml/a", "train", limits.AllocatedGPU{UUID: uuidA, Slices: 2, Memory: 8 << 30, Cores: 20})
@@ -145,28 +155,32 @@ nri_vgpu_gpu_memory_allocated_bytes{UUID="` + uuidGone + `",gpu="",name=""} 4294
 nri_vgpu_gpu_memory_used_bytes{UUID="` + uuidA + `",gpu="0",name="NVIDIA A100-SXM4-40GB"} %d
 nri_vgpu_gpu_memory_used_bytes{UUID="` + uuidB + `",gpu="1",name="NVIDIA A100-SXM4-40GB"} 0
 nri_vgpu_gpu_memory_used_bytes{UUID="` + uuidGone + `",gpu="",name=""} 0
-nri_vgpu_gpu_cores_allocated_percent{UUID="` + uuidA + `",gpu="0",name="NVIDIA A100-SXM4-40GB"} 70
-nri_vgpu_gpu_cores_allocated_percent{UUID="` + uuidB + `",gpu="1",name="NVIDIA A100-SXM4-40GB"} 0
-nri_vgpu_gpu_cores_allocated_percent{UUID="` + uuidGone + `",gpu="",name=""} 10
+nri_vgpu_gpu_sm_allocated_ratio{UUID="` + uuidA + `",gpu="0",name="NVIDIA A100-SXM4-40GB"} 0.7
+nri_vgpu_gpu_sm_allocated_ratio{UUID="` + uuidB + `",gpu="1",name="NVIDIA A100-SXM4-40GB"} 0
+nri_vgpu_gpu_sm_allocated_ratio{UUID="` + uuidGone + `",gpu="",name=""} 0.1
 `
 	ctrLines := `
-nri_vgpu_container_memory_limit_bytes{UUID="` + uuidA + `",container="train",container_id="c1",namespace="ml",pod="a"} 8589934592
-nri_vgpu_container_memory_limit_bytes{UUID="` + uuidA + `",container="serve",container_id="c2",namespace="ml",pod="b"} 21474836480
-nri_vgpu_container_memory_limit_bytes{UUID="` + uuidGone + `",container="serve",container_id="c2",namespace="ml",pod="b"} 4294967296
-nri_vgpu_container_memory_used_bytes{UUID="` + uuidA + `",container="train",container_id="c1",namespace="ml",pod="a"} %d
-nri_vgpu_container_memory_used_bytes{UUID="` + uuidA + `",container="serve",container_id="c2",namespace="ml",pod="b"} 0
-nri_vgpu_container_memory_used_bytes{UUID="` + uuidGone + `",container="serve",container_id="c2",namespace="ml",pod="b"} 0
-nri_vgpu_container_cores_limit_percent{UUID="` + uuidA + `",container="train",container_id="c1",namespace="ml",pod="a"} 20
-nri_vgpu_container_cores_limit_percent{UUID="` + uuidA + `",container="serve",container_id="c2",namespace="ml",pod="b"} 50
-nri_vgpu_container_cores_limit_percent{UUID="` + uuidGone + `",container="serve",container_id="c2",namespace="ml",pod="b"} 10
-nri_vgpu_container_kernel_launches_total{UUID="` + uuidA + `",container="train",container_id="c1",namespace="ml",pod="a"} %d
-nri_vgpu_container_kernel_launches_total{UUID="` + uuidA + `",container="serve",container_id="c2",namespace="ml",pod="b"} 0
-nri_vgpu_container_kernel_launches_total{UUID="` + uuidGone + `",container="serve",container_id="c2",namespace="ml",pod="b"} 0
-nri_vgpu_container_region_suspect{UUID="` + uuidA + `",container="train",container_id="c1",namespace="ml",pod="a"} 0
-nri_vgpu_container_region_suspect{UUID="` + uuidA + `",container="serve",container_id="c2",namespace="ml",pod="b"} 0
-nri_vgpu_container_region_suspect{UUID="` + uuidGone + `",container="serve",container_id="c2",namespace="ml",pod="b"} 0
-nri_vgpu_container_processes{container="train",container_id="c1",namespace="ml",pod="a"} %d
-nri_vgpu_container_processes{container="serve",container_id="c2",namespace="ml",pod="b"} 0
+nri_vgpu_container_memory_limit_bytes{UUID="` + uuidA + `",claim="",container="train",container_id="c1",namespace="ml",pod="a"} 8589934592
+nri_vgpu_container_memory_limit_bytes{UUID="` + uuidA + `",claim="",container="serve",container_id="c2",namespace="ml",pod="b"} 21474836480
+nri_vgpu_container_memory_limit_bytes{UUID="` + uuidGone + `",claim="",container="serve",container_id="c2",namespace="ml",pod="b"} 4294967296
+nri_vgpu_container_memory_used_bytes{UUID="` + uuidA + `",claim="",container="train",container_id="c1",namespace="ml",pod="a"} %d
+nri_vgpu_container_memory_used_bytes{UUID="` + uuidA + `",claim="",container="serve",container_id="c2",namespace="ml",pod="b"} 0
+nri_vgpu_container_memory_used_bytes{UUID="` + uuidGone + `",claim="",container="serve",container_id="c2",namespace="ml",pod="b"} 0
+nri_vgpu_container_sm_limit_ratio{UUID="` + uuidA + `",claim="",container="train",container_id="c1",namespace="ml",pod="a"} 0.2
+nri_vgpu_container_sm_limit_ratio{UUID="` + uuidA + `",claim="",container="serve",container_id="c2",namespace="ml",pod="b"} 0.5
+nri_vgpu_container_sm_limit_ratio{UUID="` + uuidGone + `",claim="",container="serve",container_id="c2",namespace="ml",pod="b"} 0.1
+nri_vgpu_container_memory_peak_bytes{UUID="` + uuidA + `",claim="",container="serve",container_id="c2",namespace="ml",pod="b"} 0
+nri_vgpu_container_memory_peak_bytes{UUID="` + uuidGone + `",claim="",container="serve",container_id="c2",namespace="ml",pod="b"} 0
+nri_vgpu_container_sm_throttled_seconds_total{UUID="` + uuidA + `",claim="",container="serve",container_id="c2",namespace="ml",pod="b"} 0
+nri_vgpu_container_sm_throttled_seconds_total{UUID="` + uuidGone + `",claim="",container="serve",container_id="c2",namespace="ml",pod="b"} 0
+nri_vgpu_container_kernel_launches_total{UUID="` + uuidA + `",claim="",container="train",container_id="c1",namespace="ml",pod="a"} %d
+nri_vgpu_container_kernel_launches_total{UUID="` + uuidA + `",claim="",container="serve",container_id="c2",namespace="ml",pod="b"} 0
+nri_vgpu_container_kernel_launches_total{UUID="` + uuidGone + `",claim="",container="serve",container_id="c2",namespace="ml",pod="b"} 0
+nri_vgpu_container_region_suspect{UUID="` + uuidA + `",claim="",container="train",container_id="c1",namespace="ml",pod="a"} 0
+nri_vgpu_container_region_suspect{UUID="` + uuidA + `",claim="",container="serve",container_id="c2",namespace="ml",pod="b"} 0
+nri_vgpu_container_region_suspect{UUID="` + uuidGone + `",claim="",container="serve",container_id="c2",namespace="ml",pod="b"} 0
+nri_vgpu_container_processes{claim="",container="train",container_id="c1",namespace="ml",pod="a"} %d
+nri_vgpu_container_processes{claim="",container="serve",container_id="c2",namespace="ml",pod="b"} 0
 nri_vgpu_build_info{version="` + version.Version + `"} 1
 `
 	want := func(used uint64, launches, procs int) string {
@@ -268,7 +282,7 @@ func TestCollectCountsBrokenFiles(t *testing.T) {
 			name:   "garbage region",
 			breakF: func(t *testing.T, cfg *config.Config) { write(t, regionPath(cfg, "c1"), "not a region") },
 			source: SourceRegion,
-			kept:   []string{"nri_vgpu_container_memory_limit_bytes", "nri_vgpu_container_cores_limit_percent"},
+			kept:   []string{"nri_vgpu_container_memory_limit_bytes", "nri_vgpu_container_sm_limit_ratio"},
 			lost:   []string{"nri_vgpu_container_memory_used_bytes", "nri_vgpu_container_kernel_launches_total", "nri_vgpu_container_processes"},
 		},
 		{
@@ -444,5 +458,62 @@ func TestLaunchTotals(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// prepareClaim creates a claim's host directory the way the DRA driver does
+// (internal/dra): ID claim-<uid>, name "claim <name>", the pods' names in
+// Pod, their UIDs in Claim.
+func prepareClaim(t testing.TB, cfg *config.Config, ns, name, uid string, pods, podUIDs []string, gpus ...limits.AllocatedGPU) string {
+	t.Helper()
+	id := hoststate.ClaimID(uid)
+	info := &hoststate.Info{
+		ID: id, Name: "claim " + name, Pod: ns + "/" + strings.Join(pods, ","), AllocationID: uid,
+		GPUs: gpus, Source: hoststate.ClaimSource,
+		Claim: &hoststate.ClaimInfo{Namespace: ns, Name: name, UID: uid, PodUIDs: podUIDs},
+	}
+	if _, err := hoststate.Provision(cfg, info, limits.LimitsFromAllocation(&limits.Allocation{GPUs: gpus}, "")); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// A DRA claim's record is labelled with the claim (pod and container
+// empty: its containers share it) and names its pods in
+// nri_vgpu_claim_pod_info; a claim deleted and created again under the same
+// name while the old record is still there gives each pod one series, not
+// two (the registry would refuse the second).
+func TestCollectClaim(t *testing.T) {
+	cfg := testConfig(t)
+	const (
+		uid1 = "11111111-2222-4333-8444-555555555555"
+		uid2 = "66666666-7777-4888-8999-aaaaaaaaaaaa"
+	)
+	id1 := prepareClaim(t, cfg, "ml", "shared", uid1, []string{"p1", "p2"}, []string{"uid-p1", "uid-p2"},
+		limits.AllocatedGPU{UUID: uuidA, Slices: 2, Memory: 8 << 30, Cores: 25})
+	id2 := prepareClaim(t, cfg, "ml", "shared", uid2, []string{"p2", "p3"}, []string{"uid-p2", "uid-p3"},
+		limits.AllocatedGPU{UUID: uuidB, Slices: 1, Memory: 4 << 30, Cores: 10})
+	prepare(t, cfg, "c1", "ml/a", "train", limits.AllocatedGPU{UUID: uuidA, Slices: 1, Memory: 4 << 30, Cores: 10})
+	want := `
+# HELP nri_vgpu_container_sm_limit_ratio SM-time share of the container on the GPU, as a ratio of the GPU (1 = not throttled).
+# TYPE nri_vgpu_container_sm_limit_ratio gauge
+nri_vgpu_container_sm_limit_ratio{UUID="` + uuidA + `",claim="",container="train",container_id="c1",namespace="ml",pod="a"} 0.1
+nri_vgpu_container_sm_limit_ratio{UUID="` + uuidA + `",claim="shared",container="",container_id="` + id1 + `",namespace="ml",pod=""} 0.25
+nri_vgpu_container_sm_limit_ratio{UUID="` + uuidB + `",claim="shared",container="",container_id="` + id2 + `",namespace="ml",pod=""} 0.1
+# HELP nri_vgpu_container_processes Processes of the container registered in its usage region (processes that initialised CUDA or NVML and are alive).
+# TYPE nri_vgpu_container_processes gauge
+nri_vgpu_container_processes{claim="",container="train",container_id="c1",namespace="ml",pod="a"} 0
+nri_vgpu_container_processes{claim="shared",container="",container_id="` + id1 + `",namespace="ml",pod=""} 0
+nri_vgpu_container_processes{claim="shared",container="",container_id="` + id2 + `",namespace="ml",pod=""} 0
+# HELP nri_vgpu_claim_pod_info Always 1: one series per pod a DRA claim's record serves (the pods the claim was reserved for when last prepared).
+# TYPE nri_vgpu_claim_pod_info gauge
+nri_vgpu_claim_pod_info{claim="shared",namespace="ml",pod="p1"} 1
+nri_vgpu_claim_pod_info{claim="shared",namespace="ml",pod="p2"} 1
+nri_vgpu_claim_pod_info{claim="shared",namespace="ml",pod="p3"} 1
+`
+	reg := NewRegistry(NewCollector(cfg, twoA100s, nil))
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"nri_vgpu_container_sm_limit_ratio", "nri_vgpu_container_processes", "nri_vgpu_claim_pod_info"); err != nil {
+		t.Error(err)
 	}
 }

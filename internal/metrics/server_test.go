@@ -33,7 +33,7 @@ func TestServer(t *testing.T) {
 	want := `
 # HELP nri_vgpu_container_memory_limit_bytes Memory limit of the container on the GPU; 0 means no memory limit.
 # TYPE nri_vgpu_container_memory_limit_bytes gauge
-nri_vgpu_container_memory_limit_bytes{UUID="` + uuidA + `",container="train",container_id="c1",namespace="ml",pod="a"} 8589934592
+nri_vgpu_container_memory_limit_bytes{UUID="` + uuidA + `",claim="",container="train",container_id="c1",namespace="ml",pod="a"} 8589934592
 # HELP nri_vgpu_gpu_memory_allocated_bytes Sum of the memory limits of the vGPU containers on the GPU (a container without a memory limit adds 0).
 # TYPE nri_vgpu_gpu_memory_allocated_bytes gauge
 nri_vgpu_gpu_memory_allocated_bytes{UUID="` + uuidA + `",gpu="0",name="NVIDIA A100-SXM4-40GB"} 8589934592

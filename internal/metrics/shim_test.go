@@ -77,7 +77,7 @@ func TestScrapesTheShimsRegion(t *testing.T) {
 	names := []string{"nri_vgpu_container_memory_used_bytes", "nri_vgpu_container_kernel_launches_total",
 		"nri_vgpu_container_processes", "nri_vgpu_gpu_memory_used_bytes"}
 	want := func(used, launches, procs int) string {
-		lbl := `{UUID="` + uuid + `",container="train",container_id="c1",namespace="ml",pod="a"}`
+		lbl := `{UUID="` + uuid + `",claim="",container="train",container_id="c1",namespace="ml",pod="a"}`
 		return fmt.Sprintf(`
 # HELP nri_vgpu_gpu_memory_used_bytes Sum of the memory the vGPU containers' processes hold on the GPU, from their usage regions.
 # TYPE nri_vgpu_gpu_memory_used_bytes gauge
@@ -90,7 +90,7 @@ nri_vgpu_container_memory_used_bytes%s %d
 nri_vgpu_container_kernel_launches_total%s %d
 # HELP nri_vgpu_container_processes Processes of the container registered in its usage region (processes that initialised CUDA or NVML and are alive).
 # TYPE nri_vgpu_container_processes gauge
-nri_vgpu_container_processes{container="train",container_id="c1",namespace="ml",pod="a"} %d
+nri_vgpu_container_processes{claim="",container="train",container_id="c1",namespace="ml",pod="a"} %d
 `, uuid, used, lbl, used, lbl, launches, procs)
 	}
 	// The shim writes its launch counts to the region every 100 ms (its

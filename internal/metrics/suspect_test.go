@@ -55,7 +55,7 @@ const (
 # TYPE nri_vgpu_gpu_memory_used_bytes gauge
 `
 	suspectHeader = `
-# HELP nri_vgpu_container_region_suspect 1 when the container's usage region holds impossible counters for the GPU (its memory used and kernel launches are then left out), else 0.
+# HELP nri_vgpu_container_region_suspect 1 when the container's usage region holds impossible counters for the GPU (its memory used, peak, throttled time and kernel launches are then left out), else 0.
 # TYPE nri_vgpu_container_region_suspect gauge
 `
 	launchesHeader = `
@@ -65,7 +65,7 @@ const (
 )
 
 func series(name, id, value string) string {
-	return name + `{UUID="` + uuidA + `",container="train",container_id="` + id + `",namespace="ml",pod="` + id + `"} ` + value + "\n"
+	return name + `{UUID="` + uuidA + `",claim="",container="train",container_id="` + id + `",namespace="ml",pod="` + id + `"} ` + value + "\n"
 }
 
 // A tenant holding its region's lock does not stall the scrape, which

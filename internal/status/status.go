@@ -61,6 +61,14 @@ type Container struct {
 	// its usage region; nil when no process has used the GPU yet (no
 	// region), the region cannot be read, or its counters are suspect.
 	MemoryUsed *uint64 `json:"memoryUsed,omitempty"`
+	// MemoryPeak is the most bytes the container's processes have held on
+	// this GPU at once, and ThrottledSeconds how long launches of its
+	// processes waited on the SM limiter, summed over processes, both since
+	// the region was made (or rebuilt after damage); nil where MemoryUsed
+	// is, and for a region of an earlier shim (version 1), which has
+	// neither.
+	MemoryPeak       *uint64  `json:"memoryPeak,omitempty"`
+	ThrottledSeconds *float64 `json:"throttledSeconds,omitempty"`
 	// Suspect is set when the region's counters for this GPU cannot be
 	// true (the container can write its region: a forgery, or damage);
 	// SuspectReason says what is impossible.
@@ -156,9 +164,14 @@ func collectContainer(r *Report, held map[string][]Container, containers *hostst
 				r.Warnings = append(r.Warnings, fmt.Sprintf("container %s: usage region: %v", id, err))
 			} else {
 				for _, d := range u.Devices {
-					if d.UUID == l.UUID {
-						used := d.Used
-						cc.MemoryUsed = &used
+					if d.UUID != l.UUID {
+						continue
+					}
+					used := d.Used
+					cc.MemoryUsed = &used
+					if u.HasPeakAndThrottle() {
+						peak, throttled := d.Peak, float64(d.ThrottledNs)/1e9
+						cc.MemoryPeak, cc.ThrottledSeconds = &peak, &throttled
 					}
 				}
 			}
@@ -210,7 +223,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 			continue
 		}
 		tw := tabwriter.NewWriter(bw, 0, 8, 2, ' ', 0)
-		fmt.Fprintln(tw, "  CONTAINER\tPOD\tNAME\tSLICES\tMEMORY LIMIT\tMEMORY USED\tCORES")
+		fmt.Fprintln(tw, "  CONTAINER\tPOD\tNAME\tSLICES\tMEMORY LIMIT\tMEMORY USED\tMEMORY PEAK\tCORES\tTHROTTLED")
 		for _, c := range g.Containers {
 			// Container IDs as crictl shortens them; a claim keeps its
 			// prefix and the first group of its UID.
@@ -229,14 +242,23 @@ func (r *Report) WriteTable(w io.Writer) error {
 			if c.MemoryLimit > 0 {
 				limit = limits.FormatBytes(c.MemoryLimit)
 			}
-			usedMem := "-"
+			// "-": not known (no region yet, or one of an earlier shim
+			// without peak and throttled time); suspect counters are
+			// shown as suspect once, under MEMORY USED.
+			usedMem, peak, throttled := "-", "-", "-"
 			switch {
 			case c.Suspect:
 				usedMem = "suspect" // the reason is among the warnings
 			case c.MemoryUsed != nil:
 				usedMem = limits.FormatBytes(*c.MemoryUsed)
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%d%%\n", id, cmp.Or(c.Pod, "-"), cmp.Or(c.Name, "-"), sl, limit, usedMem, c.Cores)
+			if c.MemoryPeak != nil && !c.Suspect {
+				peak = limits.FormatBytes(*c.MemoryPeak)
+			}
+			if c.ThrottledSeconds != nil && !c.Suspect {
+				throttled = strconv.FormatFloat(*c.ThrottledSeconds, 'f', 1, 64) + "s"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%d%%\t%s\n", id, cmp.Or(c.Pod, "-"), cmp.Or(c.Name, "-"), sl, limit, usedMem, peak, c.Cores, throttled)
 		}
 		if err := tw.Flush(); err != nil {
 			return err

@@ -157,3 +157,33 @@ func mappedFile(prefix string) string {
 	}
 	return ""
 }
+
+// LoadNVML loads and initializes the libnvidia-ml.so.1 of the driver d
+// describes, searched as the NVML backend searches it (see librarySearch),
+// for another user of NVML in this process (the per-container utilisation
+// of internal/utilization). NVML counts its initializations: each user's
+// Shutdown ends only its own. The library is nil only when none could be
+// loaded; it comes back with the error when it loaded but nvmlInit failed,
+// so that a later lib.Init() can retry it (go-nvml binds the first library
+// loaded for the whole process).
+func LoadNVML(d config.Driver) (nvml.Interface, error) {
+	return newLibrarySearch(d).init()
+}
+
+// NVMLLibraryPresent reports whether a libnvidia-ml.so.1 exists as a file
+// beneath the driver root that d describes, in driver.library_dirs or the
+// usual dirs (the dynamic loader's search is not asked): where the
+// simulated backend runs on a driver root that has an NVML, as the fake
+// driver roots of the tests do.
+func NVMLLibraryPresent(d config.Driver) bool {
+	s := newLibrarySearch(d)
+	for _, p := range s.paths {
+		if p == "" {
+			continue
+		}
+		if _, err := resolveUnder(s.root, p); err == nil {
+			return true
+		}
+	}
+	return false
+}

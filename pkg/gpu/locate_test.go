@@ -202,3 +202,27 @@ func TestNewLibrarySearchPaths(t *testing.T) {
 		t.Errorf("dev_root /host: paths %q, want the loader's, then /host/usr/local/nvidia/lib64/libnvidia-ml.so.1", s.paths)
 	}
 }
+
+// NVMLLibraryPresent: a library file beneath the driver root, in
+// library_dirs or a usual dir, through a link that resolves beneath the
+// root; not a dangling link, not a directory, not the loader's.
+func TestNVMLLibraryPresent(t *testing.T) {
+	devRoot := t.TempDir()
+	driver := config.Driver{DevRoot: devRoot, DriverRoot: "/drv", LibraryDirs: []string{"/opt/lib"}}
+	root := filepath.Join(devRoot, "drv")
+	if NVMLLibraryPresent(driver) {
+		t.Fatal("present in an empty driver root")
+	}
+	// A link whose absolute target is the host's, absent beneath the root.
+	writeLib(t, root, "opt/lib/libnvidia-ml.so.1", "/usr/lib64/libnvidia-ml.so.580.159.04")
+	if err := os.MkdirAll(filepath.Join(root, "usr/lib/libnvidia-ml.so.1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if NVMLLibraryPresent(driver) {
+		t.Fatal("present with a dangling link and a directory")
+	}
+	writeLib(t, root, "usr/lib64/libnvidia-ml.so.580.159.04", "")
+	if !NVMLLibraryPresent(driver) {
+		t.Fatal("not present with a link resolving beneath the root")
+	}
+}

@@ -25,14 +25,29 @@ const (
 	// footprint after the driver created it, even past the quota (a few
 	// hundred MiB on current GPUs, per context).
 	ContextAllowance uint64 = 1 << 30
+	// MaxPlausibleThrottledNs bounds a GPU's throttled time (version 2's
+	// throttled_ns): 2^62 ns, about 146 years. Each process adds at most
+	// the wall time during which it had a launch waiting on the SM limiter,
+	// so the counter grows at most as fast as the wall clock times the
+	// number of processes: 146 years of one process, or more than two years
+	// of 64 processes throttled without a pause. The tighter "a century
+	// times MaxProcs" does not fit in 64 bits; the bound stays below 2^63,
+	// so the counter is never read as a negative int64, and keeps a factor
+	// of four below the wrap of a uint64.
+	MaxPlausibleThrottledNs uint64 = 1 << 62
 )
 
 // consistent reports whether every device's total equals the sum of its
-// processes' slots, the invariant every update of the shim keeps under the
-// lock. A read without the lock that caught a writer half-way breaks it.
+// processes' slots and (version 2) is not above the device's peak, the
+// invariants every update of the shim keeps under the lock (it raises the
+// peak before the total). A read without the lock that caught a writer
+// half-way breaks them.
 func (u *Usage) consistent() bool {
-	for i := range u.Devices {
+	for i, d := range u.Devices {
 		if problem := u.sumProblem(i); problem != "" {
+			return false
+		}
+		if u.HasPeakAndThrottle() && d.Peak < d.Used {
 			return false
 		}
 	}
@@ -73,8 +88,12 @@ func (u *Usage) sumProblem(i int) string {
 // is not the sum of the processes' slots, more memory in use than the limit
 // plus ContextAllowance per process holding memory on the GPU (without a
 // limit: more than MaxPlausibleMemory), or a launch counter beyond
-// MaxPlausibleLaunches. Values the container forges within those bounds
-// (such as 0 everywhere) cannot be told from real ones.
+// MaxPlausibleLaunches. In a version 2 region also: a peak below the memory
+// in use, a peak beyond what the limit allows with every process slot
+// holding memory (without a limit: beyond MaxPlausibleMemory), or a
+// throttled time beyond MaxPlausibleThrottledNs. Values the container
+// forges within those bounds (such as 0 everywhere) cannot be told from
+// real ones.
 func (u *Usage) Check(uuid string, limit uint64) error {
 	i, n := -1, 0
 	for j, d := range u.Devices {
@@ -106,16 +125,33 @@ func (u *Usage) Check(uuid string, limit uint64) error {
 			return suspect("process %d counts %d kernel launches", p.PID, p.Launches[i])
 		}
 	}
-	used := u.Devices[i].Used
+	d := u.Devices[i]
 	if limit == 0 {
-		if used > MaxPlausibleMemory {
-			return suspect("%d bytes in use, more than any machine has", used)
+		if d.Used > MaxPlausibleMemory {
+			return suspect("%d bytes in use, more than any machine has", d.Used)
 		}
+	} else if allowed, carry := bits.Add64(limit, holders*ContextAllowance, 0); carry == 0 && d.Used > allowed {
+		// holders ≤ MaxProcs and ContextAllowance = 2^30: the product fits.
+		return suspect("%d bytes in use, more than the limit of %d bytes allows (with the contexts of %d processes)", d.Used, limit, holders)
+	}
+	if !u.HasPeakAndThrottle() {
 		return nil
 	}
-	// holders ≤ MaxProcs and ContextAllowance = 2^30: the product fits.
-	if allowed, carry := bits.Add64(limit, holders*ContextAllowance, 0); carry == 0 && used > allowed {
-		return suspect("%d bytes in use, more than the limit of %d bytes allows (with the contexts of %d processes)", used, limit, holders)
+	if d.Peak < d.Used {
+		return suspect("a peak of %d bytes, below the %d bytes in use", d.Peak, d.Used)
+	}
+	// The peak may have been reached by processes that have left since, so
+	// the processes holding memory now do not bound it: every slot may have
+	// held memory then, each with a context counted past the limit.
+	if limit == 0 {
+		if d.Peak > MaxPlausibleMemory {
+			return suspect("a peak of %d bytes, more than any machine has", d.Peak)
+		}
+	} else if allowed, carry := bits.Add64(limit, MaxProcs*ContextAllowance, 0); carry == 0 && d.Peak > allowed {
+		return suspect("a peak of %d bytes, more than the limit of %d bytes allows (with the contexts of %d processes)", d.Peak, limit, MaxProcs)
+	}
+	if d.ThrottledNs > MaxPlausibleThrottledNs {
+		return suspect("%d ns throttled, more than %d ns (146 years)", d.ThrottledNs, MaxPlausibleThrottledNs)
 	}
 	return nil
 }

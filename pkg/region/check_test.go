@@ -55,6 +55,33 @@ func encode(t *testing.T, r *rawRegion) []byte {
 	return b.Bytes()
 }
 
+// A read that catches a writer between raising a device's total and its
+// peak (the shim raises the peak first; a reader may still see them in
+// another order) is read again.
+func TestReadUsageRereadsATornPeak(t *testing.T) {
+	r := validRegion(t) // used 40, peak 60
+	path := writeRegion(t, r, 0)
+	torn := *r
+	torn.Devices[0].Used, torn.Procs[7].Used[0] = 70, 70 // the peak not raised yet
+	tornBytes := encode(t, &torn)
+	reads := 0
+	readAt = func(f *os.File, b []byte, off int64) (int, error) {
+		reads++
+		if reads == 1 {
+			return copy(b, tornBytes), nil
+		}
+		return f.ReadAt(b, off)
+	}
+	defer func() { readAt = (*os.File).ReadAt }()
+	u, err := ReadUsage(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reads != 2 || u.Devices[0].Used != 40 || u.Devices[0].Peak != 60 {
+		t.Errorf("%d reads, used %d, peak %d; want a second read giving the settled 40 and 60 bytes", reads, u.Devices[0].Used, u.Devices[0].Peak)
+	}
+}
+
 // A read that catches a writer between its two stores is read again.
 func TestReadUsageRereadsATornSnapshot(t *testing.T) {
 	r := validRegion(t)
@@ -89,6 +116,9 @@ func TestCheck(t *testing.T) {
 	proc := func(pid int32, used, launches uint64) ProcessUsage {
 		return ProcessUsage{PID: pid, Used: []uint64{used}, Launches: []uint64{launches}}
 	}
+	v2 := func(used, peak, throttled uint64, procs ...ProcessUsage) Usage {
+		return Usage{Version: 2, Devices: []DeviceUsage{{UUID: "A", Used: used, Peak: peak, ThrottledNs: throttled}}, Processes: procs}
+	}
 	full := make([]ProcessUsage, MaxProcs)
 	for i := range full {
 		full[i] = proc(int32(i+1), 1, 0)
@@ -113,6 +143,22 @@ func TestCheck(t *testing.T) {
 		{"a forged launch counter", Usage{Devices: []DeviceUsage{dev("A", gib)}, Processes: []ProcessUsage{proc(1, gib, 1<<63)}}, 8 * gib, "kernel launches"},
 		{"the GPU listed twice", Usage{Devices: []DeviceUsage{dev("A", 0), dev("A", 0)}}, 8 * gib, "listed 2 times"},
 		{"the GPU missing", Usage{Devices: []DeviceUsage{dev("B", 0)}}, 8 * gib, "missing"},
+
+		// Version 2: the peak and the throttled time.
+		{"v2 as the shim writes it", v2(3*gib, 5*gib, 7_000_000_000, proc(1, gib, 5), proc(2, 2*gib, 7)), 8 * gib, ""},
+		{"v2 peak equal to used", v2(3*gib, 3*gib, 0, proc(1, 3*gib, 0)), 8 * gib, ""},
+		{"v2 peak reached by processes gone since", v2(gib, 8*gib+3*gib, 0, proc(1, gib, 0)), 8 * gib, ""},
+		{"v2 peak with every slot's context past the limit", v2(gib, 8*gib+1024*gib, 0, proc(1, gib, 0)), 8 * gib, ""},
+		{"v2 no limit, a large peak", v2(gib, 1<<50, 0, proc(1, gib, 0)), 0, ""},
+		{"v2 throttled at the bound", v2(gib, gib, 1<<62, proc(1, gib, 0)), 8 * gib, ""},
+		{"v1 knows no peak", Usage{Version: 1, Devices: []DeviceUsage{dev("A", 3*gib)}, Processes: []ProcessUsage{proc(1, 3*gib, 0)}}, 8 * gib, ""},
+		{"v2 peak below used", v2(3*gib, 2*gib, 0, proc(1, 3*gib, 0)), 8 * gib, "a peak of 2147483648 bytes, below the 3221225472 bytes in use"},
+		{"v2 peak 0 while memory is held", v2(3*gib, 0, 0, proc(1, 3*gib, 0)), 8 * gib, "below the"},
+		{"v2 peak beyond the limit with every slot's context", v2(gib, 8*gib+1024*gib+1, 0, proc(1, gib, 0)), 8 * gib, "a peak of 1108101562369 bytes, more than the limit"},
+		{"v2 9.2e18 bytes peak", v2(gib, 1<<63, 0, proc(1, gib, 0)), 8 * gib, "more than the limit"},
+		{"v2 no limit, peak beyond any machine", v2(gib, 1<<50+1, 0, proc(1, gib, 0)), 0, "a peak of 1125899906842625 bytes, more than any machine"},
+		{"v2 throttled past the bound", v2(gib, gib, 1<<62+1, proc(1, gib, 0)), 8 * gib, "4611686018427387905 ns throttled"},
+		{"v2 throttled -1 as int64", v2(gib, gib, 1<<64-1, proc(1, gib, 0)), 0, "ns throttled"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -24,11 +24,19 @@ const FileName = "usage"
 // Layout constants; they must equal those of shim/include/region.h (a test
 // compares them with the C compiler's view).
 const (
-	Magic      uint64 = 0x3147455255504756 // the bytes "VGPUREG1", little-endian
-	Version    uint32 = 1
-	MaxDevices        = 16
-	MaxProcs          = 1024
-	UUIDLen           = 96
+	Magic uint64 = 0x3147455255504756 // the bytes "VGPUREG1", little-endian
+	// Version is the layout the shim writes, and the newest this package
+	// reads. Version 2 gave each device the peak and the throttled time
+	// (DeviceUsage.Peak, DeviceUsage.ThrottledNs) in bytes that version 1
+	// reserved; nothing moved.
+	Version uint32 = 2
+	// OldestVersion is the oldest layout the reader accepts: containers
+	// started with an earlier shim keep their version 1 region until they
+	// end. Usage.HasPeakAndThrottle tells the two apart.
+	OldestVersion uint32 = 1
+	MaxDevices           = 16
+	MaxProcs             = 1024
+	UUIDLen              = 96
 )
 
 // The raw layout, field for field as in region.h (little-endian, naturally
@@ -44,12 +52,14 @@ type rawHeader struct {
 }
 
 type rawDevice struct {
-	UUID      [UUIDLen]byte
-	Limit     uint64
-	Used      uint64
-	Cores     uint32
-	Reserved0 uint32
-	Reserved  [3]uint64
+	UUID        [UUIDLen]byte
+	Limit       uint64
+	Used        uint64
+	Cores       uint32
+	Reserved0   uint32
+	Peak        uint64 // version 2; reserved (0) in version 1
+	ThrottledNs uint64 // version 2; reserved (0) in version 1
+	Reserved    [1]uint64
 }
 
 type rawProc struct {
@@ -71,9 +81,21 @@ const Size = int(unsafe.Sizeof(rawRegion{}))
 
 // Usage is what a container's processes hold, as the region records it.
 type Usage struct {
+	// Version is the region's layout version, OldestVersion to Version.
+	// Only from version 2 on does a DeviceUsage carry Peak and ThrottledNs
+	// (see HasPeakAndThrottle).
 	Version   uint32
 	Devices   []DeviceUsage
 	Processes []ProcessUsage
+}
+
+// HasPeakAndThrottle reports whether the region records each GPU's peak
+// and throttled time (version 2 and later). In a version 1 region, written
+// by the shim of an earlier release, DeviceUsage.Peak and
+// DeviceUsage.ThrottledNs are 0 because they are not known, and a reader
+// must not show or export them.
+func (u *Usage) HasPeakAndThrottle() bool {
+	return u.Version >= 2
 }
 
 // DeviceUsage is one GPU of the container.
@@ -82,6 +104,16 @@ type DeviceUsage struct {
 	Limit uint64 // bytes; 0 = no memory limit
 	Used  uint64 // bytes held by the whole container
 	Cores uint32 // percent of SM time
+	// Peak is the most bytes Used has reached since the region was created
+	// or last rebuilt by the shim (a rebuild starts it at the rebuilt Used).
+	// 0 in a version 1 region (see Usage.HasPeakAndThrottle).
+	Peak uint64
+	// ThrottledNs is how long, in nanoseconds, launches of the container's
+	// processes waited on the SM limiter, summed over processes (each
+	// process adds at most its wall time), since the region was created or
+	// last rebuilt (a rebuild starts it at 0). It only grows otherwise.
+	// 0 in a version 1 region (see Usage.HasPeakAndThrottle).
+	ThrottledNs uint64
 }
 
 // ProcessUsage is one registered process; Used and Launches are indexed like
@@ -193,8 +225,8 @@ func decode(b []byte) (*Usage, error) {
 	switch {
 	case h.Magic != Magic:
 		return nil, fmt.Errorf("%w: magic %#x, want %#x", ErrInvalid, h.Magic, Magic)
-	case h.Version != Version:
-		return nil, fmt.Errorf("%w: version %d, this build reads %d", ErrInvalid, h.Version, Version)
+	case h.Version < OldestVersion || h.Version > Version:
+		return nil, fmt.Errorf("%w: version %d, this build reads %d to %d", ErrInvalid, h.Version, OldestVersion, Version)
 	case h.Size != uint64(Size) || h.HeaderSize != uint32(unsafe.Offsetof(r.Procs)):
 		return nil, fmt.Errorf("%w: header says size %d / header %d, want %d / %d", ErrInvalid,
 			h.Size, h.HeaderSize, Size, unsafe.Offsetof(r.Procs))
@@ -208,6 +240,10 @@ func decode(b []byte) (*Usage, error) {
 	for i := range nd {
 		d := &r.Devices[i]
 		u.Devices[i] = DeviceUsage{UUID: cString(d.UUID[:]), Limit: d.Limit, Used: d.Used, Cores: d.Cores}
+		if u.HasPeakAndThrottle() {
+			// Version 1 reserved these bytes: whatever they hold there means nothing.
+			u.Devices[i].Peak, u.Devices[i].ThrottledNs = d.Peak, d.ThrottledNs
+		}
 	}
 	for i := range r.Procs {
 		p := &r.Procs[i]

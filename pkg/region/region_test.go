@@ -44,7 +44,8 @@ int main(void) {
 	O(vgpu_region_header, size); O(vgpu_region_header, device_count); O(vgpu_region_header, proc_slots);
 	O(vgpu_region_header, reserved);
 	O(vgpu_region_device, uuid); O(vgpu_region_device, limit); O(vgpu_region_device, used);
-	O(vgpu_region_device, cores); O(vgpu_region_device, reserved0); O(vgpu_region_device, reserved);
+	O(vgpu_region_device, cores); O(vgpu_region_device, reserved0); O(vgpu_region_device, peak);
+	O(vgpu_region_device, throttled_ns); O(vgpu_region_device, reserved);
 	O(vgpu_region_proc, pid); O(vgpu_region_proc, host_pid); O(vgpu_region_proc, start_time);
 	O(vgpu_region_proc, used); O(vgpu_region_proc, launches);
 	O(vgpu_region, hdr); O(vgpu_region, devices); O(vgpu_region, procs);
@@ -101,6 +102,8 @@ func TestLayoutMatchesC(t *testing.T) {
 		"vgpu_region_device.used":         unsafe.Offsetof(d.Used),
 		"vgpu_region_device.cores":        unsafe.Offsetof(d.Cores),
 		"vgpu_region_device.reserved0":    unsafe.Offsetof(d.Reserved0),
+		"vgpu_region_device.peak":         unsafe.Offsetof(d.Peak),
+		"vgpu_region_device.throttled_ns": unsafe.Offsetof(d.ThrottledNs),
 		"vgpu_region_device.reserved":     unsafe.Offsetof(d.Reserved),
 		"vgpu_region_proc.pid":            unsafe.Offsetof(p.PID),
 		"vgpu_region_proc.host_pid":       unsafe.Offsetof(p.HostPID),
@@ -153,6 +156,8 @@ func validRegion(t *testing.T) *rawRegion {
 	r.Devices[0].Limit = 100
 	r.Devices[0].Used = 40
 	r.Devices[0].Cores = 50
+	r.Devices[0].Peak = 60
+	r.Devices[0].ThrottledNs = 5_000_000_000
 	r.Procs[7] = rawProc{PID: 42, HostPID: 4242, StartTime: 9}
 	r.Procs[7].Used[0] = 40
 	r.Procs[7].Launches[0] = 3
@@ -181,7 +186,8 @@ func TestReadUsage(t *testing.T) {
 	}{
 		{name: "valid"},
 		{name: "bad magic", mutate: func(r *rawRegion) { r.Header.Magic = 1 }, wantErr: "magic"},
-		{name: "newer version", mutate: func(r *rawRegion) { r.Header.Version = 2 }, wantErr: "version 2"},
+		{name: "newer version", mutate: func(r *rawRegion) { r.Header.Version = 3 }, wantErr: "version 3"},
+		{name: "version 0", mutate: func(r *rawRegion) { r.Header.Version = 0 }, wantErr: "version 0"},
 		{name: "wrong size field", mutate: func(r *rawRegion) { r.Header.Size = 12 }, wantErr: "header says size"},
 		{name: "too many devices", mutate: func(r *rawRegion) { r.Header.DeviceCount = 17 }, wantErr: "17 devices"},
 		{name: "wrong slot count", mutate: func(r *rawRegion) { r.Header.ProcSlots = 5 }, wantErr: "5 process slots"},
@@ -203,8 +209,8 @@ func TestReadUsage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := fmt.Sprintf("%+v", Usage{Version: 1,
-				Devices:   []DeviceUsage{{UUID: "GPU-1", Limit: 100, Used: 40, Cores: 50}},
+			want := fmt.Sprintf("%+v", Usage{Version: 2,
+				Devices:   []DeviceUsage{{UUID: "GPU-1", Limit: 100, Used: 40, Cores: 50, Peak: 60, ThrottledNs: 5_000_000_000}},
 				Processes: []ProcessUsage{{PID: 42, HostPID: 4242, StartTime: 9, Used: []uint64{40}, Launches: []uint64{3}}}})
 			if got := fmt.Sprintf("%+v", *u); got != want {
 				t.Errorf("got %s\nwant %s", got, want)
@@ -213,6 +219,73 @@ func TestReadUsage(t *testing.T) {
 	}
 	if _, err := ReadUsage(filepath.Join(t.TempDir(), "absent")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("absent file: err = %v, want os.ErrNotExist", err)
+	}
+}
+
+// handBuilt lays a region out byte by byte at the offsets region.h gives
+// (written out here, not taken from the Go mirror): one device "GPU-7" with
+// a limit of 1000, 300 bytes used, 40 % cores, and in its version 2 fields
+// (which version 1 reserved) a peak of 700 and 9 s throttled; one process,
+// pid 5, in slot 2, holding the 300 bytes after 11 launches.
+func handBuilt(version uint32) []byte {
+	b := make([]byte, 280896)
+	le := binary.LittleEndian
+	le.PutUint64(b[0:], 0x3147455255504756)
+	le.PutUint32(b[8:], version)
+	le.PutUint32(b[12:], 2368) // header_size: 64 + 16*144
+	le.PutUint64(b[16:], 280896)
+	le.PutUint32(b[24:], 1) // device_count
+	le.PutUint32(b[28:], 1024)
+	copy(b[64:], "GPU-7")
+	le.PutUint64(b[64+96:], 1000)           // limit
+	le.PutUint64(b[64+104:], 300)           // used
+	le.PutUint32(b[64+112:], 40)            // cores
+	le.PutUint64(b[64+120:], 700)           // peak
+	le.PutUint64(b[64+128:], 9_000_000_000) // throttled_ns
+	slot := 2368 + 2*272
+	le.PutUint32(b[slot:], 5)
+	le.PutUint32(b[slot+4:], 1005)
+	le.PutUint64(b[slot+8:], 77)
+	le.PutUint64(b[slot+16:], 300) // used[0]
+	le.PutUint64(b[slot+144:], 11) // launches[0]
+	return b
+}
+
+// Both versions of the layout are read; version 1's reserved bytes, where
+// version 2 keeps the peak and the throttled time, are not.
+func TestReadUsageVersions(t *testing.T) {
+	for _, tc := range []struct {
+		version          uint32
+		peak, throttled  uint64
+		peakAndThrottled bool
+	}{
+		{version: 1, peak: 0, throttled: 0, peakAndThrottled: false},
+		{version: 2, peak: 700, throttled: 9_000_000_000, peakAndThrottled: true},
+	} {
+		t.Run(fmt.Sprintf("version %d", tc.version), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), FileName)
+			if err := os.WriteFile(path, handBuilt(tc.version), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			u, err := ReadUsage(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if u.Version != tc.version || u.HasPeakAndThrottle() != tc.peakAndThrottled {
+				t.Errorf("version %d, HasPeakAndThrottle %v; want %d, %v", u.Version, u.HasPeakAndThrottle(), tc.version, tc.peakAndThrottled)
+			}
+			want := DeviceUsage{UUID: "GPU-7", Limit: 1000, Used: 300, Cores: 40, Peak: tc.peak, ThrottledNs: tc.throttled}
+			if len(u.Devices) != 1 || u.Devices[0] != want {
+				t.Errorf("devices = %+v, want [%+v]", u.Devices, want)
+			}
+			if len(u.Processes) != 1 || u.Processes[0].PID != 5 || u.Processes[0].HostPID != 1005 ||
+				u.Processes[0].Used[0] != 300 || u.Processes[0].Launches[0] != 11 {
+				t.Errorf("processes = %+v, want pid 5 (host 1005) holding 300 bytes after 11 launches", u.Processes)
+			}
+			if err := u.Check("GPU-7", 1000); err != nil {
+				t.Errorf("Check: %v", err)
+			}
+		})
 	}
 }
 

@@ -19,7 +19,9 @@
 #include <stdint.h>
 
 #define VGPU_REGION_MAGIC 0x3147455255504756ull /* the bytes "VGPUREG1", little-endian */
-#define VGPU_REGION_VERSION 1u
+/* Version 2 gave each device its peak and throttled_ns, in bytes version 1
+ * reserved: nothing moved, and readers accept both (pkg/region). */
+#define VGPU_REGION_VERSION 2u
 #define VGPU_REGION_FILE "usage"
 #define VGPU_MAX_DEVICES 16
 #define VGPU_MAX_PROCS 1024
@@ -31,7 +33,17 @@ struct vgpu_region_device {
 	uint64_t used;  /* bytes held by the container: sum of the slots' used[] */
 	uint32_t cores; /* percent of SM time, 1..100 */
 	uint32_t reserved0;
-	uint64_t reserved[3];
+	/* Reports, like every field here (the container can write them), never
+	 * read back by the shim to decide anything. */
+	/* v2: the most bytes `used` has reached since the region was created or
+	 * rebuilt (a rebuild starts it at the rebuilt `used`); raised before
+	 * `used`, so that an unlocked reader never sees used > peak. */
+	uint64_t peak;
+	/* v2: ns during which launches of the container's processes waited on
+	 * the SM limiter (src/limiter.c), summed over processes, each adding at
+	 * most its wall time; only ever grows, but a rebuild starts it at 0. */
+	uint64_t throttled_ns;
+	uint64_t reserved[1];
 };
 
 struct vgpu_region_proc {

@@ -247,6 +247,19 @@ static uint64_t sat_add(uint64_t a, uint64_t b)
 	return a + b < a ? UINT64_MAX : a + b;
 }
 
+/*
+ * Sets a device's total, its peak raised first so that a reader without
+ * the lock (the host's) never sees the total above the peak. The peak is
+ * raised on every write of the total, so one the tenant lowered is mended
+ * at the next. Caller holds the lock.
+ */
+static void set_used_locked(struct vgpu_region_device *d, uint64_t used)
+{
+	if (__atomic_load_n(&d->peak, __ATOMIC_RELAXED) < used)
+		__atomic_store_n(&d->peak, used, __ATOMIC_RELAXED);
+	__atomic_store_n(&d->used, used, __ATOMIC_RELEASE);
+}
+
 /* Fields 1 (the pid, as the namespace /proc belongs to numbers it) and 22
  * (the start time, in clock ticks after boot) of a stat file of /proc:
  * 0, or -1 when it cannot be read or parsed. */
@@ -468,9 +481,13 @@ static int elsewhere(const struct vgpu_region_proc *s)
  * processes and second slots of one pid are dropped, each live process's
  * bytes and host pid are what it publishes, processes that publish but have
  * no slot get one, ours is what we know; slots of other pid namespaces'
- * processes are left to them. Caller holds the lock.
+ * processes are left to them. restart: the region was just made, or found
+ * damaged: each device's peak starts again at the rebuilt total and its
+ * throttled time at 0 (the processes add what they wait from then on);
+ * otherwise (the periodic rebuild) the peak only rises and the throttled
+ * time is left as it is. Caller holds the lock.
  */
-static void sync_locked(void)
+static void sync_locked(int restart)
 {
 	struct vgpu_region *r = region;
 	int32_t me = self;
@@ -536,7 +553,13 @@ static void sync_locked(void)
 				if (r->procs[i].pid)
 					sum = sat_add(sum, r->procs[i].used[d]);
 		}
-		__atomic_store_n(&r->devices[d].used, sum, __ATOMIC_RELAXED);
+		if (restart) {
+			/* A region made or rebuilt after damage: what it said of
+			 * the past is gone or not to be believed. */
+			__atomic_store_n(&r->devices[d].peak, sum, __ATOMIC_RELAXED);
+			__atomic_store_n(&r->devices[d].throttled_ns, 0, __ATOMIC_RELAXED);
+		}
+		set_used_locked(&r->devices[d], sum);
 	}
 }
 
@@ -735,8 +758,11 @@ static void validate_locked(int fresh, int rebuild)
 		what = "this process's slot was changed";
 	if (what && !fresh)
 		damaged(what);
+	/* rebuild is only asked for a file this process just made, or one cut
+	 * short or extended (damage too): the peak and the throttled time
+	 * restart with every rebuild from here. */
 	if (what || fresh || rebuild)
-		sync_locked();
+		sync_locked(1);
 }
 
 /* Under the lock, before the region is touched: see the top of the file. */
@@ -924,7 +950,7 @@ void vgpu_region_set_host_pid(int32_t hp)
 		return;
 	}
 	if (region && slot < 0 && !slots_add_up_locked())
-		sync_locked();
+		sync_locked(0);
 	else
 		write_own_slot_locked();
 	unlock();
@@ -1029,11 +1055,11 @@ static void show_locked(int idx)
 	uint64_t others = total > was ? total - was : 0;
 	if ((limit && others > limit - (mine < limit ? mine : limit)) || now_ns() - synced_at > SYNC_NS ||
 	    (slot < 0 && !slots_add_up_locked())) {
-		sync_locked();
+		sync_locked(0);
 		return;
 	}
 	write_own_slot_locked();
-	__atomic_store_n(&d->used, sat_add(others, now), __ATOMIC_RELAXED);
+	set_used_locked(d, sat_add(others, now));
 }
 
 /* Gives bytes of idx's lease back: first what the ledger never had, then its stretches. Caller holds mu. */
@@ -1422,7 +1448,7 @@ void vgpu_region_flush(void)
 	guard_begin();
 	check_locked();
 	if (region && slot < 0)
-		sync_locked();
+		sync_locked(0);
 	else
 		write_own_slot_locked();
 	unlock();
@@ -1455,7 +1481,7 @@ __attribute__((destructor)) static void release_slot(void)
 	if (region && slot >= 0 && region->procs[slot].pid == self) {
 		for (int d = 0; d < vgpu.limits.ngpu; d++) {
 			uint64_t u = region->devices[d].used;
-			__atomic_store_n(&region->devices[d].used, u > shown[d] ? u - shown[d] : 0, __ATOMIC_RELAXED);
+			set_used_locked(&region->devices[d], u > shown[d] ? u - shown[d] : 0);
 		}
 		clear_slot(&region->procs[slot]);
 	}

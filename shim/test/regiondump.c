@@ -1,6 +1,7 @@
 /*
  * Test helper for the usage region.
- *   regiondump FILE                      print header, devices and live slots
+ *   regiondump FILE                      print header, devices (with their
+ *                                         peak and throttled_ns) and live slots
  *   regiondump forge FILE PID START IDX BYTES
  *                                         write a slot as a (possibly stale)
  *                                         process would have left it
@@ -193,9 +194,10 @@ int main(int argc, char **argv)
 	       r->hdr.magic == VGPU_REGION_MAGIC ? "ok" : "BAD", r->hdr.version, (unsigned long long)r->hdr.size,
 	       r->hdr.device_count, r->hdr.proc_slots);
 	for (unsigned d = 0; d < r->hdr.device_count && d < VGPU_MAX_DEVICES; d++)
-		printf("dev %u uuid=%s limit=%llu used=%llu cores=%u\n", d, r->devices[d].uuid,
-		       (unsigned long long)r->devices[d].limit, (unsigned long long)r->devices[d].used,
-		       r->devices[d].cores);
+		printf("dev %u uuid=%s limit=%llu used=%llu cores=%u peak=%llu throttled_ns=%llu\n", d,
+		       r->devices[d].uuid, (unsigned long long)r->devices[d].limit,
+		       (unsigned long long)r->devices[d].used, r->devices[d].cores,
+		       (unsigned long long)r->devices[d].peak, (unsigned long long)r->devices[d].throttled_ns);
 	for (int i = 0; i < VGPU_MAX_PROCS; i++)
 		if (r->procs[i].pid)
 			printf("proc pid=%d host_pid=%d start=%llu used0=%llu launches0=%llu\n", r->procs[i].pid, r->procs[i].host_pid,

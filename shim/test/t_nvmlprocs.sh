@@ -192,6 +192,26 @@ test_nvmlprocs_unlisted_gpu() {
 	np_end
 }
 
+test_fake_host_pids() {
+	# The fake driver as a host process sees it (FAKECUDA_HOST_PIDS: nri-vgpu's utilisation
+	# query): two processes, each pid 1 of a pid namespace of its own, are two processes,
+	# listed and sampled under their host pids, as the real driver reports them.
+	setup $GiB
+	local i hp=() want
+	for i in 1 2; do
+		LD_PRELOAD= unshare -p -f "$NPROG" worker 0 $((i * MiB)) "$T/w$i.pid" "$T/end" launch >"$T/w$i.out" 2>&1 &
+		waitfor "$T/w$i.pid" $! || { cat "$T/w$i.out"; return 1; }
+		expect "its pid in its namespace" "$(cat "$T/w$i.pid")" 1
+		hp+=("$(tr -d ' ' </proc/$!/task/$!/children)")
+	done
+	want=$(printf '%s\n' "${hp[@]}" | sort -n | paste -sd, -)
+	FAKECUDA_HOST_PIDS=1 SMI_UTIL=1 np_smi 0 ""
+	expect "listed" "$(sed -n 's/^list ComputeRunningProcesses \([^ ]*\) .*/\1/p' "$T/smi.out" | tr , '\n' | cut -d: -f1 | sort -n | paste -sd, -)" "$want"
+	expect "sampled" "$(sed -n 's/^util ProcessUtilization //p' "$T/smi.out")" "$want"
+	expect "sampled (info)" "$(sed -n 's/^util ProcessesUtilizationInfo //p' "$T/smi.out")" "$want"
+	np_end
+}
+
 t nvmlprocs_lists test_nvmlprocs_lists
 t nvmlprocs_lists_pidns test_nvmlprocs_lists $PIDNS
 t nvmlprocs_utilization test_nvmlprocs_utilization
@@ -200,3 +220,4 @@ t nvmlprocs_utilization_pidns test_nvmlprocs_utilization $PIDNS
 t nvmlprocs_unknown_host_pid test_nvmlprocs_unknown_host_pid
 t nvmlprocs_unattributed_bytes test_nvmlprocs_unattributed_bytes
 t nvmlprocs_unlisted_gpu test_nvmlprocs_unlisted_gpu
+t fake_host_pids test_fake_host_pids

@@ -21,17 +21,35 @@ const (
 	procsOff   = devicesOff + region.MaxDevices*deviceSize
 )
 
-// Write writes a usage region at path as the shim lays it out: the header,
-// the devices in order, and each process in a slot of its own (slots
-// spread out, as the shim's reaping leaves them). Used and Launches of a
-// process are indexed like devs. The file is mode 0666, as the shim
-// creates it.
+// Write writes a version 1 usage region at path, as the shim of an earlier
+// release lays it out: the header, the devices in order, and each process
+// in a slot of its own (slots spread out, as the shim's reaping leaves
+// them). Used and Launches of a process are indexed like devs. Version 1
+// has no peak and no throttled time: the devices' Peak and ThrottledNs
+// must be 0. The file is mode 0666, as the shim creates it.
 func Write(t testing.TB, path string, devs []region.DeviceUsage, procs []region.ProcessUsage) {
+	t.Helper()
+	for _, d := range devs {
+		if d.Peak != 0 || d.ThrottledNs != 0 {
+			t.Fatalf("regiontest.Write: device %s has a peak or a throttled time, which version 1 cannot hold (WriteV2)", d.UUID)
+		}
+	}
+	write(t, path, 1, devs, procs)
+}
+
+// WriteV2 is Write for a version 2 region, the layout today's shim writes:
+// the devices' Peak and ThrottledNs go in as given.
+func WriteV2(t testing.TB, path string, devs []region.DeviceUsage, procs []region.ProcessUsage) {
+	t.Helper()
+	write(t, path, 2, devs, procs)
+}
+
+func write(t testing.TB, path string, version uint32, devs []region.DeviceUsage, procs []region.ProcessUsage) {
 	t.Helper()
 	b := make([]byte, region.Size)
 	le := binary.LittleEndian
 	le.PutUint64(b[0:], region.Magic)
-	le.PutUint32(b[8:], region.Version)
+	le.PutUint32(b[8:], version)
 	le.PutUint32(b[12:], procsOff)
 	le.PutUint64(b[16:], uint64(region.Size))
 	le.PutUint32(b[24:], uint32(len(devs)))
@@ -42,6 +60,8 @@ func Write(t testing.TB, path string, devs []region.DeviceUsage, procs []region.
 		le.PutUint64(b[o+96:], d.Limit)
 		le.PutUint64(b[o+104:], d.Used)
 		le.PutUint32(b[o+112:], d.Cores)
+		le.PutUint64(b[o+120:], d.Peak)
+		le.PutUint64(b[o+128:], d.ThrottledNs)
 	}
 	if 3*len(procs) > region.MaxProcs {
 		t.Fatalf("regiontest.Write: %d processes, at most %d", len(procs), region.MaxProcs/3)
@@ -66,7 +86,7 @@ func Write(t testing.TB, path string, devs []region.DeviceUsage, procs []region.
 		t.Fatalf("regiontest.Write disagrees with pkg/region: %v", err)
 	}
 	sameDevices := len(got.Devices) == 0 && len(devs) == 0 || reflect.DeepEqual(got.Devices, devs)
-	if !sameDevices || len(got.Processes) != len(procs) {
+	if !sameDevices || len(got.Processes) != len(procs) || got.Version != version {
 		t.Fatalf("regiontest.Write disagrees with pkg/region: wrote %+v %+v, read %+v", devs, procs, got)
 	}
 }

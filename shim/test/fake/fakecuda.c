@@ -1788,7 +1788,8 @@ EXPORT long long fakecudaBusyNs(int pid, int dev, long long *at_ns)
 	/* By pid as NVML numbers it too: processes of two pid namespaces can
 	 * have one pid (the pid 1 of two containers). */
 	for (int i = 0; i < FK_MAX_PROC; i++)
-		if (fk->proc[i].pid == pid && fk->proc[i].nvpid == pid + fk_pidns_offset())
+		if (fk->proc[i].pid == pid && fk->proc[i].nvpid == pid + fk_pidns_offset() &&
+		    fk->proc[i].pidns == fk_own_pidns())
 			v = fk_ran_ns(&fk->proc[i], dev, now);
 	fk_unlock();
 	if (at_ns)

@@ -390,6 +390,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, nvmlProcessU
 {
 	(void)since; /* samples are "since this caller's previous call" */
 	CHECK(h);
+	if (!count)
+		return NVML_ERROR_INVALID_ARGUMENT;
 	int d = h->index;
 	int64_t now = fk_now();
 	unsigned n = 0;
@@ -408,12 +410,20 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, nvmlProcessU
 	int absent = idle && !strcmp(idle, "absent"), zero = idle && !strcmp(idle, "zero");
 	if (getenv("FAKECUDA_UTIL_UNSUPPORTED"))
 		return NVML_ERROR_NOT_SUPPORTED;
+	/* The window moves on only when the samples are handed over (or there
+	 * are none): a call that only asks how many there are (no buffer, or one
+	 * too small, as go-nvml's first call) leaves them for the next call, as
+	 * NVML's sample buffer does. */
+	static struct {
+		int i, pid;
+		int64_t busy;
+	} moved[FK_MAX_PROC];
+	int nmoved = 0;
 	pthread_mutex_lock(&last_mu);
 	if (period && last_call[d] && now - last_call[d] < period) {
 		pthread_mutex_unlock(&last_mu);
 		return NVML_ERROR_NOT_FOUND;
 	}
-	last_call[d] = now;
 	fk_lock();
 	for (int i = 0; i < FK_MAX_PROC; i++) {
 		struct fk_proc *p = &fk->proc[i];
@@ -422,18 +432,14 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, nvmlProcessU
 		/* What ran in the window, not what was queued in it: NVML samples the GPU. */
 		int64_t ran = fk_ran_ns(p, d, now);
 		if (last[d][i].pid != p->pid || !last[d][i].ts) {
-			last[d][i].pid = p->pid;
-			last[d][i].busy = ran;
-			last[d][i].ts = now;
+			moved[nmoved++] = (__typeof__(moved[0])){i, p->pid, ran};
 			continue;
 		}
 		int64_t busy = ran - last[d][i].busy, win = now - last[d][i].ts;
 		unsigned util = win > 0 && busy > 0 ? (unsigned)(busy * 100 / win) : 0;
 		if (win <= 0 || (busy <= 0 && !(zero && p->ctxs[d])) || (absent && !util)) {
-			if (win > 0) {
-				last[d][i].busy = ran;
-				last[d][i].ts = now;
-			}
+			if (win > 0)
+				moved[nmoved++] = (__typeof__(moved[0])){i, p->pid, ran};
 			continue;
 		}
 		if (util > 100)
@@ -443,19 +449,22 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, nvmlProcessU
 								.timeStamp = (unsigned long long)(now / 1000),
 								.smUtil = util};
 		n++;
-		last[d][i].busy = ran;
-		last[d][i].ts = now;
+		moved[nmoved++] = (__typeof__(moved[0])){i, p->pid, ran};
 	}
 	fk_unlock();
-	pthread_mutex_unlock(&last_mu);
-	if (!n)
-		return NVML_ERROR_NOT_FOUND;
-	if (n > *count) {
-		*count = n;
-		return NVML_ERROR_INSUFFICIENT_SIZE;
+	nvmlReturn_t rc = !n ? NVML_ERROR_NOT_FOUND : (!s || n > *count) ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+	if (rc != NVML_ERROR_INSUFFICIENT_SIZE) {
+		last_call[d] = now;
+		for (int k = 0; k < nmoved; k++) {
+			last[d][moved[k].i].pid = moved[k].pid;
+			last[d][moved[k].i].busy = moved[k].busy;
+			last[d][moved[k].i].ts = now;
+		}
 	}
-	*count = n;
-	return NVML_SUCCESS;
+	pthread_mutex_unlock(&last_mu);
+	if (rc != NVML_ERROR_NOT_FOUND)
+		*count = n;
+	return rc;
 }
 
 /* The samples above, reached within this library: a preloaded library that

@@ -28,6 +28,7 @@
 #define _GNU_SOURCE
 #include "fakestate.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -213,7 +214,7 @@ void fk_reap(void)
 	}
 }
 
-static uint64_t own_pidns(void)
+uint64_t fk_own_pidns(void)
 {
 	static uint64_t ino;
 	struct stat st;
@@ -225,9 +226,12 @@ static uint64_t own_pidns(void)
 struct fk_proc *fk_me(void)
 {
 	int me = getpid(), nv = me + fk_pidns_offset(), free_slot = -1;
+	/* Matched by pid namespace too: the pid 7 of two containers (real pid
+	 * namespaces, one FAKECUDA_PIDNS_OFFSET) are two processes. */
+	uint64_t ns = fk_own_pidns();
 	for (int pass = 0; pass < 2; pass++) {
 		for (int i = 0; i < FK_MAX_PROC; i++) {
-			if (fk->proc[i].pid == me && fk->proc[i].nvpid == nv) {
+			if (fk->proc[i].pid == me && fk->proc[i].nvpid == nv && fk->proc[i].pidns == ns) {
 				hold_live(&fk->proc[i], 0);
 				return &fk->proc[i];
 			}
@@ -245,13 +249,88 @@ struct fk_proc *fk_me(void)
 	memset(&fk->proc[free_slot], 0, sizeof(fk->proc[free_slot]));
 	fk->proc[free_slot].pid = me;
 	fk->proc[free_slot].nvpid = nv;
-	fk->proc[free_slot].pidns = own_pidns();
+	fk->proc[free_slot].pidns = ns;
 	hold_live(&fk->proc[free_slot], 1);
 	return &fk->proc[free_slot];
 }
 
+/* The pid namespace inode of /proc/<pid>/ns/pid, 0 if unreadable. */
+static uint64_t pidns_of(int pid)
+{
+	char path[64];
+	struct stat st;
+	snprintf(path, sizeof(path), "/proc/%d/ns/pid", pid);
+	return stat(path, &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+/* The last pid of /proc/<pid>/status's NSpid line: the process's pid in its
+ * own pid namespace; -1 if unreadable. */
+static int32_t nspid_of(int pid)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -1;
+	int32_t last = -1;
+	while (fgets(line, sizeof(line), f)) {
+		if (strncmp(line, "NSpid:", 6) != 0)
+			continue;
+		for (char *tok = strtok(line + 6, " \t\n"); tok; tok = strtok(NULL, " \t\n"))
+			last = (int32_t)atoi(tok);
+		break;
+	}
+	fclose(f);
+	return last;
+}
+
+/* Resolved (pid namespace, pid in it) -> pid in the caller's /proc, kept
+ * while /proc still agrees, so a query scans /proc only for a process it
+ * has not resolved before. Caller holds the lock (fk_nvml_pid). */
+static struct {
+	uint64_t pidns;
+	int32_t nspid, pid;
+} host_pids[FK_MAX_PROC];
+
+static int32_t host_pid(uint64_t pidns, int32_t nspid)
+{
+	int free_slot = -1;
+	for (int i = 0; i < FK_MAX_PROC; i++) {
+		if (!host_pids[i].pid) {
+			if (free_slot < 0)
+				free_slot = i;
+			continue;
+		}
+		if (host_pids[i].pidns != pidns || host_pids[i].nspid != nspid)
+			continue;
+		if (pidns_of(host_pids[i].pid) == pidns && nspid_of(host_pids[i].pid) == nspid)
+			return host_pids[i].pid;
+		host_pids[i].pid = 0; /* gone, or its pid reused */
+		if (free_slot < 0)
+			free_slot = i;
+	}
+	DIR *d = opendir("/proc");
+	if (!d)
+		return 0;
+	int32_t found = 0;
+	for (struct dirent *e; !found && (e = readdir(d));) {
+		char *end;
+		long pid = strtol(e->d_name, &end, 10);
+		if (*end || pid <= 0)
+			continue;
+		if (pidns_of((int)pid) == pidns && nspid_of((int)pid) == nspid)
+			found = (int32_t)pid;
+	}
+	closedir(d);
+	if (found && free_slot >= 0)
+		host_pids[free_slot].pidns = pidns, host_pids[free_slot].nspid = nspid, host_pids[free_slot].pid = found;
+	return found;
+}
+
 unsigned fk_nvml_pid(const struct fk_proc *p)
 {
+	if (fk_knob("FAKECUDA_HOST_PIDS"))
+		return p->pidns == fk_own_pidns() ? (unsigned)p->pid : (unsigned)host_pid(p->pidns, p->pid);
 	return (unsigned)p->nvpid;
 }
 
@@ -260,7 +339,7 @@ int fk_nvml_visible(const struct fk_proc *p)
 	const char *host = getenv("FAKECUDA_HOST_PIDNS");
 	if (!host || !*host)
 		return 1;
-	uint64_t me = own_pidns();
+	uint64_t me = fk_own_pidns();
 	return me == strtoull(host, NULL, 10) || p->pidns == me;
 }
 

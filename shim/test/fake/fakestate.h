@@ -10,6 +10,19 @@
  * the way real NVML reports host pids to a process that knows only its
  * namespace's. Read when the state file is created, so every process of one
  * fake machine agrees.
+ *
+ * $FAKECUDA_HOST_PIDS=1 in the CALLER of NVML's process listings and
+ * utilisation samples (fk_knob: "1" or a path that exists) makes fake NVML
+ * report each process by its pid in the caller's own pid namespace, as the
+ * real driver reports host pids to a host process (nri-vgpu's utilisation
+ * query), whatever namespace the GPU's processes run in. Each process
+ * records at its slot's creation (its first context or allocation) the
+ * inode of its pid namespace (/proc/self/ns/pid) and its pid in it
+ * (getpid()); the caller resolves that pair by scanning its /proc: the
+ * process whose /proc/<pid>/ns/pid has that inode and whose
+ * /proc/<pid>/status NSpid line ends with that pid. A process of the
+ * caller's own namespace is its pid; one the caller's /proc does not show
+ * (gone, or in a namespace the caller cannot see) is reported as pid 0.
  */
 #ifndef FAKESTATE_H
 #define FAKESTATE_H
@@ -59,7 +72,7 @@ struct fk_proc {
 	 * also lists the process as a graphics / MPS client. */
 	int32_t also;
 	int32_t pad2;
-	uint64_t pidns; /* inode of its pid namespace (fk_nvml_visible) */
+	uint64_t pidns; /* inode of its pid namespace (fk_nvml_visible, FAKECUDA_HOST_PIDS) */
 	/* Held by the process for its life (robust, process-shared): the kernel
 	 * marks it when the holding thread is gone, the way a driver learns of a
 	 * client's exit from the release of its file, with no question asked of
@@ -100,7 +113,10 @@ void fk_retire(int d, int64_t now);
 int64_t fk_ran_ns(const struct fk_proc *p, int d, int64_t now);
 /* Resident threads per SM (CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR), as on recent GPUs. */
 #define FK_THREADS_PER_SM 2048
-/* A process's pid as fake NVML reports it (see FAKECUDA_PIDNS_OFFSET). */
+/* The inode of this process's pid namespace (0 if unreadable). */
+uint64_t fk_own_pidns(void);
+/* A process's pid as fake NVML reports it (see FAKECUDA_PIDNS_OFFSET and
+ * FAKECUDA_HOST_PIDS). Caller holds the lock. */
 unsigned fk_nvml_pid(const struct fk_proc *p);
 /* Whether NVML shows p to the calling process. With FAKECUDA_HOST_PIDNS set
  * (the inode of the host's pid namespace), a caller in another pid namespace

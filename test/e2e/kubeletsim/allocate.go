@@ -23,6 +23,11 @@ type Pod struct {
 	Containers  []Container
 	// HostPID puts the containers in the node's PID namespace (hostPID).
 	HostPID bool
+	// CgroupParent is the pod's cgroup (LinuxPodSandboxConfig.CgroupParent)
+	// as the kubelet's cgroupfs driver names it,
+	// "/kubepods/besteffort/pod<UID>"; empty: the runtime's default, as
+	// before. Whoever sets it removes the cgroups left behind.
+	CgroupParent string
 	// TerminationGracePeriod is how long StopContainer waits before SIGKILL;
 	// 0 means kubelet's default of 30 s.
 	TerminationGracePeriod time.Duration

@@ -89,6 +89,7 @@ func (k *Kubelet) SandboxConfig(pod *Pod, attempt uint32) *runtimeapi.PodSandbox
 		Annotations:  annotations,
 		Linux: &runtimeapi.LinuxPodSandboxConfig{
 			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: pod.namespaces()},
+			CgroupParent:    pod.CgroupParent,
 		},
 	}
 }
