@@ -10,6 +10,7 @@ require (
 	github.com/containerd/nri v0.12.5
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/google/go-containerregistry v0.22.1
+	github.com/grafana/grafana-foundation-sdk/go v0.0.22
 	github.com/opencontainers/runtime-spec v1.3.0
 	github.com/pelletier/go-toml/v2 v2.4.3
 	github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring v0.95.1

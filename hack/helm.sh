@@ -104,6 +104,9 @@ check)
 	# values: rendered and decoded strictly into the API types.
 	"$HELM" lint --strict "$CHART" --namespace kube-system \
 		--set metrics.enabled=true --set metrics.serviceMonitor.enabled=true --set namespaceOverride=gpu-system
+	# The dashboard's ConfigMap and the PrometheusRule of the alerts.
+	"$HELM" lint --strict "$CHART" --namespace kube-system \
+		--set metrics.enabled=true --set metrics.dashboard.enabled=true --set metrics.prometheusRule.enabled=true
 	# The DRA driver, its RBAC and the DeviceClass.
 	"$HELM" lint --strict "$CHART" --namespace kube-system --set draDriver.enabled=true
 	HELM=$HELM go test -count=1 ./test/packaging/ -run '^(TestChart|TestManifests)'

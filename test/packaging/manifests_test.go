@@ -35,6 +35,7 @@ type manifests struct {
 	serviceAccounts []corev1.ServiceAccount
 	services        []corev1.Service
 	serviceMonitors []monitoringv1.ServiceMonitor
+	prometheusRules []monitoringv1.PrometheusRule
 	daemonSets      map[string]*appsv1.DaemonSet // by app.kubernetes.io/component
 	// The DRA driver's (draDriver.enabled) only.
 	clusterRoles        []rbacv1.ClusterRole
@@ -93,6 +94,12 @@ func decodeManifests(t *testing.T, data []byte) manifests {
 				t.Fatalf("document %d (%s): %v", i, gvk, err)
 			}
 			m.serviceMonitors = append(m.serviceMonitors, sm)
+		case "monitoring.coreos.com/v1/PrometheusRule":
+			var pr monitoringv1.PrometheusRule
+			if err := yaml.UnmarshalStrict([]byte(doc), &pr); err != nil {
+				t.Fatalf("document %d (%s): %v", i, gvk, err)
+			}
+			m.prometheusRules = append(m.prometheusRules, pr)
 		case "apps/v1/DaemonSet":
 			var ds appsv1.DaemonSet
 			if err := yaml.UnmarshalStrict([]byte(doc), &ds); err != nil {
@@ -141,9 +148,10 @@ func TestManifestsObjects(t *testing.T) {
 	if sa := m.serviceAccounts[0]; sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken {
 		t.Errorf("ServiceAccount automountServiceAccountToken %v, want false", sa.AutomountServiceAccountToken)
 	}
-	// Metrics are off by default: no port, no Service.
-	if len(m.services) != 0 || len(m.serviceMonitors) != 0 {
-		t.Errorf("%d Services and %d ServiceMonitors with the default values, want none", len(m.services), len(m.serviceMonitors))
+	// Metrics are off by default: no port, no Service, no alerts.
+	if len(m.services) != 0 || len(m.serviceMonitors) != 0 || len(m.prometheusRules) != 0 {
+		t.Errorf("%d Services, %d ServiceMonitors and %d PrometheusRules with the default values, want none",
+			len(m.services), len(m.serviceMonitors), len(m.prometheusRules))
 	}
 	for _, component := range []string{"device-plugin", "nri-plugin"} {
 		ds := m.daemonSets[component]
