@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
 
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/harness"
@@ -22,30 +23,39 @@ const promInterval = 2 * time.Second
 
 // prometheus: Debian's Prometheus, finding the chart's NRI plugin through
 // its metrics Service as a cluster Prometheus would (the ServiceMonitor's
-// labels and port, node by docs/metrics.md's relabelling), scrapes one
-// target, up, whose `node` is the node's name; while a GPU pod's workload
-// holds 1 GiB and launches kernels flat out on a 25 % slice, PromQL gives
-// that pod's container the memory it holds, its slice's limit, and launch
-// counts that grow.
+// labels, port and job name, node by docs/metrics.md's relabelling), with
+// the chart's alerting rules loaded, scrapes one target, up, whose `node`
+// is the node's name. While a GPU pod's workload holds 3900 MiB of its
+// 4 GiB slice and launches kernels flat out, more than its 25 % share of SM
+// time, PromQL gives that pod's container, on its node and GPU: the memory
+// it holds and its peak, the slice's memory limit and SM share, launch
+// counts that grow, and seconds held back by the SM limiter that grow;
+// the near-memory-limit alert is pending or firing for it, and neither
+// plugin-down alert is (their job selector matches the scrape's job).
 //
 // The NRI plugin's pod is not on the host network: Prometheus on the host
 // reaches it at its pod address on the test's CNI bridge, which holds the
 // gateway address on the host (as the kubelet's probes do), so the scrape
 // goes where a cluster Prometheus's would, not through a port of the host.
 func (h *helmNode) prometheus(t *testing.T, ctx context.Context) {
-	p := startPrometheus(t, ctx, h.k, nil, harness.ServiceJob{
-		Name: "nri-vgpu", Namespace: "kube-system", Port: "metrics",
-		// What the chart's ServiceMonitor selects.
+	root, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := filepath.Join(root, "packaging", "helm", "nri-vgpu", "rules", "nri-vgpu.rules.yaml")
+	p := startPrometheus(t, ctx, h.k, []string{rules}, harness.ServiceJob{
+		// The job name the chart's ServiceMonitor gives its targets (the
+		// Service's name), which the rules' plugin-down alerts select.
+		Name: chartRelease + "-metrics", Namespace: "kube-system", Port: "metrics",
+		// What the ServiceMonitor selects.
 		ServiceLabels: map[string]string{
 			"app.kubernetes.io/name":      "nri-vgpu",
 			"app.kubernetes.io/instance":  chartRelease,
 			"app.kubernetes.io/component": "nri-plugin",
 		},
 	})
-	up := waitQuery(t, ctx, p, time.Minute, `up{job="nri-vgpu"}`, func(v model.Vector) bool { return len(v) == 1 && v[0].Value == 1 })
-	if got := string(up[0].Metric["node"]); got != h.k.NodeName {
-		t.Errorf("up%v: node %q, want the node's name %q", up[0].Metric, got, h.k.NodeName)
-	}
+	up := waitQuery(t, ctx, p, time.Minute, `up`, func(v model.Vector) bool { return len(v) == 1 && v[0].Value == 1 })
+	wantLabels(t, up[0], map[string]string{"node": h.k.NodeName, "job": chartRelease + "-metrics"})
 
 	pod := podSpec("cuda-prom", cudaTestImage, 1)
 	id := h.runPod(t, ctx, pod)
@@ -54,10 +64,12 @@ func (h *helmNode) prometheus(t *testing.T, ctx context.Context) {
 		t.Fatalf("allocation = %+v, want one slice (%d bytes, %d %% of the SMs)", a.GPUs, sliceMemory, sliceCores)
 	}
 	uuid := a.GPUs[0].UUID
-	// The workload runs on in the container after the exec returns; the
-	// pod's deletion ends it.
-	const held = 1 << 30
-	workload := fmt.Sprintf("%s cudaprog -m direct init alloc:1GiB launchfor:600:0:1 </dev/null >/tmp/workload.log 2>&1 &", fakeDriverEnv(uuid, "/tmp"))
+	// Over 90 % of the slice, as the alert wants; the shim's first grant
+	// is exactly what is asked, so used is this to the byte. The workload
+	// runs on in the container after the exec returns; the pod's deletion
+	// ends it.
+	const held = 3900 << 20
+	workload := fmt.Sprintf("%s cudaprog -m direct init alloc:3900MiB launchfor:600:0:1 </dev/null >/tmp/workload.log 2>&1 &", fakeDriverEnv(uuid, "/tmp"))
 	if res, err := h.c.Exec(ctx, id, "/bin/sh", "-c", workload); err != nil || res.ExitCode != 0 {
 		t.Fatalf("starting the workload: %v, %+v", err, res)
 	}
@@ -69,15 +81,23 @@ func (h *helmNode) prometheus(t *testing.T, ctx context.Context) {
 	})
 
 	ctr := fmt.Sprintf(`{namespace=%q,pod=%q,container="main"}`, podNamespace, pod.Name)
-	used := waitQuery(t, ctx, p, time.Minute, "nri_vgpu_container_memory_used_bytes"+ctr,
-		func(v model.Vector) bool { return len(v) == 1 && v[0].Value == held })
-	wantLabels(t, used[0], map[string]string{"node": h.k.NodeName, "UUID": uuid, "container_id": id, "job": "nri-vgpu"})
-	limit := waitQuery(t, ctx, p, 10*time.Second, "nri_vgpu_container_memory_limit_bytes"+ctr, one)
-	if limit[0].Value != sliceMemory {
-		t.Errorf("%v, want the slice's %d bytes", limit[0], sliceMemory)
+	labels := map[string]string{"node": h.k.NodeName, "UUID": uuid, "container_id": id, "claim": ""}
+	for _, c := range []struct {
+		series string
+		want   float64
+	}{
+		{"nri_vgpu_container_memory_used_bytes", held},
+		{"nri_vgpu_container_memory_peak_bytes", held},
+		{"nri_vgpu_container_memory_limit_bytes", sliceMemory},
+		{"nri_vgpu_container_sm_limit_ratio", sliceCores / 100.0},
+	} {
+		got := waitQuery(t, ctx, p, time.Minute, c.series+ctr, func(v model.Vector) bool { return len(v) == 1 && float64(v[0].Value) == c.want })
+		wantLabels(t, got[0], labels)
 	}
-	wantLabels(t, limit[0], map[string]string{"node": h.k.NodeName, "UUID": uuid})
 	growing(t, ctx, p, "nri_vgpu_container_kernel_launches_total"+ctr)
+	growing(t, ctx, p, "nri_vgpu_container_sm_throttled_seconds_total"+ctr)
+
+	h.wantAlerts(t, ctx, p, pod.Name)
 
 	// Gone before the daemons change, so that its host state is removed
 	// by the NRI plugin that made it.
@@ -88,6 +108,44 @@ func (h *helmNode) prometheus(t *testing.T, ctx context.Context) {
 		return os.IsNotExist(err)
 	}); err != nil {
 		t.Errorf("%s still there after the pod was deleted", filepath.Base(dir))
+	}
+}
+
+// wantAlerts waits until the chart's near-memory-limit alert is pending or
+// firing for pod's container on the node, and checks that neither
+// plugin-down alert is active.
+func (h *helmNode) wantAlerts(t *testing.T, ctx context.Context, p *harness.Prometheus, pod string) {
+	t.Helper()
+	var alerts []promv1.Alert
+	var last error
+	found := func() bool {
+		r, err := p.API.Alerts(ctx)
+		if err != nil {
+			last = err
+			return false
+		}
+		alerts = r.Alerts
+		for _, a := range alerts {
+			if a.Labels["alertname"] == "NriVgpuContainerMemoryNearLimit" && string(a.Labels["pod"]) == pod &&
+				string(a.Labels["node"]) == h.k.NodeName && (a.State == promv1.AlertStatePending || a.State == promv1.AlertStateFiring) {
+				return true
+			}
+		}
+		return false
+	}
+	if err := waitFor(ctx, 30*time.Second, func() bool {
+		if found() {
+			return true
+		}
+		time.Sleep(500 * time.Millisecond)
+		return false
+	}); err != nil {
+		t.Errorf("no NriVgpuContainerMemoryNearLimit alert for pod %s on %s (%v); alerts: %+v", pod, h.k.NodeName, last, alerts)
+	}
+	for _, a := range alerts {
+		if name := a.Labels["alertname"]; name == "NriVgpuPluginDown" || name == "NriVgpuPluginAbsent" {
+			t.Errorf("alert %s %s: %v", name, a.State, a.Labels)
+		}
 	}
 }
 
