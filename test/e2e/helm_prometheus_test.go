@@ -68,15 +68,25 @@ func (h *helmNode) prometheus(t *testing.T, ctx context.Context) {
 	// is exactly what is asked, so used is this to the byte. The workload
 	// runs on in the container after the exec returns; the pod's deletion
 	// ends it.
+	// Each launchfor prints the share of the GPU's time its 8 s had (the
+	// last 7 of them): the log shows the workload held to its share.
 	const held = 3900 << 20
-	workload := fmt.Sprintf("%s cudaprog -m direct init alloc:3900MiB launchfor:600:0:1 </dev/null >/tmp/workload.log 2>&1 &", fakeDriverEnv(uuid, "/tmp"))
+	workload := fmt.Sprintf("%s cudaprog -m direct init alloc:3900MiB%s </dev/null >/tmp/workload.log 2>&1 &",
+		fakeDriverEnv(uuid, "/tmp"), strings.Repeat(" launchfor:8:1:1", 75))
 	if res, err := h.c.Exec(ctx, id, "/bin/sh", "-c", workload); err != nil || res.ExitCode != 0 {
 		t.Fatalf("starting the workload: %v, %+v", err, res)
 	}
+	logged := false
+	workloadLog := func() {
+		if !logged {
+			logged = true
+			res, err := h.c.Exec(context.Background(), id, "/bin/sh", "-c", "cat /tmp/workload.log")
+			t.Logf("the workload's output (%v):\n%s%s", err, res.Stdout, res.Stderr)
+		}
+	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			res, _ := h.c.Exec(context.Background(), id, "/bin/sh", "-c", "cat /tmp/workload.log; ps")
-			t.Logf("the workload's output and the container's processes:\n%s%s", res.Stdout, res.Stderr)
+			workloadLog()
 		}
 	})
 
@@ -99,6 +109,9 @@ func (h *helmNode) prometheus(t *testing.T, ctx context.Context) {
 
 	h.wantAlerts(t, ctx, p, pod.Name)
 
+	if t.Failed() {
+		workloadLog()
+	}
 	// Gone before the daemons change, so that its host state is removed
 	// by the NRI plugin that made it.
 	dir := h.hostContainerDir(id)
