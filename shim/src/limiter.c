@@ -126,6 +126,7 @@ struct bucket {
 
 static struct bucket buckets[VGPU_MAX_DEVICES];
 static int watcher_started;
+
 static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static int64_t now_ns(void)
@@ -140,6 +141,55 @@ static void sleep_ns(int64_t ns)
 	struct timespec ts = {(time_t)(ns / 1000000000ll), (long)(ns % 1000000000ll)};
 	while (nanosleep(&ts, &ts) != 0)
 		;
+}
+
+/*
+ * Throttled time (the region's throttled_ns, Contract 5): per GPU, the wall
+ * time during which at least one launch of this process waited in
+ * wait_turn. Overlapping waits of several threads count once, so one
+ * process adds at most the wall time to a GPU's counter however many
+ * threads launch; the container's counter is the sum over its processes.
+ * A wait that ends is counted then, one in progress at each watcher flush
+ * and at exit (vgpu_limiter_count_waits); the region gets it with the
+ * launch counts (vgpu_count_throttled, FLUSH_TICKS). Only the slow path, a
+ * launch about to sleep for tokens, takes wait_mu.
+ */
+static pthread_mutex_t wait_mu = PTHREAD_MUTEX_INITIALIZER;
+static int in_wait[VGPU_MAX_DEVICES];       /* launches in wait_turn now (under wait_mu) */
+static int64_t wait_from[VGPU_MAX_DEVICES]; /* CLOCK_MONOTONIC ns counted up to, while in_wait > 0 */
+
+/* Counts idx's wait from wait_from up to now. Caller holds wait_mu. */
+static void count_wait_locked(int idx, int64_t now)
+{
+	if (now > wait_from[idx])
+		vgpu_count_throttled(idx, (uint64_t)(now - wait_from[idx]));
+	wait_from[idx] = now;
+}
+
+static void wait_begin(int idx, int64_t now)
+{
+	pthread_mutex_lock(&wait_mu);
+	if (in_wait[idx]++ == 0)
+		wait_from[idx] = now;
+	pthread_mutex_unlock(&wait_mu);
+}
+
+static void wait_end(int idx, int64_t now)
+{
+	pthread_mutex_lock(&wait_mu);
+	if (--in_wait[idx] == 0)
+		count_wait_locked(idx, now);
+	pthread_mutex_unlock(&wait_mu);
+}
+
+void vgpu_limiter_count_waits(void)
+{
+	int64_t now = now_ns();
+	pthread_mutex_lock(&wait_mu);
+	for (int i = 0; i < vgpu.limits.ngpu; i++)
+		if (in_wait[i] > 0)
+			count_wait_locked(i, now);
+	pthread_mutex_unlock(&wait_mu);
 }
 
 /* The rate that gives the share if a wave takes NOMINAL_WAVE_NS. */
@@ -364,9 +414,12 @@ static void *watcher(void *arg)
 		for (int i = 0; i < vgpu.limits.ngpu; i++)
 			if (buckets[i].active)
 				steer(i, &buckets[i]);
-		/* Launch counts to the region for the host (never waits for its lock). */
-		if (n % FLUSH_TICKS == 0)
+		/* Launch counts and throttled time to the region for the host (never
+		 * waits for its lock). */
+		if (n % FLUSH_TICKS == 0) {
+			vgpu_limiter_count_waits();
 			vgpu_region_flush();
+		}
 		vgpu_fp_watch(n); /* footprint growth at launch (lazily loaded kernels, local memory) */
 		sleep_ns(TICK_NS);
 	}
@@ -430,6 +483,9 @@ void vgpu_limiter_after_fork(void)
 	pthread_mutex_init(&start_mu, NULL);
 	watcher_started = 0;
 	memset(buckets, 0, sizeof(buckets));
+	/* The parent's waiting threads are not the child's. */
+	pthread_mutex_init(&wait_mu, NULL);
+	memset(in_wait, 0, sizeof(in_wait));
 }
 
 /* Blocks per wave on dev, asked once per bucket; 1 when the driver cannot say
@@ -523,6 +579,7 @@ static int64_t wait_turn(struct bucket *b, int idx, uint64_t *ticket)
 	__atomic_add_fetch(&b->waiting, 1, __ATOMIC_RELAXED);
 	uint64_t seen = __atomic_load_n(&b->serving, __ATOMIC_ACQUIRE);
 	int64_t seen_ns = now_ns(), deadline = seen_ns + WAIT_CAP_NS, avail;
+	wait_begin(idx, seen_ns);
 	for (;;) {
 		int64_t now = now_ns();
 		avail = available(b, now);
@@ -549,6 +606,7 @@ static int64_t wait_turn(struct bucket *b, int idx, uint64_t *ticket)
 			ns = deadline - now; /* wake at the deadline, not a sleep past it */
 		sleep_ns(ns < WAIT_NS ? WAIT_NS : ns > WAIT_MAX_NS ? WAIT_MAX_NS : ns);
 	}
+	wait_end(idx, now_ns());
 	__atomic_sub_fetch(&b->waiting, 1, __ATOMIC_RELAXED);
 	pthread_setcancelstate(oldstate, NULL);
 	*ticket = mine;

@@ -92,6 +92,9 @@ static int32_t hp_tried;    /* the host pid a slot write last tried to give it (
  * ledger's held part, its slot); the truth is lease - avail (below). */
 static uint64_t shown[VGPU_MAX_DEVICES];
 static uint64_t launches[VGPU_MAX_DEVICES];
+/* ns this process's launches waited on the SM limiter (limiter.c), not yet
+ * added to the devices' throttled_ns: added at a flush or at exit. */
+static uint64_t throttled[VGPU_MAX_DEVICES];
 static int warned_damage, warned_unusable, warned_unrecorded, warned_slots;
 
 /* ---- the SIGBUS guard ---------------------------------------------------------------- */
@@ -1437,6 +1440,31 @@ void vgpu_count_launch(int idx)
 	__atomic_add_fetch(&launches[idx], 1, __ATOMIC_RELAXED);
 }
 
+void vgpu_count_throttled(int idx, uint64_t ns)
+{
+	__atomic_add_fetch(&throttled[idx], ns, __ATOMIC_RELAXED);
+}
+
+/*
+ * Adds the throttled time counted since the last call to the devices'
+ * throttled_ns (saturating: the tenant may have written anything there;
+ * the host's reader judges it). Kept for later while there is no region.
+ * Caller holds the lock, after check_locked: a rebuild there restarts
+ * throttled_ns at 0 before this adds to it.
+ */
+static void add_throttled_locked(void)
+{
+	if (!region)
+		return;
+	for (int d = 0; d < vgpu.limits.ngpu; d++) {
+		uint64_t ns = __atomic_exchange_n(&throttled[d], 0, __ATOMIC_RELAXED);
+		if (ns)
+			__atomic_store_n(&region->devices[d].throttled_ns,
+					 sat_add(__atomic_load_n(&region->devices[d].throttled_ns, __ATOMIC_RELAXED), ns),
+					 __ATOMIC_RELAXED);
+	}
+}
+
 void vgpu_region_flush(void)
 {
 	if (pthread_mutex_trylock(&mu) != 0)
@@ -1451,6 +1479,7 @@ void vgpu_region_flush(void)
 		sync_locked(0);
 	else
 		write_own_slot_locked();
+	add_throttled_locked();
 	unlock();
 }
 
@@ -1462,12 +1491,18 @@ void vgpu_region_flush(void)
  */
 __attribute__((destructor)) static void release_slot(void)
 {
+	/* The time launches have waited so far, threads still waiting included:
+	 * a process that exits while throttled has its last wait counted. */
+	vgpu_limiter_count_waits();
 	pthread_mutex_lock(&mu);
 	/* Unused leases back to the container now: the kernel drops the locks
 	 * only once the process is gone, and an exit can take a while. */
 	for (int d = 0; d < vgpu.limits.ngpu && vgpu.mode == VGPU_ENFORCE; d++)
 		trim_locked(d, 0);
-	if (slot < 0) {
+	int pending = 0;
+	for (int d = 0; d < vgpu.limits.ngpu; d++)
+		pending |= __atomic_load_n(&throttled[d], __ATOMIC_RELAXED) != 0;
+	if (slot < 0 && !pending) {
 		pthread_mutex_unlock(&mu);
 		return;
 	}
@@ -1475,9 +1510,12 @@ __attribute__((destructor)) static void release_slot(void)
 	 * rebuilding on the way out, only worth not touching. */
 	struct stat st;
 	int held_lock = rfd >= 0 && ofd_lock_within(rfd, REPORT_WAIT_NS) == 0;
-	if (rfd >= 0 && (!held_lock || xfstat(rfd, &st) != 0 || st.st_size != RSIZE || region_lost))
+	int sound = rfd >= 0 && held_lock && xfstat(rfd, &st) == 0 && st.st_size == RSIZE && !region_lost;
+	if (!sound)
 		slot = -1; /* left to the next rebuild: this process is gone by then */
 	guard_begin();
+	if (region && sound)
+		add_throttled_locked(); /* (what a damaged file would have had is lost with it) */
 	if (region && slot >= 0 && region->procs[slot].pid == self) {
 		for (int d = 0; d < vgpu.limits.ngpu; d++) {
 			uint64_t u = region->devices[d].used;
@@ -1523,6 +1561,7 @@ void vgpu_region_after_fork(void)
 	/* The child holds none of the parent's device memory (CUDA state does not survive fork). */
 	memset(shown, 0, sizeof(shown));
 	memset(launches, 0, sizeof(launches));
+	memset(throttled, 0, sizeof(throttled)); /* the parent's waits are the parent's to report */
 	memset(lease, 0, sizeof(lease));
 	memset(avail, 0, sizeof(avail));
 	memset(grant, 0, sizeof(grant));

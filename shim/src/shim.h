@@ -178,8 +178,14 @@ uint64_t vgpu_own_used(int idx);
 /* Counts one kernel launch (a relaxed atomic add on a private counter; the
  * region gets the counts with the next update, or vgpu_region_flush). */
 void vgpu_count_launch(int idx);
-/* Writes this process's launch counts into the region unless another
- * process or thread holds its lock (the limiter's watcher: never waits). */
+/* Counts ns during which launches of this process on idx waited on the SM
+ * limiter (a relaxed atomic add on a private counter, like the launches; the
+ * region's throttled_ns gets it with vgpu_region_flush, or at exit). */
+void vgpu_count_throttled(int idx, uint64_t ns);
+/* Writes this process's launch counts into the region, and adds the
+ * throttled time counted since the last flush, unless another process or
+ * thread holds its lock (the limiter's watcher: never waits; what is not
+ * written waits for the next flush). */
 void vgpu_region_flush(void);
 /* Called in a fork child: the child needs a slot of its own. */
 void vgpu_region_after_fork(void);
@@ -340,6 +346,9 @@ void vgpu_fp_limit_settle(CUresult rc, const struct vgpu_fp_limit *l);
 /* ---- limiter.c ---------------------------------------------------------------- */
 
 void vgpu_limiter_after_fork(void);
+/* Counts the waits still in progress up to now (vgpu_count_throttled), so a
+ * long one reaches the region before it ends: the watcher's flush, the exit. */
+void vgpu_limiter_count_waits(void);
 /* Blocks until a launch of this many thread blocks on dev (limits index idx) may go. */
 void vgpu_limiter_charge(int idx, CUdevice dev, uint64_t blocks);
 

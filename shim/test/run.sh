@@ -1523,6 +1523,7 @@ t fuzz_limits_parser test_fuzz_limits_parser
 . "$HERE/t_slots.sh"
 . "$HERE/t_nvmlown.sh"
 . "$HERE/t_validate.sh"
+. "$HERE/t_usage.sh"
 
 echo "shim: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
