@@ -34,9 +34,13 @@ const (
 	// started with an earlier shim keep their version 1 region until they
 	// end. Usage.HasPeakAndThrottle tells the two apart.
 	OldestVersion uint32 = 1
-	MaxDevices           = 16
-	MaxProcs             = 1024
-	UUIDLen              = 96
+)
+
+// Layout sizes, as in region.h.
+const (
+	MaxDevices = 16
+	MaxProcs   = 1024
+	UUIDLen    = 96
 )
 
 // The raw layout, field for field as in region.h (little-endian, naturally

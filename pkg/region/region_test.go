@@ -367,6 +367,13 @@ func readShimRegion(t *testing.T, build string, offset int32) {
 	if len(u.Devices) != 1 || u.Devices[0].UUID != uuid || u.Devices[0].Limit != 1<<30 || u.Devices[0].Used != want {
 		t.Errorf("devices = %+v, want one %s with limit 1GiB and used 128MiB", u.Devices, uuid)
 	}
+	// Version 2: the peak is what is held (nothing was freed), nothing waited at cores=100.
+	if !u.HasPeakAndThrottle() || len(u.Devices) != 1 || u.Devices[0].Peak != want || u.Devices[0].ThrottledNs != 0 {
+		t.Errorf("version %d, devices = %+v; want version 2 with a peak of 128MiB and 0 ns throttled", u.Version, u.Devices)
+	}
+	if err := u.Check(uuid, 1<<30); err != nil {
+		t.Errorf("Check of the shim's region: %v", err)
+	}
 	pid := int32(cmd.Process.Pid)
 	if len(u.Processes) != 1 || u.Processes[0].PID != pid || u.Processes[0].Used[0] != want ||
 		u.Processes[0].StartTime == 0 || u.Processes[0].HostPID != pid+offset {
