@@ -8,6 +8,7 @@ import (
 
 	"github.com/nri-vgpu/nri-vgpu/internal/utilization"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
+	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
 )
 
 // initPIDNamespace is what a process of the host's initial pid namespace
@@ -16,13 +17,25 @@ import (
 const initPIDNamespace = "pid:[4026531836]"
 
 // utilizationSource returns the source of the containers' SM utilisation
-// for the metrics, or nil, leaving the utilisation series out: on simulated
-// GPUs, and where hostProc is not the host's /proc. NVML names processes
-// by their host pid, and a /proc of another pid namespace (a pod without
-// the host's) would not find them: every container would read as idle,
-// which the metrics must not claim.
+// for the metrics, or nil, leaving the utilisation series out: on
+// simulated GPUs whose driver root has no NVML, and where hostProc is not
+// the host's /proc. NVML names processes by their host pid, and a /proc of
+// another pid namespace (a pod without the host's) would not find them:
+// every container would read as idle, which the metrics must not claim.
+//
+// Simulated GPUs are measured where a libnvidia-ml.so.1 lies beneath the
+// driver root (gpu.NVMLLibraryPresent; not the loader's): the fake driver
+// roots of the tests, whose NVML shows the simulated GPUs' UUIDs. A node
+// with neither GPUs nor a driver has none, and gets no utilisation series
+// rather than an NVML error at every scrape.
 func utilizationSource(cfg *config.Config, hostProc string, logger *slog.Logger) *utilization.NVML {
-	if cfg.GPU.Backend != config.BackendNVML {
+	switch cfg.GPU.Backend {
+	case config.BackendNVML, "":
+	case config.BackendSimulated:
+		if !gpu.NVMLLibraryPresent(cfg.Driver) {
+			return nil
+		}
+	default:
 		return nil
 	}
 	if ns, ok := hostPIDNamespace(hostProc); !ok {

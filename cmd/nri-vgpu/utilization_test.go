@@ -46,11 +46,23 @@ func TestUtilizationSource(t *testing.T) {
 		{"a pod's /proc with one process", config.BackendNVML, map[string]string{"1": podNS}, false},
 		{"no /proc", config.BackendNVML, nil, false},
 		{"simulated GPUs", config.BackendSimulated, map[string]string{"1": initPIDNamespace}, false},
+		{"simulated GPUs, a driver root with an NVML", config.BackendSimulated, map[string]string{"1": initPIDNamespace}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := config.Default()
 			cfg.GPU.Backend = tt.backend
+			// A driver root of its own, with an NVML where the case says.
+			cfg.Driver.DevRoot = t.TempDir()
+			if strings.Contains(tt.name, "with an NVML") {
+				lib := filepath.Join(cfg.Driver.DevRoot, "usr", "lib64", "libnvidia-ml.so.1")
+				if err := os.MkdirAll(filepath.Dir(lib), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(lib, []byte("ELF"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
 			var logs bytes.Buffer
 			src := utilizationSource(cfg, fakeProc(t, tt.links), slog.New(slog.NewTextHandler(&logs, nil)))
 			if got := src != nil; got != tt.want {

@@ -419,8 +419,13 @@ func (s *scrape) container(containers *hoststate.Containers, id string, gpuOf fu
 	labels := []string{id, "", "", "", ""} // container_id, namespace, pod, container, claim
 	var out []prometheus.Metric
 	var claim *hoststate.ClaimInfo
+	// A claim's record is told by its container.json; without one, its
+	// processes cannot be found (they are its pods'), and its utilisation
+	// is left out rather than read as 0.
+	utilKnown := !strings.HasPrefix(id, hoststate.ClaimIDPrefix)
 	infoPath := containers.Path(id, hoststate.InfoFileName)
 	if info, err := containers.Info(id); err == nil {
+		utilKnown = true
 		s.ok(infoPath)
 		claim = info.Claim
 		if info.Claim != nil {
@@ -469,7 +474,7 @@ func (s *scrape) container(containers *hoststate.Containers, id string, gpuOf fu
 		out = append(out,
 			prometheus.MustNewConstMetric(ctrMemoryLimit, prometheus.GaugeValue, float64(l.Memory), gl...),
 			prometheus.MustNewConstMetric(ctrSMLimit, prometheus.GaugeValue, percentToRatio(uint64(l.Cores)), gl...))
-		if s.util != nil {
+		if s.util != nil && utilKnown {
 			// Measured on the host: exported whatever the region says.
 			u := s.util.of(id, claim, l.UUID)
 			g.smUtilization += u

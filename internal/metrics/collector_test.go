@@ -55,7 +55,7 @@ var twoA100s = &fakeInventory{devs: []gpu.Device{
 	{Index: 1, UUID: uuidB, Name: "NVIDIA A100-SXM4-40GB", Memory: 40 << 30},
 }}
 
-func testConfig(t *testing.T) *config.Config {
+func testConfig(t testing.TB) *config.Config {
 	t.Helper()
 	cfg := config.Default()
 	cfg.Paths.RunDir = hoststatetest.RunDir(t)
@@ -69,7 +69,7 @@ func testConfig(t *testing.T) *config.Config {
 // prepare creates a container's host directory the way the NRI plugin does:
 // the limits file (pkg/limits), container.json and the empty region
 // directory.
-func prepare(t *testing.T, cfg *config.Config, id, pod, name string, gpus ...limits.AllocatedGPU) {
+func prepare(t testing.TB, cfg *config.Config, id, pod, name string, gpus ...limits.AllocatedGPU) {
 	t.Helper()
 	info := &hoststate.Info{ID: id, Name: name, Pod: pod, GPUs: gpus, Source: "nri"}
 	if _, err := hoststate.Provision(cfg, info, limits.LimitsFromAllocation(&limits.Allocation{GPUs: gpus}, "")); err != nil {

@@ -2,11 +2,13 @@ package metrics
 
 import (
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/internal/utilization"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/pkg/region"
@@ -30,7 +32,9 @@ var utilMetrics = []string{
 // container ID, a claim's by its pods' UIDs on its GPUs only; processes of
 // no vGPU container count nowhere. A tenant that forges its usage region
 // (c1's is suspect) does not hide its utilisation, which the host measures.
-// When the source fails, the utilisation series are left out, not 0.
+// When the source fails, the utilisation series are left out, not 0, and
+// so are a claim's when its container.json (which names its pods) cannot
+// be read.
 func TestCollectUtilization(t *testing.T) {
 	cfg := testConfig(t)
 	prepare(t, cfg, "c1", "ml/a", "train", limits.AllocatedGPU{UUID: uuidA, Slices: 2, Memory: 8 * gib, Cores: 25})
@@ -116,5 +120,24 @@ nri_vgpu_container_region_suspect` + clB + `0
 	want = strings.Replace(want, `source="nvml"} 0`, `source="nvml"} 2`, 1)
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), utilMetrics...); err != nil {
 		t.Errorf("after NVML came back: %v", err)
+	}
+
+	// Without its container.json, the claim's pods are unknown: its
+	// utilisation is left out (and adds nothing to B's), not 0.
+	write(t, filepath.Join(hoststate.ContainerDir(cfg, claimID), hoststate.InfoFileName), "{")
+	want = helpGPU +
+		"nri_vgpu_gpu_sm_utilization_ratio" + gA + "0.625\n" +
+		"nri_vgpu_gpu_sm_utilization_ratio" + gB + "0\n" +
+		helpCtr +
+		"nri_vgpu_container_sm_utilization_ratio" + c1A + "0.375\n" +
+		"nri_vgpu_container_sm_utilization_ratio" + c2A + "0.25\n" +
+		"nri_vgpu_container_sm_utilization_ratio" + c2B + "0\n" +
+		helpShare +
+		"nri_vgpu_container_sm_share_utilization_ratio" + c1A + "1.5\n" +
+		"nri_vgpu_container_sm_share_utilization_ratio" + c2A + "0.5\n" +
+		"nri_vgpu_container_sm_share_utilization_ratio" + c2B + "0\n" +
+		header + scrapeErrors(map[string]int{SourceNVML: 2, SourceContainerInfo: 1})
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), utilMetrics...); err != nil {
+		t.Errorf("with the claim's container.json broken: %v", err)
 	}
 }

@@ -221,19 +221,27 @@ func decode(b []byte) (*Usage, error) {
 	if len(b) != Size {
 		return nil, fmt.Errorf("%w: %d bytes, want %d", ErrInvalid, len(b), Size)
 	}
-	var r rawRegion
-	if err := binary.Read(bytes.NewReader(b), binary.LittleEndian, &r); err != nil {
+	// Only the header, the devices and the process slots in use are
+	// decoded: encoding/binary decodes field by field, and decoding all
+	// 1024 slots, most of them empty, was most of a metrics scrape.
+	const procsOff = int(unsafe.Offsetof(rawRegion{}.Procs))
+	const procSize = int(unsafe.Sizeof(rawProc{}))
+	var front struct {
+		Header  rawHeader
+		Devices [MaxDevices]rawDevice
+	}
+	if _, err := binary.Decode(b[:procsOff], binary.LittleEndian, &front); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	h := r.Header
+	h := front.Header
 	switch {
 	case h.Magic != Magic:
 		return nil, fmt.Errorf("%w: magic %#x, want %#x", ErrInvalid, h.Magic, Magic)
 	case h.Version < OldestVersion || h.Version > Version:
 		return nil, fmt.Errorf("%w: version %d, this build reads %d to %d", ErrInvalid, h.Version, OldestVersion, Version)
-	case h.Size != uint64(Size) || h.HeaderSize != uint32(unsafe.Offsetof(r.Procs)):
+	case h.Size != uint64(Size) || h.HeaderSize != uint32(procsOff):
 		return nil, fmt.Errorf("%w: header says size %d / header %d, want %d / %d", ErrInvalid,
-			h.Size, h.HeaderSize, Size, unsafe.Offsetof(r.Procs))
+			h.Size, h.HeaderSize, Size, procsOff)
 	case h.DeviceCount > MaxDevices:
 		return nil, fmt.Errorf("%w: %d devices, at most %d", ErrInvalid, h.DeviceCount, MaxDevices)
 	case h.ProcSlots != MaxProcs:
@@ -242,17 +250,21 @@ func decode(b []byte) (*Usage, error) {
 	nd := int(h.DeviceCount)
 	u := &Usage{Version: h.Version, Devices: make([]DeviceUsage, nd)}
 	for i := range nd {
-		d := &r.Devices[i]
+		d := &front.Devices[i]
 		u.Devices[i] = DeviceUsage{UUID: cString(d.UUID[:]), Limit: d.Limit, Used: d.Used, Cores: d.Cores}
 		if u.HasPeakAndThrottle() {
 			// Version 1 reserved these bytes: whatever they hold there means nothing.
 			u.Devices[i].Peak, u.Devices[i].ThrottledNs = d.Peak, d.ThrottledNs
 		}
 	}
-	for i := range r.Procs {
-		p := &r.Procs[i]
-		if p.PID == 0 {
+	for i := range MaxProcs {
+		slot := b[procsOff+i*procSize : procsOff+(i+1)*procSize]
+		if binary.LittleEndian.Uint32(slot) == 0 { // the PID, first field of a slot: 0 = free
 			continue
+		}
+		var p rawProc
+		if _, err := binary.Decode(slot, binary.LittleEndian, &p); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
 		u.Processes = append(u.Processes, ProcessUsage{
 			PID:       p.PID,

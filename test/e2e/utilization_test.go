@@ -3,10 +3,16 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +28,9 @@ import (
 // third of the time, B a ninth, C holds a context and runs nothing.
 // nri-vgpu's utilisation Source, run on the host against the same fake
 // NVML and state, attributes about 0.33 of the GPU to A's container and
-// pod, about 0.11 to B's, and nothing to C.
+// pod, about 0.11 to B's, and nothing to C; so do nri-vgpu's metrics
+// (nri_vgpu_container_sm_utilization_ratio), its driver root holding the
+// fake NVML.
 func TestSMUtilizationByContainer(t *testing.T) {
 	forEachContainerd(t, testSMUtilizationByContainer)
 }
@@ -37,13 +45,43 @@ func testSMUtilizationByContainer(t *testing.T, containerd string) {
 	if err := harness.GoBuild(ctx, "./test/e2e/cmd/smutil", smutil, false); err != nil {
 		t.Fatal(err)
 	}
-	v := startVGPU(t, containerd, vgpuOptions{})
 	// The fake GPU's state, shared by the pods and the host like a real
-	// GPU's.
-	shared := filepath.Join(v.base, "fakegpu")
-	if err := os.MkdirAll(shared, 0o777); err != nil {
+	// GPU's (the pods' programs make it: it shows their GPU).
+	shared := t.TempDir()
+	if err := os.Chmod(shared, 0o777); err != nil {
 		t.Fatal(err)
 	}
+	// nri-vgpu's driver root holds the fake NVML beside the fake device
+	// nodes, so that it measures the simulated GPUs; it serves metrics.
+	devRoot := t.TempDir()
+	minors := make([]int, len(testGPUs))
+	for i, g := range testGPUs {
+		minors[i] = g.Minor
+	}
+	if err := harness.MakeFakeNVIDIADevRoot(devRoot, minors); err != nil {
+		t.Fatal(err)
+	}
+	lib, err := os.ReadFile(filepath.Join(root, "shim", "build", "fake", "libnvidia-ml.so.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(devRoot, "usr", "lib64"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(devRoot, "usr", "lib64", "libnvidia-ml.so.1"), lib, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr := l.Addr().String()
+	l.Close()
+	v := startVGPU(t, containerd, vgpuOptions{
+		driver:      fmt.Sprintf("injection = \"none\"\ndev_root = %q\n", devRoot),
+		extraConfig: fmt.Sprintf("\n[metrics]\nlisten = %q\n", metricsAddr),
+		nriEnv:      []string{"FAKECUDA_STATE=" + shared, "FAKECUDA_HOST_PIDS=1"},
+	})
 	type podSpec struct {
 		name   string
 		slices int
@@ -77,6 +115,16 @@ func testSMUtilizationByContainer(t *testing.T, containerd string) {
 	for i, s := range specs {
 		v.sh(t, ctx, pods[i].ContainerID("main"), env+" cudaprog -m direct init "+s.script+" >/tmp/gpu.log 2>&1 &")
 	}
+	// The pods' programs make the fake GPU's state (showing their GPU)
+	// before nri-vgpu's first scrape loads its NVML, which only starts its
+	// window.
+	if err := waitFor(ctx, 20*time.Second, func() bool {
+		_, err := os.Stat(filepath.Join(shared, "fakecuda.state"))
+		return err == nil
+	}); err != nil {
+		t.Fatal("the pods' programs made no fake GPU state")
+	}
+	scrape(t, metricsAddr)
 	// Each program has its context once its first call is through; give
 	// the loads a moment to reach their pace.
 	time.Sleep(3 * time.Second)
@@ -122,11 +170,49 @@ func testSMUtilizationByContainer(t *testing.T, containerd string) {
 	for id, s := range got {
 		t.Errorf("unexpected sample for container %.12s: %+v", id, s)
 	}
+
+	// The same through nri-vgpu's metrics, over the window since the
+	// first scrape: A and B as above, C 0.
+	m := scrape(t, metricsAddr)
+	for i, want := range []struct{ lo, hi float64 }{{0.25, 0.34}, {0.07, 0.12}, {0, 0}} {
+		id := pods[i].ContainerID("main")
+		line := grepLines(grepLines(m, "nri_vgpu_container_sm_utilization_ratio{"), `container_id="`+id+`"`)
+		fields := strings.Fields(line)
+		if strings.Contains(line, "\n") || len(fields) != 2 {
+			t.Errorf("pod %s: the metrics have %q, want one nri_vgpu_container_sm_utilization_ratio of its container\n%s", pods[i].Pod.Name, line, grepLines(m, "sm_utilization"))
+			continue
+		}
+		got, err := strconv.ParseFloat(fields[1], 64)
+		if err != nil || got < want.lo || got > want.hi {
+			t.Errorf("pod %s: nri_vgpu_container_sm_utilization_ratio %s, want %.2f..%.2f", pods[i].Pod.Name, fields[1], want.lo, want.hi)
+		}
+	}
+
 	if t.Failed() {
 		for i := range pods {
 			t.Logf("pod %s: %s", pods[i].Pod.Name, v.sh(t, ctx, pods[i].ContainerID("main"), "cat /tmp/gpu.log"))
 		}
 	}
+}
+
+// scrape returns nri-vgpu's metrics at addr.
+func scrape(t *testing.T, addr string) string {
+	t.Helper()
+	var body string
+	err := waitFor(context.Background(), 20*time.Second, func() bool {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		body = string(b)
+		return err == nil && resp.StatusCode == http.StatusOK
+	})
+	if err != nil {
+		t.Fatalf("scraping %s: %v", addr, err)
+	}
+	return body
 }
 
 // removePodCgroups removes the (empty) cgroups of a pod's cgroup parent in
