@@ -117,6 +117,7 @@ func TestChartMetrics(t *testing.T) {
 			t.Errorf("--metrics-listen port %d, want metrics.port 9999; args %q", got, c.Args)
 		}
 		checkProbes(t, c)
+		checkHostProc(t, ds, true)
 		if len(m.services) != 1 {
 			t.Fatalf("%d Services, want the metrics Service", len(m.services))
 		}
@@ -170,8 +171,12 @@ func TestChartMetrics(t *testing.T) {
 			t.Error("ServiceMonitor endpoint honorLabels false: the series' namespace/pod/container would be renamed exported_*")
 		}
 	})
+	t.Run("metrics without SM utilisation", func(t *testing.T) {
+		checkHostProc(t, render(t, "--set", "metrics.enabled=true", "--set", "metrics.smUtilization=false").daemonSets["nri-plugin"], false)
+	})
 	t.Run("service monitor without metrics", func(t *testing.T) {
 		m := render(t, "--set", "metrics.serviceMonitor.enabled=true")
+		checkHostProc(t, m.daemonSets["nri-plugin"], false)
 		if len(m.serviceMonitors) != 0 || len(m.services) != 0 {
 			t.Errorf("%d ServiceMonitors, %d Services with metrics off, want none", len(m.serviceMonitors), len(m.services))
 		}
@@ -179,6 +184,29 @@ func TestChartMetrics(t *testing.T) {
 			t.Errorf("metrics off, yet the NRI plugin opens a metrics port: args %q, ports %+v", c.Args, c.Ports)
 		}
 	})
+}
+
+// checkHostProc holds the NRI plugin's pod to what the SM utilisation
+// needs (want) or to nothing of it: the host's /proc read-only at
+// /host/proc, named by --host-proc, the pod in its own pid namespace.
+func checkHostProc(t *testing.T, ds *appsv1.DaemonSet, want bool) {
+	t.Helper()
+	pod := ds.Spec.Template.Spec
+	c := mainContainer(t, ds)
+	vm, mounted := hostMounts(pod, c)["/proc"]
+	flag := slices.Contains(c.Args, "--host-proc=/host/proc")
+	if !want {
+		if mounted || flag {
+			t.Errorf("no SM utilisation, yet the host's /proc is mounted (%v) or named (%v): args %q", mounted, flag, c.Args)
+		}
+		return
+	}
+	if !mounted || vm.MountPath != "/host/proc" || !vm.ReadOnly || !flag {
+		t.Errorf("the host's /proc: mounted %v at %q read-only %v, --host-proc=/host/proc %v (args %q); want all", mounted, vm.MountPath, vm.ReadOnly, flag, c.Args)
+	}
+	if pod.HostPID {
+		t.Error("hostPID: the pod needs only the host's /proc, not its pid namespace")
+	}
 }
 
 // The conventions of NVIDIA's and HAMi's charts: namespaceOverride, a
