@@ -1,5 +1,11 @@
 package main
 
+// The SDK marks its classic dashboard types deprecated in favour of
+// dashboardv2, the schema of Grafana 12's new dashboard API. The chart
+// ships the classic JSON, which every Grafana the dashboard sidecar feeds
+// (file provisioning) loads, older ones included.
+//lint:file-ignore SA1019 the classic dashboard JSON is what the chart ships
+
 import (
 	"bytes"
 	"encoding/json"
@@ -82,7 +88,7 @@ func grid(title, description string, width uint32, expr string) *table.PanelBuil
 		// the dashboard schema does not allow.
 		Footer(common.NewTableFooterOptionsBuilder().Show(false).Reducer([]string{"sum"})).
 		WithTransformation(dashboard.DataTransformerConfig{Id: "organize", Options: map[string]any{
-			"excludeByName": map[string]bool{"Time": true, "__name__": true, "instance": true, "job": true},
+			"excludeByName": map[string]bool{"Time": true, "__name__": true, "instance": true},
 		}}).
 		WithTarget(instant(expr).RefId("A"))
 }
@@ -122,8 +128,8 @@ func build() *dashboard.DashboardBuilder {
 		WithRow(dashboard.NewRowBuilder("Overview")).
 		WithPanel(single("GPUs", "GPUs nri-vgpu shares on the selected nodes.", "none",
 			"count("+sel("nri_vgpu_gpu_memory_allocated_bytes", gpuSel)+")", 0)).
-		WithPanel(single("GPU containers", "Containers and DRA claim records holding GPU slices.", "none",
-			"count("+sel("nri_vgpu_container_memory_limit_bytes", containerSel)+")", 0)).
+		WithPanel(single("GPU containers", "Containers and DRA claim records holding GPU slices (each once, whatever its GPUs).", "none",
+			"count(count by (node, container_id) ("+sel("nri_vgpu_container_memory_limit_bytes", containerSel)+"))", 0)).
 		WithPanel(single("Memory handed out", "Sum of the containers' memory limits over the GPUs' memory.", "percentunit",
 			"sum("+sel("nri_vgpu_gpu_memory_allocated_bytes", gpuSel)+") / sum("+sel("nri_vgpu_gpu_memory_total_bytes", gpuSel)+")", 1)).
 		WithPanel(single("SM time handed out", "Mean over the GPUs of the containers' SM shares (1: every GPU fully handed out).", "percentunit",
@@ -187,7 +193,7 @@ func build() *dashboard.DashboardBuilder {
 			query(sel("nri_vgpu_container_processes", processSel), "{{namespace}}/{{pod}}/{{container}} {{claim}}"))).
 		WithRow(dashboard.NewRowBuilder("Containers: suspect regions and claims")).
 		WithPanel(grid("Suspect regions",
-			"Containers whose usage region holds impossible counters (written by the container, or broken): their memory used, peak and throttled time are not exported.", 12,
+			"Containers whose usage region holds impossible counters (written by the container, or broken): their memory used, peak, throttled time and kernel launches on that GPU are not exported.", 12,
 			sel("nri_vgpu_container_region_suspect", containerSel)+" == 1")).
 		WithPanel(grid("DRA claims and their pods", "The pods each DRA claim record serves.", 12,
 			sel("nri_vgpu_claim_pod_info", `node=~"$node", namespace=~"$namespace", pod=~"$pod"`))).

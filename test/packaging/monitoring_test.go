@@ -69,6 +69,64 @@ func TestAlertRules(t *testing.T) {
 	runPromtool(t, ".", "test", "rules", "rules_test.yaml")
 }
 
+// Every alert has a severity, a summary, a description and a runbook
+// section in docs/metrics.md, and rules_test.yaml has for each a case
+// where it fires and one where it does not.
+func TestAlertRulesComplete(t *testing.T) {
+	data, err := os.ReadFile("rules_test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tests struct {
+		Tests []struct {
+			AlertRuleTest []struct {
+				Alertname string           `json:"alertname"`
+				ExpAlerts []map[string]any `json:"exp_alerts"`
+			} `json:"alert_rule_test"`
+		} `json:"tests"`
+	}
+	if err := yaml.Unmarshal(data, &tests); err != nil { // promtool checks the rest
+		t.Fatalf("rules_test.yaml: %v", err)
+	}
+	fires, quiet := map[string]bool{}, map[string]bool{}
+	for _, tc := range tests.Tests {
+		for _, a := range tc.AlertRuleTest {
+			if len(a.ExpAlerts) > 0 {
+				fires[a.Alertname] = true
+			} else {
+				quiet[a.Alertname] = true
+			}
+		}
+	}
+	docs, err := os.ReadFile("../../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, g := range ruleFileGroups(t) {
+		for _, r := range g.Rules {
+			n++
+			a := r.Alert
+			if !fires[a] || !quiet[a] {
+				t.Errorf("%s: rules_test.yaml has a case where it fires: %v, where it does not: %v; want both", a, fires[a], quiet[a])
+			}
+			if r.Labels["severity"] == "" || r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
+				t.Errorf("%s: severity %q, annotations %v; want a severity, a summary and a description", a, r.Labels["severity"], r.Annotations)
+			}
+			anchor := "docs/metrics.md#" + strings.ToLower(a)
+			if !strings.HasSuffix(r.Annotations["runbook_url"], anchor) {
+				t.Errorf("%s: runbook_url %q, want one ending in %s", a, r.Annotations["runbook_url"], anchor)
+			}
+			if !bytes.Contains(docs, []byte("\n### "+a+"\n")) {
+				t.Errorf("%s: docs/metrics.md has no section \"### %s\" (its runbook)", a, a)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatalf("no rules in %s", rulesPath)
+	}
+}
+
 // helmTemplate renders the chart like render, as the given release, and
 // returns helm's failure instead of failing the test: for values the chart
 // must refuse.
@@ -168,6 +226,20 @@ func ruleFileGroups(t *testing.T) []monitoringv1.RuleGroup {
 	return f.Groups
 }
 
+// checkRuleGroups runs promtool check rules on rendered rule groups.
+func checkRuleGroups(t *testing.T, groups []monitoringv1.RuleGroup) {
+	t.Helper()
+	data, err := yaml.Marshal(map[string]any{"groups": groups})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "rendered.rules.yaml"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runPromtool(t, dir, "check", "rules", "rendered.rules.yaml")
+}
+
 // alertRule returns the rendered rule of an alert, or nil.
 func alertRule(groups []monitoringv1.RuleGroup, alert string) *monitoringv1.Rule {
 	for _, g := range groups {
@@ -241,6 +313,7 @@ func TestChartPrometheusRule(t *testing.T) {
 			t.Fatal(err)
 		}
 		groups := decodeManifests(t, out).prometheusRules[0].Spec.Groups
+		checkRuleGroups(t, groups)
 		mem := alertRule(groups, "NriVgpuContainerMemoryNearLimit")
 		if mem == nil || !strings.HasSuffix(mem.Expr.String(), "> 0.75") || mem.For == nil || *mem.For != "30m" {
 			t.Errorf("NriVgpuContainerMemoryNearLimit %+v, want threshold 0.75 for 30m", mem)
@@ -268,6 +341,7 @@ func TestChartPrometheusRule(t *testing.T) {
 			t.Fatal(err)
 		}
 		groups = decodeManifests(t, out).prometheusRules[0].Spec.Groups
+		checkRuleGroups(t, groups)
 		if r := alertRule(groups, "NriVgpuPluginAbsent"); r == nil || r.Expr.String() != `absent(up{job="gpu-nodes"})` {
 			t.Errorf("NriVgpuPluginAbsent %+v, want the targetSelector", r)
 		}
@@ -307,8 +381,8 @@ func TestChartServiceMonitorNode(t *testing.T) {
 	if len(rs) != 2 || !isNode(rs[0]) || rs[1].TargetLabel != "cluster" {
 		t.Errorf("relabelings %+v, want node from __meta_kubernetes_pod_node_name, then the user's", rs)
 	}
-	m = render(t, append(on, "--set", "metrics.serviceMonitor.nodeLabel=false")...)
-	if rs := m.serviceMonitors[0].Spec.Endpoints[0].RelabelConfigs; len(rs) != 0 {
-		t.Errorf("relabelings %+v with nodeLabel=false and none of the user's, want none", rs)
+	m = render(t, on...)
+	if rs := m.serviceMonitors[0].Spec.Endpoints[0].RelabelConfigs; len(rs) != 1 || !isNode(rs[0]) {
+		t.Errorf("relabelings %+v without the user's, want node from __meta_kubernetes_pod_node_name", rs)
 	}
 }
