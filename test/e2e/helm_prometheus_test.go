@@ -13,6 +13,7 @@ import (
 
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/harness"
 )
@@ -29,8 +30,9 @@ const promInterval = 2 * time.Second
 // 4 GiB slice and launches kernels flat out, more than its 25 % share of SM
 // time, PromQL gives that pod's container, on its node and GPU: the memory
 // it holds and its peak, the slice's memory limit and SM share, launch
-// counts that grow, and seconds held back by the SM limiter that grow;
-// the near-memory-limit alert is pending or firing for it, and neither
+// counts that grow, seconds held back by the SM limiter that grow, and an
+// SM utilisation above 0 (of the GPU and of its share); the
+// near-memory-limit alert is pending or firing for it, and neither
 // plugin-down alert is (their job selector matches the scrape's job).
 //
 // The NRI plugin's pod is not on the host network: Prometheus on the host
@@ -42,22 +44,13 @@ func (h *helmNode) prometheus(t *testing.T, ctx context.Context) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rules := filepath.Join(root, "packaging", "helm", "nri-vgpu", "rules", "nri-vgpu.rules.yaml")
-	p := startPrometheus(t, ctx, h.k, []string{rules}, harness.ServiceJob{
-		// The job name the chart's ServiceMonitor gives its targets (the
-		// Service's name), which the rules' plugin-down alerts select.
-		Name: chartRelease + "-metrics", Namespace: "kube-system", Port: "metrics",
-		// What the ServiceMonitor selects.
-		ServiceLabels: map[string]string{
-			"app.kubernetes.io/name":      "nri-vgpu",
-			"app.kubernetes.io/instance":  chartRelease,
-			"app.kubernetes.io/component": "nri-plugin",
-		},
-	})
-	up := waitQuery(t, ctx, p, time.Minute, `up`, func(v model.Vector) bool { return len(v) == 1 && v[0].Value == 1 })
-	wantLabels(t, up[0], map[string]string{"node": h.k.NodeName, "job": chartRelease + "-metrics"})
-
+	state := h.fakeGPUState()
+	if err := os.MkdirAll(state, 0o777); err != nil {
+		t.Fatal(err)
+	}
 	pod := podSpec("cuda-prom", cudaTestImage, 1)
+	pod.Spec.Volumes = []corev1.Volume{{Name: "fakegpu", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: state}}}}
+	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "fakegpu", MountPath: "/fakegpu"}}
 	id := h.runPod(t, ctx, pod)
 	a := h.allocationOfContainer(t, ctx, id)
 	if len(a.GPUs) != 1 || a.GPUs[0].Memory != sliceMemory || a.GPUs[0].Cores != sliceCores {
@@ -67,12 +60,12 @@ func (h *helmNode) prometheus(t *testing.T, ctx context.Context) {
 	// Over 90 % of the slice, as the alert wants; the shim's first grant
 	// is exactly what is asked, so used is this to the byte. The workload
 	// runs on in the container after the exec returns; the pod's deletion
-	// ends it.
-	// Each launchfor prints the share of the GPU's time its 8 s had (the
-	// last 7 of them): the log shows the workload held to its share.
+	// ends it. Each launchfor prints the share of the GPU's time its 8 s
+	// had (the last 7 of them): the log shows the workload held to its
+	// share.
 	const held = 3900 << 20
 	workload := fmt.Sprintf("%s cudaprog -m direct init alloc:3900MiB%s </dev/null >/tmp/workload.log 2>&1 &",
-		fakeDriverEnv(uuid, "/tmp"), strings.Repeat(" launchfor:8:1:1", 75))
+		fakeDriverEnv(uuid, "/fakegpu"), strings.Repeat(" launchfor:8:1:1", 75))
 	if res, err := h.c.Exec(ctx, id, "/bin/sh", "-c", workload); err != nil || res.ExitCode != 0 {
 		t.Fatalf("starting the workload: %v, %+v", err, res)
 	}
@@ -89,6 +82,30 @@ func (h *helmNode) prometheus(t *testing.T, ctx context.Context) {
 			workloadLog()
 		}
 	})
+	// The workload makes the fake GPU's state (showing its GPU) before
+	// the first scrape loads the NRI plugin's NVML, as a real GPU exists
+	// before it.
+	if err := waitFor(ctx, 20*time.Second, func() bool {
+		_, err := os.Stat(filepath.Join(state, "fakecuda.state"))
+		return err == nil
+	}); err != nil {
+		t.Fatal("the workload made no fake GPU state")
+	}
+
+	rules := filepath.Join(root, "packaging", "helm", "nri-vgpu", "rules", "nri-vgpu.rules.yaml")
+	p := startPrometheus(t, ctx, h.k, []string{rules}, harness.ServiceJob{
+		// The job name the chart's ServiceMonitor gives its targets (the
+		// Service's name), which the rules' plugin-down alerts select.
+		Name: chartRelease + "-metrics", Namespace: "kube-system", Port: "metrics",
+		// What the ServiceMonitor selects.
+		ServiceLabels: map[string]string{
+			"app.kubernetes.io/name":      "nri-vgpu",
+			"app.kubernetes.io/instance":  chartRelease,
+			"app.kubernetes.io/component": "nri-plugin",
+		},
+	})
+	up := waitQuery(t, ctx, p, time.Minute, `up`, func(v model.Vector) bool { return len(v) == 1 && v[0].Value == 1 })
+	wantLabels(t, up[0], map[string]string{"node": h.k.NodeName, "job": chartRelease + "-metrics"})
 
 	ctr := fmt.Sprintf(`{namespace=%q,pod=%q,container="main"}`, podNamespace, pod.Name)
 	labels := map[string]string{"node": h.k.NodeName, "UUID": uuid, "container_id": id, "claim": ""}
@@ -106,6 +123,14 @@ func (h *helmNode) prometheus(t *testing.T, ctx context.Context) {
 	}
 	growing(t, ctx, p, "nri_vgpu_container_kernel_launches_total"+ctr)
 	growing(t, ctx, p, "nri_vgpu_container_sm_throttled_seconds_total"+ctr)
+	// Measured by NVML on the host side, the processes found by host pid
+	// in the host's /proc the chart mounts, mapped to the container by
+	// their cgroup.
+	for _, series := range []string{"nri_vgpu_container_sm_utilization_ratio", "nri_vgpu_container_sm_share_utilization_ratio"} {
+		got := waitQuery(t, ctx, p, time.Minute, series+ctr, func(v model.Vector) bool { return len(v) == 1 && v[0].Value > 0 })
+		t.Logf("%v", got[0])
+		wantLabels(t, got[0], labels)
+	}
 
 	h.wantAlerts(t, ctx, p, pod.Name)
 
