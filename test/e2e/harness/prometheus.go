@@ -253,9 +253,6 @@ func (p *Prometheus) Close() error {
 // Pid is prometheus' process ID.
 func (p *Prometheus) Pid() int { return p.proc.Pid() }
 
-// Exited is closed once prometheus has exited.
-func (p *Prometheus) Exited() <-chan struct{} { return p.proc.Exited() }
-
 // labelNameChars are the characters Prometheus replaces with '_' when it
 // turns a Kubernetes label into a __meta_kubernetes_*_label_ name.
 var labelNameChars = regexp.MustCompile(`[^a-zA-Z0-9_]`)
