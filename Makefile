@@ -73,14 +73,16 @@ test-shim:
 	$(MAKE) -C shim test
 
 ## test-e2e (alias e2e): real containerd + runc + NRI, with the kubelet
-## simulator and with a real single-node Kubernetes cluster (root; installs
-## containerd, runc, busybox-static, the CNI plugins, and builds Kubernetes,
-## etcd and the pinned helm into caches when missing)
+## simulator and with a real single-node Kubernetes cluster scraped by a real
+## Prometheus (root; installs containerd, runc, busybox-static, the CNI
+## plugins, builds Kubernetes, etcd and the pinned helm, and unpacks Debian's
+## pinned prometheus into caches when missing)
 test-e2e e2e: build
 	hack/e2e-deps.sh >/dev/null
 	hack/k8s-deps.sh >/dev/null
 	hack/helm.sh bin >/dev/null
-	$(GO) test -tags e2e -count=1 -timeout 30m ./test/e2e/...
+	hack/prometheus.sh >/dev/null
+	NRI_VGPU_E2E_PROMETHEUS="$$(hack/prometheus.sh prometheus)" $(GO) test -tags e2e -count=1 -timeout 30m ./test/e2e/...
 
 ## gpu-bundle: everything the GPU check runs, in gpu-bundle/ (one xz
 ## tarball; hack/gpu-bundle.sh): containerd, a static runc, the binaries,

@@ -212,6 +212,37 @@ test_fake_host_pids() {
 	np_end
 }
 
+test_fake_proc_root() {
+	# The fake driver as nri-vgpu in a pod sees it: the caller in a pid namespace of its own,
+	# with the host's /proc at another path (the chart's /host/proc, FAKECUDA_PROC), lists
+	# and samples the processes under their host pids; without FAKECUDA_PROC its own /proc
+	# shows none of them (pid 0).
+	setup $GiB
+	local i hp=() want
+	for i in 1 2; do
+		LD_PRELOAD= unshare -p -f "$NPROG" worker 0 $((i * MiB)) "$T/w$i.pid" "$T/end" launch >"$T/w$i.out" 2>&1 &
+		waitfor "$T/w$i.pid" $! || { cat "$T/w$i.out"; return 1; }
+		hp+=("$(tr -d ' ' </proc/$!/task/$!/children)")
+	done
+	want=$(printf '%s\n' "${hp[@]}" | sort -n | paste -sd, -)
+	mkdir "$T/hostproc"
+	local proc
+	for proc in "$T/hostproc" ""; do
+		LD_PRELOAD= FAKECUDA_HOST_PIDS=1 FAKECUDA_PROC=$proc SMI_UTIL=1 unshare -m sh -c \
+			'mount --bind /proc "$1" && shift && exec unshare -p -f --mount-proc "$@"' sh "$T/hostproc" \
+			timeout 60 "$NPROG" smi 0 >"$T/smi.out" 2>"$T/smi.err" || { cat "$T/smi.out" "$T/smi.err"; return 1; }
+		local got
+		got=$(sed -n 's/^list ComputeRunningProcesses \([^ ]*\) .*/\1/p' "$T/smi.out" | tr , '\n' | cut -d: -f1 | sort -n | paste -sd, -)
+		if [ -n "$proc" ]; then
+			expect "listed through FAKECUDA_PROC" "$got" "$want"
+			expect "sampled through FAKECUDA_PROC" "$(sed -n 's/^util ProcessUtilization //p' "$T/smi.out")" "$want"
+		else
+			expect "listed through the pod's own /proc" "$got" "0,0"
+		fi
+	done
+	np_end
+}
+
 t nvmlprocs_lists test_nvmlprocs_lists
 t nvmlprocs_lists_pidns test_nvmlprocs_lists $PIDNS
 t nvmlprocs_utilization test_nvmlprocs_utilization
@@ -221,3 +252,4 @@ t nvmlprocs_unknown_host_pid test_nvmlprocs_unknown_host_pid
 t nvmlprocs_unattributed_bytes test_nvmlprocs_unattributed_bytes
 t nvmlprocs_unlisted_gpu test_nvmlprocs_unlisted_gpu
 t fake_host_pids test_fake_host_pids
+t fake_proc_root test_fake_proc_root

@@ -88,11 +88,39 @@ func (h *helmNode) chartValues(t *testing.T, splits int) string {
 	shimDir := filepath.Join(h.base, "shim")
 	inPod := *h.vgpu
 	inPod.devRoot = "/host"
-	config := strings.Replace(configTOML(&inPod, harness.DevicePluginDir, filepath.Join(shimDir, "libvgpu-shim.so"), vgpuOptions{}),
+	// The fake NVML, for the metrics' SM utilisation (helmNode.prometheus),
+	// beneath the driver root as the pod sees it: in the host's /dev,
+	// the only host directory the pod has at /host.
+	if err := os.MkdirAll(filepath.Join(h.devRoot, "dev", fakeNVMLDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	root, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib, err := os.ReadFile(filepath.Join(root, "shim", "build", "fake", "libnvidia-ml.so.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(h.devRoot, "dev", fakeNVMLDir, "libnvidia-ml.so.1"), lib, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	driver := fmt.Sprintf("injection = \"none\"\ndev_root = \"/host\"\nlibrary_dirs = [%q]\n", "/dev/"+fakeNVMLDir)
+	config := strings.Replace(configTOML(&inPod, harness.DevicePluginDir, filepath.Join(shimDir, "libvgpu-shim.so"), vgpuOptions{driver: driver}),
 		fmt.Sprintf("split_count = %d", splitCount), fmt.Sprintf("split_count = %d", splits), 1)
 	values := map[string]any{
 		"image":  map[string]any{"repository": chartImageRepo, "tag": chartImageTag, "pullPolicy": "Never"},
 		"config": config,
+		// The metrics Service Prometheus scrapes (helmNode.prometheus).
+		"metrics": map[string]any{"enabled": true},
+		// The fake NVML in the NRI plugin reads the fake GPU's state,
+		// which the GPU pods' programs write, and names their processes
+		// by host pid, from the host's /proc the chart gives the pod.
+		"nriPlugin": map[string]any{"extraEnv": []map[string]string{
+			{"name": "FAKECUDA_STATE", "value": h.fakeGPUState()},
+			{"name": "FAKECUDA_HOST_PIDS", "value": "1"},
+			{"name": "FAKECUDA_PROC", "value": "/host/proc"},
+		}},
 		"hostPaths": map[string]any{
 			"nriSocketDir": filepath.Dir(h.nriSocket),
 			"stateDir":     h.stateDir,
@@ -114,6 +142,14 @@ func (h *helmNode) chartValues(t *testing.T, splits int) string {
 	}
 	return p
 }
+
+// fakeNVMLDir is where, in the node's /dev, the fake NVML lies.
+const fakeNVMLDir = "nri-vgpu-e2e-nvml"
+
+// fakeGPUState is the directory of the fake GPU's state on the node, shared
+// by the GPU pods' programs and the NRI plugin's NVML as a real GPU is: in
+// run_dir, the one host directory the NRI plugin's pod can write.
+func (h *helmNode) fakeGPUState() string { return filepath.Join(h.runDir, "fakegpu") }
 
 // daemonSets are the chart's two DaemonSets.
 var daemonSets = []string{chartRelease + "-device-plugin", chartRelease + "-nri-plugin"}
@@ -175,9 +211,11 @@ func rolledOut(ds *appsv1.DaemonSet) bool {
 // plugin from the chart registers (the node advertises the slices), the NRI
 // plugin from the chart connects to containerd (it edits new containers),
 // and a GPU pod gets its slice through them, limited by the shim the chart
-// installed. helm upgrade with another config rolls both pods (the node
-// then advertises the new split), and helm uninstall leaves no socket,
-// mount or container directory of the chart's daemons behind.
+// installed. Prometheus, scraping the chart's metrics Service, sees what a
+// GPU pod's workload holds and does (helmNode.prometheus). helm upgrade
+// with another config rolls both pods (the node then advertises the new
+// split), and helm uninstall leaves no socket, mount or container directory
+// of the chart's daemons behind.
 func TestHelmChart(t *testing.T) { forEachKubernetes(t, testHelmChart) }
 
 func testHelmChart(t *testing.T, version string) {
@@ -270,6 +308,8 @@ func testHelmChart(t *testing.T, version string) {
 			t.Errorf("%s still there after the pod was deleted", dir)
 		}
 	})
+
+	t.Run("Prometheus", func(t *testing.T) { h.prometheus(t, ctx) })
 
 	t.Run("upgrade", func(t *testing.T) {
 		before := h.waitRolledOut(t, ctx)

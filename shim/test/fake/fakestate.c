@@ -255,11 +255,20 @@ struct fk_proc *fk_me(void)
 }
 
 /* The pid namespace inode of /proc/<pid>/ns/pid, 0 if unreadable. */
+/* Where host pids are looked up: FAKECUDA_PROC, else /proc. A process in a
+ * pid namespace of its own (a pod) given the host's /proc mounted elsewhere
+ * names processes by host pid as the real NVML does. */
+static const char *proc_root(void)
+{
+	const char *p = getenv("FAKECUDA_PROC");
+	return p && *p ? p : "/proc";
+}
+
 static uint64_t pidns_of(int pid)
 {
-	char path[64];
+	char path[4200];
 	struct stat st;
-	snprintf(path, sizeof(path), "/proc/%d/ns/pid", pid);
+	snprintf(path, sizeof(path), "%s/%d/ns/pid", proc_root(), pid);
 	return stat(path, &st) == 0 ? (uint64_t)st.st_ino : 0;
 }
 
@@ -267,8 +276,8 @@ static uint64_t pidns_of(int pid)
  * own pid namespace; -1 if unreadable. */
 static int32_t nspid_of(int pid)
 {
-	char path[64], line[256];
-	snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	char path[4200], line[256];
+	snprintf(path, sizeof(path), "%s/%d/status", proc_root(), pid);
 	FILE *f = fopen(path, "re");
 	if (!f)
 		return -1;
@@ -309,7 +318,7 @@ static int32_t host_pid(uint64_t pidns, int32_t nspid)
 		if (free_slot < 0)
 			free_slot = i;
 	}
-	DIR *d = opendir("/proc");
+	DIR *d = opendir(proc_root());
 	if (!d)
 		return 0;
 	int32_t found = 0;

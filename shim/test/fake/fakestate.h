@@ -23,6 +23,9 @@
  * /proc/<pid>/status NSpid line ends with that pid. A process of the
  * caller's own namespace is its pid; one the caller's /proc does not show
  * (gone, or in a namespace the caller cannot see) is reported as pid 0.
+ * $FAKECUDA_PROC=DIR has the caller scan DIR instead of /proc: a caller in
+ * a pod given the host's /proc at DIR (nri-vgpu's --host-proc) gets host
+ * pids, as from the real driver.
  */
 #ifndef FAKESTATE_H
 #define FAKESTATE_H

@@ -415,9 +415,11 @@ current-context: e2e
 	}
 	// The controllers the tests rely on: DaemonSets (the chart), the
 	// garbage collector, which deletes a DaemonSet's pods with it (helm
-	// uninstall), and the node lifecycle controller, which lifts the
-	// not-ready taint the API server puts on a new node once it is Ready.
-	controllers := "daemonset,garbagecollector,nodelifecycle"
+	// uninstall), the node lifecycle controller, which lifts the
+	// not-ready taint the API server puts on a new node once it is Ready,
+	// and the EndpointSlices of Services, through which a Prometheus finds
+	// the pods it scrapes.
+	controllers := "daemonset,garbagecollector,nodelifecycle,endpointslice"
 	if c.opts.ControlPlaneOnly {
 		// No node lifecycle: the node has no kubelet to report it Ready,
 		// and would be tainted unreachable. The resourceclaim controller
