@@ -48,9 +48,9 @@ type nodeMetrics struct {
 }
 
 type gpuSeries struct {
-	index, name                 string
-	total, allocated, used      *uint64
-	smAllocated, smUtilization  *float64
+	index, name                string
+	total, allocated, used     *uint64
+	smAllocated, smUtilization *float64
 }
 
 type recordKey struct{ containerID, uuid string }
