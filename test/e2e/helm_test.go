@@ -271,6 +271,8 @@ func testHelmChart(t *testing.T, version string) {
 		}
 	})
 
+	t.Run("kubectl nri-vgpu", func(t *testing.T) { testKubectlPlugin(t, ctx, h, chart) })
+
 	t.Run("upgrade", func(t *testing.T) {
 		before := h.waitRolledOut(t, ctx)
 		const splits = 2
