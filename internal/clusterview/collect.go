@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	restclient "k8s.io/client-go/rest"
 
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 )
@@ -215,7 +216,7 @@ func (c *collector) scrape(ctx context.Context, client kubernetes.Interface, nod
 	from := name + ":" + strconv.Itoa(int(port))
 	ctx, cancel := context.WithTimeout(ctx, c.opts.ScrapeTimeout)
 	defer cancel()
-	raw, err := client.CoreV1().Pods(p.Namespace).ProxyGet("", p.Name, strconv.Itoa(int(port)), "metrics", nil).DoRaw(ctx)
+	raw, err := proxyGet(ctx, client.CoreV1().Pods(p.Namespace).ProxyGet("", p.Name, strconv.Itoa(int(port)), "metrics", nil))
 	if err != nil {
 		return nil, from, fmt.Errorf("reading the metrics of NRI plugin pod %s through the API server's pod proxy: %w", from, trimProxyError(err))
 	}
@@ -224,6 +225,23 @@ func (c *collector) scrape(ctx context.Context, client kubernetes.Interface, nod
 		return nil, from, fmt.Errorf("metrics of NRI plugin pod %s: %w", from, err)
 	}
 	return m, from, nil
+}
+
+// proxyGet does the pod proxy request. DoRaw's error of a refused request
+// says only that the server cannot handle it; the Status the API server
+// answered says why (the pod refused the connection, say), so a real
+// client's request is done with Do, whose Result decodes it.
+func proxyGet(ctx context.Context, w restclient.ResponseWrapper) ([]byte, error) {
+	req, ok := w.(*restclient.Request)
+	if !ok {
+		return w.DoRaw(ctx)
+	}
+	res := req.Do(ctx)
+	raw, err := res.Raw()
+	if err != nil {
+		return nil, res.Error()
+	}
+	return raw, nil
 }
 
 // trimProxyError shortens a proxy error whose body is a whole HTML or

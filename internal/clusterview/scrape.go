@@ -81,7 +81,7 @@ func parseMetrics(text []byte) (*nodeMetrics, error) {
 			if !ok {
 				continue
 			}
-			l := labels(s)
+			l := labelsOf(s)
 			switch name {
 			case mGPUMemoryTotal:
 				m.gpu(l).total = bytesOf(v)
@@ -179,7 +179,7 @@ func (r *recordSeries) claimName() string {
 	return strings.TrimPrefix(r.container, "claim ")
 }
 
-func labels(s *dto.Metric) map[string]string {
+func labelsOf(s *dto.Metric) map[string]string {
 	out := make(map[string]string, len(s.GetLabel()))
 	for _, l := range s.GetLabel() {
 		out[l.GetName()] = l.GetValue()
