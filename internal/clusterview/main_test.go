@@ -265,4 +265,3 @@ func TestClaimPods(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
-
