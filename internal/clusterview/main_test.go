@@ -264,4 +264,19 @@ func TestClaimPods(t *testing.T) {
 	}
 }
 
+// A claim's record of a release before the claim label: the claim's name
+// in container ("claim <name>") and its pods comma-separated in pod.
+func TestClaimRecordBeforeClaimLabel(t *testing.T) {
+	old := `# TYPE nri_vgpu_container_memory_limit_bytes gauge
+nri_vgpu_container_memory_limit_bytes{UUID="GPU-2222-b",container="claim big",container_id="claim-11111111-2222-3333-4444-555555555555",namespace="default",pod="dra-pod,other-pod"} 2.147483648e+10
+`
+	objs := subset(t, "dra-a", "nri-vgpu-nri-plugin-ccccc", "dra-a-gpu.nri-vgpu.io-x7k2p", "dra-pod")
+	v := collect(t, objs, map[string]proxied{"kube-system/nri-vgpu-nri-plugin-ccccc:9455": {body: []byte(old)}}, Options{})
+	cl := v.Nodes[0].GPUs[0].Claims
+	if len(cl) != 1 || cl[0].Name != "big" || cl[0].MemoryLimitBytes == nil || *cl[0].MemoryLimitBytes != 20<<30 || len(cl[0].Pods) != 2 ||
+		cl[0].Pods[0].Name != "dra-pod" || cl[0].Pods[0].Phase != "Running" || cl[0].Pods[1].Name != "other-pod" || cl[0].Pods[1].Phase != "" {
+		t.Errorf("claims %+v, want big with a 20 GiB limit, pods dra-pod (Running) and other-pod (not listed)", cl)
+	}
+}
+
 func ptrTo[T any](v T) *T { return &v }
