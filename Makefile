@@ -103,7 +103,8 @@ test-gpu-check: gpu-bundle
 test-docker: build
 	$(GO) test -tags e2e -count=1 -timeout 10m ./test/docker/
 
-## packages: the node's deb and rpm in dist/ (nfpm, pinned in hack/packages.sh)
+## packages: the node's deb and rpm in dist/ (nfpm, pinned in hack/packages.sh),
+## and kubectl nri-vgpu's release archive
 packages: build
 	hack/packages.sh
 

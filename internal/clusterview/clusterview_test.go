@@ -236,3 +236,15 @@ func TestNodeFilter(t *testing.T) {
 		t.Errorf("--node gpu-z: error %v, want it not found", err)
 	}
 }
+
+// During a rollout a node can have two NRI plugin pods: the running one is
+// read, though the pending one is listed first (the fake lists by name).
+func TestPluginPodChoice(t *testing.T) {
+	objs := append(subset(t, "gpu-a"),
+		pluginPod("nri-vgpu-nri-plugin-0new", "gpu-a", corev1.PodPending, 9455),
+		pluginPod("nri-vgpu-nri-plugin-aaaaa", "gpu-a", corev1.PodRunning, 9455))
+	v := collect(t, objs, allMetrics, Options{})
+	if n := v.Nodes[0]; n.Error != "" || n.MetricsPod != "kube-system/nri-vgpu-nri-plugin-aaaaa:9455" {
+		t.Errorf("metrics from %q, error %q; want the running pod's", n.MetricsPod, n.Error)
+	}
+}
