@@ -349,8 +349,8 @@ left=$(cd "$r" && find . -path ./proc -prune -o -path ./tmp -prune -o -name '*nr
 [ -z "$left" ] || fail "systemd: purge left: $left"
 
 log "deb: the debug symbols of $(basename "$deb1")"
-debug_files=$(dpkg-deb --fsys-tarfile "$dbgdeb" | tar -t | sed -n 's|^\./\(.*\.debug\)$|/|p')
-[ "$(wc -w <<<"$debug_files")" = 5 ] || fail "dbgsym: want the symbols of 5 binaries, the package has: $debug_files"
+debug_files=$(dpkg-deb --fsys-tarfile "$dbgdeb" | tar -t | sed -n 's|^\./\(.*\.debug\)$|/\1|p')
+[ "$(wc -w <<<"$debug_files")" = 6 ] || fail "dbgsym: want the symbols of 6 binaries, the package has: $debug_files"
 [ "$(dpkg-deb -f "$dbgdeb" Depends)" = "nri-vgpu (= $deb_version)" ] ||
 	fail "dbgsym: Depends is '$(dpkg-deb -f "$dbgdeb" Depends)', want 'nri-vgpu (= $deb_version)'"
 r=$(new_root)
