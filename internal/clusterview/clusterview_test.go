@@ -248,3 +248,22 @@ func TestPluginPodChoice(t *testing.T) {
 		t.Errorf("metrics from %q, error %q; want the running pod's", n.MetricsPod, n.Error)
 	}
 }
+
+// A label value from a node's metrics cannot send the terminal an escape
+// sequence or split a cell with a tab: the table shows "?" for control
+// characters.
+func TestTableControlCharacters(t *testing.T) {
+	text := "# TYPE nri_vgpu_container_memory_limit_bytes gauge\n" +
+		"nri_vgpu_container_memory_limit_bytes{UUID=\"GPU-0000-a\",container=\"m\tx\",container_id=\"abc\",namespace=\"default\",pod=\"evil\x1b[2J\"} 0\n"
+	objs := subset(t, "gpu-a", "nri-vgpu-nri-plugin-aaaaa")
+	v := collect(t, objs, map[string]proxied{"kube-system/nri-vgpu-nri-plugin-aaaaa:9455": {body: []byte(text)}}, Options{})
+	if v.Nodes[0].Error != "" {
+		t.Fatalf("node error %q", v.Nodes[0].Error)
+	}
+	want := `NODE   GPU  NAMESPACE  POD       CONTAINER  SLICES  MEMORY USED/LIMIT  PEAK  SM USED/LIMIT  THROTTLED
+gpu-a  -    -          -         -          0/20    -                  -     -              -
+gpu-a  ?    -          -         -          -       -/-                -     -/-            -
+gpu-a  ?    default    evil?[2J  m?x        -       -/none             -     -/-            -
+`
+	wantText(t, "table", render(t, v, OutputTable), want)
+}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"sigs.k8s.io/yaml"
 
@@ -64,6 +65,9 @@ func writeTable(w io.Writer, v *View, wide bool) error {
 		}
 		for len(cells) < columns {
 			cells = append(cells, "")
+		}
+		for i, c := range cells {
+			cells[i] = printable(c)
 		}
 		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
@@ -176,6 +180,18 @@ func WriteErrors(w io.Writer, prog string, v *View) {
 			fmt.Fprintf(w, "%s: node %s: %s\n", prog, n.Name, n.Error)
 		}
 	}
+}
+
+// printable replaces control characters (a terminal's escape sequences, a
+// tab that would split a cell) with "?": label values come from each node's
+// metrics, which the table does not trust to be names.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return '?'
+		}
+		return r
+	}, s)
 }
 
 func orAbsent(s string) string {
