@@ -30,7 +30,7 @@ FUZZTIME      ?= 5s
 STATICCHECK_VERSION := v0.8.2
 DEADCODE_VERSION    := v0.52.0
 
-COMMANDS := nri-vgpu nri-vgpu-device-plugin nri-vgpu-runtime nri-vgpu-dra-driver nri-vgpu-hook
+COMMANDS := nri-vgpu nri-vgpu-device-plugin nri-vgpu-runtime nri-vgpu-dra-driver nri-vgpu-hook kubectl-nri_vgpu
 
 .PHONY: all build shim deps test test-go test-shim test-e2e test-gpu-check test-docker test-packages test-deps fuzz lint bench demo demo-cluster e2e packages gpu-bundle clean
 
@@ -47,6 +47,11 @@ $(BIN)/nri-vgpu-runtime: FORCE
 	$(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/nri-vgpu-runtime
 $(BIN)/nri-vgpu-dra-driver: FORCE
 	$(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/dra-driver
+# kubectl nri-vgpu runs on operators' machines, not on the nodes: without
+# cgo and not a PIE, hence statically linked, so that it needs neither a
+# particular C library nor a dynamic loader (Alpine has none at glibc's path).
+$(BIN)/kubectl-nri_vgpu: FORCE
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-B gobuildid -X $(MODULE)/internal/version.Version=$(VERSION)" -o $@ ./cmd/kubectl-nri_vgpu
 $(BIN)/nri-vgpu-hook: FORCE
 	CGO_ENABLED=1 $(GO) build $(GOFLAGS_STATIC) -o $@ ./cmd/nri-vgpu-hook
 FORCE:
@@ -102,7 +107,8 @@ test-gpu-check: gpu-bundle
 test-docker: build
 	$(GO) test -tags e2e -count=1 -timeout 10m ./test/docker/
 
-## packages: the node's deb and rpm in dist/ (nfpm, pinned in hack/packages.sh)
+## packages: the node's deb and rpm in dist/ (nfpm, pinned in hack/packages.sh),
+## and kubectl nri-vgpu's release archive
 packages: build
 	hack/packages.sh
 

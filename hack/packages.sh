@@ -3,7 +3,10 @@
 # dist/nri-vgpu-<version>-1.<arch>.rpm, with nfpm (pinned below, installed
 # into .tools/ on first use) from packaging/nfpm.yaml, and the packages of
 # their debug symbols, dist/nri-vgpu-dbgsym_<version>-1_<arch>.deb and
-# dist/nri-vgpu-debuginfo-<version>-1.<arch>.rpm (packaging/nfpm-dbgsym.yaml).
+# dist/nri-vgpu-debuginfo-<version>-1.<arch>.rpm (packaging/nfpm-dbgsym.yaml),
+# and the release archive of kubectl nri-vgpu for operators' machines,
+# dist/kubectl-nri_vgpu_<version>_linux_<arch>.tar.gz (the stripped binary,
+# LICENSE and README.md, as krew installs a plugin) with its .sha256.
 # The binaries in bin/ and the shim in shim/build/ must be built first, with
 # their debug information (make packages does that); BIN, SHIM and DIST
 # override those places, NODE_CONFIG the packaged config.
@@ -76,7 +79,7 @@ commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 arch=${GOARCH:-$(go env GOARCH)}
 
 missing=()
-for f in "$BIN/nri-vgpu" "$BIN/nri-vgpu-device-plugin" "$BIN/nri-vgpu-runtime" "$BIN/nri-vgpu-dra-driver" "$SHIM"; do
+for f in "$BIN/nri-vgpu" "$BIN/nri-vgpu-device-plugin" "$BIN/nri-vgpu-runtime" "$BIN/nri-vgpu-dra-driver" "$BIN/kubectl-nri_vgpu" "$SHIM"; do
 	[ -f "$f" ] || missing+=("$f")
 done
 if ((${#missing[@]})); then
@@ -91,7 +94,8 @@ fi
 
 # The C library the host binaries need: the highest GLIBC_x.y symbol version
 # they use (Go's cgo binaries built on Debian 12 need 2.34). The shim is left
-# out: it runs inside containers, not on the host.
+# out: it runs inside containers, not on the host; kubectl-nri_vgpu is
+# statically linked.
 glibc=$(for f in "$BIN/nri-vgpu" "$BIN/nri-vgpu-device-plugin" "$BIN/nri-vgpu-runtime" "$BIN/nri-vgpu-dra-driver"; do
 	objdump -T "$f" 2>/dev/null | grep -o 'GLIBC_[0-9][0-9.]*' || true
 done | sed 's/^GLIBC_//' | sort -uV | tail -1)
@@ -138,7 +142,7 @@ split_debug() {
 	build_ids+=("$id")
 }
 mkdir -p "$stage/bin" "$stage/lib"
-for f in nri-vgpu nri-vgpu-device-plugin nri-vgpu-runtime nri-vgpu-dra-driver; do
+for f in nri-vgpu nri-vgpu-device-plugin nri-vgpu-runtime nri-vgpu-dra-driver kubectl-nri_vgpu; do
 	cp "$BIN/$f" "$stage/bin/$f"
 	split_debug "$stage/bin/$f"
 done
@@ -152,7 +156,7 @@ split_debug "$stage/lib/libvgpu-shim.so" --strip-unneeded
 helpbin=$BIN
 if [ "$arch" != "$(go env GOHOSTARCH)" ]; then
 	helpbin="$stage/helpbin"
-	for cmd in nri-vgpu:nri-vgpu nri-vgpu-device-plugin:device-plugin nri-vgpu-runtime:nri-vgpu-runtime nri-vgpu-dra-driver:dra-driver; do
+	for cmd in nri-vgpu:nri-vgpu nri-vgpu-device-plugin:device-plugin nri-vgpu-runtime:nri-vgpu-runtime nri-vgpu-dra-driver:dra-driver kubectl-nri_vgpu:kubectl-nri_vgpu; do
 		GOOS= GOARCH= go build -o "$helpbin/${cmd%%:*}" "./cmd/${cmd#*:}"
 	done
 fi
@@ -195,7 +199,8 @@ package() {
 }
 
 mkdir -p "$DIST"
-rm -f "$DIST"/nri-vgpu_*.deb "$DIST"/nri-vgpu-[0-9]*.rpm "$DIST"/nri-vgpu-dbgsym_*.deb "$DIST"/nri-vgpu-debuginfo-*.rpm
+rm -f "$DIST"/nri-vgpu_*.deb "$DIST"/nri-vgpu-[0-9]*.rpm "$DIST"/nri-vgpu-dbgsym_*.deb "$DIST"/nri-vgpu-debuginfo-*.rpm \
+	"$DIST"/kubectl-nri_vgpu_*.tar.gz "$DIST"/kubectl-nri_vgpu_*.tar.gz.sha256
 package packaging/nfpm.yaml deb "changelog: $stage/changelog.yml"
 package packaging/nfpm.yaml rpm "changelog: $stage/changelog.yml"
 # Debian's debug packages are marked as such and list the build IDs they
@@ -203,4 +208,15 @@ package packaging/nfpm.yaml rpm "changelog: $stage/changelog.yml"
 NRI_VGPU_DEBUG_NAME=nri-vgpu-dbgsym package packaging/nfpm-dbgsym.yaml deb \
 	"deb:" "  compression: xz" "  fields:" "    Auto-Built-Package: debug-symbols" "    Build-Ids: ${build_ids[*]}"
 NRI_VGPU_DEBUG_NAME=nri-vgpu-debuginfo package packaging/nfpm-dbgsym.yaml rpm "changelog: $stage/changelog.yml"
-ls -1 "$DIST"/nri-vgpu_*.deb "$DIST"/nri-vgpu-dbgsym_*.deb "$DIST"/nri-vgpu-[0-9]*.rpm "$DIST"/nri-vgpu-debuginfo-*.rpm
+
+# --- kubectl nri-vgpu's release archive -------------------------------------------
+# Reproducible as the packages are: fixed times, owners and order.
+plugin="kubectl-nri_vgpu_${version}_linux_${arch}.tar.gz"
+mkdir -p "$stage/plugin"
+cp "$stage/bin/kubectl-nri_vgpu" LICENSE README.md "$stage/plugin/"
+tar --sort=name --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 --numeric-owner --mode=go-w \
+	-C "$stage/plugin" -cf - kubectl-nri_vgpu LICENSE README.md | gzip -9n >"$DIST/$plugin"
+(cd "$DIST" && sha256sum "$plugin" >"$plugin.sha256")
+
+ls -1 "$DIST"/nri-vgpu_*.deb "$DIST"/nri-vgpu-dbgsym_*.deb "$DIST"/nri-vgpu-[0-9]*.rpm "$DIST"/nri-vgpu-debuginfo-*.rpm \
+	"$DIST/$plugin" "$DIST/$plugin.sha256"

@@ -112,6 +112,16 @@ var pages = []page{
 		seeAlso: "nri-vgpu(1), nri-vgpu-device-plugin(1), /usr/share/doc/nri-vgpu/README.md",
 	},
 	{
+		name:    "kubectl-nri_vgpu",
+		pkg:     "cmd/kubectl-nri_vgpu",
+		summary: "the cluster view of nri-vgpu, run as kubectl nri-vgpu",
+		help:    []string{"-h"},
+		env: []entry{
+			{"KUBECONFIG", "The kubeconfig files, when no --kubeconfig flag names one; neither: ~/.kube/config."},
+		},
+		seeAlso: "kubectl(1), nri-vgpu(1), /usr/share/doc/nri-vgpu/README.md",
+	},
+	{
 		name:     "nri-vgpu-runtime",
 		pkg:      "cmd/nri-vgpu-runtime",
 		summary:  "OCI runtime wrapper that gives Docker containers their vGPU",

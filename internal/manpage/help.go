@@ -5,6 +5,7 @@ package manpage
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 )
 
@@ -24,6 +25,10 @@ type Help struct {
 	Flags []Flag
 }
 
+// pflagLine is a flag of spf13/pflag's listing: shorthand, name, argument
+// type, description.
+var pflagLine = regexp.MustCompile(`^  (?:-([A-Za-z0-9]), |    )--([A-Za-z0-9][A-Za-z0-9-]*)(?: ([a-zA-Z]+))?  +(\S.*)$`)
+
 // flagIndent starts the lines that continue a flag's description.
 const flagIndent = "    \t"
 
@@ -35,6 +40,21 @@ func ParseHelp(out string) (Help, error) {
 	seen := map[string]bool{}
 	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
 	for i, line := range lines {
+		if m := pflagLine.FindStringSubmatch(line); m != nil {
+			// spf13/pflag's listing (kubectl's flags): "  -o, --output
+			// string   description" on one line; the name keeps its second
+			// dash and its shorthand, as the command spells them.
+			name := "-" + m[2]
+			if m[1] != "" {
+				name = m[1] + ", -" + name
+			}
+			if seen[name] {
+				return Help{}, fmt.Errorf("help line %d: flag -%s is listed twice", i+1, name)
+			}
+			seen[name] = true
+			h.Flags = append(h.Flags, Flag{Name: name, Arg: m[3], Usage: strings.TrimSpace(m[4])})
+			continue
+		}
 		switch {
 		case strings.HasPrefix(line, "  -"):
 			// "  -name arg" with the description on the next lines, or

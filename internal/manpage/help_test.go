@@ -127,3 +127,41 @@ func TestParseHelpKeepsInnerBlankLines(t *testing.T) {
 		t.Errorf("Text = %q, want %q", h.Text, want)
 	}
 }
+
+// spf13/pflag's listing (kubectl-nri_vgpu's): shorthands, double dashes,
+// the argument's type, one line each; the usage paragraph before it.
+func TestParseHelpPflagListing(t *testing.T) {
+	out := `usage: kubectl nri-vgpu [flags]
+
+The cluster's vGPUs.
+
+flags:
+  -o, --output string                  output format: wide, json or yaml; empty: a table
+  -A, --all-namespaces                 list the pods and claims of every namespace
+      --node strings                   list only these nodes (repeat or separate by commas)
+      --scrape-timeout duration        how long to wait for one node's metrics (default 10s)
+      --as-group stringArray           Group to impersonate for the operation.
+`
+	h, err := ParseHelp(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Flag{
+		{"o, --output", "string", "output format: wide, json or yaml; empty: a table"},
+		{"A, --all-namespaces", "", "list the pods and claims of every namespace"},
+		{"-node", "strings", "list only these nodes (repeat or separate by commas)"},
+		{"-scrape-timeout", "duration", "how long to wait for one node's metrics (default 10s)"},
+		{"-as-group", "stringArray", "Group to impersonate for the operation."},
+	}
+	if !reflect.DeepEqual(h.Flags, want) {
+		t.Errorf("flags\n%q\nwant\n%q", h.Flags, want)
+	}
+	if u := h.Usage(); len(u) != 1 || u[0] != "kubectl nri-vgpu [flags]" {
+		t.Errorf("usage %q, want kubectl nri-vgpu [flags]", u)
+	}
+	var w Writer
+	w.Flags(h.Flags[:1])
+	if got, want := string(w.Bytes()), ".TP\n\\fB\\-o, \\-\\-output\\fR \\fIstring\\fR\noutput format: wide, json or yaml; empty: a table\n"; got != want {
+		t.Errorf("roff\n%q\nwant\n%q", got, want)
+	}
+}

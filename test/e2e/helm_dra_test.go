@@ -148,6 +148,7 @@ current-context: e2e
 	want := []string{draDeviceName(0), draDeviceName(1)}
 	slices.Sort(want)
 	s.waitSlice(t, ctx, want)
+	testKubectlPluginDRA(t, ctx, s)
 }
 
 // canList reports whether the bearer of token may list resource (core

@@ -310,6 +310,7 @@ func testHelmChart(t *testing.T, version string) {
 	})
 
 	t.Run("Prometheus", func(t *testing.T) { h.prometheus(t, ctx) })
+	t.Run("kubectl nri-vgpu", func(t *testing.T) { testKubectlPlugin(t, ctx, h) })
 
 	t.Run("upgrade", func(t *testing.T) {
 		before := h.waitRolledOut(t, ctx)

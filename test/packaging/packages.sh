@@ -120,6 +120,7 @@ expected_files=(
 	"/usr/bin/nri-vgpu-device-plugin f 755"
 	"/usr/bin/nri-vgpu-runtime f 755"
 	"/usr/bin/nri-vgpu-dra-driver f 755"
+	"/usr/bin/kubectl-nri_vgpu f 755"
 	"/usr/lib/nri-vgpu/libvgpu-shim.so f 644"
 	"/etc/nri-vgpu/config.toml f 644"
 	"/usr/lib/systemd/system/nri-vgpu-device-plugin.service f 644"
@@ -132,6 +133,7 @@ expected_files=(
 	"/usr/share/man/man1/nri-vgpu-device-plugin.1.gz f 644"
 	"/usr/share/man/man1/nri-vgpu-runtime.1.gz f 644"
 	"/usr/share/man/man1/nri-vgpu-dra-driver.1.gz f 644"
+	"/usr/share/man/man1/kubectl-nri_vgpu.1.gz f 644"
 	"/var/lib/nri-vgpu d 700"
 )
 deb_files=(
@@ -142,7 +144,7 @@ deb_files=(
 rpm_files=(
 	"/usr/share/licenses/nri-vgpu/LICENSE f 644"
 )
-binaries=(/usr/bin/nri-vgpu /usr/bin/nri-vgpu-device-plugin /usr/bin/nri-vgpu-runtime /usr/bin/nri-vgpu-dra-driver /usr/lib/nri-vgpu/libvgpu-shim.so /opt/nri/plugins/10-nri-vgpu)
+binaries=(/usr/bin/nri-vgpu /usr/bin/nri-vgpu-device-plugin /usr/bin/nri-vgpu-runtime /usr/bin/nri-vgpu-dra-driver /usr/bin/kubectl-nri_vgpu /usr/lib/nri-vgpu/libvgpu-shim.so /opt/nri/plugins/10-nri-vgpu)
 # The units, each of a daemon the package installs.
 units=(nri-vgpu-device-plugin.service nri-vgpu-dra-driver.service nri-vgpu.service)
 
@@ -170,18 +172,19 @@ check_installed() {
 	! grep -q '^\[\[gpu.simulated\]\]' "$r/etc/nri-vgpu/config.toml" || fail "$what: the packaged config has simulated GPUs"
 	# Every binary and the shim load in the fresh root: no missing library.
 	local f out
-	for f in /usr/bin/nri-vgpu /usr/bin/nri-vgpu-device-plugin /usr/bin/nri-vgpu-runtime /usr/bin/nri-vgpu-dra-driver /usr/lib/nri-vgpu/libvgpu-shim.so; do
+	for f in /usr/bin/nri-vgpu /usr/bin/nri-vgpu-device-plugin /usr/bin/nri-vgpu-runtime /usr/bin/nri-vgpu-dra-driver /usr/bin/kubectl-nri_vgpu /usr/lib/nri-vgpu/libvgpu-shim.so; do
 		if out=$(run_in "$r" ldd "$f" 2>&1) && grep -q 'not found' <<<"$out"; then
 			fail "$what: $f has unresolved libraries in a fresh $SUITE: $out"
 		fi
 	done
 	out=$(run_in "$r" /usr/bin/nri-vgpu version 2>&1) || fail "$what: nri-vgpu version failed in the fresh root: $out"
 	out=$(run_in "$r" /usr/bin/nri-vgpu-dra-driver --version 2>&1) || fail "$what: nri-vgpu-dra-driver --version failed in the fresh root: $out"
+	out=$(run_in "$r" /usr/bin/kubectl-nri_vgpu --version 2>&1) || fail "$what: kubectl-nri_vgpu --version failed in the fresh root: $out"
 	# Each manual page is a page of its command (man itself is not in a
 	# minbase root; lint.sh has lintian check the pages).
 	local page title
 	for page in 'nri-vgpu NRI\-VGPU' 'nri-vgpu-device-plugin NRI\-VGPU\-DEVICE\-PLUGIN' 'nri-vgpu-runtime NRI\-VGPU\-RUNTIME' \
-		'nri-vgpu-dra-driver NRI\-VGPU\-DRA\-DRIVER'; do
+		'nri-vgpu-dra-driver NRI\-VGPU\-DRA\-DRIVER' 'kubectl-nri_vgpu KUBECTL\-NRI_VGPU'; do
 		read -r f title <<<"$page"
 		out=$(gzip -dc "$r/usr/share/man/man1/$f.1.gz" 2>&1 | head -1) || true
 		[[ $out == ".TH \"$title\" \"1\" "* ]] ||
@@ -194,7 +197,7 @@ check_installed() {
 # information in them.
 check_debug_symbols() {
 	local r=$1 what=$2 f id dbg sections
-	for f in /usr/bin/nri-vgpu /usr/bin/nri-vgpu-device-plugin /usr/bin/nri-vgpu-runtime /usr/bin/nri-vgpu-dra-driver /usr/lib/nri-vgpu/libvgpu-shim.so; do
+	for f in /usr/bin/nri-vgpu /usr/bin/nri-vgpu-device-plugin /usr/bin/nri-vgpu-runtime /usr/bin/nri-vgpu-dra-driver /usr/bin/kubectl-nri_vgpu /usr/lib/nri-vgpu/libvgpu-shim.so; do
 		sections=$(readelf -S --wide "$r$f")
 		if grep -Eq '[[:space:]]\.(symtab|z?debug_info)[[:space:]]' <<<"$sections"; then
 			fail "$what: $f is not stripped"
@@ -346,8 +349,8 @@ left=$(cd "$r" && find . -path ./proc -prune -o -path ./tmp -prune -o -name '*nr
 [ -z "$left" ] || fail "systemd: purge left: $left"
 
 log "deb: the debug symbols of $(basename "$deb1")"
-debug_files=$(dpkg-deb --fsys-tarfile "$dbgdeb" | tar -t | sed -n 's|^\./\(.*\.debug\)$|/|p')
-[ "$(wc -w <<<"$debug_files")" = 5 ] || fail "dbgsym: want the symbols of 5 binaries, the package has: $debug_files"
+debug_files=$(dpkg-deb --fsys-tarfile "$dbgdeb" | tar -t | sed -n 's|^\./\(.*\.debug\)$|/\1|p')
+[ "$(wc -w <<<"$debug_files")" = 6 ] || fail "dbgsym: want the symbols of 6 binaries, the package has: $debug_files"
 [ "$(dpkg-deb -f "$dbgdeb" Depends)" = "nri-vgpu (= $deb_version)" ] ||
 	fail "dbgsym: Depends is '$(dpkg-deb -f "$dbgdeb" Depends)', want 'nri-vgpu (= $deb_version)'"
 r=$(new_root)
@@ -365,6 +368,7 @@ log "rpm: file list and attributes of $(basename "$rpm1")"
 want_list="/etc/nri-vgpu
 /etc/nri-vgpu/config.toml
 /opt/nri/plugins/10-nri-vgpu
+/usr/bin/kubectl-nri_vgpu
 /usr/bin/nri-vgpu
 /usr/bin/nri-vgpu-device-plugin
 /usr/bin/nri-vgpu-dra-driver
@@ -381,6 +385,7 @@ want_list="/etc/nri-vgpu
 /usr/share/doc/nri-vgpu/design.md
 /usr/share/licenses/nri-vgpu
 /usr/share/licenses/nri-vgpu/LICENSE
+/usr/share/man/man1/kubectl-nri_vgpu.1.gz
 /usr/share/man/man1/nri-vgpu-device-plugin.1.gz
 /usr/share/man/man1/nri-vgpu-dra-driver.1.gz
 /usr/share/man/man1/nri-vgpu-runtime.1.gz
