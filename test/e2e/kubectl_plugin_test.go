@@ -117,7 +117,10 @@ func testKubectlPlugin(t *testing.T, ctx context.Context, h *helmNode) {
 		for i := range n.GPUs {
 			for j := range n.GPUs[i].Containers {
 				c := &n.GPUs[i].Containers[j]
-				if c.Pod == pod.Name && c.MemoryUsedBytes != nil && *c.MemoryUsedBytes == 1<<30 {
+				// The GPU's total too: the Prometheus subtest's pod, which
+				// may have used this GPU, is gone once its host state is.
+				gu := n.GPUs[i].MemoryUsedBytes
+				if c.Pod == pod.Name && c.MemoryUsedBytes != nil && *c.MemoryUsedBytes == 1<<30 && gu != nil && *gu == 1<<30 {
 					g, ctr = &n.GPUs[i], c
 					return true
 				}
