@@ -231,6 +231,9 @@ func (s *NVML) deviceLocked(i int) (string, map[uint32]float64, error) {
 		s.lostLocked(ret)
 		return "", nil, fmt.Errorf("NVML: GPU %d: getting its UUID: %w", i, ret)
 	}
+	// NVML hands out the samples at or after lastSeenTimeStamp. Their own
+	// stamps are not compared with it here: NVML's clock is its own to
+	// choose (the test driver's is monotonic).
 	since := uint64(s.now().Add(-Window).UnixMicro())
 	samples, ret := h.GetProcessUtilization(since)
 	switch ret {
@@ -252,11 +255,6 @@ func (s *NVML) deviceLocked(i int) (string, map[uint32]float64, error) {
 	type acc struct{ sum, n float64 }
 	per := map[uint32]*acc{}
 	for _, x := range samples {
-		// NVML hands out samples at or after lastSeenTimeStamp; an older
-		// one would stretch the window.
-		if x.TimeStamp < since {
-			continue
-		}
 		a := per[x.Pid]
 		if a == nil {
 			a = &acc{}

