@@ -303,9 +303,9 @@ func TestChartPrometheusRule(t *testing.T) {
 				t.Errorf("%s %+v, want the selector of the Service prod-nri-vgpu-metrics", a, r)
 			}
 		}
-		m := decodeManifests(t, out)
-		if len(m.services) != 1 || m.services[0].Name != "prod-nri-vgpu-metrics" {
-			t.Errorf("metrics Services %+v, want prod-nri-vgpu-metrics, the job the alerts select", m.services)
+		services := servicesOf(decodeManifests(t, out), "nri-plugin")
+		if len(services) != 1 || services[0].Name != "prod-nri-vgpu-metrics" {
+			t.Errorf("the NRI plugin's metrics Services %+v, want prod-nri-vgpu-metrics, the job the alerts select", services)
 		}
 
 		out, err = helmTemplate(t, "nri-vgpu", append(on, "--set", `metrics.prometheusRule.targetSelector=job="gpu-nodes"`)...)
@@ -345,16 +345,19 @@ func TestChartServiceMonitorNode(t *testing.T) {
 		return len(r.SourceLabels) == 1 && r.SourceLabels[0] == "__meta_kubernetes_pod_node_name" &&
 			r.TargetLabel == "node" && (r.Action == "" || strings.EqualFold(r.Action, "replace"))
 	}
-	m := render(t, append(on, "--set-json", `metrics.serviceMonitor.relabelings=[{"targetLabel":"cluster","replacement":"c1"}]`)...)
-	if len(m.serviceMonitors) != 1 || len(m.serviceMonitors[0].Spec.Endpoints) != 1 {
-		t.Fatalf("%d ServiceMonitors, want 1 with 1 endpoint", len(m.serviceMonitors))
+	monitors := serviceMonitorsOf(render(t, append(on, "--set-json", `metrics.serviceMonitor.relabelings=[{"targetLabel":"cluster","replacement":"c1"}]`)...), "nri-plugin")
+	if len(monitors) != 1 || len(monitors[0].Spec.Endpoints) != 1 {
+		t.Fatalf("%d ServiceMonitors of the NRI plugin, want 1 with 1 endpoint", len(monitors))
 	}
-	rs := m.serviceMonitors[0].Spec.Endpoints[0].RelabelConfigs
+	rs := monitors[0].Spec.Endpoints[0].RelabelConfigs
 	if len(rs) != 2 || !isNode(rs[0]) || rs[1].TargetLabel != "cluster" {
 		t.Errorf("relabelings %+v, want node from __meta_kubernetes_pod_node_name, then the user's", rs)
 	}
-	m = render(t, on...)
-	if rs := m.serviceMonitors[0].Spec.Endpoints[0].RelabelConfigs; len(rs) != 1 || !isNode(rs[0]) {
+	monitors = serviceMonitorsOf(render(t, on...), "nri-plugin")
+	if len(monitors) != 1 {
+		t.Fatalf("%d ServiceMonitors of the NRI plugin, want 1", len(monitors))
+	}
+	if rs := monitors[0].Spec.Endpoints[0].RelabelConfigs; len(rs) != 1 || !isNode(rs[0]) {
 		t.Errorf("relabelings %+v without the user's, want node from __meta_kubernetes_pod_node_name", rs)
 	}
 }
