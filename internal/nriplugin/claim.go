@@ -43,7 +43,7 @@ func claimMarkers(ctr *api.Container) (uid string, devices []string, err error) 
 // have been prepared on this node by the driver, for this container's pod.
 func (p *Plugin) claimContainer(pod *api.PodSandbox, ctr *api.Container, uid string, devices []string, log *slog.Logger) (*api.ContainerAdjustment, error) {
 	start := time.Now()
-	a, id, err := p.verifyClaim(podUID(pod, ctr), uid, devices)
+	gpus, id, err := p.verifyClaim(podUID(pod, ctr), uid, devices)
 	if err != nil {
 		log.Warn("claim rejected", "claim", uid, "err", err)
 		return nil, fmt.Errorf("nri-vgpu: %w", err)
@@ -53,19 +53,18 @@ func (p *Plugin) claimContainer(pod *api.PodSandbox, ctr *api.Container, uid str
 		log.Error("cannot read the claim's host files", "claim", uid, "err", err)
 		return nil, fmt.Errorf("nri-vgpu: claim %s: %w", uid, err)
 	}
-	adj, err := p.apply(a, files, pod, ctr, log)
+	adj, err := p.apply(gpus, files, pod, ctr, log)
 	if err != nil {
 		log.Error("cannot give the container its vGPUs", "claim", uid, "err", err)
 		return nil, fmt.Errorf("nri-vgpu: container %s: %w", ctr.GetId(), err)
 	}
-	log.Info("vGPU container", "claim", uid, "gpus", gpuSummary(a), "took", time.Since(start))
+	log.Info("vGPU container", "claim", uid, "gpus", gpuSummary(gpus), "took", time.Since(start))
 	return adj, nil
 }
 
 // verifyClaim checks a container's claim markers against the claim's host
-// state and returns the allocation of the marked GPUs and the claim's
-// directory.
-func (p *Plugin) verifyClaim(pod, uid string, devices []string) (*limits.Allocation, string, error) {
+// state and returns the marked GPUs and the claim's directory.
+func (p *Plugin) verifyClaim(pod, uid string, devices []string) ([]limits.AllocatedGPU, string, error) {
 	id := hoststate.ClaimID(uid)
 	info, err := hoststate.ReadInfo(p.cfg, id)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -80,7 +79,7 @@ func (p *Plugin) verifyClaim(pod, uid string, devices []string) (*limits.Allocat
 	if !slices.Contains(info.Claim.PodUIDs, pod) {
 		return nil, "", fmt.Errorf("%w: claim %s/%s is not reserved for pod %s", limits.ErrClaimRejected, info.Claim.Namespace, info.Claim.Name, pod)
 	}
-	a := &limits.Allocation{ID: uid}
+	var gpus []limits.AllocatedGPU
 	for _, dev := range devices {
 		i := slices.IndexFunc(info.GPUs, func(g limits.AllocatedGPU) bool {
 			name, err := limits.ClaimDeviceName(g.UUID)
@@ -96,7 +95,7 @@ func (p *Plugin) verifyClaim(pod, uid string, devices []string) (*limits.Allocat
 		if !p.cfg.DRA.Serves(g.UUID) {
 			return nil, "", fmt.Errorf("%w: claim %s/%s: GPU %s is served by the device plugin here, not through DRA (dra.gpus)", limits.ErrClaimRejected, info.Claim.Namespace, info.Claim.Name, g.UUID)
 		}
-		a.GPUs = append(a.GPUs, g)
+		gpus = append(gpus, g)
 	}
-	return a, id, nil
+	return gpus, id, nil
 }

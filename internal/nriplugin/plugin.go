@@ -251,7 +251,7 @@ func (p *Plugin) createContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		return nil, nil, fmt.Errorf("nri-vgpu: container %s: %w", ctr.GetId(), err)
 	}
 
-	adj, err := p.apply(a, files, pod, ctr, log)
+	adj, err := p.apply(a.GPUs, files, pod, ctr, log)
 	if err != nil {
 		log.Error("cannot give the container its vGPUs", "err", err)
 		if rmErr := hoststate.Release(p.cfg, ctr.GetId()); rmErr != nil {
@@ -259,7 +259,7 @@ func (p *Plugin) createContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		}
 		return nil, nil, fmt.Errorf("nri-vgpu: container %s: %w", ctr.GetId(), err)
 	}
-	log.Info("vGPU container", "allocation", a.ID, "gpus", gpuSummary(a), "took", time.Since(start))
+	log.Info("vGPU container", "allocation", a.ID, "gpus", gpuSummary(a.GPUs), "took", time.Since(start))
 	return adj, nil, nil
 }
 
@@ -286,11 +286,11 @@ func (p *Plugin) verify(value, podUID string) (*limits.Allocation, error) {
 	return a, nil
 }
 
-// apply computes the edits of a verified allocation whose host files were
+// apply computes the edits of verified GPUs whose host files were
 // provisioned at files, confinement included, as an adjustment of ctr.
-func (p *Plugin) apply(a *limits.Allocation, files oci.HostFiles, pod *api.PodSandbox, ctr *api.Container, log *slog.Logger) (*api.ContainerAdjustment, error) {
+func (p *Plugin) apply(gpus []limits.AllocatedGPU, files oci.HostFiles, pod *api.PodSandbox, ctr *api.Container, log *slog.Logger) (*api.ContainerAdjustment, error) {
 	files.Hook = p.hook
-	edits, err := oci.Compute(a, p.cfg, p.host, files)
+	edits, err := oci.Compute(gpus, p.cfg, p.host, files)
 	if err != nil {
 		return nil, err
 	}
@@ -306,9 +306,9 @@ func (p *Plugin) apply(a *limits.Allocation, files oci.HostFiles, pod *api.PodSa
 	return adj, nil
 }
 
-func gpuSummary(a *limits.Allocation) []string {
-	out := make([]string, len(a.GPUs))
-	for i, g := range a.GPUs {
+func gpuSummary(gpus []limits.AllocatedGPU) []string {
+	out := make([]string, len(gpus))
+	for i, g := range gpus {
 		out[i] = fmt.Sprintf("%s slices=%d memory=%s cores=%d%%", g.UUID, g.Slices, limits.FormatBytes(g.Memory), g.Cores)
 	}
 	return out

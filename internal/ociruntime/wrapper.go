@@ -246,7 +246,7 @@ func (w *Wrapper) create(a *Args) (undo func(), err error) {
 	}
 	undo = func() { w.release(id) }
 
-	if err := w.apply(spec, grant.Allocation, files, id); err != nil {
+	if err := w.apply(spec, grant.Allocation.GPUs, files, id); err != nil {
 		undo()
 		return nil, err
 	}
@@ -257,9 +257,9 @@ func (w *Wrapper) create(a *Args) (undo func(), err error) {
 	return undo, nil
 }
 
-// apply computes the edits of the allocation whose host files were
-// provisioned at files and writes them into the bundle's spec.
-func (w *Wrapper) apply(spec *Spec, alloc *limits.Allocation, files oci.HostFiles, id string) error {
+// apply computes the edits of the GPUs whose host files were provisioned
+// at files and writes them into the bundle's spec.
+func (w *Wrapper) apply(spec *Spec, gpus []limits.AllocatedGPU, files oci.HostFiles, id string) error {
 	host := w.Host
 	if host == nil {
 		h := oci.NewHost(w.Config, false)
@@ -270,7 +270,7 @@ func (w *Wrapper) apply(spec *Spec, alloc *limits.Allocation, files oci.HostFile
 	// names another: the one Docker runs is on the host, where runc runs
 	// the hook.
 	files.Hook = cmp.Or(w.Config.Paths.HookPath, w.Self)
-	edits, err := oci.Compute(alloc, w.Config, host, files)
+	edits, err := oci.Compute(gpus, w.Config, host, files)
 	if err != nil {
 		return err
 	}

@@ -98,10 +98,10 @@ func TestAppliersAgree(t *testing.T) {
 		edits func(e env) (*Edits, error)
 	}
 	tests := []tc{
-		{"cdi, two GPUs", func(e env) (*Edits, error) { return Compute(alloc(gpu0, gpu1), e.cfg, e.host, testFiles) }},
+		{"cdi, two GPUs", func(e env) (*Edits, error) { return Compute(gpus(gpu0, gpu1), e.cfg, e.host, testFiles) }},
 		{"nvidia-runtime", func(e env) (*Edits, error) {
 			e.cfg.Driver.Injection = config.InjectionNVIDIARuntime
-			return Compute(alloc(gpu1), e.cfg, e.host, testFiles)
+			return Compute(gpus(gpu1), e.cfg, e.host, testFiles)
 		}},
 		{"hide", func(e env) (*Edits, error) { return Hide(e.host) }},
 	}

@@ -78,13 +78,15 @@ func (f HostFiles) check() error {
 	return nil
 }
 
-// Compute returns the edits that give a container its allocation: device
-// nodes and their cgroup rules, driver files per driver.injection, the shim,
-// and the preload file, limits file and usage region at files (Contract 3).
+// Compute returns the edits that give a container its GPUs: device nodes
+// and their cgroup rules, driver files per driver.injection, the shim, and
+// the preload file, limits file and usage region at files (Contract 3).
+// The GPUs are a signed allocation's, a Docker request's or a claim's; only
+// their UUIDs and minors matter here, the quotas being in the limits file.
 // It reads host facts but writes nothing.
-func Compute(alloc *limits.Allocation, cfg *config.Config, host Host, files HostFiles) (*Edits, error) {
-	if alloc == nil || len(alloc.GPUs) == 0 {
-		return nil, errors.New("compute edits: allocation has no GPUs")
+func Compute(gpus []limits.AllocatedGPU, cfg *config.Config, host Host, files HostFiles) (*Edits, error) {
+	if len(gpus) == 0 {
+		return nil, errors.New("compute edits: no GPUs")
 	}
 	if err := files.check(); err != nil {
 		return nil, err
@@ -97,7 +99,7 @@ func Compute(alloc *limits.Allocation, cfg *config.Config, host Host, files Host
 		required bool
 	}
 	nodes := []node{{"/dev/nvidiactl", true}, {"/dev/nvidia-uvm", false}, {"/dev/nvidia-uvm-tools", false}}
-	for _, g := range alloc.GPUs {
+	for _, g := range gpus {
 		if g.Minor < 0 {
 			return nil, fmt.Errorf("compute edits: GPU %s: invalid minor %d", g.UUID, g.Minor)
 		}
@@ -123,15 +125,15 @@ func Compute(alloc *limits.Allocation, cfg *config.Config, host Host, files Host
 	e.DriverFiles = df
 	switch df.Mode {
 	case config.InjectionCDI, config.InjectionGenerate:
-		if err := addCDIEdits(e, df.specs, alloc, host); err != nil {
+		if err := addCDIEdits(e, df.specs, gpus, host); err != nil {
 			return nil, err
 		}
 		// Keep nvidia-container-runtime, if it is the runtime, from adding
-		// GPUs the allocation does not hold (images set "all").
+		// GPUs the container does not hold (images set "all").
 		e.setEnv(EnvVisibleDevices, "void")
 	case config.InjectionNVIDIARuntime:
-		uuids := make([]string, len(alloc.GPUs))
-		for i, g := range alloc.GPUs {
+		uuids := make([]string, len(gpus))
+		for i, g := range gpus {
 			uuids[i] = g.UUID
 		}
 		e.setEnv(EnvVisibleDevices, strings.Join(uuids, ","))
@@ -322,14 +324,14 @@ func generated(g *GeneratedSpec) DriverFiles {
 // CDI library's ContainerEdits.Apply does to a spec, but with device nodes
 // looked up through host (dev_root) and without touching a spec, so that the
 // same edits can go to an NRI adjustment.
-func addCDIEdits(e *Edits, gpuSpecs []cdiSource, alloc *limits.Allocation, host Host) error {
+func addCDIEdits(e *Edits, gpuSpecs []cdiSource, gpus []limits.AllocatedGPU, host Host) error {
 	// Spec-level edits come before the first device of that spec, as the
 	// CDI library orders them.
 	var (
 		all  []*cdispec.ContainerEdits
 		used []*cdispec.Spec
 	)
-	for _, g := range alloc.GPUs {
+	for _, g := range gpus {
 		spec, dev, err := findCDIDevice(gpuSpecs, g)
 		if err != nil {
 			return err

@@ -71,9 +71,7 @@ func newEnv(t *testing.T, injection string, withCDI bool, nodes []ocitest.Node) 
 	return env{cfg: cfg, host: host, root: root}
 }
 
-func alloc(gpus ...limits.AllocatedGPU) *limits.Allocation {
-	return &limits.Allocation{V: 1, ID: "00112233445566778899aabbccddeeff", Issued: 1, GPUs: gpus}
-}
+func gpus(g ...limits.AllocatedGPU) []limits.AllocatedGPU { return g }
 
 var (
 	gpu0 = limits.AllocatedGPU{UUID: uuid0, Minor: 0, Slices: 2, Memory: 8 << 30, Cores: 50}
@@ -111,35 +109,35 @@ func TestCompute(t *testing.T) {
 		name       string
 		injection  string
 		withCDI    bool
-		alloc      *limits.Allocation
+		gpus       []limits.AllocatedGPU
 		wantDevs   []string
 		wantVisble string
 		wantHooks  int // createContainer hooks
 		wantLib    bool
 	}{
 		{
-			name: "cdi, GPU by uuid", injection: config.InjectionCDI, withCDI: true, alloc: alloc(gpu0),
+			name: "cdi, GPU by uuid", injection: config.InjectionCDI, withCDI: true, gpus: gpus(gpu0),
 			wantDevs:   []string{"/dev/nvidia0", "/dev/nvidia-modeset", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidiactl", "/dev/dri/card1", "/dev/dri/renderD128"},
 			wantVisble: "void", wantHooks: 5, wantLib: true,
 		},
 		{
-			name: "auto with a spec, two GPUs", injection: config.InjectionAuto, withCDI: true, alloc: alloc(gpu0, gpu1),
+			name: "auto with a spec, two GPUs", injection: config.InjectionAuto, withCDI: true, gpus: gpus(gpu0, gpu1),
 			wantDevs: []string{"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia-modeset", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidiactl",
 				"/dev/dri/card1", "/dev/dri/renderD128", "/dev/dri/card2", "/dev/dri/renderD129"},
 			wantVisble: "void", wantHooks: 6, wantLib: true,
 		},
 		{
-			name: "auto without a spec", injection: config.InjectionAuto, alloc: alloc(gpu0, gpu1),
+			name: "auto without a spec", injection: config.InjectionAuto, gpus: gpus(gpu0, gpu1),
 			wantDevs:   []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia0", "/dev/nvidia1"},
 			wantVisble: uuid0 + "," + uuid1, wantHooks: 1,
 		},
 		{
-			name: "nvidia-runtime ignores a spec", injection: config.InjectionNVIDIARuntime, withCDI: true, alloc: alloc(gpu1),
+			name: "nvidia-runtime ignores a spec", injection: config.InjectionNVIDIARuntime, withCDI: true, gpus: gpus(gpu1),
 			wantDevs:   []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia1"},
 			wantVisble: uuid1, wantHooks: 1,
 		},
 		{
-			name: "none", injection: config.InjectionNone, withCDI: true, alloc: alloc(gpu0),
+			name: "none", injection: config.InjectionNone, withCDI: true, gpus: gpus(gpu0),
 			wantDevs:   []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia0"},
 			wantVisble: "void", wantHooks: 1,
 		},
@@ -147,7 +145,7 @@ func TestCompute(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, tt.injection, tt.withCDI, ocitest.StandardNodes)
-			edits, err := Compute(tt.alloc, e.cfg, e.host, testFiles)
+			edits, err := Compute(tt.gpus, e.cfg, e.host, testFiles)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -216,31 +214,31 @@ func TestComputeErrors(t *testing.T) {
 		injection string
 		withCDI   bool
 		nodes     []ocitest.Node
-		alloc     *limits.Allocation
+		gpus      []limits.AllocatedGPU
 		files     HostFiles
 		wantErr   string
 	}{
-		{"no nvidiactl", config.InjectionNone, false, without(ocitest.StandardNodes, "dev/nvidiactl"), alloc(gpu0), testFiles, "/dev/nvidiactl"},
-		{"no GPU node", config.InjectionNone, false, without(ocitest.StandardNodes, "dev/nvidia1"), alloc(gpu0, gpu1), testFiles, "/dev/nvidia1"},
-		{"cdi without a spec", config.InjectionCDI, false, ocitest.StandardNodes, alloc(gpu0), testFiles, "no nvidia.com/gpu CDI spec"},
+		{"no nvidiactl", config.InjectionNone, false, without(ocitest.StandardNodes, "dev/nvidiactl"), gpus(gpu0), testFiles, "/dev/nvidiactl"},
+		{"no GPU node", config.InjectionNone, false, without(ocitest.StandardNodes, "dev/nvidia1"), gpus(gpu0, gpu1), testFiles, "/dev/nvidia1"},
+		{"cdi without a spec", config.InjectionCDI, false, ocitest.StandardNodes, gpus(gpu0), testFiles, "no nvidia.com/gpu CDI spec"},
 		{"GPU not in the CDI spec", config.InjectionCDI, true, append(slices.Clone(ocitest.StandardNodes), ocitest.Node{Path: "dev/nvidia7", Major: 195, Minor: 7}),
-			alloc(limits.AllocatedGPU{UUID: "GPU-77777777-7777-7777-7777-777777777777", Minor: 7, Slices: 1, Memory: 1 << 30, Cores: 10}), testFiles, "no nvidia.com/gpu CDI device for GPU GPU-7777"},
-		{"CDI node missing on the host", config.InjectionCDI, true, without(ocitest.StandardNodes, "dev/dri/card1"), alloc(gpu0), testFiles, "/dev/dri/card1"},
-		{"empty allocation", config.InjectionNone, false, ocitest.StandardNodes, alloc(), testFiles, "no GPUs"},
-		{"relative limits file", config.InjectionNone, false, ocitest.StandardNodes, alloc(gpu0),
+			gpus(limits.AllocatedGPU{UUID: "GPU-77777777-7777-7777-7777-777777777777", Minor: 7, Slices: 1, Memory: 1 << 30, Cores: 10}), testFiles, "no nvidia.com/gpu CDI device for GPU GPU-7777"},
+		{"CDI node missing on the host", config.InjectionCDI, true, without(ocitest.StandardNodes, "dev/dri/card1"), gpus(gpu0), testFiles, "/dev/dri/card1"},
+		{"no GPUs", config.InjectionNone, false, ocitest.StandardNodes, gpus(), testFiles, "no GPUs"},
+		{"relative limits file", config.InjectionNone, false, ocitest.StandardNodes, gpus(gpu0),
 			HostFiles{Preload: testFiles.Preload, Limits: "containers/x/limits", Region: testFiles.Region, Hook: testFiles.Hook}, `host path of the limits file "containers/x/limits" is not absolute`},
-		{"no region directory", config.InjectionNone, false, ocitest.StandardNodes, alloc(gpu0),
+		{"no region directory", config.InjectionNone, false, ocitest.StandardNodes, gpus(gpu0),
 			HostFiles{Preload: testFiles.Preload, Limits: testFiles.Limits, Hook: testFiles.Hook}, `host path of the usage region directory "" is not absolute`},
-		{"no preload file", config.InjectionNone, false, ocitest.StandardNodes, alloc(gpu0),
+		{"no preload file", config.InjectionNone, false, ocitest.StandardNodes, gpus(gpu0),
 			HostFiles{Limits: testFiles.Limits, Region: testFiles.Region, Hook: testFiles.Hook}, `host path of the preload file "" is not absolute`},
-		{"no pin hook", config.InjectionNone, false, ocitest.StandardNodes, alloc(gpu0),
+		{"no pin hook", config.InjectionNone, false, ocitest.StandardNodes, gpus(gpu0),
 			HostFiles{Preload: testFiles.Preload, Limits: testFiles.Limits, Region: testFiles.Region}, `host path of the pin hook binary "" is not absolute`},
-		{"unknown injection", "magic", false, ocitest.StandardNodes, alloc(gpu0), testFiles, `unknown driver.injection "magic"`},
+		{"unknown injection", "magic", false, ocitest.StandardNodes, gpus(gpu0), testFiles, `unknown driver.injection "magic"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, tt.injection, tt.withCDI, tt.nodes)
-			_, err := Compute(tt.alloc, e.cfg, e.host, tt.files)
+			_, err := Compute(tt.gpus, e.cfg, e.host, tt.files)
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Fatalf("Compute error = %v, want one containing %q", err, tt.wantErr)
 			}
@@ -250,7 +248,7 @@ func TestComputeErrors(t *testing.T) {
 
 func TestComputeOptionalUVM(t *testing.T) {
 	e := newEnv(t, config.InjectionNone, false, without(ocitest.StandardNodes, "dev/nvidia-uvm", "dev/nvidia-uvm-tools"))
-	edits, err := Compute(alloc(gpu0), e.cfg, e.host, testFiles)
+	edits, err := Compute(gpus(gpu0), e.cfg, e.host, testFiles)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +294,7 @@ func TestComputeCDIIndexNames(t *testing.T) {
 	raw := readFixture(t)
 	raw.Devices = slices.DeleteFunc(raw.Devices, func(d cdispec.Device) bool { return strings.HasPrefix(d.Name, "GPU-") })
 	writeCDISpec(t, e.cfg.Driver.CDIDirs[0], raw)
-	edits, err := Compute(alloc(gpu1), e.cfg, e.host, testFiles)
+	edits, err := Compute(gpus(gpu1), e.cfg, e.host, testFiles)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +363,7 @@ func testCDITranslationMatchesLibrary(t *testing.T, fixture string, nodes []ocit
 		sources = append(sources, cdiSource{name: s.GetPath(), spec: s.Spec})
 	}
 	edits := &Edits{}
-	if err := addCDIEdits(edits, sources, alloc(gpu0, gpu1), host); err != nil {
+	if err := addCDIEdits(edits, sources, gpus(gpu0, gpu1), host); err != nil {
 		t.Fatal(err)
 	}
 	got := base()
@@ -431,7 +429,7 @@ func TestParseProcDevices(t *testing.T) {
 
 func TestApplyToAdjustmentShape(t *testing.T) {
 	e := newEnv(t, config.InjectionNVIDIARuntime, false, ocitest.StandardNodes)
-	edits, err := Compute(alloc(gpu0), e.cfg, e.host, testFiles)
+	edits, err := Compute(gpus(gpu0), e.cfg, e.host, testFiles)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,7 @@ func newDriverRootEnv(t *testing.T, driverRoot string) env {
 // driver root; the control nodes nri-vgpu adds itself come from there too.
 func TestComputeCDIDriverRoot(t *testing.T) {
 	e := newDriverRootEnv(t, operatorDriverRoot)
-	edits, err := Compute(alloc(gpu1), e.cfg, e.host, testFiles)
+	edits, err := Compute(gpus(gpu1), e.cfg, e.host, testFiles)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestComputeCDIDriverRoot(t *testing.T) {
 // refused with the node named, never started without it.
 func TestComputeDriverRootUnset(t *testing.T) {
 	e := newDriverRootEnv(t, "/")
-	_, err := Compute(alloc(gpu1), e.cfg, e.host, testFiles)
+	_, err := Compute(gpus(gpu1), e.cfg, e.host, testFiles)
 	if err == nil || !strings.Contains(err.Error(), "device node /dev/nvidiactl") {
 		t.Fatalf("Compute error = %v, want one naming /dev/nvidiactl", err)
 	}

@@ -113,7 +113,7 @@ func newGenerateEnv(t *testing.T, injection string) (env, *mockNVML, *string) {
 // by the pin hook's binary as nvidia-cdi-hook, before the pin hook.
 func TestComputeGenerate(t *testing.T) {
 	e, _, opened := newGenerateEnv(t, config.InjectionGenerate)
-	edits, err := Compute(alloc(gpu1), e.cfg, e.host, testFiles)
+	edits, err := Compute(gpus(gpu1), e.cfg, e.host, testFiles)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestComputeGenerate(t *testing.T) {
 func TestGeneratedSpecCache(t *testing.T) {
 	e, m, _ := newGenerateEnv(t, config.InjectionGenerate)
 	for range 3 {
-		if _, err := Compute(alloc(gpu0), e.cfg, e.host, testFiles); err != nil {
+		if _, err := Compute(gpus(gpu0), e.cfg, e.host, testFiles); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -188,7 +188,7 @@ func TestGeneratedSpecCache(t *testing.T) {
 	// Another hook binary (the Docker wrapper's) gets hooks naming it.
 	other := testFiles
 	other.Hook = "/usr/bin/nri-vgpu-runtime"
-	edits, err := Compute(alloc(gpu0), e.cfg, e.host, other)
+	edits, err := Compute(gpus(gpu0), e.cfg, e.host, other)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func TestGeneratedSpecCache(t *testing.T) {
 	if err := os.Chtimes(lib, later, later); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Compute(alloc(gpu0), e.cfg, e.host, other); err != nil {
+	if _, err := Compute(gpus(gpu0), e.cfg, e.host, other); err != nil {
 		t.Fatal(err)
 	}
 	if m.opens != opens+1 {
@@ -212,7 +212,7 @@ func TestGeneratedSpecCache(t *testing.T) {
 	const upgraded = "590.10.01"
 	installDriver(t, e.root, "usr/local/nvidia/lib64", upgraded)
 	m.version = upgraded
-	edits, err = Compute(alloc(gpu0), e.cfg, e.host, other)
+	edits, err = Compute(gpus(gpu0), e.cfg, e.host, other)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestGeneratedSpecCache(t *testing.T) {
 // the driver's libraries, else nvidia-container-runtime, saying why.
 func TestComputeAutoFallbacks(t *testing.T) {
 	e, _, _ := newGenerateEnv(t, config.InjectionAuto)
-	edits, err := Compute(alloc(gpu0), e.cfg, e.host, testFiles)
+	edits, err := Compute(gpus(gpu0), e.cfg, e.host, testFiles)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +237,7 @@ func TestComputeAutoFallbacks(t *testing.T) {
 	}
 
 	bare := newEnv(t, config.InjectionAuto, false, ocitest.StandardNodes)
-	edits, err = Compute(alloc(gpu0), bare.cfg, bare.host, testFiles)
+	edits, err = Compute(gpus(gpu0), bare.cfg, bare.host, testFiles)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +252,7 @@ func TestComputeAutoFallbacks(t *testing.T) {
 	// A driver whose NVML fails: the fallback, with a warning naming why.
 	broken, m, _ := newGenerateEnv(t, config.InjectionAuto)
 	m.InitFunc = func() nvml.Return { return nvml.ERROR_DRIVER_NOT_LOADED }
-	edits, err = Compute(alloc(gpu0), broken.cfg, broken.host, testFiles)
+	edits, err = Compute(gpus(gpu0), broken.cfg, broken.host, testFiles)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +265,7 @@ func TestComputeAutoFallbacks(t *testing.T) {
 	withSpec := newEnv(t, config.InjectionAuto, true, ocitest.StandardNodes)
 	installDriver(t, withSpec.root, "usr/local/nvidia/lib64", fakeDriverVersion)
 	withSpec.host.NewNVML = func(string) nvml.Interface { t.Error("NVML opened although a CDI spec is there"); return newMockNVML() }
-	edits, err = Compute(alloc(gpu0), withSpec.cfg, withSpec.host, testFiles)
+	edits, err = Compute(gpus(gpu0), withSpec.cfg, withSpec.host, testFiles)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +278,7 @@ func TestComputeAutoFallbacks(t *testing.T) {
 // naming the library and where it was looked for.
 func TestComputeGenerateNoDriver(t *testing.T) {
 	e := newEnv(t, config.InjectionGenerate, false, ocitest.StandardNodes)
-	_, err := Compute(alloc(gpu0), e.cfg, e.host, testFiles)
+	_, err := Compute(gpus(gpu0), e.cfg, e.host, testFiles)
 	want := `driver.injection = "generate": driver root /: no driver libraries: no libnvidia-ml.so.1 in the loader cache or the usual library directories or /usr/local/nvidia/lib64, /usr/local/nvidia/lib`
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("error %v, want one containing %q", err, want)
@@ -286,7 +286,7 @@ func TestComputeGenerateNoDriver(t *testing.T) {
 	// libnvidia-ml without libcuda is not a driver to generate from.
 	installDriver(t, e.root, "usr/local/nvidia/lib", fakeDriverVersion)
 	os.Remove(filepath.Join(e.root, "usr/local/nvidia/lib/libcuda.so.1"))
-	_, err = Compute(alloc(gpu0), e.cfg, e.host, testFiles)
+	_, err = Compute(gpus(gpu0), e.cfg, e.host, testFiles)
 	if err == nil || !strings.Contains(err.Error(), "no libcuda.so.1 in") {
 		t.Errorf("error %v, want one naming libcuda.so.1", err)
 	}
@@ -302,7 +302,7 @@ func TestComputeGenerateDriverRoot(t *testing.T) {
 	e.host = NewHost(e.cfg, false)
 	e.host.ProcDevices = filepath.Join(e.root, "proc-devices")
 	e.host.NewNVML = func(string) nvml.Interface { return newMockNVML() }
-	edits, err := Compute(alloc(gpu1), e.cfg, e.host, testFiles)
+	edits, err := Compute(gpus(gpu1), e.cfg, e.host, testFiles)
 	if err != nil {
 		t.Fatal(err)
 	}
