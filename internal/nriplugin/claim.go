@@ -14,34 +14,11 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 )
 
-// claimMarkers returns the claim and the devices that the container's claim
-// markers name: no claim when it has none. Markers of two claims, or a
-// malformed one, are an error: the shim reads one limits file.
-func claimMarkers(ctr *api.Container) (uid string, devices []string, err error) {
-	for _, m := range ctr.GetMounts() {
-		u, dev, ok, err := limits.ParseClaimMarker(m.GetDestination())
-		if err != nil {
-			return "", nil, err
-		}
-		if !ok {
-			continue
-		}
-		if uid != "" && u != uid {
-			return "", nil, fmt.Errorf("%w: the container holds GPUs of two claims (%s and %s); a container may use one nri-vgpu claim", limits.ErrClaimRejected, uid, u)
-		}
-		uid = u
-		if !slices.Contains(devices, dev) {
-			devices = append(devices, dev)
-		}
-	}
-	return uid, devices, nil
-}
-
-// claimContainer gives a container the GPUs of a claim the DRA driver
+// createWithClaim gives a container the GPUs of a claim the DRA driver
 // prepared: the marked devices of the claim, with the claim's limits file
 // and usage region, shared by every container of the claim. The claim must
 // have been prepared on this node by the driver, for this container's pod.
-func (p *Plugin) claimContainer(pod *api.PodSandbox, ctr *api.Container, uid string, devices []string, log *slog.Logger) (*api.ContainerAdjustment, error) {
+func (p *Plugin) createWithClaim(pod *api.PodSandbox, ctr *api.Container, uid string, devices []string, log *slog.Logger) (*api.ContainerAdjustment, error) {
 	start := time.Now()
 	gpus, id, err := p.verifyClaim(podUID(pod, ctr), uid, devices)
 	if err != nil {
@@ -65,16 +42,9 @@ func (p *Plugin) claimContainer(pod *api.PodSandbox, ctr *api.Container, uid str
 // verifyClaim checks a container's claim markers against the claim's host
 // state and returns the marked GPUs and the claim's directory.
 func (p *Plugin) verifyClaim(pod, uid string, devices []string) ([]limits.AllocatedGPU, string, error) {
-	id := hoststate.ClaimID(uid)
-	info, err := hoststate.ReadInfo(p.cfg, id)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, "", fmt.Errorf("%w: claim %s is not prepared on this node", limits.ErrClaimRejected, uid)
-	}
+	info, id, err := p.claimRecord(uid)
 	if err != nil {
-		return nil, "", fmt.Errorf("claim %s: %w", uid, err)
-	}
-	if info.Source != hoststate.ClaimSource || info.Claim == nil || info.Claim.UID != uid {
-		return nil, "", fmt.Errorf("%w: %s is not the directory of claim %s", limits.ErrClaimRejected, hoststate.ContainerDir(p.cfg, id), uid)
+		return nil, "", err
 	}
 	if !slices.Contains(info.Claim.PodUIDs, pod) {
 		return nil, "", fmt.Errorf("%w: claim %s/%s is not reserved for pod %s", limits.ErrClaimRejected, info.Claim.Namespace, info.Claim.Name, pod)
@@ -98,4 +68,22 @@ func (p *Plugin) verifyClaim(pod, uid string, devices []string) ([]limits.Alloca
 		gpus = append(gpus, g)
 	}
 	return gpus, id, nil
+}
+
+// claimRecord returns the record the DRA driver wrote for the claim and its
+// directory: a claim not prepared on this node, or a directory that does not
+// hold the record of that claim, is rejected. info.Claim is not nil.
+func (p *Plugin) claimRecord(uid string) (*hoststate.Info, string, error) {
+	id := hoststate.ClaimID(uid)
+	info, err := hoststate.ReadInfo(p.cfg, id)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, "", fmt.Errorf("%w: claim %s is not prepared on this node", limits.ErrClaimRejected, uid)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("claim %s: %w", uid, err)
+	}
+	if info.Source != hoststate.ClaimSource || info.Claim == nil || info.Claim.UID != uid {
+		return nil, "", fmt.Errorf("%w: %s is not the directory of claim %s", limits.ErrClaimRejected, hoststate.ContainerDir(p.cfg, id), uid)
+	}
+	return info, id, nil
 }

@@ -126,3 +126,19 @@ func TestExemptPodGPUContainerIsLimited(t *testing.T) {
 		t.Errorf("exempt pod with an allocation in its own annotations: error = %v, want the pod-annotation rejection", err)
 	}
 }
+
+// An allocation annotation that is there but empty is a malformed
+// allocation, not a container that asked for no GPU: it fails, where an
+// exempt pod's container without one would be left as it is.
+func TestEmptyAllocationIsRejected(t *testing.T) {
+	cfg := newConfig(t)
+	cfg.NRI.Exempt = []config.Exemption{{Namespace: "ml"}}
+	h := newHarness(t, cfg)
+	p := pod("sb1", "uid-1")
+	c := container("empty", p, "")
+	c.Annotations[limits.AnnotationKey] = ""
+	_, err := h.create(p, c)
+	if want := "nri-vgpu: allocation rejected: malformed"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("CreateContainer error = %v, want one containing %q", err, want)
+	}
+}

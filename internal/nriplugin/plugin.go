@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -164,77 +165,127 @@ func podName(pod *api.PodSandbox) string {
 	return pod.GetNamespace() + "/" + pod.GetName()
 }
 
-// CreateContainer gives a container with an allocation its vGPUs and takes
-// GPU access away from one without. A rejected allocation fails the
-// container: it must never run without its limits. A container that passes
-// also loses the device plugin's gate mount (limits.GateContainerPath), which
-// would make the runtime refuse it had nri-vgpu not seen it.
-func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
-	adj, updates, err := p.createContainer(ctx, pod, ctr)
+// CreateContainer reads what the container asks for, once, and hands it to
+// the handler of that kind: the GPUs of a claim (createWithClaim), the GPUs
+// of a signed allocation (createWithAllocation), or none (hide). A rejected
+// request fails the container: it must never run without its limits. A
+// container that passes also loses the device plugin's gate mount
+// (limits.GateContainerPath) and its claim markers, which would make the
+// runtime refuse it had nri-vgpu not seen it.
+func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	log := p.log.With("container", ctr.GetId(), "name", ctr.GetName(), "pod", podName(pod))
+	req, err := readRequest(pod, ctr)
+	if err != nil {
+		log.Warn(rejectedWhat(err), "err", err)
+		return nil, nil, fmt.Errorf("nri-vgpu: %w", err)
+	}
+	var adj *api.ContainerAdjustment
+	switch req.kind {
+	case requestClaim:
+		adj, err = p.createWithClaim(pod, ctr, req.claim, req.devices, log)
+	case requestAllocation:
+		adj, err = p.createWithAllocation(pod, ctr, req.allocation, log)
+	default:
+		adj, err = p.hide(pod, ctr, log)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
-	for _, m := range ctr.GetMounts() {
-		dest := m.GetDestination()
-		_, _, marker, _ := limits.ParseClaimMarker(dest) // a malformed one failed createContainer
-		if dest == limits.GateContainerPath || marker {
-			if adj == nil {
-				adj = &api.ContainerAdjustment{}
-			}
-			adj.RemoveMount(dest)
+	for _, dest := range req.gates {
+		if adj == nil {
+			adj = &api.ContainerAdjustment{}
 		}
+		adj.RemoveMount(dest)
 	}
-	return adj, updates, nil
+	return adj, nil, nil
 }
 
-// createContainer reads verify → provision → apply: the allocation is
-// checked (signature, GPUs, replay), the container's host files are
-// provisioned, and the edits that mount them are computed and returned.
-func (p *Plugin) createContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
-	start := time.Now()
+// requestKind is what a container asks nri-vgpu for.
+type requestKind int
+
+const (
+	requestNone       requestKind = iota // no GPU: hidden, unless exempt
+	requestClaim                         // the GPUs of a claim (Contract 8)
+	requestAllocation                    // the GPUs of a signed allocation (Contract 2)
+)
+
+// request is what a container asks for, read from its pod's annotations,
+// its own annotations and its mounts.
+type request struct {
+	kind       requestKind
+	claim      string   // requestClaim: the claim's UID
+	devices    []string // requestClaim: the claim's devices it is given
+	allocation string   // requestAllocation: the annotation's value
+	// gates are the mounts that make the runtime refuse a container
+	// nri-vgpu did not handle: the gate and the claim markers.
+	gates []string
+}
+
+// readRequest reads what ctr asks for. Refused, with an error wrapping
+// limits.ErrRejected or limits.ErrClaimRejected: the allocation annotation
+// on the pod itself (ErrPodAnnotation), a malformed claim marker, markers of
+// two claims, and a claim with an allocation. A claim's container must get
+// its limits whatever exemption its pod has, so the claim is read first.
+func readRequest(pod *api.PodSandbox, ctr *api.Container) (request, error) {
+	var req request
 	if _, forged := pod.GetAnnotations()[limits.AnnotationKey]; forged {
-		p.log.Warn("allocation rejected", "container", ctr.GetId(), "name", ctr.GetName(), "pod", podName(pod), "err", ErrPodAnnotation)
-		return nil, nil, fmt.Errorf("nri-vgpu: %w", ErrPodAnnotation)
+		return req, ErrPodAnnotation
+	}
+	for _, m := range ctr.GetMounts() {
+		dest := m.GetDestination()
+		if dest == limits.GateContainerPath {
+			req.gates = append(req.gates, dest)
+			continue
+		}
+		uid, dev, marker, err := limits.ParseClaimMarker(dest)
+		if err != nil {
+			return req, err
+		}
+		if !marker {
+			continue
+		}
+		if req.claim != "" && uid != req.claim {
+			// The shim reads one limits file.
+			return req, fmt.Errorf("%w: the container holds GPUs of two claims (%s and %s); a container may use one nri-vgpu claim", limits.ErrClaimRejected, req.claim, uid)
+		}
+		req.kind, req.claim = requestClaim, uid
+		if !slices.Contains(req.devices, dev) {
+			req.devices = append(req.devices, dev)
+		}
+		req.gates = append(req.gates, dest)
 	}
 	value, ok := ctr.GetAnnotations()[limits.AnnotationKey]
-	// A claim (Contract 8) comes first: its container must get its limits
-	// whatever exemption its pod has.
-	if claim, devices, err := claimMarkers(ctr); err != nil || claim != "" {
-		log := p.log.With("container", ctr.GetId(), "name", ctr.GetName(), "pod", podName(pod))
-		if err == nil && ok {
-			err = fmt.Errorf("%w: the container holds GPUs of claim %s and of the device plugin; a container may use one or the other", limits.ErrClaimRejected, claim)
-		}
-		if err != nil {
-			log.Warn("claim rejected", "err", err)
-			return nil, nil, fmt.Errorf("nri-vgpu: %w", err)
-		}
-		adj, err := p.claimContainer(pod, ctr, claim, devices, log)
-		return adj, nil, err
+	switch {
+	case ok && req.kind == requestClaim:
+		return req, fmt.Errorf("%w: the container holds GPUs of claim %s and of the device plugin; a container may use one or the other", limits.ErrClaimRejected, req.claim)
+	case ok:
+		req.kind, req.allocation = requestAllocation, value
 	}
-	if !ok {
-		if e, exempt := p.cfg.NRI.ExemptionFor(pod.GetNamespace(), pod.GetRuntimeHandler()); exempt {
-			// The node's own GPU agents: nothing is hidden, denied or
-			// preloaded. Logged, since it is a trust decision.
-			p.log.Info("container exempt from hiding (nri.exempt): left as its runtime made it",
-				"container", ctr.GetId(), "name", ctr.GetName(), "pod", podName(pod),
-				"runtime_handler", pod.GetRuntimeHandler(), "exemption", exemptionString(e))
-			return nil, nil, nil
-		}
-		adj, err := p.hide(pod, ctr)
-		return adj, nil, err
-	}
-	log := p.log.With("container", ctr.GetId(), "name", ctr.GetName(), "pod", podName(pod))
+	return req, nil
+}
 
+// rejectedWhat names in the log what a request's error rejected.
+func rejectedWhat(err error) string {
+	if errors.Is(err, limits.ErrRejected) {
+		return "allocation rejected"
+	}
+	return "claim rejected"
+}
+
+// createWithAllocation gives a container the GPUs of its signed allocation:
+// the allocation is verified (signature, GPUs, replay), the container's host
+// files are provisioned, and the edits that mount them are computed.
+func (p *Plugin) createWithAllocation(pod *api.PodSandbox, ctr *api.Container, value string, log *slog.Logger) (*api.ContainerAdjustment, error) {
+	start := time.Now()
 	uid := podUID(pod, ctr)
 	a, err := p.verify(value, uid)
 	if err != nil {
 		log.Warn("allocation rejected", "err", err)
 		if errors.Is(err, limits.ErrRejected) {
-			return nil, nil, fmt.Errorf("nri-vgpu: %w", err) // "nri-vgpu: allocation rejected: <reason>"
+			return nil, fmt.Errorf("nri-vgpu: %w", err) // "nri-vgpu: allocation rejected: <reason>"
 		}
-		return nil, nil, fmt.Errorf("nri-vgpu: allocation rejected: %w", err)
+		return nil, fmt.Errorf("nri-vgpu: allocation rejected: %w", err)
 	}
-
 	info := &hoststate.Info{
 		ID:           ctr.GetId(),
 		Name:         ctr.GetName(),
@@ -248,19 +299,18 @@ func (p *Plugin) createContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	files, err := hoststate.Provision(p.cfg, info, limits.LimitsFromAllocation(a, p.cfg.Limits.LogLevel))
 	if err != nil {
 		log.Error("cannot provision the container's host files", "err", err)
-		return nil, nil, fmt.Errorf("nri-vgpu: container %s: %w", ctr.GetId(), err)
+		return nil, fmt.Errorf("nri-vgpu: container %s: %w", ctr.GetId(), err)
 	}
-
 	adj, err := p.apply(a.GPUs, files, pod, ctr, log)
 	if err != nil {
 		log.Error("cannot give the container its vGPUs", "err", err)
 		if rmErr := hoststate.Release(p.cfg, ctr.GetId()); rmErr != nil {
 			log.Warn("cannot remove the container's host files", "err", rmErr)
 		}
-		return nil, nil, fmt.Errorf("nri-vgpu: container %s: %w", ctr.GetId(), err)
+		return nil, fmt.Errorf("nri-vgpu: container %s: %w", ctr.GetId(), err)
 	}
 	log.Info("vGPU container", "allocation", a.ID, "gpus", gpuSummary(a.GPUs), "took", time.Since(start))
-	return adj, nil, nil
+	return adj, nil
 }
 
 // verify checks an allocation annotation's signature and GPUs, and binds
@@ -326,11 +376,19 @@ func exemptionString(e config.Exemption) string {
 	return strings.Join(parts, " ")
 }
 
-// hide strips GPU access from a container that asked for none. Containers
-// allowed every device (privileged) are left alone: they see every host
-// device whatever is done here, node agents (monitoring, the device plugin
-// itself) run so, and a deny rule would make the runtime refuse them.
-func (p *Plugin) hide(pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, error) {
+// hide strips GPU access from a container that asked for none. The node's
+// own GPU agents (nri.exempt) are left as their runtime made them: nothing
+// is hidden, denied or preloaded. So are containers allowed every device
+// (privileged): they see every host device whatever is done here, node
+// agents (monitoring, the device plugin itself) run so, and a deny rule
+// would make the runtime refuse them.
+func (p *Plugin) hide(pod *api.PodSandbox, ctr *api.Container, log *slog.Logger) (*api.ContainerAdjustment, error) {
+	if e, exempt := p.cfg.NRI.ExemptionFor(pod.GetNamespace(), pod.GetRuntimeHandler()); exempt {
+		// Logged, since it is a trust decision.
+		log.Info("container exempt from hiding (nri.exempt): left as its runtime made it",
+			"runtime_handler", pod.GetRuntimeHandler(), "exemption", exemptionString(e))
+		return nil, nil
+	}
 	if !p.cfg.NRI.HideUnrequested {
 		return nil, nil
 	}
@@ -339,12 +397,12 @@ func (p *Plugin) hide(pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAd
 		rules = res.ToOCI().Devices
 	}
 	if oci.AllowsAllDevices(rules) {
-		p.log.Debug("container allowed every device (privileged): GPUs not hidden", "container", ctr.GetId(), "pod", podName(pod))
+		log.Debug("container allowed every device (privileged): GPUs not hidden")
 		return nil, nil
 	}
 	edits, err := oci.Hide(p.host)
 	if err != nil {
-		p.log.Error("cannot hide GPUs", "container", ctr.GetId(), "err", err)
+		log.Error("cannot hide GPUs", "err", err)
 		return nil, fmt.Errorf("nri-vgpu: container %s: %w", ctr.GetId(), err)
 	}
 	adj := &api.ContainerAdjustment{}
