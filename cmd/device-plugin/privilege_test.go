@@ -16,7 +16,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/kubelettest"
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 )
 
 // asProgram makes the test binary run the program itself (run with its
@@ -165,7 +165,7 @@ exec setpriv --no-new-privs --inh-caps=-all --bounding-set=-all -- "$@"`
 	if err != nil {
 		t.Fatalf("Allocate: %v; output:\n%s", err, out.String())
 	}
-	if len(rsp.ContainerResponses) != 1 || rsp.ContainerResponses[0].Annotations[limits.AnnotationKey] == "" {
+	if len(rsp.ContainerResponses) != 1 || rsp.ContainerResponses[0].Annotations[allocation.AnnotationKey] == "" {
 		t.Errorf("Allocate answered %v, want the signed allocation annotation", rsp)
 	}
 	if _, err := os.Stat(filepath.Join(state, "allocation.key")); err != nil {

@@ -24,8 +24,8 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/internal/nriplugin"
 	"github.com/nri-vgpu/nri-vgpu/internal/pin/pintest"
 	"github.com/nri-vgpu/nri-vgpu/internal/status"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci/ocitest"
 )
@@ -271,14 +271,14 @@ func createThroughRuntime(t *testing.T, path string, cfg *config.Config, args ..
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &limits.Allocation{V: 1, ID: "0123456789abcdef0123456789abcdef", Issued: time.Now().Unix(),
-		GPUs: []limits.AllocatedGPU{{UUID: uuid0, Minor: 0, Slices: 3, Memory: 12 << 30, Cores: 30}}}
-	ann, err := limits.Sign(key, a)
+	a := &allocation.Allocation{V: 1, ID: "0123456789abcdef0123456789abcdef", Issued: time.Now().Unix(),
+		GPUs: []allocation.GPU{{UUID: uuid0, Minor: 0, Slices: 3, Memory: 12 << 30, Cores: 30}}}
+	ann, err := allocation.Sign(key, a)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pod := &api.PodSandbox{Id: "sb1", Uid: "uid-1", Name: "job", Namespace: "ml"}
-	ctr := &api.Container{Id: "c1", PodSandboxId: "sb1", Name: "train", Annotations: map[string]string{limits.AnnotationKey: ann}}
+	ctr := &api.Container{Id: "c1", PodSandboxId: "sb1", Name: "train", Annotations: map[string]string{allocation.AnnotationKey: ann}}
 	rsp, err := r.CreateContainer(t.Context(), &adaptation.CreateContainerRequest{Pod: pod, Container: ctr})
 	if err != nil {
 		t.Fatal(err)

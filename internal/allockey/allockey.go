@@ -1,7 +1,7 @@
 // Package allockey keeps the node's allocation key, <state_dir>/allocation.key
 // (Contract 2): the device plugin signs allocations with it, the NRI plugin
 // and the runtime wrapper verify them with it. The key is node state under
-// state_dir; what is done with it (limits.Sign, limits.Verify) lives in
+// state_dir; what is done with it (allocation.Sign, allocation.Verify) lives in
 // pkg/limits.
 package allockey
 
@@ -17,27 +17,27 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/internal/atomicfile"
 	"github.com/nri-vgpu/nri-vgpu/internal/bindings"
 	"github.com/nri-vgpu/nri-vgpu/internal/safepath"
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 )
 
 // FileName is the allocation key's file name inside the state directory.
 const FileName = "allocation.key"
 
 // Load reads the allocation key from <stateDir>/allocation.key. The file
-// must hold exactly limits.KeySize bytes and must not be accessible to group
+// must hold exactly allocation.KeySize bytes and must not be accessible to group
 // or others, and a symbolic link in its place is refused, not followed.
-func Load(stateDir string) (limits.Key, error) {
+func Load(stateDir string) (allocation.Key, error) {
 	d, err := safepath.OpenDir(stateDir)
 	if err != nil {
-		return limits.Key{}, fmt.Errorf("allocation key: state directory: %w", err)
+		return allocation.Key{}, fmt.Errorf("allocation key: state directory: %w", err)
 	}
 	defer d.Close()
 	return load(d)
 }
 
-func load(d *safepath.Dir) (limits.Key, error) {
+func load(d *safepath.Dir) (allocation.Key, error) {
 	path := d.Join(FileName)
-	var key limits.Key
+	var key allocation.Key
 	// Not through a link (a key planted elsewhere, or a file root should
 	// not be made to read), and without blocking on a FIFO.
 	f, err := d.Open(FileName, os.O_RDONLY|syscall.O_NONBLOCK, 0)
@@ -64,16 +64,16 @@ func load(d *safepath.Dir) (limits.Key, error) {
 	}
 	// Read one byte more than a key so that a longer file is detected even
 	// if it grows after the Stat.
-	data, err := io.ReadAll(io.LimitReader(f, limits.KeySize+1))
+	data, err := io.ReadAll(io.LimitReader(f, allocation.KeySize+1))
 	if err != nil {
 		return key, fmt.Errorf("allocation key %s: %w", path, err)
 	}
-	if len(data) != limits.KeySize {
+	if len(data) != allocation.KeySize {
 		what := fmt.Sprintf("%d bytes", len(data))
-		if len(data) > limits.KeySize {
+		if len(data) > allocation.KeySize {
 			what = "more than 32 bytes"
 		}
-		return key, fmt.Errorf("allocation key %s: holds %s, want exactly %d; it is not a key nri-vgpu wrote (remove it to have a new one made, which invalidates the allocations of running containers)", path, what, limits.KeySize)
+		return key, fmt.Errorf("allocation key %s: holds %s, want exactly %d; it is not a key nri-vgpu wrote (remove it to have a new one made, which invalidates the allocations of running containers)", path, what, allocation.KeySize)
 	}
 	copy(key[:], data)
 	return key, nil
@@ -106,7 +106,7 @@ func ensureStateDir(dir string) error {
 }
 
 // LoadOrCreate loads the allocation key, first creating it with
-// limits.KeySize random bytes if it does not exist yet. It is safe for
+// allocation.KeySize random bytes if it does not exist yet. It is safe for
 // concurrent use by any number of goroutines and processes: all of them end
 // up with the same key.
 //
@@ -116,13 +116,13 @@ func ensureStateDir(dir string) error {
 // reader can never see a partly written key, and an existing key (or garbage
 // in its place) is never truncated or overwritten. The state directory is
 // created with mode 0700 when missing, and narrowed to 0700 when wider.
-func LoadOrCreate(stateDir string) (limits.Key, error) {
+func LoadOrCreate(stateDir string) (allocation.Key, error) {
 	if err := ensureStateDir(stateDir); err != nil {
-		return limits.Key{}, err
+		return allocation.Key{}, err
 	}
 	d, err := safepath.OpenDir(stateDir)
 	if err != nil {
-		return limits.Key{}, fmt.Errorf("allocation key: state directory: %w", err)
+		return allocation.Key{}, fmt.Errorf("allocation key: state directory: %w", err)
 	}
 	defer d.Close()
 	key, err := load(d)
@@ -130,12 +130,12 @@ func LoadOrCreate(stateDir string) (limits.Key, error) {
 		return key, err
 	}
 	if _, err := rand.Read(key[:]); err != nil {
-		return limits.Key{}, fmt.Errorf("allocation key: %w", err)
+		return allocation.Key{}, fmt.Errorf("allocation key: %w", err)
 	}
 	// The bindings store first: a key without one beside it means a store
 	// that was lost, which the NRI plugin treats as damaged.
 	if err := bindings.Seed(d); err != nil {
-		return limits.Key{}, fmt.Errorf("allocation key: %w", err)
+		return allocation.Key{}, fmt.Errorf("allocation key: %w", err)
 	}
 	// The key becomes durable before it can sign anything, so that it does
 	// not vanish in a crash.
@@ -145,7 +145,7 @@ func LoadOrCreate(stateDir string) (limits.Key, error) {
 			// link sits there, which load refuses).
 			return load(d)
 		}
-		return limits.Key{}, fmt.Errorf("allocation key: %w", err)
+		return allocation.Key{}, fmt.Errorf("allocation key: %w", err)
 	}
 	return key, nil
 }

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 )
 
 func TestLoadOrCreate(t *testing.T) {
@@ -25,7 +25,7 @@ func TestLoadOrCreate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if k1 == (limits.Key{}) {
+	if k1 == (allocation.Key{}) {
 		t.Fatal("key is all zeros")
 	}
 	assertMode(t, stateDir, fs.ModeDir|0o700)
@@ -80,7 +80,7 @@ func TestLoadOrCreateConcurrent(t *testing.T) {
 	for round := range 20 {
 		stateDir := filepath.Join(t.TempDir(), "state")
 		const n = 8
-		keys := make([]limits.Key, n)
+		keys := make([]allocation.Key, n)
 		errs := make([]error, n)
 		var wg sync.WaitGroup
 		start := make(chan struct{})
@@ -189,7 +189,7 @@ func TestLoadRejectsExistingFiles(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			for _, load := range []func(string) (limits.Key, error){Load, LoadOrCreate} {
+			for _, load := range []func(string) (allocation.Key, error){Load, LoadOrCreate} {
 				_, err := load(dir)
 				if err == nil || !strings.HasPrefix(err.Error(), "allocation key "+path+tt.want) {
 					t.Errorf("error %v, want %q", err, "allocation key "+path+tt.want)

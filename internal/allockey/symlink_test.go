@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/safepath"
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 )
 
 // A link planted at the key file is refused, not followed: a root-owned
@@ -16,7 +16,7 @@ import (
 // and a dangling link must not make root create its target.
 func TestKeyFileLinkIsNotFollowed(t *testing.T) {
 	outside := t.TempDir()
-	planted := bytes.Repeat([]byte{7}, limits.KeySize)
+	planted := bytes.Repeat([]byte{7}, allocation.KeySize)
 	existing := filepath.Join(outside, "existing")
 	if err := os.WriteFile(existing, planted, 0o600); err != nil {
 		t.Fatal(err)
@@ -33,7 +33,7 @@ func TestKeyFileLinkIsNotFollowed(t *testing.T) {
 			if err := os.Symlink(tc.target, filepath.Join(state, FileName)); err != nil {
 				t.Fatal(err)
 			}
-			for name, load := range map[string]func(string) (limits.Key, error){"Load": Load, "LoadOrCreate": LoadOrCreate} {
+			for name, load := range map[string]func(string) (allocation.Key, error){"Load": Load, "LoadOrCreate": LoadOrCreate} {
 				key, err := load(state)
 				if !errors.Is(err, safepath.ErrSymlink) {
 					t.Errorf("%s = %x, %v; want an error wrapping safepath.ErrSymlink", name, key, err)

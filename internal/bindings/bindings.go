@@ -27,7 +27,7 @@ import (
 
 	"github.com/nri-vgpu/nri-vgpu/internal/atomicfile"
 	"github.com/nri-vgpu/nri-vgpu/internal/safepath"
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 )
 
 // FileName is the store's file under state_dir.
@@ -201,7 +201,7 @@ func readFile(path string) (*file, error) {
 
 // Bind binds id, issued at issued (unix seconds), to podUID, or accepts it
 // again for the pod it is bound to. It refuses, with an error wrapping
-// limits.ErrReplay, an id bound to another pod, and an unbound id issued at
+// allocation.ErrReplay, an id bound to another pod, and an unbound id issued at
 // or before the floor. A new binding is on disk before Bind returns.
 func (s *Store) Bind(id, podUID string, issued int64) error {
 	if id == "" || podUID == "" {
@@ -364,11 +364,11 @@ func (s *Store) persistLocked() error {
 }
 
 // rejection reads like the other rejections of an allocation
-// ("allocation rejected: <detail>") and is errors.Is limits.ErrReplay.
+// ("allocation rejected: <detail>") and is errors.Is allocation.ErrReplay.
 type rejection struct{ msg string }
 
-func (r *rejection) Error() string { return limits.ErrRejected.Error() + ": " + r.msg }
-func (r *rejection) Unwrap() error { return limits.ErrReplay }
+func (r *rejection) Error() string { return allocation.ErrRejected.Error() + ": " + r.msg }
+func (r *rejection) Unwrap() error { return allocation.ErrReplay }
 
 func replay(format string, args ...any) error {
 	return &rejection{msg: fmt.Sprintf(format, args...)}

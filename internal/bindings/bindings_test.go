@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/safepath"
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 )
 
 func open(t *testing.T, dir string, max int) *Store {
@@ -25,7 +25,7 @@ func open(t *testing.T, dir string, max int) *Store {
 
 func wantReplay(t *testing.T, err error, contains string) {
 	t.Helper()
-	if !errors.Is(err, limits.ErrReplay) || !errors.Is(err, limits.ErrRejected) {
+	if !errors.Is(err, allocation.ErrReplay) || !errors.Is(err, allocation.ErrRejected) {
 		t.Fatalf("err = %v, want a replay rejection", err)
 	}
 	if !strings.Contains(err.Error(), contains) {
@@ -234,7 +234,7 @@ func TestBindRace(t *testing.T) {
 		switch {
 		case err == nil:
 			won++
-		case !errors.Is(err, limits.ErrReplay):
+		case !errors.Is(err, allocation.ErrReplay):
 			t.Errorf("Bind: %v", err)
 		}
 	}
@@ -270,7 +270,7 @@ func TestMissingFileBesideKeyFailsClosed(t *testing.T) {
 	if err := s.ReleasePod("pod-1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(key, make([]byte, limits.KeySize), 0o600); err != nil {
+	if err := os.WriteFile(key, make([]byte, allocation.KeySize), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Remove(filepath.Join(dir, FileName)); err != nil {

@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	restclient "k8s.io/client-go/rest"
 
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/draclaim"
 )
 
 // Defaults of Options: the chart's and the configuration's.
@@ -366,7 +366,7 @@ func (c *collector) fill(n *Node, m *nodeMetrics, claims []resourceapi.ResourceC
 			g.Model = cmp.Or(s.name, g.Model)
 			g.MemoryTotalBytes, g.MemoryAllocatedBytes, g.MemoryUsedBytes = s.total, s.allocated, s.used
 			g.SMAllocatedRatio, g.SMUtilizationRatio = s.smAllocated, s.smUtilization
-			if name, err := limits.ClaimDeviceName(uuid); err == nil && byDevice[name] == "" {
+			if name, err := draclaim.DeviceName(uuid); err == nil && byDevice[name] == "" {
 				byDevice[name] = uuid
 			}
 		}

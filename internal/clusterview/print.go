@@ -12,7 +12,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/quantity"
 )
 
 // Output formats of -o.
@@ -205,7 +205,7 @@ func fmtBytes(p *uint64) string {
 	if p == nil {
 		return absent
 	}
-	return limits.FormatBytes(*p)
+	return quantity.FormatBytes(*p)
 }
 
 func memLimit(p *uint64) string {

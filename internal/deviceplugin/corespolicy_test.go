@@ -9,8 +9,8 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/allockey"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 )
 
 // limits.cores_policy is signed into every allocation; hard leaves the
@@ -36,12 +36,12 @@ func TestAllocateSignsCoresPolicy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			value := resp.ContainerResponses[0].Annotations[limits.AnnotationKey]
+			value := resp.ContainerResponses[0].Annotations[allocation.AnnotationKey]
 			key, err := allockey.Load(cfg.Paths.StateDir)
 			if err != nil {
 				t.Fatal(err)
 			}
-			a, err := limits.Verify(key, value)
+			a, err := allocation.Verify(key, value)
 			if err != nil {
 				t.Fatalf("Verify: %v", err)
 			}

@@ -24,9 +24,11 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/allockey"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/quantity"
 )
 
 // Options configure a Plugin.
@@ -54,10 +56,10 @@ type Plugin struct {
 	dra    config.DRA // GPUs it serves are the DRA driver's: never advertised here
 	policy string
 	// coresPolicy is signed into every allocation: "burst", or "" for
-	// hard (limits.Allocation.CoresPolicy).
+	// hard (allocation.Allocation.CoresPolicy).
 	coresPolicy string
 	backend     gpu.Backend
-	key         limits.Key
+	key         allocation.Key
 	log         *slog.Logger
 	now         func() time.Time
 	sysfs       string
@@ -375,26 +377,26 @@ func (p *Plugin) allocate(req *pluginapi.AllocateRequest) (*pluginapi.AllocateRe
 			p.log.Warn("allocation refused", "devices", creq.DevicesIds, "error", err)
 			return nil, err
 		}
-		value, err := limits.Sign(p.key, a)
+		value, err := allocation.Sign(p.key, a)
 		if err != nil {
 			return nil, refuse(ReasonInternal, status.Errorf(codes.Internal, "%s: sign allocation: %v", p.cfg.ResourceName, err))
 		}
 		gpus := make([]string, len(a.GPUs))
 		for i, g := range a.GPUs {
-			gpus[i] = fmt.Sprintf("%s: %d slices, %s, %d%% SM", g.UUID, g.Slices, limits.FormatBytes(g.Memory), g.Cores)
+			gpus[i] = fmt.Sprintf("%s: %d slices, %s, %d%% SM", g.UUID, g.Slices, quantity.FormatBytes(g.Memory), g.Cores)
 		}
 		p.log.Info("allocated", "id", a.ID, "gpus", gpus, "cores_policy", cmp.Or(a.CoresPolicy, limits.CoresPolicyHard))
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{
-			Annotations: map[string]string{limits.AnnotationKey: value},
+			Annotations: map[string]string{allocation.AnnotationKey: value},
 			// The gate: the runtime refuses this mount unless nri-vgpu
 			// removed it, so the container never starts without its limits.
-			Mounts: []*pluginapi.Mount{{ContainerPath: limits.GateContainerPath, HostPath: limits.GateHostPath, ReadOnly: true}},
+			Mounts: []*pluginapi.Mount{{ContainerPath: allocation.GateContainerPath, HostPath: allocation.GateHostPath, ReadOnly: true}},
 		})
 	}
 	return resp, nil
 }
 
-func (p *Plugin) allocation(inv *inventory, ids []string) (*limits.Allocation, error) {
+func (p *Plugin) allocation(inv *inventory, ids []string) (*allocation.Allocation, error) {
 	if len(ids) == 0 {
 		return nil, refuse(ReasonNoDevices, status.Errorf(codes.InvalidArgument, "%s: allocate request names no devices", p.cfg.ResourceName))
 	}
@@ -419,11 +421,11 @@ func (p *Plugin) allocation(inv *inventory, ids []string) (*limits.Allocation, e
 		perGPU[i]++
 	}
 
-	id, err := limits.NewAllocationID()
+	id, err := allocation.NewID()
 	if err != nil {
 		return nil, refuse(ReasonInternal, status.Errorf(codes.Internal, "%s: allocation id: %v", p.cfg.ResourceName, err))
 	}
-	a := &limits.Allocation{V: limits.AllocationVersion, ID: id, Issued: p.now().Unix(), CoresPolicy: p.coresPolicy}
+	a := &allocation.Allocation{V: allocation.Version, ID: id, Issued: p.now().Unix(), CoresPolicy: p.coresPolicy}
 	for i, n := range perGPU {
 		g := inv.gpus[i]
 		// n <= g.Split: the IDs are distinct and each names a slice below
@@ -432,11 +434,11 @@ func (p *Plugin) allocation(inv *inventory, ids []string) (*limits.Allocation, e
 		if err != nil {
 			return nil, refuse(ReasonInternal, status.Errorf(codes.Internal, "%s: quota on GPU %s: %v", p.cfg.ResourceName, g.UUID, err))
 		}
-		a.GPUs = append(a.GPUs, limits.AllocatedGPU{
+		a.GPUs = append(a.GPUs, allocation.GPU{
 			UUID: g.UUID, Minor: g.Minor, Slices: n, Memory: q.Memory, Cores: q.Cores,
 		})
 	}
-	slices.SortFunc(a.GPUs, func(x, y limits.AllocatedGPU) int { return cmp.Compare(x.UUID, y.UUID) })
+	slices.SortFunc(a.GPUs, func(x, y allocation.GPU) int { return cmp.Compare(x.UUID, y.UUID) })
 	return a, nil
 }
 

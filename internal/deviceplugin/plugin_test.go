@@ -22,6 +22,7 @@ import (
 
 	"github.com/nri-vgpu/nri-vgpu/internal/allockey"
 	"github.com/nri-vgpu/nri-vgpu/internal/kubelettest"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
@@ -489,7 +490,7 @@ func TestAllocate(t *testing.T) {
 	// A: 16 GiB × 1.5 = 24 GiB; a slice is 24 GiB / 4 = 6 GiB = 6442450944 bytes.
 	// B: 40 GiB × 1.5 = 60 GiB; a slice is 60 GiB / 4 = 15 GiB = 16106127360 bytes.
 	// Cores: floor(100 × 0.9 / 4) = floor(22.5) = 22 % a slice, on either GPU.
-	want := [][]limits.AllocatedGPU{
+	want := [][]allocation.GPU{
 		{ // sorted by UUID: B's sorts first
 			{UUID: uuidB, Minor: 7, Slices: 1, Memory: 16106127360, Cores: 22}, // 1 × 15 GiB, 1 × 22 %
 			{UUID: uuidA, Minor: 3, Slices: 2, Memory: 12884901888, Cores: 44}, // 2 × 6 GiB = 12 GiB, 2 × 22 %
@@ -518,13 +519,13 @@ func TestAllocate(t *testing.T) {
 			t.Errorf("container %d: mounts %v, want only the read-only gate mount", i, r.Mounts)
 		}
 		if len(r.Annotations) != 1 {
-			t.Fatalf("container %d: annotations %v, want exactly %s", i, r.Annotations, limits.AnnotationKey)
+			t.Fatalf("container %d: annotations %v, want exactly %s", i, r.Annotations, allocation.AnnotationKey)
 		}
-		a, err := limits.Verify(key, r.Annotations[limits.AnnotationKey])
+		a, err := allocation.Verify(key, r.Annotations[allocation.AnnotationKey])
 		if err != nil {
 			t.Fatalf("container %d: Verify: %v", i, err)
 		}
-		if a.V != limits.AllocationVersion || a.Issued != fixedNow.Unix() || !allocationIDPattern.MatchString(a.ID) {
+		if a.V != allocation.Version || a.Issued != fixedNow.Unix() || !allocationIDPattern.MatchString(a.ID) {
 			t.Errorf("container %d: v=%d issued=%d id=%q", i, a.V, a.Issued, a.ID)
 		}
 		if seenIDs[a.ID] {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
+	"github.com/nri-vgpu/nri-vgpu/pkg/draclaim"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 )
@@ -29,8 +30,8 @@ const (
 	AttributeMinor = "minor"
 )
 
-// DeviceName is the name a GPU is published under (limits.ClaimDeviceName).
-func DeviceName(uuid string) (string, error) { return limits.ClaimDeviceName(uuid) }
+// DeviceName is the name a GPU is published under (draclaim.DeviceName).
+func DeviceName(uuid string) (string, error) { return draclaim.DeviceName(uuid) }
 
 // served is a GPU the driver publishes, with what it is worth.
 type served struct {

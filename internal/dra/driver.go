@@ -20,9 +20,12 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
+	"github.com/nri-vgpu/nri-vgpu/pkg/draclaim"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/quantity"
 )
 
 // Source is the hoststate.Info.Source of the claims the driver prepares;
@@ -150,7 +153,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 func (d *Driver) prepare(claim *resourceapi.ResourceClaim, gpus []served) ([]kubeletplugin.Device, error) {
 	uid := string(claim.UID)
 	id := hoststate.ClaimID(uid)
-	if !limits.ValidClaimUID(uid) {
+	if !draclaim.ValidUID(uid) {
 		return nil, rejected(ReasonInvalidUID, "claim UID %q is not a UUID", uid)
 	}
 	shares, err := claimShares(claim, d.cfg.DRA.DriverName, d.pool, gpus)
@@ -169,7 +172,7 @@ func (d *Driver) prepare(claim *resourceapi.ResourceClaim, gpus []served) ([]kub
 		},
 	}
 	for _, s := range shares {
-		info.GPUs = append(info.GPUs, s.AllocatedGPU)
+		info.GPUs = append(info.GPUs, s.GPU)
 	}
 
 	prev, err := hoststate.ReadInfo(d.cfg, id)
@@ -260,8 +263,8 @@ func (d *Driver) checkCapacity(info *hoststate.Info, gpus []served) error {
 		u := inUse[g.UUID]
 		if u.memory+g.Memory > total.Memory || u.cores+g.Cores > total.Cores {
 			return rejected(ReasonOverCapacity, "GPU %s has %s and %d%% left, the claim needs %s and %d%%",
-				g.UUID, limits.FormatBytes(total.Memory-min(u.memory, total.Memory)), max(total.Cores-u.cores, 0),
-				limits.FormatBytes(g.Memory), g.Cores)
+				g.UUID, quantity.FormatBytes(total.Memory-min(u.memory, total.Memory)), max(total.Cores-u.cores, 0),
+				quantity.FormatBytes(g.Memory), g.Cores)
 		}
 	}
 	return nil
@@ -308,7 +311,7 @@ func (d *Driver) writeSpec(claimUID string, shares []share) error {
 			ContainerEdits: cdispec.ContainerEdits{
 				Mounts: []*cdispec.Mount{{
 					HostPath:      "/dev/null",
-					ContainerPath: limits.ClaimMarkerPath(claimUID, s.Device),
+					ContainerPath: draclaim.MarkerPath(claimUID, s.Device),
 					Options:       []string{"ro", "nosuid", "nodev", "noexec", "bind"},
 				}},
 			},
@@ -345,7 +348,7 @@ func (d *Driver) UnprepareResourceClaims(_ context.Context, claims []kubeletplug
 
 func (d *Driver) unprepare(uid string) error {
 	id := hoststate.ClaimID(uid)
-	if !limits.ValidClaimUID(uid) {
+	if !draclaim.ValidUID(uid) {
 		return nil // never prepared: prepare refuses such a UID
 	}
 	if err := d.cdi.RemoveSpec(specName(uid)); err != nil {
@@ -386,10 +389,10 @@ func podNames(claim *resourceapi.ResourceClaim) []string {
 	return out
 }
 
-func summary(gpus []limits.AllocatedGPU) []string {
+func summary(gpus []allocation.GPU) []string {
 	out := make([]string, len(gpus))
 	for i, g := range gpus {
-		out[i] = fmt.Sprintf("%s memory=%s cores=%d%%", g.UUID, limits.FormatBytes(g.Memory), g.Cores)
+		out[i] = fmt.Sprintf("%s memory=%s cores=%d%%", g.UUID, quantity.FormatBytes(g.Memory), g.Cores)
 	}
 	return out
 }

@@ -6,12 +6,14 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
+	"github.com/nri-vgpu/nri-vgpu/pkg/draclaim"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 )
 
 // ErrRejected is wrapped by the errors about a claim that must not be
 // prepared on this node; their messages name the reason.
-var ErrRejected = limits.ErrClaimRejected
+var ErrRejected = draclaim.ErrRejected
 
 // rejected is a refusal for reason whose message says why and wraps
 // ErrRejected.
@@ -21,7 +23,7 @@ func rejected(reason, format string, args ...any) error {
 
 // share is what a claim holds of one GPU.
 type share struct {
-	limits.AllocatedGPU
+	allocation.GPU
 	Device string // the published device name
 }
 
@@ -70,7 +72,7 @@ func claimShares(claim *resourceapi.ResourceClaim, driver, pool string, gpus []s
 		}
 		i := slices.IndexFunc(out, func(s share) bool { return s.Device == g.Name })
 		if i < 0 {
-			out = append(out, share{Device: g.Name, AllocatedGPU: limits.AllocatedGPU{UUID: g.UUID, Minor: g.Minor}})
+			out = append(out, share{Device: g.Name, GPU: allocation.GPU{UUID: g.UUID, Minor: g.Minor}})
 			i = len(out) - 1
 		}
 		s := &out[i]

@@ -30,6 +30,7 @@ import (
 
 	"github.com/nri-vgpu/nri-vgpu/internal/atomicfile"
 	"github.com/nri-vgpu/nri-vgpu/internal/safepath"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
@@ -122,12 +123,12 @@ func ValidID(id string) error {
 // Info is what container.json records about a vGPU container, so that
 // `nri-vgpu status` can name it and show its slices.
 type Info struct {
-	ID           string                `json:"id"`
-	Name         string                `json:"name,omitempty"`
-	Pod          string                `json:"pod,omitempty"` // namespace/name
-	PodUID       string                `json:"podUID,omitempty"`
-	AllocationID string                `json:"allocationID"`
-	GPUs         []limits.AllocatedGPU `json:"gpus"`
+	ID           string           `json:"id"`
+	Name         string           `json:"name,omitempty"`
+	Pod          string           `json:"pod,omitempty"` // namespace/name
+	PodUID       string           `json:"podUID,omitempty"`
+	AllocationID string           `json:"allocationID"`
+	GPUs         []allocation.GPU `json:"gpus"`
 	// Source names the component that provisioned the directory ("nri"
 	// for the NRI plugin), so that each sweeps only its own.
 	Source  string    `json:"source"`

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate/hoststatetest"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
@@ -25,7 +26,7 @@ const (
 	ctrID = "0123456789abcdef"
 )
 
-var gpu0 = limits.AllocatedGPU{UUID: uuid0, Minor: 0, Slices: 2, Memory: 8 << 30, Cores: 50}
+var gpu0 = allocation.GPU{UUID: uuid0, Minor: 0, Slices: 2, Memory: 8 << 30, Cores: 50}
 
 // newConfig returns a config whose run_dir is a fresh directory (not yet
 // holding anything) and whose shim library exists.
@@ -45,7 +46,7 @@ func TestProvision(t *testing.T) {
 	cfg := newConfig(t)
 	// Not the defaults, so that a policy or level left out shows.
 	lf := &limits.LimitsFile{GPUs: []limits.GPULimit{{UUID: uuid0, Memory: 8 << 30, Cores: 50}}, CoresPolicy: "burst", LogLevel: "debug"}
-	info := &Info{ID: ctrID, Name: "train", Pod: "ml/job-0", PodUID: "uid-1", AllocationID: "00112233445566778899aabbccddeeff", GPUs: []limits.AllocatedGPU{gpu0}}
+	info := &Info{ID: ctrID, Name: "train", Pod: "ml/job-0", PodUID: "uid-1", AllocationID: "00112233445566778899aabbccddeeff", GPUs: []allocation.GPU{gpu0}}
 	old := setUmask(0o077)
 	defer setUmask(old)
 	files, err := Provision(cfg, info, lf)
@@ -128,7 +129,7 @@ func TestProvision(t *testing.T) {
 // (by an earlier version) is closed at the next Provision: the region
 // directories below it are world-writable.
 func TestContainersDirClosed(t *testing.T) {
-	lf := limits.LimitsFromAllocation(&limits.Allocation{GPUs: []limits.AllocatedGPU{gpu0}}, "")
+	lf := (&allocation.Allocation{GPUs: []allocation.GPU{gpu0}}).Limits("")
 	for _, existing := range []os.FileMode{0, 0o755, 0o711, 0o777} {
 		t.Run(fmt.Sprintf("existing %#o", existing), func(t *testing.T) {
 			cfg := newConfig(t)
@@ -212,7 +213,7 @@ func TestSweepSparesDirsBeingProvisioned(t *testing.T) {
 
 func TestProvisionErrors(t *testing.T) {
 	cfg := newConfig(t)
-	lf := limits.LimitsFromAllocation(&limits.Allocation{GPUs: []limits.AllocatedGPU{gpu0}}, "")
+	lf := (&allocation.Allocation{GPUs: []allocation.GPU{gpu0}}).Limits("")
 	if _, err := Provision(cfg, &Info{ID: ".."}, lf); !errors.Is(err, ErrInvalidID) || err.Error() != `invalid container ID ".."` {
 		t.Errorf("Provision(..) = %v, want invalid container ID \"..\" wrapping ErrInvalidID", err)
 	}
@@ -240,7 +241,7 @@ func TestProvisionRemovesWhatItMade(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(dir, "region"), nil, 0o644); err != nil {
 				t.Fatal(err)
 			}
-		}, limits.LimitsFromAllocation(&limits.Allocation{GPUs: []limits.AllocatedGPU{gpu0}}, ""), "/region is not a directory"},
+		}, (&allocation.Allocation{GPUs: []allocation.GPU{gpu0}}).Limits(""), "/region is not a directory"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := newConfig(t)
@@ -265,7 +266,7 @@ func TestReaderErrors(t *testing.T) {
 	if _, err := ReadInfo(cfg, ctrID); !errors.Is(err, ErrNotFound) || !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("ReadInfo before anything was provisioned = %v, want ErrNotFound and fs.ErrNotExist", err)
 	}
-	if _, err := Provision(cfg, &Info{ID: "other"}, limits.LimitsFromAllocation(&limits.Allocation{GPUs: []limits.AllocatedGPU{gpu0}}, "")); err != nil {
+	if _, err := Provision(cfg, &Info{ID: "other"}, (&allocation.Allocation{GPUs: []allocation.GPU{gpu0}}).Limits("")); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.MkdirAll(ContainerDir(cfg, "half"), 0o755); err != nil {
@@ -307,7 +308,7 @@ func TestReaderErrors(t *testing.T) {
 // on it; status and metrics say so), naming the file and the reason.
 func TestLimitsErrors(t *testing.T) {
 	cfg := newConfig(t)
-	if _, err := Provision(cfg, &Info{ID: ctrID}, limits.LimitsFromAllocation(&limits.Allocation{GPUs: []limits.AllocatedGPU{gpu0}}, "")); err != nil {
+	if _, err := Provision(cfg, &Info{ID: ctrID}, (&allocation.Allocation{GPUs: []allocation.GPU{gpu0}}).Limits("")); err != nil {
 		t.Fatal(err)
 	}
 	path := filepath.Join(cfg.Paths.RunDir, "containers", ctrID, "limits")
@@ -334,7 +335,7 @@ func TestLimitsErrors(t *testing.T) {
 // file, or at the container's directory on the way) and a FIFO.
 func TestUsage(t *testing.T) {
 	cfg := newConfig(t)
-	lf := limits.LimitsFromAllocation(&limits.Allocation{GPUs: []limits.AllocatedGPU{gpu0}}, "")
+	lf := (&allocation.Allocation{GPUs: []allocation.GPU{gpu0}}).Limits("")
 	for _, id := range []string{"good", "linked", "fifo"} {
 		if _, err := Provision(cfg, &Info{ID: id}, lf); err != nil {
 			t.Fatal(err)
@@ -385,7 +386,7 @@ func TestClaimDirectory(t *testing.T) {
 	cfg := newConfig(t)
 	id := ClaimID("6f1c2a3b-0000-4000-8000-000000000001")
 	lf := &limits.LimitsFile{GPUs: []limits.GPULimit{{UUID: uuid0, Memory: 8 << 30, Cores: 50}}}
-	info := &Info{ID: id, Source: "dra", GPUs: []limits.AllocatedGPU{gpu0},
+	info := &Info{ID: id, Source: "dra", GPUs: []allocation.GPU{gpu0},
 		Claim: &ClaimInfo{Namespace: "ml", Name: "job-gpu", UID: "6f1c2a3b-0000-4000-8000-000000000001", PodUIDs: []string{"pod-1"}}}
 
 	if _, err := Files(cfg, id); !errors.Is(err, ErrNotFound) {

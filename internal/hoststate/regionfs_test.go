@@ -9,14 +9,14 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 )
 
 // A tenant filling its region directory fills a 1 MiB file system of its
 // own, not run_dir: other containers are still provisioned.
 func TestRegionDirectoryIsBounded(t *testing.T) {
 	cfg := newConfig(t)
-	lf := limits.LimitsFromAllocation(&limits.Allocation{GPUs: []limits.AllocatedGPU{gpu0}}, "")
+	lf := (&allocation.Allocation{GPUs: []allocation.GPU{gpu0}}).Limits("")
 	files, err := Provision(cfg, &Info{ID: "tenant"}, lf)
 	if err != nil {
 		t.Fatal(err)

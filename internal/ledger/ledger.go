@@ -33,7 +33,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/quantity"
 )
 
 // File names under state_dir.
@@ -67,7 +69,7 @@ type Reservation struct {
 // throttled to a share reserves that share, while a container with 100 % (no
 // throttling) competes for whatever is idle and reserves none, so that
 // containers asking only for memory can share a GPU.
-func FromAllocated(g limits.AllocatedGPU) Reservation {
+func FromAllocated(g allocation.GPU) Reservation {
 	r := Reservation{UUID: g.UUID, Memory: g.Memory}
 	if g.Cores < 100 {
 		r.Cores = g.Cores
@@ -209,8 +211,8 @@ type Shortfall struct {
 func (f Shortfall) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "GPU %d (%s): %s of %s memory and %d%% of cores free; asked for %s",
-		f.Capacity.Index, f.Capacity.UUID, limits.FormatBytes(f.FreeMemory), limits.FormatBytes(f.Capacity.Memory),
-		f.FreeCores, limits.FormatBytes(f.Want.Memory))
+		f.Capacity.Index, f.Capacity.UUID, quantity.FormatBytes(f.FreeMemory), quantity.FormatBytes(f.Capacity.Memory),
+		f.FreeCores, quantity.FormatBytes(f.Want.Memory))
 	if f.Want.Cores > 0 {
 		fmt.Fprintf(&b, " and %d%%", f.Want.Cores)
 	}

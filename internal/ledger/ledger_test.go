@@ -13,6 +13,7 @@ import (
 
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate/hoststatetest"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 )
@@ -25,13 +26,13 @@ const (
 
 func TestFromAllocated(t *testing.T) {
 	tests := []struct {
-		in   limits.AllocatedGPU
+		in   allocation.GPU
 		want Reservation
 	}{
-		{limits.AllocatedGPU{UUID: uuid0, Memory: 4 * gib, Cores: 30}, Reservation{UUID: uuid0, Memory: 4 * gib, Cores: 30}},
-		{limits.AllocatedGPU{UUID: uuid0, Memory: 4 * gib, Cores: 99}, Reservation{UUID: uuid0, Memory: 4 * gib, Cores: 99}},
+		{allocation.GPU{UUID: uuid0, Memory: 4 * gib, Cores: 30}, Reservation{UUID: uuid0, Memory: 4 * gib, Cores: 30}},
+		{allocation.GPU{UUID: uuid0, Memory: 4 * gib, Cores: 99}, Reservation{UUID: uuid0, Memory: 4 * gib, Cores: 99}},
 		// Not throttled: no share of SM time reserved.
-		{limits.AllocatedGPU{UUID: uuid0, Memory: 4 * gib, Cores: 100}, Reservation{UUID: uuid0, Memory: 4 * gib}},
+		{allocation.GPU{UUID: uuid0, Memory: 4 * gib, Cores: 100}, Reservation{UUID: uuid0, Memory: 4 * gib}},
 	}
 	for _, tt := range tests {
 		if got := FromAllocated(tt.in); got != tt.want {
@@ -281,19 +282,19 @@ func TestSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	runtimeRoot := t.TempDir()
-	prepare := func(id, source string, g limits.AllocatedGPU) {
+	prepare := func(id, source string, g allocation.GPU) {
 		t.Helper()
-		info := &hoststate.Info{ID: id, AllocationID: "00112233445566778899aabbccddeeff", GPUs: []limits.AllocatedGPU{g}, Source: source}
+		info := &hoststate.Info{ID: id, AllocationID: "00112233445566778899aabbccddeeff", GPUs: []allocation.GPU{g}, Source: source}
 		lf := &limits.LimitsFile{GPUs: []limits.GPULimit{{UUID: g.UUID, Memory: g.Memory, Cores: g.Cores}}}
 		if _, err := hoststate.Provision(cfg, info, lf); err != nil {
 			t.Fatal(err)
 		}
 	}
 	const own = "nri-vgpu-runtime"
-	prepare("live", own, limits.AllocatedGPU{UUID: uuid0, Memory: gib, Cores: 30})
-	prepare("nri-pod", "nri", limits.AllocatedGPU{UUID: uuid0, Slices: 2, Memory: 8 * gib, Cores: 20})
-	prepare("gone-runtime", own, limits.AllocatedGPU{UUID: uuid1, Memory: gib, Cores: 100})
-	prepare("unseen", own, limits.AllocatedGPU{UUID: uuid1, Memory: gib, Cores: 100})
+	prepare("live", own, allocation.GPU{UUID: uuid0, Memory: gib, Cores: 30})
+	prepare("nri-pod", "nri", allocation.GPU{UUID: uuid0, Slices: 2, Memory: 8 * gib, Cores: 20})
+	prepare("gone-runtime", own, allocation.GPU{UUID: uuid1, Memory: gib, Cores: 100})
+	prepare("unseen", own, allocation.GPU{UUID: uuid1, Memory: gib, Cores: 100})
 	// A directory being prepared: no container.json yet.
 	if err := os.MkdirAll(hoststate.ContainerDir(cfg, "preparing"), 0o755); err != nil {
 		t.Fatal(err)

@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/utilization"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/pkg/region"
 	"github.com/nri-vgpu/nri-vgpu/pkg/region/regiontest"
 )
@@ -39,7 +39,7 @@ func benchNode(b *testing.B) (*Options, func() *Collector) {
 		id := fmt.Sprintf("%064x", i+1)
 		uuid := inv.devs[i%benchGPUs].UUID
 		prepare(b, cfg, id, fmt.Sprintf("team-%d/job-%d", i%10, i), "worker",
-			limits.AllocatedGPU{UUID: uuid, Slices: 1, Memory: 2 << 30, Cores: 10})
+			allocation.GPU{UUID: uuid, Slices: 1, Memory: 2 << 30, Cores: 10})
 		var procs []region.ProcessUsage
 		for p := range benchProcs {
 			procs = append(procs, region.ProcessUsage{PID: int32(100 + p), HostPID: int32(10000 + 10*i + p), StartTime: uint64(p + 1),

@@ -17,9 +17,9 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate/hoststatetest"
 	"github.com/nri-vgpu/nri-vgpu/internal/mountinfo"
 	"github.com/nri-vgpu/nri-vgpu/internal/version"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/pkg/region"
 	"github.com/nri-vgpu/nri-vgpu/pkg/region/regiontest"
 )
@@ -69,10 +69,10 @@ func testConfig(t testing.TB) *config.Config {
 // prepare creates a container's host directory the way the NRI plugin does:
 // the limits file (pkg/limits), container.json and the empty region
 // directory.
-func prepare(t testing.TB, cfg *config.Config, id, pod, name string, gpus ...limits.AllocatedGPU) {
+func prepare(t testing.TB, cfg *config.Config, id, pod, name string, gpus ...allocation.GPU) {
 	t.Helper()
 	info := &hoststate.Info{ID: id, Name: name, Pod: pod, GPUs: gpus, Source: "nri"}
-	if _, err := hoststate.Provision(cfg, info, limits.LimitsFromAllocation(&limits.Allocation{GPUs: gpus}, "")); err != nil {
+	if _, err := hoststate.Provision(cfg, info, (&allocation.Allocation{GPUs: gpus}).Limits("")); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -131,10 +131,10 @@ func scrapeErrors(counts map[string]int) string {
 // has no limits file yet.
 func TestCollect(t *testing.T) {
 	cfg := testConfig(t)
-	prepare(t, cfg, "c1", "ml/a", "train", limits.AllocatedGPU{UUID: uuidA, Slices: 2, Memory: 8 << 30, Cores: 20})
+	prepare(t, cfg, "c1", "ml/a", "train", allocation.GPU{UUID: uuidA, Slices: 2, Memory: 8 << 30, Cores: 20})
 	prepare(t, cfg, "c2", "ml/b", "serve",
-		limits.AllocatedGPU{UUID: uuidA, Slices: 5, Memory: 20 << 30, Cores: 50},
-		limits.AllocatedGPU{UUID: uuidGone, Slices: 1, Memory: 4 << 30, Cores: 10})
+		allocation.GPU{UUID: uuidA, Slices: 5, Memory: 20 << 30, Cores: 50},
+		allocation.GPU{UUID: uuidGone, Slices: 1, Memory: 4 << 30, Cores: 10})
 	if err := os.MkdirAll(hoststate.ContainerDir(cfg, "creating"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +245,7 @@ nri_vgpu_build_info{version="` + version.Version + `"} 1
 // A broken file costs only its own series, is counted at every scrape and
 // logged once while it stays broken.
 func TestCollectCountsBrokenFiles(t *testing.T) {
-	gpuA := limits.AllocatedGPU{UUID: uuidA, Slices: 1, Memory: 4 << 30, Cores: 10}
+	gpuA := allocation.GPU{UUID: uuidA, Slices: 1, Memory: 4 << 30, Cores: 10}
 	tests := []struct {
 		name   string
 		inv    Inventory
@@ -352,7 +352,7 @@ func TestCollectCountsBrokenFiles(t *testing.T) {
 // logged anew.
 func TestCollectLogsRecovery(t *testing.T) {
 	cfg := testConfig(t)
-	prepare(t, cfg, "c1", "ml/a", "train", limits.AllocatedGPU{UUID: uuidA, Slices: 1, Memory: 4 << 30, Cores: 10})
+	prepare(t, cfg, "c1", "ml/a", "train", allocation.GPU{UUID: uuidA, Slices: 1, Memory: 4 << 30, Cores: 10})
 	path := filepath.Join(hoststate.ContainerDir(cfg, "c1"), hoststate.LimitsFileName)
 	good, err := os.ReadFile(path)
 	if err != nil {
@@ -397,7 +397,7 @@ func write(t *testing.T, path, content string) {
 // model is "name" and not dcgm-exporter's camelCase modelName.
 func TestPromlint(t *testing.T) {
 	cfg := testConfig(t)
-	prepare(t, cfg, "c1", "ml/a", "train", limits.AllocatedGPU{UUID: uuidA, Slices: 2, Memory: 8 << 30, Cores: 20})
+	prepare(t, cfg, "c1", "ml/a", "train", allocation.GPU{UUID: uuidA, Slices: 2, Memory: 8 << 30, Cores: 20})
 	regiontest.Write(t, regionPath(cfg, "c1"), []region.DeviceUsage{{UUID: uuidA, Limit: 8 << 30, Used: 1 << 30, Cores: 20}},
 		[]region.ProcessUsage{{PID: 100, StartTime: 5, Used: []uint64{1 << 30}, Launches: []uint64{5}}})
 	reg := NewRegistry(NewCollector(cfg, twoA100s, slog.New(slog.NewTextHandler(io.Discard, nil))))
@@ -464,7 +464,7 @@ func TestLaunchTotals(t *testing.T) {
 // prepareClaim creates a claim's host directory the way the DRA driver does
 // (internal/dra): ID claim-<uid>, name "claim <name>", the pods' names in
 // Pod, their UIDs in Claim.
-func prepareClaim(t testing.TB, cfg *config.Config, ns, name, uid string, pods, podUIDs []string, gpus ...limits.AllocatedGPU) string {
+func prepareClaim(t testing.TB, cfg *config.Config, ns, name, uid string, pods, podUIDs []string, gpus ...allocation.GPU) string {
 	t.Helper()
 	id := hoststate.ClaimID(uid)
 	info := &hoststate.Info{
@@ -472,7 +472,7 @@ func prepareClaim(t testing.TB, cfg *config.Config, ns, name, uid string, pods, 
 		GPUs: gpus, Source: hoststate.ClaimSource,
 		Claim: &hoststate.ClaimInfo{Namespace: ns, Name: name, UID: uid, PodUIDs: podUIDs},
 	}
-	if _, err := hoststate.Provision(cfg, info, limits.LimitsFromAllocation(&limits.Allocation{GPUs: gpus}, "")); err != nil {
+	if _, err := hoststate.Provision(cfg, info, (&allocation.Allocation{GPUs: gpus}).Limits("")); err != nil {
 		t.Fatal(err)
 	}
 	return id
@@ -490,10 +490,10 @@ func TestCollectClaim(t *testing.T) {
 		uid2 = "66666666-7777-4888-8999-aaaaaaaaaaaa"
 	)
 	id1 := prepareClaim(t, cfg, "ml", "shared", uid1, []string{"p1", "p2"}, []string{"uid-p1", "uid-p2"},
-		limits.AllocatedGPU{UUID: uuidA, Slices: 2, Memory: 8 << 30, Cores: 25})
+		allocation.GPU{UUID: uuidA, Slices: 2, Memory: 8 << 30, Cores: 25})
 	id2 := prepareClaim(t, cfg, "ml", "shared", uid2, []string{"p2", "p3"}, []string{"uid-p2", "uid-p3"},
-		limits.AllocatedGPU{UUID: uuidB, Slices: 1, Memory: 4 << 30, Cores: 10})
-	prepare(t, cfg, "c1", "ml/a", "train", limits.AllocatedGPU{UUID: uuidA, Slices: 1, Memory: 4 << 30, Cores: 10})
+		allocation.GPU{UUID: uuidB, Slices: 1, Memory: 4 << 30, Cores: 10})
+	prepare(t, cfg, "c1", "ml/a", "train", allocation.GPU{UUID: uuidA, Slices: 1, Memory: 4 << 30, Cores: 10})
 	want := `
 # HELP nri_vgpu_container_sm_limit_ratio SM-time share of the container on the GPU, as a ratio of the GPU (1 = not throttled).
 # TYPE nri_vgpu_container_sm_limit_ratio gauge

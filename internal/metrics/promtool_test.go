@@ -15,8 +15,8 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/internal/promserver"
 	"github.com/nri-vgpu/nri-vgpu/internal/promserver/promtooltest"
 	"github.com/nri-vgpu/nri-vgpu/internal/utilization"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/pkg/region"
 	"github.com/nri-vgpu/nri-vgpu/pkg/region/regiontest"
 )
@@ -29,26 +29,26 @@ import (
 // and a utilisation source for its processes.
 func realisticNode(t *testing.T, cfg *config.Config) (Inventory, utilization.Source) {
 	t.Helper()
-	prepare(t, cfg, "c1", "ml/train-0", "train", limits.AllocatedGPU{UUID: uuidA, Slices: 2, Memory: 8 * gib, Cores: 20})
+	prepare(t, cfg, "c1", "ml/train-0", "train", allocation.GPU{UUID: uuidA, Slices: 2, Memory: 8 * gib, Cores: 20})
 	regiontest.WriteV2(t, regionPath(cfg, "c1"), []region.DeviceUsage{{UUID: uuidA, Limit: 8 * gib, Used: 3 * gib, Cores: 20, Peak: 6 * gib, ThrottledNs: 12_345_678_901}},
 		[]region.ProcessUsage{
 			{PID: 100, HostPID: 4100, StartTime: 5, Used: []uint64{1 * gib}, Launches: []uint64{5}},
 			{PID: 101, HostPID: 4101, StartTime: 6, Used: []uint64{2 * gib}, Launches: []uint64{7}},
 		})
 	prepare(t, cfg, "c2", "web/serve-0", "serve",
-		limits.AllocatedGPU{UUID: uuidA, Slices: 5, Memory: 20 * gib, Cores: 50},
-		limits.AllocatedGPU{UUID: uuidB, Slices: 1, Memory: 4 * gib, Cores: 10})
-	prepare(t, cfg, "c5", "ml/old", "legacy", limits.AllocatedGPU{UUID: uuidA, Slices: 1, Memory: 4 * gib, Cores: 10})
+		allocation.GPU{UUID: uuidA, Slices: 5, Memory: 20 * gib, Cores: 50},
+		allocation.GPU{UUID: uuidB, Slices: 1, Memory: 4 * gib, Cores: 10})
+	prepare(t, cfg, "c5", "ml/old", "legacy", allocation.GPU{UUID: uuidA, Slices: 1, Memory: 4 * gib, Cores: 10})
 	regiontest.Write(t, regionPath(cfg, "c5"), []region.DeviceUsage{{UUID: uuidA, Limit: 4 * gib, Used: 1 * gib, Cores: 10}},
 		[]region.ProcessUsage{{PID: 1, HostPID: 7001, StartTime: 2, Used: []uint64{1 * gib}, Launches: []uint64{3}}})
-	prepare(t, cfg, "c3", "ml/forger", "evil", limits.AllocatedGPU{UUID: uuidB, Slices: 1, Memory: 4 * gib, Cores: 10})
+	prepare(t, cfg, "c3", "ml/forger", "evil", allocation.GPU{UUID: uuidB, Slices: 1, Memory: 4 * gib, Cores: 10})
 	regiontest.Write(t, regionPath(cfg, "c3"), []region.DeviceUsage{{UUID: uuidB, Limit: 4 * gib, Used: 1 << 40, Cores: 10}},
 		[]region.ProcessUsage{{PID: 1, HostPID: 5001, StartTime: 9, Used: []uint64{1 << 40}, Launches: []uint64{1}}})
-	prepare(t, cfg, "c4", "ml/broken", "x", limits.AllocatedGPU{UUID: uuidB, Slices: 1, Memory: 4 * gib, Cores: 10})
+	prepare(t, cfg, "c4", "ml/broken", "x", allocation.GPU{UUID: uuidB, Slices: 1, Memory: 4 * gib, Cores: 10})
 	write(t, filepath.Join(hoststate.ContainerDir(cfg, "c4"), hoststate.LimitsFileName), "version=99\n")
 	id := prepareClaim(t, cfg, "ml", "shared", "11111111-2222-4333-8444-555555555555",
 		[]string{"worker-0", "worker-1"}, []string{"uid-w0", "uid-w1"},
-		limits.AllocatedGPU{UUID: uuidB, Slices: 2, Memory: 8 * gib, Cores: 25})
+		allocation.GPU{UUID: uuidB, Slices: 2, Memory: 8 * gib, Cores: 25})
 	regiontest.WriteV2(t, regionPath(cfg, id), []region.DeviceUsage{{UUID: uuidB, Limit: 8 * gib, Used: 1 * gib, Cores: 25, Peak: 2 * gib, ThrottledNs: 40_000}},
 		[]region.ProcessUsage{{PID: 7, HostPID: 6007, StartTime: 3, Used: []uint64{1 * gib}, Launches: []uint64{40}}})
 	if err := hoststate.WriteRuntime(cfg, &hoststate.Runtime{Name: "containerd", Version: "v2.4.2", NRIVersion: "v0.12.3",

@@ -3,7 +3,7 @@ package metrics
 import (
 	"testing"
 
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/region"
 	"github.com/nri-vgpu/nri-vgpu/pkg/region/regiontest"
 )
@@ -26,7 +26,7 @@ const (
 // throttled time over, which the counter shows as it is (a reset).
 func TestCollectPeakAndThrottled(t *testing.T) {
 	cfg := testConfig(t)
-	prepare(t, cfg, "c1", "ml/c1", "train", limits.AllocatedGPU{UUID: uuidA, Slices: 2, Memory: 8 * gib, Cores: 20})
+	prepare(t, cfg, "c1", "ml/c1", "train", allocation.GPU{UUID: uuidA, Slices: 2, Memory: 8 * gib, Cores: 20})
 	write := func(used, peak, throttledNs uint64) {
 		t.Helper()
 		regiontest.WriteV2(t, regionPath(cfg, "c1"),

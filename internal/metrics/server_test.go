@@ -12,7 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 )
 
 // A real HTTP server on 127.0.0.1:0: /metrics serves the collector's series
@@ -21,7 +21,7 @@ import (
 // port.
 func TestServer(t *testing.T) {
 	cfg := testConfig(t)
-	prepare(t, cfg, "c1", "ml/a", "train", limits.AllocatedGPU{UUID: uuidA, Slices: 2, Memory: 8 << 30, Cores: 20})
+	prepare(t, cfg, "c1", "ml/a", "train", allocation.GPU{UUID: uuidA, Slices: 2, Memory: 8 << 30, Cores: 20})
 	notReady := func() error { return errors.New("not connected to the runtime") }
 	srv, err := Start("127.0.0.1:0", NewCollector(cfg, twoA100s, nil), notReady, nil)
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 )
 
 // The real shim, against the fake driver, writes the region of a container
@@ -37,7 +37,7 @@ func TestScrapesTheShimsRegion(t *testing.T) {
 	const uuid = "GPU-11111111-2222-3333-4444-555555555555"
 	cfg := testConfig(t)
 	// Cores below 100: the shim counts launches on its throttled path only.
-	prepare(t, cfg, "c1", "ml/a", "train", limits.AllocatedGPU{UUID: uuid, Slices: 4, Memory: 1 << 30, Cores: 50})
+	prepare(t, cfg, "c1", "ml/a", "train", allocation.GPU{UUID: uuid, Slices: 4, Memory: 1 << 30, Cores: 50})
 	dir := hoststate.ContainerDir(cfg, "c1")
 	state := t.TempDir()
 	held, release := filepath.Join(state, "held"), filepath.Join(state, "release")

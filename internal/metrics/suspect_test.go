@@ -13,8 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/pkg/region"
 	"github.com/nri-vgpu/nri-vgpu/pkg/region/regiontest"
 )
@@ -72,7 +72,7 @@ func series(name, id, value string) string {
 // exports the container's usage all the same.
 func TestScrapeDoesNotWaitForALockedRegion(t *testing.T) {
 	cfg := testConfig(t)
-	prepare(t, cfg, "c1", "ml/c1", "train", limits.AllocatedGPU{UUID: uuidA, Slices: 2, Memory: 8 * gib, Cores: 20})
+	prepare(t, cfg, "c1", "ml/c1", "train", allocation.GPU{UUID: uuidA, Slices: 2, Memory: 8 * gib, Cores: 20})
 	usageOnA(t, cfg, "c1", 3*gib, 3*gib, 0)
 	holder, err := os.OpenFile(regionPath(cfg, "c1"), os.O_RDWR, 0)
 	if err != nil {
@@ -92,7 +92,7 @@ func TestScrapeDoesNotWaitForALockedRegion(t *testing.T) {
 // while it stays forged, and its recovery is logged too.
 func TestScrapeFlagsSuspectCounters(t *testing.T) {
 	cfg := testConfig(t)
-	a := limits.AllocatedGPU{UUID: uuidA, Slices: 2, Memory: 8 * gib, Cores: 20}
+	a := allocation.GPU{UUID: uuidA, Slices: 2, Memory: 8 * gib, Cores: 20}
 	for _, id := range []string{"c-ok", "c-zero", "c-huge", "c-over"} {
 		prepare(t, cfg, id, "ml/"+id, "train", a)
 	}
@@ -155,7 +155,7 @@ func TestScrapeFollowsNoLink(t *testing.T) {
 	forgedLimits := filepath.Join(elsewhere, "limits")
 	write(t, forgedLimits, "version=1\ngpu.0.uuid="+uuidA+"\ngpu.0.memory=0\ngpu.0.cores=100\n")
 
-	a := limits.AllocatedGPU{UUID: uuidA, Slices: 2, Memory: 8 * gib, Cores: 20}
+	a := allocation.GPU{UUID: uuidA, Slices: 2, Memory: 8 * gib, Cores: 20}
 	prepare(t, cfg, "c-region", "ml/c-region", "train", a)
 	if err := os.Symlink(believable, regionPath(cfg, "c-region")); err != nil {
 		t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/internal/utilization"
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/region"
 	"github.com/nri-vgpu/nri-vgpu/pkg/region/regiontest"
 )
@@ -37,15 +37,15 @@ var utilMetrics = []string{
 // be read.
 func TestCollectUtilization(t *testing.T) {
 	cfg := testConfig(t)
-	prepare(t, cfg, "c1", "ml/a", "train", limits.AllocatedGPU{UUID: uuidA, Slices: 2, Memory: 8 * gib, Cores: 25})
+	prepare(t, cfg, "c1", "ml/a", "train", allocation.GPU{UUID: uuidA, Slices: 2, Memory: 8 * gib, Cores: 25})
 	regiontest.Write(t, regionPath(cfg, "c1"), []region.DeviceUsage{{UUID: uuidA, Limit: 8 * gib, Used: 1 << 40, Cores: 25}},
 		[]region.ProcessUsage{{PID: 1, HostPID: 4001, StartTime: 5, Used: []uint64{1 << 40}}})
 	prepare(t, cfg, "c2", "ml/b", "serve",
-		limits.AllocatedGPU{UUID: uuidA, Slices: 5, Memory: 20 * gib, Cores: 50},
-		limits.AllocatedGPU{UUID: uuidB, Slices: 1, Memory: 4 * gib, Cores: 10})
+		allocation.GPU{UUID: uuidA, Slices: 5, Memory: 20 * gib, Cores: 50},
+		allocation.GPU{UUID: uuidB, Slices: 1, Memory: 4 * gib, Cores: 10})
 	claimID := prepareClaim(t, cfg, "ml", "shared", "11111111-2222-4333-8444-555555555555",
 		[]string{"w0", "w1"}, []string{"uid-w0", "uid-w1"},
-		limits.AllocatedGPU{UUID: uuidB, Slices: 2, Memory: 8 * gib, Cores: 25})
+		allocation.GPU{UUID: uuidB, Slices: 2, Memory: 8 * gib, Cores: 25})
 	src := &fakeSource{samples: []utilization.Sample{
 		{ContainerID: "c1", PodUID: "uid-a", UUID: uuidA, SM: 0.25},
 		{ContainerID: "c1", PodUID: "uid-a", UUID: uuidA, SM: 0.125},

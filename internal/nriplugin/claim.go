@@ -11,7 +11,8 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
+	"github.com/nri-vgpu/nri-vgpu/pkg/draclaim"
 )
 
 // createWithClaim gives a container the GPUs of a claim the DRA driver
@@ -41,29 +42,29 @@ func (p *Plugin) createWithClaim(pod *api.PodSandbox, ctr *api.Container, uid st
 
 // verifyClaim checks a container's claim markers against the claim's host
 // state and returns the marked GPUs and the claim's directory.
-func (p *Plugin) verifyClaim(pod, uid string, devices []string) ([]limits.AllocatedGPU, string, error) {
+func (p *Plugin) verifyClaim(pod, uid string, devices []string) ([]allocation.GPU, string, error) {
 	info, id, err := p.claimRecord(uid)
 	if err != nil {
 		return nil, "", err
 	}
 	if !slices.Contains(info.Claim.PodUIDs, pod) {
-		return nil, "", fmt.Errorf("%w: claim %s/%s is not reserved for pod %s", limits.ErrClaimRejected, info.Claim.Namespace, info.Claim.Name, pod)
+		return nil, "", fmt.Errorf("%w: claim %s/%s is not reserved for pod %s", draclaim.ErrRejected, info.Claim.Namespace, info.Claim.Name, pod)
 	}
-	var gpus []limits.AllocatedGPU
+	var gpus []allocation.GPU
 	for _, dev := range devices {
-		i := slices.IndexFunc(info.GPUs, func(g limits.AllocatedGPU) bool {
-			name, err := limits.ClaimDeviceName(g.UUID)
+		i := slices.IndexFunc(info.GPUs, func(g allocation.GPU) bool {
+			name, err := draclaim.DeviceName(g.UUID)
 			return err == nil && name == dev
 		})
 		if i < 0 {
-			return nil, "", fmt.Errorf("%w: claim %s/%s holds no device %s", limits.ErrClaimRejected, info.Claim.Namespace, info.Claim.Name, dev)
+			return nil, "", fmt.Errorf("%w: claim %s/%s holds no device %s", draclaim.ErrRejected, info.Claim.Namespace, info.Claim.Name, dev)
 		}
 		g := info.GPUs[i]
 		if !p.knownGPU(g.UUID) {
-			return nil, "", fmt.Errorf("%w: claim %s/%s: GPU %s is not on this node", limits.ErrClaimRejected, info.Claim.Namespace, info.Claim.Name, g.UUID)
+			return nil, "", fmt.Errorf("%w: claim %s/%s: GPU %s is not on this node", draclaim.ErrRejected, info.Claim.Namespace, info.Claim.Name, g.UUID)
 		}
 		if !p.cfg.DRA.Serves(g.UUID) {
-			return nil, "", fmt.Errorf("%w: claim %s/%s: GPU %s is served by the device plugin here, not through DRA (dra.gpus)", limits.ErrClaimRejected, info.Claim.Namespace, info.Claim.Name, g.UUID)
+			return nil, "", fmt.Errorf("%w: claim %s/%s: GPU %s is served by the device plugin here, not through DRA (dra.gpus)", draclaim.ErrRejected, info.Claim.Namespace, info.Claim.Name, g.UUID)
 		}
 		gpus = append(gpus, g)
 	}
@@ -77,13 +78,13 @@ func (p *Plugin) claimRecord(uid string) (*hoststate.Info, string, error) {
 	id := hoststate.ClaimID(uid)
 	info, err := hoststate.ReadInfo(p.cfg, id)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, "", fmt.Errorf("%w: claim %s is not prepared on this node", limits.ErrClaimRejected, uid)
+		return nil, "", fmt.Errorf("%w: claim %s is not prepared on this node", draclaim.ErrRejected, uid)
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("claim %s: %w", uid, err)
 	}
 	if info.Source != hoststate.ClaimSource || info.Claim == nil || info.Claim.UID != uid {
-		return nil, "", fmt.Errorf("%w: %s is not the directory of claim %s", limits.ErrClaimRejected, hoststate.ContainerDir(p.cfg, id), uid)
+		return nil, "", fmt.Errorf("%w: %s is not the directory of claim %s", draclaim.ErrRejected, hoststate.ContainerDir(p.cfg, id), uid)
 	}
 	return info, id, nil
 }

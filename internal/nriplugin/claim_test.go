@@ -17,6 +17,7 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/internal/dra"
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
+	"github.com/nri-vgpu/nri-vgpu/pkg/draclaim"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 )
@@ -29,7 +30,7 @@ const (
 
 func deviceName(t testing.TB, uuid string) string {
 	t.Helper()
-	n, err := limits.ClaimDeviceName(uuid)
+	n, err := draclaim.DeviceName(uuid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +80,7 @@ func draNodeConfig(t *testing.T) *config.Config {
 
 // withMarker adds the mount the claim's CDI device adds to a container.
 func withMarker(c *api.Container, uid, device string) *api.Container {
-	c.Mounts = append(c.Mounts, &api.Mount{Destination: limits.ClaimMarkerPath(uid, device), Source: "/dev/null", Type: "bind", Options: []string{"ro", "nosuid", "nodev", "noexec", "bind"}})
+	c.Mounts = append(c.Mounts, &api.Mount{Destination: draclaim.MarkerPath(uid, device), Source: "/dev/null", Type: "bind", Options: []string{"ro", "nosuid", "nodev", "noexec", "bind"}})
 	return c
 }
 
@@ -108,7 +109,7 @@ func TestClaimContainer(t *testing.T) {
 		if err != nil {
 			t.Fatalf("container %s: %v", id, err)
 		}
-		if !removesMount(adj, limits.ClaimMarkerPath(claimUID, dev)) {
+		if !removesMount(adj, draclaim.MarkerPath(claimUID, dev)) {
 			t.Errorf("container %s keeps the claim marker: runc would refuse it", id)
 		}
 		if sc := adj.GetLinux().GetSeccompPolicy(); !deniedBy(sc, "chroot", tEPERM) {

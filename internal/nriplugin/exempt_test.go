@@ -8,8 +8,8 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
 )
 
@@ -121,7 +121,7 @@ func TestExemptPodGPUContainerIsLimited(t *testing.T) {
 
 	forger := pod("sb2", "uid-2")
 	forger.Namespace = "gpu-operator"
-	forger.Annotations = map[string]string{limits.AnnotationKey: ann}
+	forger.Annotations = map[string]string{allocation.AnnotationKey: ann}
 	if _, err := h.create(forger, monitoring("forger", forger)); err == nil || !strings.Contains(err.Error(), "the pod's own annotations carry") {
 		t.Errorf("exempt pod with an allocation in its own annotations: error = %v, want the pod-annotation rejection", err)
 	}
@@ -136,7 +136,7 @@ func TestEmptyAllocationIsRejected(t *testing.T) {
 	h := newHarness(t, cfg)
 	p := pod("sb1", "uid-1")
 	c := container("empty", p, "")
-	c.Annotations[limits.AnnotationKey] = ""
+	c.Annotations[allocation.AnnotationKey] = ""
 	_, err := h.create(p, c)
 	if want := "nri-vgpu: allocation rejected: malformed"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("CreateContainer error = %v, want one containing %q", err, want)

@@ -18,8 +18,8 @@ import (
 
 	"github.com/nri-vgpu/nri-vgpu/internal/allockey"
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate/hoststatetest"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci/ocitest"
 )
@@ -43,7 +43,7 @@ func TestMain(m *testing.M) {
 type harness struct {
 	t    testing.TB
 	cfg  *config.Config
-	key  limits.Key
+	key  allocation.Key
 	sock string // where the runtime listens
 
 	mu         sync.Mutex
@@ -231,7 +231,7 @@ func container(id string, p *api.PodSandbox, annotation string) *api.Container {
 		},
 	}
 	if annotation != "" {
-		c.Annotations[limits.AnnotationKey] = annotation
+		c.Annotations[allocation.AnnotationKey] = annotation
 	}
 	return c
 }
@@ -260,14 +260,14 @@ func (h *harness) remove(p *api.PodSandbox, c *api.Container) error {
 }
 
 // sign returns an annotation value for the GPUs, signed with key.
-func sign(t testing.TB, key limits.Key, gpus ...limits.AllocatedGPU) (string, *limits.Allocation) {
+func sign(t testing.TB, key allocation.Key, gpus ...allocation.GPU) (string, *allocation.Allocation) {
 	t.Helper()
-	id, err := limits.NewAllocationID()
+	id, err := allocation.NewID()
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &limits.Allocation{V: limits.AllocationVersion, ID: id, Issued: time.Now().Unix(), GPUs: slices.Clone(gpus)}
-	v, err := limits.Sign(key, a)
+	a := &allocation.Allocation{V: allocation.Version, ID: id, Issued: time.Now().Unix(), GPUs: slices.Clone(gpus)}
+	v, err := allocation.Sign(key, a)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,8 +278,8 @@ func sign(t testing.TB, key limits.Key, gpus ...limits.AllocatedGPU) (string, *l
 // GPUs at the default split of 10: a slice is 40 GiB / 10 = 4 GiB and
 // 100 % / 10 = 10 % of SM time.
 var (
-	gpu0 = limits.AllocatedGPU{UUID: uuid0, Minor: 0, Slices: 2, Memory: 8 << 30, Cores: 20}  // 2 × 4 GiB, 2 × 10 %
-	gpu1 = limits.AllocatedGPU{UUID: uuid1, Minor: 1, Slices: 5, Memory: 20 << 30, Cores: 50} // 5 × 4 GiB, 5 × 10 %
+	gpu0 = allocation.GPU{UUID: uuid0, Minor: 0, Slices: 2, Memory: 8 << 30, Cores: 20}  // 2 × 4 GiB, 2 × 10 %
+	gpu1 = allocation.GPU{UUID: uuid1, Minor: 1, Slices: 5, Memory: 20 << 30, Cores: 50} // 5 × 4 GiB, 5 × 10 %
 )
 
 // proxy forwards connections from front to the runtime's socket. Dropping

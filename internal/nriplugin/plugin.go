@@ -24,10 +24,12 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/internal/allockey"
 	"github.com/nri-vgpu/nri-vgpu/internal/bindings"
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
+	"github.com/nri-vgpu/nri-vgpu/pkg/draclaim"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
+	"github.com/nri-vgpu/nri-vgpu/pkg/quantity"
 )
 
 // Source is the hoststate.Info.Source of the containers this plugin prepares;
@@ -43,7 +45,7 @@ type Inventory interface {
 // Options configure a Plugin.
 type Options struct {
 	Config    *config.Config
-	Key       limits.Key
+	Key       allocation.Key
 	Host      oci.Host
 	Inventory Inventory
 	Logger    *slog.Logger // nil: slog.Default()
@@ -53,7 +55,7 @@ type Options struct {
 // is safe for concurrent use.
 type Plugin struct {
 	cfg  *config.Config
-	key  limits.Key
+	key  allocation.Key
 	host oci.Host
 	inv  Inventory
 	log  *slog.Logger
@@ -83,14 +85,14 @@ type Plugin struct {
 // from the device plugin's Allocate. containerd's pod_annotations pass-through
 // would otherwise let a pod spec forge a GPU.
 var ErrPodAnnotation = fmt.Errorf("%w: the pod's own annotations carry %s; only the kubelet may set it, on a container",
-	limits.ErrRejected, limits.AnnotationKey)
+	allocation.ErrRejected, allocation.AnnotationKey)
 
 // New returns a plugin. It does not connect to the runtime; see Run.
 func New(opts Options) (*Plugin, error) {
 	if opts.Config == nil || opts.Host == nil || opts.Inventory == nil {
 		return nil, errors.New("nri plugin: Config, Host and Inventory are required")
 	}
-	if opts.Key == (limits.Key{}) {
+	if opts.Key == (allocation.Key{}) {
 		// An all-zero key would accept annotations anyone can sign.
 		return nil, errors.New("nri plugin: the allocation key is required")
 	}
@@ -170,7 +172,7 @@ func podName(pod *api.PodSandbox) string {
 // of a signed allocation (createWithAllocation), or none (hide). A rejected
 // request fails the container: it must never run without its limits. A
 // container that passes also loses the device plugin's gate mount
-// (limits.GateContainerPath) and its claim markers, which would make the
+// (allocation.GateContainerPath) and its claim markers, which would make the
 // runtime refuse it had nri-vgpu not seen it.
 func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	log := p.log.With("container", ctr.GetId(), "name", ctr.GetName(), "pod", podName(pod))
@@ -222,22 +224,22 @@ type request struct {
 }
 
 // readRequest reads what ctr asks for. Refused, with an error wrapping
-// limits.ErrRejected or limits.ErrClaimRejected: the allocation annotation
+// allocation.ErrRejected or draclaim.ErrRejected: the allocation annotation
 // on the pod itself (ErrPodAnnotation), a malformed claim marker, markers of
 // two claims, and a claim with an allocation. A claim's container must get
 // its limits whatever exemption its pod has, so the claim is read first.
 func readRequest(pod *api.PodSandbox, ctr *api.Container) (request, error) {
 	var req request
-	if _, forged := pod.GetAnnotations()[limits.AnnotationKey]; forged {
+	if _, forged := pod.GetAnnotations()[allocation.AnnotationKey]; forged {
 		return req, ErrPodAnnotation
 	}
 	for _, m := range ctr.GetMounts() {
 		dest := m.GetDestination()
-		if dest == limits.GateContainerPath {
+		if dest == allocation.GateContainerPath {
 			req.gates = append(req.gates, dest)
 			continue
 		}
-		uid, dev, marker, err := limits.ParseClaimMarker(dest)
+		uid, dev, marker, err := draclaim.ParseMarker(dest)
 		if err != nil {
 			return req, err
 		}
@@ -246,7 +248,7 @@ func readRequest(pod *api.PodSandbox, ctr *api.Container) (request, error) {
 		}
 		if req.claim != "" && uid != req.claim {
 			// The shim reads one limits file.
-			return req, fmt.Errorf("%w: the container holds GPUs of two claims (%s and %s); a container may use one nri-vgpu claim", limits.ErrClaimRejected, req.claim, uid)
+			return req, fmt.Errorf("%w: the container holds GPUs of two claims (%s and %s); a container may use one nri-vgpu claim", draclaim.ErrRejected, req.claim, uid)
 		}
 		req.kind, req.claim = requestClaim, uid
 		if !slices.Contains(req.devices, dev) {
@@ -254,10 +256,10 @@ func readRequest(pod *api.PodSandbox, ctr *api.Container) (request, error) {
 		}
 		req.gates = append(req.gates, dest)
 	}
-	value, ok := ctr.GetAnnotations()[limits.AnnotationKey]
+	value, ok := ctr.GetAnnotations()[allocation.AnnotationKey]
 	switch {
 	case ok && req.kind == requestClaim:
-		return req, fmt.Errorf("%w: the container holds GPUs of claim %s and of the device plugin; a container may use one or the other", limits.ErrClaimRejected, req.claim)
+		return req, fmt.Errorf("%w: the container holds GPUs of claim %s and of the device plugin; a container may use one or the other", draclaim.ErrRejected, req.claim)
 	case ok:
 		req.kind, req.allocation = requestAllocation, value
 	}
@@ -266,7 +268,7 @@ func readRequest(pod *api.PodSandbox, ctr *api.Container) (request, error) {
 
 // rejectedWhat names in the log what a request's error rejected.
 func rejectedWhat(err error) string {
-	if errors.Is(err, limits.ErrRejected) {
+	if errors.Is(err, allocation.ErrRejected) {
 		return "allocation rejected"
 	}
 	return "claim rejected"
@@ -281,7 +283,7 @@ func (p *Plugin) createWithAllocation(pod *api.PodSandbox, ctr *api.Container, v
 	a, err := p.verify(value, uid)
 	if err != nil {
 		log.Warn("allocation rejected", "err", err)
-		if errors.Is(err, limits.ErrRejected) {
+		if errors.Is(err, allocation.ErrRejected) {
 			return nil, fmt.Errorf("nri-vgpu: %w", err) // "nri-vgpu: allocation rejected: <reason>"
 		}
 		return nil, fmt.Errorf("nri-vgpu: allocation rejected: %w", err)
@@ -296,7 +298,7 @@ func (p *Plugin) createWithAllocation(pod *api.PodSandbox, ctr *api.Container, v
 		Source:       Source,
 		Created:      time.Now().UTC(),
 	}
-	files, err := hoststate.Provision(p.cfg, info, limits.LimitsFromAllocation(a, p.cfg.Limits.LogLevel))
+	files, err := hoststate.Provision(p.cfg, info, a.Limits(p.cfg.Limits.LogLevel))
 	if err != nil {
 		log.Error("cannot provision the container's host files", "err", err)
 		return nil, fmt.Errorf("nri-vgpu: container %s: %w", ctr.GetId(), err)
@@ -315,19 +317,19 @@ func (p *Plugin) createWithAllocation(pod *api.PodSandbox, ctr *api.Container, v
 
 // verify checks an allocation annotation's signature and GPUs, and binds
 // its ID to the pod for good (Contract 2).
-func (p *Plugin) verify(value, podUID string) (*limits.Allocation, error) {
-	a, err := limits.Verify(p.key, value)
+func (p *Plugin) verify(value, podUID string) (*allocation.Allocation, error) {
+	a, err := allocation.Verify(p.key, value)
 	if err != nil {
 		return nil, err
 	}
-	if err := limits.CheckGPUs(a, p.knownGPU); err != nil {
+	if err := allocation.CheckGPUs(a, p.knownGPU); err != nil {
 		return nil, err
 	}
 	for _, g := range a.GPUs {
 		if p.cfg.DRA.Serves(g.UUID) {
 			// The device plugin does not hand it out: an allocation of
 			// one is older than the config, or not the device plugin's.
-			return nil, fmt.Errorf("%w: GPU %s is served through DRA on this node (dra.enabled), not by the device plugin", limits.ErrRejected, g.UUID)
+			return nil, fmt.Errorf("%w: GPU %s is served through DRA on this node (dra.enabled), not by the device plugin", allocation.ErrRejected, g.UUID)
 		}
 	}
 	if err := p.bindings.Bind(a.ID, podUID, a.Issued); err != nil {
@@ -338,7 +340,7 @@ func (p *Plugin) verify(value, podUID string) (*limits.Allocation, error) {
 
 // apply computes the edits of verified GPUs whose host files were
 // provisioned at files, confinement included, as an adjustment of ctr.
-func (p *Plugin) apply(gpus []limits.AllocatedGPU, files oci.HostFiles, pod *api.PodSandbox, ctr *api.Container, log *slog.Logger) (*api.ContainerAdjustment, error) {
+func (p *Plugin) apply(gpus []allocation.GPU, files oci.HostFiles, pod *api.PodSandbox, ctr *api.Container, log *slog.Logger) (*api.ContainerAdjustment, error) {
 	files.Hook = p.hook
 	edits, err := oci.Compute(gpus, p.cfg, p.host, files)
 	if err != nil {
@@ -356,10 +358,10 @@ func (p *Plugin) apply(gpus []limits.AllocatedGPU, files oci.HostFiles, pod *api
 	return adj, nil
 }
 
-func gpuSummary(gpus []limits.AllocatedGPU) []string {
+func gpuSummary(gpus []allocation.GPU) []string {
 	out := make([]string, len(gpus))
 	for i, g := range gpus {
-		out[i] = fmt.Sprintf("%s slices=%d memory=%s cores=%d%%", g.UUID, g.Slices, limits.FormatBytes(g.Memory), g.Cores)
+		out[i] = fmt.Sprintf("%s slices=%d memory=%s cores=%d%%", g.UUID, g.Slices, quantity.FormatBytes(g.Memory), g.Cores)
 	}
 	return out
 }
@@ -452,12 +454,12 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, containe
 	exists := make(map[string]bool, len(containers))
 	for _, ctr := range containers {
 		exists[ctr.GetId()] = true
-		value, ok := ctr.GetAnnotations()[limits.AnnotationKey]
+		value, ok := ctr.GetAnnotations()[allocation.AnnotationKey]
 		if !ok {
 			continue
 		}
 		pod := byID[ctr.GetPodSandboxId()]
-		a, err := limits.Verify(p.key, value)
+		a, err := allocation.Verify(p.key, value)
 		if err != nil {
 			// It was created before; nothing to refuse now, but say so.
 			p.log.Warn("existing container has an invalid allocation", "container", ctr.GetId(), "err", err)

@@ -17,6 +17,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci/ocitest"
@@ -268,7 +269,7 @@ func TestHideExceptions(t *testing.T) {
 // signRaw returns an annotation value carrying payload as it is, with a
 // correct MAC: Contract 2's encoding done by hand, so that a payload Sign
 // would refuse to make reaches the plugin.
-func signRaw(key limits.Key, payload string) string {
+func signRaw(key allocation.Key, payload string) string {
 	m := hmac.New(sha256.New, key[:])
 	m.Write([]byte(payload))
 	enc := base64.RawURLEncoding
@@ -277,10 +278,10 @@ func signRaw(key limits.Key, payload string) string {
 
 func TestRejections(t *testing.T) {
 	h := newHarness(t, newConfig(t))
-	var otherKey limits.Key
+	var otherKey allocation.Key
 	otherKey[0] = 1
 	forged, _ := sign(t, otherKey, gpu0)
-	unknown, _ := sign(t, h.key, limits.AllocatedGPU{UUID: "GPU-99999999-9999-4999-8999-999999999999", Minor: 9, Slices: 1, Memory: 1 << 30, Cores: 10})
+	unknown, _ := sign(t, h.key, allocation.GPU{UUID: "GPU-99999999-9999-4999-8999-999999999999", Minor: 9, Slices: 1, Memory: 1 << 30, Cores: 10})
 	tamperedMAC := func() string {
 		v, _ := sign(t, h.key, gpu0)
 		return v[:len(v)-3] + "AAA" // a different MAC: must not pass as anything but a bad MAC
@@ -455,7 +456,7 @@ func TestNewValidatesOptions(t *testing.T) {
 	cfg := newConfig(t)
 	host := oci.NewHost(cfg, false)
 	inv := NewBackendInventory(cfg)
-	var key limits.Key
+	var key allocation.Key
 	key[3] = 7
 	tests := []struct {
 		name string

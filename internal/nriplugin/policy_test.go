@@ -6,20 +6,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 )
 
 // signPolicy signs an allocation of gpu0 with the cores policy as the
 // device plugin writes it ("burst", or "" for hard).
-func signPolicy(t *testing.T, key limits.Key, policy string) string {
+func signPolicy(t *testing.T, key allocation.Key, policy string) string {
 	t.Helper()
-	id, err := limits.NewAllocationID()
+	id, err := allocation.NewID()
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &limits.Allocation{V: limits.AllocationVersion, ID: id, Issued: time.Now().Unix(),
-		GPUs: []limits.AllocatedGPU{gpu0}, CoresPolicy: policy}
-	v, err := limits.Sign(key, a)
+	a := &allocation.Allocation{V: allocation.Version, ID: id, Issued: time.Now().Unix(),
+		GPUs: []allocation.GPU{gpu0}, CoresPolicy: policy}
+	v, err := allocation.Sign(key, a)
 	if err != nil {
 		t.Fatal(err)
 	}

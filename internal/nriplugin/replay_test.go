@@ -6,7 +6,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 )
 
 // The annotation of a removed pod must not give a new pod a slice that the
@@ -68,7 +68,7 @@ func TestAllocationInPodAnnotationsIsRejected(t *testing.T) {
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := pod("sb-forge", "uid-forge")
-			p.Annotations = map[string]string{limits.AnnotationKey: forged}
+			p.Annotations = map[string]string{allocation.AnnotationKey: forged}
 			id := []string{"f0", "f1", "f2"}[i]
 			_, err := h.create(p, container(id, p, tt.ctrValue))
 			if err == nil || !strings.Contains(err.Error(), "nri-vgpu: allocation rejected: the pod's own annotations carry nri-vgpu.io/allocation") {

@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/ledger"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/quantity"
 )
 
 // The container environment variables of a Docker request (Contract 6).
@@ -172,7 +174,7 @@ func describeGPUs(devices []gpu.Device) string {
 // container's edits, what the ledger must reserve for it, and the capacity
 // of each GPU it asks for.
 type Grant struct {
-	Allocation   *limits.Allocation
+	Allocation   *allocation.Allocation
 	Reservations []ledger.Reservation
 	Capacity     []ledger.Capacity
 }
@@ -195,7 +197,7 @@ func (r *Request) Resolve(devices []gpu.Device, cfg *config.Config, containerID 
 	}
 	cores := 100
 	if r.Cores != "" {
-		if cores, err = limits.ParseCores(r.Cores); err != nil {
+		if cores, err = quantity.ParseCores(r.Cores); err != nil {
 			return nil, &RequestError{Var: EnvCores, Value: r.Cores, Err: err}
 		}
 	}
@@ -204,8 +206,8 @@ func (r *Request) Resolve(devices []gpu.Device, cfg *config.Config, containerID 
 		return nil, err
 	}
 	sum := sha256.Sum256([]byte(containerID))
-	g := &Grant{Allocation: &limits.Allocation{
-		V:           limits.AllocationVersion,
+	g := &Grant{Allocation: &allocation.Allocation{
+		V:           allocation.Version,
 		ID:          hex.EncodeToString(sum[:16]),
 		Issued:      now.Unix(),
 		CoresPolicy: policy,
@@ -217,16 +219,16 @@ func (r *Request) Resolve(devices []gpu.Device, cfg *config.Config, containerID 
 		}
 		mem := c.Memory
 		if r.Memory != "" {
-			if mem, err = limits.ParseMemory(r.Memory, d.Memory); err != nil {
+			if mem, err = quantity.ParseMemory(r.Memory, d.Memory); err != nil {
 				return nil, &RequestError{Var: EnvMemory, Value: r.Memory, Err: err}
 			}
 			if mem > c.Memory {
 				return nil, &RequestError{Var: EnvMemory, Value: r.Memory, Err: fmt.Errorf(
 					"more than GPU %d (%s) can give: %s (%s × memory_scaling %v)", d.Index, d.UUID,
-					limits.FormatBytes(c.Memory), limits.FormatBytes(d.Memory), cfg.DevicePlugin.MemoryScaling)}
+					quantity.FormatBytes(c.Memory), quantity.FormatBytes(d.Memory), cfg.DevicePlugin.MemoryScaling)}
 			}
 		}
-		a := limits.AllocatedGPU{UUID: d.UUID, Minor: d.Minor, Memory: mem, Cores: cores}
+		a := allocation.GPU{UUID: d.UUID, Minor: d.Minor, Memory: mem, Cores: cores}
 		g.Allocation.GPUs = append(g.Allocation.GPUs, a)
 		g.Reservations = append(g.Reservations, ledger.FromAllocated(a))
 		g.Capacity = append(g.Capacity, c)

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/ledger"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 )
 
 const (
@@ -103,7 +103,7 @@ func TestResolve(t *testing.T) {
 		req     Request
 		cfg     *config.Config
 		gpus    []gpu.Device
-		want    []limits.AllocatedGPU
+		want    []allocation.GPU
 		wantRes []ledger.Reservation
 		wantCap []ledger.Capacity
 		wantVar string
@@ -112,20 +112,20 @@ func TestResolve(t *testing.T) {
 		{
 			name:    "whole GPU by index: all of its memory, not throttled",
 			req:     Request{Devices: []string{"1"}},
-			want:    []limits.AllocatedGPU{{UUID: uuid1, Minor: 1, Memory: 8 << 30, Cores: 100}},
+			want:    []allocation.GPU{{UUID: uuid1, Minor: 1, Memory: 8 << 30, Cores: 100}},
 			wantRes: []ledger.Reservation{{UUID: uuid1, Memory: 8 << 30}},
 			wantCap: []ledger.Capacity{{Index: 1, UUID: uuid1, Memory: 8 << 30, Total: 8 << 30, Cores: 100}},
 		},
 		{
 			name:    "memory and cores by UUID, any case",
 			req:     Request{Devices: []string{strings.ToLower(uuid0)}, Memory: "4GiB", Cores: "30%"},
-			want:    []limits.AllocatedGPU{{UUID: uuid0, Minor: 0, Memory: 4 << 30, Cores: 30}},
+			want:    []allocation.GPU{{UUID: uuid0, Minor: 0, Memory: 4 << 30, Cores: 30}},
 			wantRes: []ledger.Reservation{{UUID: uuid0, Memory: 4 << 30, Cores: 30}},
 		},
 		{
 			name: "a percentage is of each GPU's own memory",
 			req:  Request{Devices: []string{"all"}, Memory: "25%"},
-			want: []limits.AllocatedGPU{
+			want: []allocation.GPU{
 				{UUID: uuid0, Minor: 0, Memory: 4 << 30, Cores: 100},
 				{UUID: uuid1, Minor: 1, Memory: 2 << 30, Cores: 100},
 			},
@@ -133,7 +133,7 @@ func TestResolve(t *testing.T) {
 		{
 			name: "order as asked, duplicates once",
 			req:  Request{Devices: []string{"1", uuid0, "0", uuid1}, Cores: "100"},
-			want: []limits.AllocatedGPU{
+			want: []allocation.GPU{
 				{UUID: uuid1, Minor: 1, Memory: 8 << 30, Cores: 100},
 				{UUID: uuid0, Minor: 0, Memory: 16 << 30, Cores: 100},
 			},
@@ -142,7 +142,7 @@ func TestResolve(t *testing.T) {
 			name:    "scaling raises what may be asked for",
 			cfg:     scaled,
 			req:     Request{Devices: []string{"1"}, Memory: "10GiB", Cores: "50"},
-			want:    []limits.AllocatedGPU{{UUID: uuid1, Minor: 1, Memory: 10 << 30, Cores: 50}},
+			want:    []allocation.GPU{{UUID: uuid1, Minor: 1, Memory: 10 << 30, Cores: 50}},
 			wantCap: []ledger.Capacity{{Index: 1, UUID: uuid1, Memory: 12 << 30, Total: 8 << 30, Cores: 200}},
 		},
 		{name: "more memory than the GPU has", req: Request{Devices: []string{"1"}, Memory: "9GiB"}, wantVar: EnvMemory, wantErr: "more than GPU 1"},
@@ -178,7 +178,7 @@ func TestResolve(t *testing.T) {
 				return
 			}
 			a := g.Allocation
-			if a.V != limits.AllocationVersion || a.Issued != 100 || len(a.ID) != 32 {
+			if a.V != allocation.Version || a.Issued != 100 || len(a.ID) != 32 {
 				t.Errorf("allocation header %+v", a)
 			}
 			if !reflect.DeepEqual(a.GPUs, tt.want) {

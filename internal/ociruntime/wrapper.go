@@ -28,10 +28,11 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/internal/ledger"
 	"github.com/nri-vgpu/nri-vgpu/internal/pin"
 	"github.com/nri-vgpu/nri-vgpu/internal/version"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
+	"github.com/nri-vgpu/nri-vgpu/pkg/quantity"
 )
 
 // Name is the program's name, which starts every message it writes.
@@ -216,7 +217,7 @@ func (w *Wrapper) create(a *Args) (undo func(), err error) {
 		Source:       Source,
 		Created:      now.UTC(),
 	}
-	lf := limits.LimitsFromAllocation(grant.Allocation, cfg.Limits.LogLevel)
+	lf := grant.Allocation.Limits(cfg.Limits.LogLevel)
 	var files oci.HostFiles
 	err = w.ledger().Update(func(s *ledger.State) error {
 		w.sync(s)
@@ -252,14 +253,14 @@ func (w *Wrapper) create(a *Args) (undo func(), err error) {
 	}
 	for _, g := range grant.Allocation.GPUs {
 		w.Log.Info("vGPU container", "container", id, "gpu", g.UUID,
-			"memory", limits.FormatBytes(g.Memory), "cores", g.Cores, "cores_policy", lf.CoresPolicy)
+			"memory", quantity.FormatBytes(g.Memory), "cores", g.Cores, "cores_policy", lf.CoresPolicy)
 	}
 	return undo, nil
 }
 
 // apply computes the edits of the GPUs whose host files were provisioned
 // at files and writes them into the bundle's spec.
-func (w *Wrapper) apply(spec *Spec, gpus []limits.AllocatedGPU, files oci.HostFiles, id string) error {
+func (w *Wrapper) apply(spec *Spec, gpus []allocation.GPU, files oci.HostFiles, id string) error {
 	host := w.Host
 	if host == nil {
 		h := oci.NewHost(w.Config, false)

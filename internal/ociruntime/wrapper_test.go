@@ -23,6 +23,7 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate/hoststatetest"
 	"github.com/nri-vgpu/nri-vgpu/internal/ledger"
 	"github.com/nri-vgpu/nri-vgpu/internal/pin/pintest"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
@@ -573,7 +574,7 @@ func TestDeleteRefused(t *testing.T) {
 func TestDeleteLeavesOthers(t *testing.T) {
 	e := newTestEnv(t, "none")
 	info := &hoststate.Info{ID: "nri-ctr", AllocationID: "00112233445566778899aabbccddeeff", Source: "nri",
-		GPUs: []limits.AllocatedGPU{{UUID: uuid0, Slices: 1, Memory: 1 << 30, Cores: 10}}}
+		GPUs: []allocation.GPU{{UUID: uuid0, Slices: 1, Memory: 1 << 30, Cores: 10}}}
 	if _, err := hoststate.Provision(e.cfg, info, &limits.LimitsFile{GPUs: []limits.GPULimit{{UUID: uuid0, Memory: 1 << 30, Cores: 10}}}); err != nil {
 		t.Fatal(err)
 	}

@@ -21,8 +21,8 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate/hoststatetest"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
+	"github.com/nri-vgpu/nri-vgpu/pkg/draclaim"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/pkg/region"
 )
 
@@ -50,7 +50,7 @@ func TestCollectClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	const uid = "11111111-1111-4111-8111-111111111111"
-	dev, err := limits.ClaimDeviceName(uuidB)
+	dev, err := draclaim.DeviceName(uuidB)
 	if err != nil {
 		t.Fatal(err)
 	}

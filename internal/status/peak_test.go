@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/region"
 	"github.com/nri-vgpu/nri-vgpu/pkg/region/regiontest"
 )
@@ -15,7 +15,7 @@ import (
 // and counters Check does not believe are not shown at all.
 func TestCollectPeakAndThrottled(t *testing.T) {
 	cfg := testConfig(t)
-	a := limits.AllocatedGPU{UUID: uuidA, Slices: 2, Memory: 8 * gib, Cores: 20}
+	a := allocation.GPU{UUID: uuidA, Slices: 2, Memory: 8 * gib, Cores: 20}
 	for _, id := range []string{"c1", "c2", "c3"} {
 		prepare(t, cfg, id, "ml/"+id, a)
 	}

@@ -26,7 +26,7 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/quantity"
 	"github.com/nri-vgpu/nri-vgpu/pkg/region"
 )
 
@@ -212,7 +212,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 		total := "-"
 		if g.Memory > 0 {
-			total = limits.FormatBytes(g.Memory)
+			total = quantity.FormatBytes(g.Memory)
 		}
 		used := 0
 		for _, c := range g.Containers {
@@ -240,7 +240,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 			}
 			limit := "none"
 			if c.MemoryLimit > 0 {
-				limit = limits.FormatBytes(c.MemoryLimit)
+				limit = quantity.FormatBytes(c.MemoryLimit)
 			}
 			// "-": not known (no region yet, or one of an earlier shim
 			// without peak and throttled time); suspect counters are
@@ -250,10 +250,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 			case c.Suspect:
 				usedMem = "suspect" // the reason is among the warnings
 			case c.MemoryUsed != nil:
-				usedMem = limits.FormatBytes(*c.MemoryUsed)
+				usedMem = quantity.FormatBytes(*c.MemoryUsed)
 			}
 			if c.MemoryPeak != nil && !c.Suspect {
-				peak = limits.FormatBytes(*c.MemoryPeak)
+				peak = quantity.FormatBytes(*c.MemoryPeak)
 			}
 			if c.ThrottledSeconds != nil && !c.Suspect {
 				throttled = strconv.FormatFloat(*c.ThrottledSeconds, 'f', 1, 64) + "s"

@@ -13,9 +13,9 @@ import (
 
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate/hoststatetest"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/pkg/region"
 )
 
@@ -25,11 +25,11 @@ const (
 	uuidGone = "GPU-cccccccc-0000-4000-8000-000000000003"
 )
 
-func prepare(t *testing.T, cfg *config.Config, id, pod string, gpus ...limits.AllocatedGPU) {
+func prepare(t *testing.T, cfg *config.Config, id, pod string, gpus ...allocation.GPU) {
 	t.Helper()
-	a := &limits.Allocation{GPUs: gpus}
+	a := &allocation.Allocation{GPUs: gpus}
 	info := &hoststate.Info{ID: id, Name: "ctr-" + id, Pod: pod, GPUs: gpus, Source: "nri"}
-	if _, err := hoststate.Provision(cfg, info, limits.LimitsFromAllocation(a, "")); err != nil {
+	if _, err := hoststate.Provision(cfg, info, a.Limits("")); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -41,10 +41,10 @@ func TestCollect(t *testing.T) {
 	if err := os.WriteFile(cfg.Paths.ShimPath, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	prepare(t, cfg, "c1", "ml/a", limits.AllocatedGPU{UUID: uuidA, Slices: 2, Memory: 8 << 30, Cores: 20})
+	prepare(t, cfg, "c1", "ml/a", allocation.GPU{UUID: uuidA, Slices: 2, Memory: 8 << 30, Cores: 20})
 	prepare(t, cfg, "c2", "ml/b",
-		limits.AllocatedGPU{UUID: uuidA, Slices: 5, Memory: 20 << 30, Cores: 50},
-		limits.AllocatedGPU{UUID: uuidGone, Slices: 1, Memory: 4 << 30, Cores: 10})
+		allocation.GPU{UUID: uuidA, Slices: 5, Memory: 20 << 30, Cores: 50},
+		allocation.GPU{UUID: uuidGone, Slices: 1, Memory: 4 << 30, Cores: 10})
 	// A directory whose limits file is not written yet is skipped quietly.
 	if err := os.MkdirAll(hoststate.ContainerDir(cfg, "creating"), 0o755); err != nil {
 		t.Fatal(err)

@@ -13,9 +13,9 @@ import (
 
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate/hoststatetest"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/pkg/region"
 	"github.com/nri-vgpu/nri-vgpu/pkg/region/regiontest"
 )
@@ -74,7 +74,7 @@ func collect(t *testing.T, cfg *config.Config) *Report {
 // the container's usage all the same.
 func TestCollectDoesNotWaitForALockedRegion(t *testing.T) {
 	cfg := testConfig(t)
-	prepare(t, cfg, "c1", "ml/a", limits.AllocatedGPU{UUID: uuidA, Slices: 2, Memory: 8 * gib, Cores: 20})
+	prepare(t, cfg, "c1", "ml/a", allocation.GPU{UUID: uuidA, Slices: 2, Memory: 8 * gib, Cores: 20})
 	writeUsage(t, cfg, "c1", 3*gib, 3*gib)
 	holder, err := os.OpenFile(regionPath(cfg, "c1"), os.O_RDWR, 0)
 	if err != nil {
@@ -109,7 +109,7 @@ func TestCollectFlagsSuspectCounters(t *testing.T) {
 		{"c-over", 20 * gib, 20 * gib, "more than the limit"},
 	}
 	for _, tt := range tests {
-		prepare(t, cfg, tt.id, "ml/"+tt.id, limits.AllocatedGPU{UUID: uuidA, Slices: 2, Memory: 8 * gib, Cores: 20})
+		prepare(t, cfg, tt.id, "ml/"+tt.id, allocation.GPU{UUID: uuidA, Slices: 2, Memory: 8 * gib, Cores: 20})
 		writeUsage(t, cfg, tt.id, tt.used, tt.held)
 	}
 	r := collect(t, cfg)
@@ -194,7 +194,7 @@ func TestCollectFollowsNoLink(t *testing.T) {
 	if err := os.WriteFile(forgedLimits, []byte("version=1\ngpu.0.uuid="+uuidA+"\ngpu.0.memory=0\ngpu.0.cores=100\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	a := limits.AllocatedGPU{UUID: uuidA, Slices: 2, Memory: 8 * gib, Cores: 20}
+	a := allocation.GPU{UUID: uuidA, Slices: 2, Memory: 8 * gib, Cores: 20}
 	prepare(t, cfg, "c-region", "ml/region", a)
 	if err := os.Symlink(believable, regionPath(cfg, "c-region")); err != nil {
 		t.Fatal(err)

@@ -3,12 +3,12 @@ package config
 import (
 	"fmt"
 
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/quantity"
 )
 
 // Bytes is a byte count written in TOML either as an integer (17179869184)
 // or as a quantity string ("16GiB", "16384MiB", "16GB"; see
-// limits.ParseBytes).
+// quantity.ParseBytes).
 type Bytes uint64
 
 // UnmarshalTOML implements toml.Unmarshaler.
@@ -21,7 +21,7 @@ func (b *Bytes) UnmarshalTOML(v any) error {
 		*b = Bytes(v)
 		return nil
 	case string:
-		n, err := limits.ParseBytes(v)
+		n, err := quantity.ParseBytes(v)
 		if err != nil {
 			return err
 		}
@@ -33,7 +33,7 @@ func (b *Bytes) UnmarshalTOML(v any) error {
 }
 
 // String writes b exactly, in the largest fitting binary unit ("16GiB").
-func (b Bytes) String() string { return limits.FormatBytes(uint64(b)) }
+func (b Bytes) String() string { return quantity.FormatBytes(uint64(b)) }
 
 // MarshalText writes b as String does, so that encoders (TOML, JSON) produce
 // what a person would write in the file.
@@ -41,7 +41,7 @@ func (b Bytes) MarshalText() ([]byte, error) { return []byte(b.String()), nil }
 
 // UnmarshalText reads a quantity string, the inverse of MarshalText.
 func (b *Bytes) UnmarshalText(text []byte) error {
-	n, err := limits.ParseBytes(string(text))
+	n, err := quantity.ParseBytes(string(text))
 	if err != nil {
 		return err
 	}

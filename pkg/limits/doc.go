@@ -1,7 +1,6 @@
-// Package limits holds the arithmetic and the formats that separate parts of
-// nri-vgpu agree on: slices and device IDs (Contract 1), the signed allocation
-// annotation (Contract 2), quantities, and the limits file's format
-// (Contract 4). It computes, encodes, parses and signs; it reads and writes
-// no file: the allocation key lives in internal/allockey, the limits files
-// of containers in internal/hoststate.
+// Package limits holds what a container's limits are made of and the format
+// that carries them to the shim: what slices of a GPU are worth and the
+// device IDs that name them (Contract 1), and the limits file (Contract 4).
+// It computes, encodes and parses; it reads and writes no file: the limits
+// files of containers live in internal/hoststate.
 package limits

@@ -37,24 +37,6 @@ func ValidLogLevel(l string) bool {
 	return false
 }
 
-// LimitsFromAllocation is the limits file for a container holding a (whose
-// GPUs are listed in the allocation's order), with a's cores policy. An
-// empty logLevel takes the default.
-func LimitsFromAllocation(a *Allocation, logLevel string) *LimitsFile {
-	policy := a.CoresPolicy
-	if policy == "" {
-		policy = DefaultCoresPolicy
-	}
-	if logLevel == "" {
-		logLevel = DefaultLogLevel
-	}
-	f := &LimitsFile{CoresPolicy: policy, LogLevel: logLevel}
-	for _, g := range a.GPUs {
-		f.GPUs = append(f.GPUs, GPULimit{UUID: g.UUID, Memory: g.Memory, Cores: g.Cores})
-	}
-	return f
-}
-
 // Validate checks f against Contract 4: 1..MaxLimitsGPUs GPUs with valid,
 // distinct UUIDs and cores in 1..100, and a known cores policy and log level
 // (empty means the default).

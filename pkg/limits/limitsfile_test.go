@@ -7,6 +7,11 @@ import (
 	"testing"
 )
 
+const (
+	testUUID0 = "GPU-8e1c2a3b-0000-1111-2222-333344445555"
+	testUUID1 = "GPU-0b6a9f2e-aaaa-bbbb-cccc-ddddeeeeffff"
+)
+
 func testLimits() *LimitsFile {
 	return &LimitsFile{
 		GPUs: []GPULimit{
@@ -212,51 +217,5 @@ func TestParseLimitsRejects(t *testing.T) {
 				t.Fatalf("ParseLimits = %+v, %v; want error %q", f, err, tt.want)
 			}
 		})
-	}
-}
-
-func TestLimitsFromAllocation(t *testing.T) {
-	a := testAllocation()
-	got := LimitsFromAllocation(a, "")
-	want := &LimitsFile{
-		GPUs: []GPULimit{
-			{UUID: testUUID0, Memory: 8 * GiB, Cores: 50},
-			{UUID: testUUID1, Memory: 1638 * MiB, Cores: 10},
-		},
-		CoresPolicy: CoresPolicyHard,
-		LogLevel:    LogLevelWarn,
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("LimitsFromAllocation(a, \"\") = %+v, want %+v", got, want)
-	}
-	got = LimitsFromAllocation(a, LogLevelInfo)
-	if got.CoresPolicy != CoresPolicyHard || got.LogLevel != LogLevelInfo {
-		t.Errorf("LimitsFromAllocation(a, info) = %+v, want policy hard, level info", got)
-	}
-	if _, err := got.Marshal(); err != nil {
-		t.Errorf("Marshal of the limits of a valid allocation: %v", err)
-	}
-}
-
-// The cores policy signed into an allocation reaches the limits file the
-// shim reads, as the cores.policy line.
-func TestLimitsFromBurstAllocation(t *testing.T) {
-	a := testAllocation()
-	a.GPUs = a.GPUs[:1]
-	a.CoresPolicy = CoresPolicyBurst
-	data, err := LimitsFromAllocation(a, LogLevelDebug).Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := `# written by nri-vgpu; read by libvgpu-shim.so
-version=1
-gpu.0.uuid=GPU-8e1c2a3b-0000-1111-2222-333344445555
-gpu.0.memory=8589934592
-gpu.0.cores=50
-cores.policy=burst
-log.level=debug
-`
-	if string(data) != want {
-		t.Errorf("limits file of a burst allocation:\n%s\nwant:\n%s", data, want)
 	}
 }

@@ -14,8 +14,8 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 )
 
 // Paths inside a vGPU container (Contract 3). The shim reads only these.
@@ -84,7 +84,7 @@ func (f HostFiles) check() error {
 // The GPUs are a signed allocation's, a Docker request's or a claim's; only
 // their UUIDs and minors matter here, the quotas being in the limits file.
 // It reads host facts but writes nothing.
-func Compute(gpus []limits.AllocatedGPU, cfg *config.Config, host Host, files HostFiles) (*Edits, error) {
+func Compute(gpus []allocation.GPU, cfg *config.Config, host Host, files HostFiles) (*Edits, error) {
 	if len(gpus) == 0 {
 		return nil, errors.New("compute edits: no GPUs")
 	}
@@ -324,7 +324,7 @@ func generated(g *GeneratedSpec) DriverFiles {
 // CDI library's ContainerEdits.Apply does to a spec, but with device nodes
 // looked up through host (dev_root) and without touching a spec, so that the
 // same edits can go to an NRI adjustment.
-func addCDIEdits(e *Edits, gpuSpecs []cdiSource, gpus []limits.AllocatedGPU, host Host) error {
+func addCDIEdits(e *Edits, gpuSpecs []cdiSource, gpus []allocation.GPU, host Host) error {
 	// Spec-level edits come before the first device of that spec, as the
 	// CDI library orders them.
 	var (
@@ -354,7 +354,7 @@ func addCDIEdits(e *Edits, gpuSpecs []cdiSource, gpus []limits.AllocatedGPU, hos
 // (device-name-strategy uuid), else the one whole-GPU device whose nodes
 // include /dev/nvidia<minor> (device-name-strategy index, where the name is
 // the NVML index, which the allocation does not carry).
-func findCDIDevice(gpuSpecs []cdiSource, g limits.AllocatedGPU) (cdiSource, *cdispec.Device, error) {
+func findCDIDevice(gpuSpecs []cdiSource, g allocation.GPU) (cdiSource, *cdispec.Device, error) {
 	for _, s := range gpuSpecs {
 		for i := range s.spec.Devices {
 			if s.spec.Devices[i].Name == g.UUID {

@@ -15,8 +15,8 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci/ocitest"
 )
 
@@ -71,11 +71,11 @@ func newEnv(t *testing.T, injection string, withCDI bool, nodes []ocitest.Node) 
 	return env{cfg: cfg, host: host, root: root}
 }
 
-func gpus(g ...limits.AllocatedGPU) []limits.AllocatedGPU { return g }
+func gpus(g ...allocation.GPU) []allocation.GPU { return g }
 
 var (
-	gpu0 = limits.AllocatedGPU{UUID: uuid0, Minor: 0, Slices: 2, Memory: 8 << 30, Cores: 50}
-	gpu1 = limits.AllocatedGPU{UUID: uuid1, Minor: 1, Slices: 1, Memory: 4 << 30, Cores: 25}
+	gpu0 = allocation.GPU{UUID: uuid0, Minor: 0, Slices: 2, Memory: 8 << 30, Cores: 50}
+	gpu1 = allocation.GPU{UUID: uuid1, Minor: 1, Slices: 1, Memory: 4 << 30, Cores: 25}
 )
 
 func devicePaths(devs []specs.LinuxDevice) []string {
@@ -109,7 +109,7 @@ func TestCompute(t *testing.T) {
 		name       string
 		injection  string
 		withCDI    bool
-		gpus       []limits.AllocatedGPU
+		gpus       []allocation.GPU
 		wantDevs   []string
 		wantVisble string
 		wantHooks  int // createContainer hooks
@@ -214,7 +214,7 @@ func TestComputeErrors(t *testing.T) {
 		injection string
 		withCDI   bool
 		nodes     []ocitest.Node
-		gpus      []limits.AllocatedGPU
+		gpus      []allocation.GPU
 		files     HostFiles
 		wantErr   string
 	}{
@@ -222,7 +222,7 @@ func TestComputeErrors(t *testing.T) {
 		{"no GPU node", config.InjectionNone, false, without(ocitest.StandardNodes, "dev/nvidia1"), gpus(gpu0, gpu1), testFiles, "/dev/nvidia1"},
 		{"cdi without a spec", config.InjectionCDI, false, ocitest.StandardNodes, gpus(gpu0), testFiles, "no nvidia.com/gpu CDI spec"},
 		{"GPU not in the CDI spec", config.InjectionCDI, true, append(slices.Clone(ocitest.StandardNodes), ocitest.Node{Path: "dev/nvidia7", Major: 195, Minor: 7}),
-			gpus(limits.AllocatedGPU{UUID: "GPU-77777777-7777-7777-7777-777777777777", Minor: 7, Slices: 1, Memory: 1 << 30, Cores: 10}), testFiles, "no nvidia.com/gpu CDI device for GPU GPU-7777"},
+			gpus(allocation.GPU{UUID: "GPU-77777777-7777-7777-7777-777777777777", Minor: 7, Slices: 1, Memory: 1 << 30, Cores: 10}), testFiles, "no nvidia.com/gpu CDI device for GPU GPU-7777"},
 		{"CDI node missing on the host", config.InjectionCDI, true, without(ocitest.StandardNodes, "dev/dri/card1"), gpus(gpu0), testFiles, "/dev/dri/card1"},
 		{"no GPUs", config.InjectionNone, false, ocitest.StandardNodes, gpus(), testFiles, "no GPUs"},
 		{"relative limits file", config.InjectionNone, false, ocitest.StandardNodes, gpus(gpu0),

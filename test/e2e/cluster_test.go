@@ -18,6 +18,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/allockey"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/harness"
 )
@@ -223,7 +224,7 @@ func describePod(p *corev1.Pod) string {
 // allocationOfContainer verifies, with the node's key, the allocation
 // annotation the kubelet created container id with (from the device
 // plugin's Allocate response), and returns it.
-func (n *clusterNode) allocationOfContainer(t *testing.T, ctx context.Context, id string) *limits.Allocation {
+func (n *clusterNode) allocationOfContainer(t *testing.T, ctx context.Context, id string) *allocation.Allocation {
 	t.Helper()
 	st, err := n.c.Runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
 	if err != nil {
@@ -237,7 +238,7 @@ func (n *clusterNode) allocationOfContainer(t *testing.T, ctx context.Context, i
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := limits.Verify(key, value)
+	a, err := allocation.Verify(key, value)
 	if err != nil {
 		t.Fatalf("the device plugin's annotation does not verify: %v", err)
 	}

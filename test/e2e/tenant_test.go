@@ -12,7 +12,7 @@ import (
 
 	"github.com/nri-vgpu/nri-vgpu/internal/allockey"
 	"github.com/nri-vgpu/nri-vgpu/internal/bindings"
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/harness"
 )
 
@@ -90,10 +90,10 @@ func testPodAnnotationsCannotCarryAnAllocation(t *testing.T, containerd string) 
 		t.Fatal(err)
 	}
 	forged := *a
-	if forged.ID, err = limits.NewAllocationID(); err != nil {
+	if forged.ID, err = allocation.NewID(); err != nil {
 		t.Fatal(err)
 	}
-	value, err := limits.Sign(key, &forged)
+	value, err := allocation.Sign(key, &forged)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/allockey"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/harness"
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/kubeletsim"
@@ -37,7 +38,7 @@ const sliceCores = 25
 
 // allocationOf verifies the allocation annotation that the container of rp
 // was created with, using the node's key, and returns it.
-func (v *vgpu) allocationOf(t *testing.T, rp *kubeletsim.RunningPod, container string) *limits.Allocation {
+func (v *vgpu) allocationOf(t *testing.T, rp *kubeletsim.RunningPod, container string) *allocation.Allocation {
 	t.Helper()
 	rc := rp.Containers[container]
 	if rc == nil {
@@ -51,7 +52,7 @@ func (v *vgpu) allocationOf(t *testing.T, rp *kubeletsim.RunningPod, container s
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := limits.Verify(key, value)
+	a, err := allocation.Verify(key, value)
 	if err != nil {
 		t.Fatalf("the device plugin's annotation does not verify: %v", err)
 	}
@@ -280,32 +281,32 @@ func testForgedAllocationIsRejected(t *testing.T, containerd string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sign := func(k limits.Key, mutate func(*limits.Allocation)) string {
+	sign := func(k allocation.Key, mutate func(*allocation.Allocation)) string {
 		t.Helper()
 		b := *a
 		b.GPUs = slices.Clone(a.GPUs)
-		id, err := limits.NewAllocationID()
+		id, err := allocation.NewID()
 		if err != nil {
 			t.Fatal(err)
 		}
 		b.ID = id
 		mutate(&b)
-		s, err := limits.Sign(k, &b)
+		s, err := allocation.Sign(k, &b)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return s
 	}
-	var otherKey limits.Key
+	var otherKey allocation.Key
 	otherKey[0] = 1
 
 	tests := []struct {
 		name, value, reason string
 	}{
 		{"garbage", "not-an-allocation", "malformed"},
-		{"other key", sign(otherKey, func(*limits.Allocation) {}), "bad MAC"},
+		{"other key", sign(otherKey, func(*allocation.Allocation) {}), "bad MAC"},
 		{"tampered payload", tamper(t, issued), "bad MAC"},
-		{"unknown GPU", sign(key, func(b *limits.Allocation) { b.GPUs[0].UUID = "GPU-00000000-0000-4000-8000-00000000dead" }), "unknown GPU GPU-00000000-0000-4000-8000-00000000dead"},
+		{"unknown GPU", sign(key, func(b *allocation.Allocation) { b.GPUs[0].UUID = "GPU-00000000-0000-4000-8000-00000000dead" }), "unknown GPU GPU-00000000-0000-4000-8000-00000000dead"},
 		{"replayed from another pod", issued, "already bound to pod " + victim.Pod.UID},
 	}
 	for _, tt := range tests {

@@ -5,8 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/quantity"
 )
 
 // TestConfigIsValid: the demo's config is one the binaries accept, with the
@@ -31,7 +33,7 @@ func TestConfigIsValid(t *testing.T) {
 		split := cfg.DevicePlugin.SplitCountFor(tt.gpu.Name)
 		s := limits.SliceSize(tt.gpu.Memory, split, cfg.DevicePlugin.MemoryScaling, cfg.DevicePlugin.CoresScaling)
 		if split != tt.split || s.Memory != 10<<30 {
-			t.Errorf("%s: %d slices of %s, want %d of 10GiB", tt.gpu.Name, split, limits.FormatBytes(s.Memory), tt.split)
+			t.Errorf("%s: %d slices of %s, want %d of 10GiB", tt.gpu.Name, split, quantity.FormatBytes(s.Memory), tt.split)
 		}
 	}
 }
@@ -109,7 +111,7 @@ func TestRenderCudaprog(t *testing.T) {
 }
 
 func TestFakeDriverEnv(t *testing.T) {
-	a := &limits.Allocation{GPUs: []limits.AllocatedGPU{{UUID: demoGPUs[1].UUID}, {UUID: demoGPUs[0].UUID}}}
+	a := &allocation.Allocation{GPUs: []allocation.GPU{{UUID: demoGPUs[1].UUID}, {UUID: demoGPUs[0].UUID}}}
 	want := "FAKECUDA_DEVICES=" + demoGPUs[1].UUID + ":81920MiB:132," + demoGPUs[0].UUID + ":40960MiB:108 FAKECUDA_STATE=/tmp"
 	if got := fakeDriverEnv(a); got != want {
 		t.Errorf("fakeDriverEnv = %q, want %q", got, want)

@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/allockey"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/quantity"
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/harness"
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/kubeletsim"
 )
@@ -41,7 +43,7 @@ type gpuPod struct {
 	asked int
 	rp    *kubeletsim.RunningPod
 	id    string // the container's ID
-	alloc *limits.Allocation
+	alloc *allocation.Allocation
 }
 
 // run tells the story; each step returns an error naming what failed.
@@ -148,8 +150,8 @@ func (d *demo) slicesAdvertised(context.Context) error {
 		if c[0] != split || c[1] != split {
 			return fmt.Errorf("GPU %s: %d slices advertised, %d healthy; want %d healthy", g.UUID, c[0], c[1], split)
 		}
-		fmt.Fprintf(tw, "    %d\t%s\t%s\t%s\t%d x %s, %d%% of SM time each\n", i, g.UUID, g.Name, limits.FormatBytes(g.Memory),
-			split, limits.FormatBytes(s.Memory), s.Cores)
+		fmt.Fprintf(tw, "    %d\t%s\t%s\t%s\t%d x %s, %d%% of SM time each\n", i, g.UUID, g.Name, quantity.FormatBytes(g.Memory),
+			split, quantity.FormatBytes(s.Memory), s.Cores)
 	}
 	if len(per) != len(demoGPUs) {
 		return fmt.Errorf("slices of %d GPUs advertised, want %d", len(per), len(demoGPUs))
@@ -262,7 +264,7 @@ func (d *demo) runGPUPods(ctx context.Context) error {
 		gp := &gpuPod{name: spec.name, asked: spec.n, rp: rp, id: rp.ContainerID("main")}
 		d.pods = append(d.pods, gp)
 		rc := rp.Containers["main"]
-		gp.alloc, err = limits.Verify(key, rc.Config.Annotations[limits.AnnotationKey])
+		gp.alloc, err = allocation.Verify(key, rc.Config.Annotations[allocation.AnnotationKey])
 		if err != nil {
 			return fmt.Errorf("pod %s: the allocation annotation kubelet passed on: %w", spec.name, err)
 		}
@@ -305,7 +307,7 @@ func (d *demo) showPod(ctx context.Context, gp *gpuPod, ids []string) error {
 			return fmt.Errorf("allocated GPU %s is not one of the node's", g.UUID)
 		}
 		p.printf("      allocation   GPU %d (%s): %s = %s, %d%% of SM time (signed; verified)\n",
-			idx, sim.Name, plural(g.Slices, "slice"), limits.FormatBytes(g.Memory), g.Cores)
+			idx, sim.Name, plural(g.Slices, "slice"), quantity.FormatBytes(g.Memory), g.Cores)
 		total += g.Slices
 	}
 	if total != gp.asked || len(ids) != gp.asked {
@@ -341,7 +343,7 @@ func (d *demo) showPod(ctx context.Context, gp *gpuPod, ids []string) error {
 		}
 	}
 	for _, g := range demoGPUs {
-		if !slices.ContainsFunc(gp.alloc.GPUs, func(a limits.AllocatedGPU) bool { return a.UUID == g.UUID }) &&
+		if !slices.ContainsFunc(gp.alloc.GPUs, func(a allocation.GPU) bool { return a.UUID == g.UUID }) &&
 			slices.ContainsFunc(nodes, func(s string) bool { return strings.HasPrefix(s, fmt.Sprintf("/dev/nvidia%d ", g.Minor)) }) {
 			return fmt.Errorf("the container has /dev/nvidia%d, a GPU it was not given", g.Minor)
 		}
@@ -399,7 +401,7 @@ func parseDeviceNodes(out string) ([]string, error) {
 // fakeDriverEnv is the environment of cudaprog in a container holding the
 // GPUs of a: the fake driver shows those GPUs, whole (the shim then shows
 // the slice), with its state in the container's /tmp.
-func fakeDriverEnv(a *limits.Allocation) string {
+func fakeDriverEnv(a *allocation.Allocation) string {
 	var devs []string
 	for _, g := range a.GPUs {
 		sim, _, _ := gpuByUUID(g.UUID)
@@ -432,13 +434,13 @@ func (d *demo) refusedPastLimit(ctx context.Context) error {
 	steps := []cudaStep{
 		{op: "init", label: "cuInit + context on device 0", result: "CUDA_SUCCESS"},
 		{op: fmt.Sprintf("info:%s:%s", mib(limit), mib(limit)), label: "cuMemGetInfo",
-			note: fmt.Sprintf("the slice, not the %s GPU", limits.FormatBytes(sim.Memory))},
+			note: fmt.Sprintf("the slice, not the %s GPU", quantity.FormatBytes(sim.Memory))},
 		{op: fmt.Sprintf("nvml:0:%s:0:%s", mib(limit), mib(limit)), label: "nvmlDeviceGetMemoryInfo", note: "what nvidia-smi shows"},
-		{op: "alloc:" + mib(first), label: "cuMemAlloc(" + limits.FormatBytes(first) + ")", result: "CUDA_SUCCESS"},
+		{op: "alloc:" + mib(first), label: "cuMemAlloc(" + quantity.FormatBytes(first) + ")", result: "CUDA_SUCCESS"},
 		{op: fmt.Sprintf("info:%s:%s", mib(rest), mib(limit)), label: "cuMemGetInfo"},
-		{op: "alloc:" + mib(2*rest) + ":2", label: "cuMemAlloc(" + limits.FormatBytes(2*rest) + ")", result: "CUDA_ERROR_OUT_OF_MEMORY",
-			note: fmt.Sprintf("refused: %s + %s > %s", limits.FormatBytes(first), limits.FormatBytes(2*rest), limits.FormatBytes(limit))},
-		{op: "alloc:" + mib(rest), label: "cuMemAlloc(" + limits.FormatBytes(rest) + ")", result: "CUDA_SUCCESS", note: "exactly up to the slice"},
+		{op: "alloc:" + mib(2*rest) + ":2", label: "cuMemAlloc(" + quantity.FormatBytes(2*rest) + ")", result: "CUDA_ERROR_OUT_OF_MEMORY",
+			note: fmt.Sprintf("refused: %s + %s > %s", quantity.FormatBytes(first), quantity.FormatBytes(2*rest), quantity.FormatBytes(limit))},
+		{op: "alloc:" + mib(rest), label: "cuMemAlloc(" + quantity.FormatBytes(rest) + ")", result: "CUDA_SUCCESS", note: "exactly up to the slice"},
 		{op: fmt.Sprintf("info:0:%s", mib(limit)), label: "cuMemGetInfo"},
 	}
 	ops := make([]string, len(steps))
@@ -453,7 +455,7 @@ func (d *demo) refusedPastLimit(ctx context.Context) error {
 	if res.ExitCode != 0 || !strings.HasSuffix(strings.TrimSpace(res.Stdout), "ok") {
 		return fmt.Errorf("cudaprog in %s exited %d (a result differs from the expected one):\n%s%s", a.name, res.ExitCode, res.Stdout, res.Stderr)
 	}
-	d.p.printf("    cudaprog (the shim's test program) in %s, on the fake driver's %s GPU; it checks every\n", a.name, limits.FormatBytes(sim.Memory))
+	d.p.printf("    cudaprog (the shim's test program) in %s, on the fake driver's %s GPU; it checks every\n", a.name, quantity.FormatBytes(sim.Memory))
 	d.p.printf("    result below and exits non-zero on any difference:\n")
 	lines, err := renderCudaprog(steps, res.Stdout)
 	if err != nil {
@@ -530,12 +532,12 @@ func renderCudaprog(steps []cudaStep, stdout string) ([]string, error) {
 	return out, nil
 }
 
-// formatBytes is limits.FormatBytes with a bare 0.
+// formatBytes is quantity.FormatBytes with a bare 0.
 func formatBytes(n uint64) string {
 	if n == 0 {
 		return "0"
 	}
-	return limits.FormatBytes(n)
+	return quantity.FormatBytes(n)
 }
 
 // holdMemory starts a cudaprog in the background in gp's container that
@@ -558,7 +560,7 @@ func (d *demo) holdMemory(ctx context.Context, gp *gpuPod, bytes uint64) error {
 		}
 		if time.Now().After(deadline) {
 			log, _ := d.exec(ctx, gp.id, "cat /tmp/holder.log")
-			return fmt.Errorf("the program holding %s in %s did not get it within 20s: %s", limits.FormatBytes(bytes), gp.name, log)
+			return fmt.Errorf("the program holding %s in %s did not get it within 20s: %s", quantity.FormatBytes(bytes), gp.name, log)
 		}
 		select {
 		case <-ctx.Done():
@@ -578,7 +580,7 @@ func (d *demo) statusWhileRunning(ctx context.Context) error {
 			return err
 		}
 		held[gp.name] = b
-		d.p.printf("    %s: a process holds %s (cudaprog in the background)\n", gp.name, limits.FormatBytes(b))
+		d.p.printf("    %s: a process holds %s (cudaprog in the background)\n", gp.name, quantity.FormatBytes(b))
 	}
 	r, err := d.status(ctx)
 	if err != nil {
@@ -595,9 +597,9 @@ func (d *demo) statusWhileRunning(ctx context.Context) error {
 			if c.MemoryUsed == nil || *c.MemoryUsed != want {
 				got := "unknown"
 				if c.MemoryUsed != nil {
-					got = limits.FormatBytes(*c.MemoryUsed)
+					got = quantity.FormatBytes(*c.MemoryUsed)
 				}
-				return fmt.Errorf("status shows %s used by %s, want %s (from its usage region)", got, c.Pod, limits.FormatBytes(want))
+				return fmt.Errorf("status shows %s used by %s, want %s (from its usage region)", got, c.Pod, quantity.FormatBytes(want))
 			}
 			seen++
 		}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/nri-vgpu/nri-vgpu/internal/allockey"
 	"github.com/nri-vgpu/nri-vgpu/internal/mountinfo"
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/harness"
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/kubeletsim"
 )
@@ -474,7 +474,7 @@ func (n *node) killPod(rp *kubeletsim.RunningPod) {
 
 // allocation returns the verified allocation the device plugin signed for
 // the pod's container (what the kubelet passed on as an annotation).
-func (n *node) allocation(rp *kubeletsim.RunningPod) (*limits.Allocation, error) {
+func (n *node) allocation(rp *kubeletsim.RunningPod) (*allocation.Allocation, error) {
 	key, err := allockey.Load(n.stateDir)
 	if err != nil {
 		return nil, err
@@ -483,7 +483,7 @@ func (n *node) allocation(rp *kubeletsim.RunningPod) (*limits.Allocation, error)
 	if rc == nil {
 		return nil, errors.New("the pod has no container")
 	}
-	return limits.Verify(key, rc.Config.Annotations[limits.AnnotationKey])
+	return allocation.Verify(key, rc.Config.Annotations[allocation.AnnotationKey])
 }
 
 // exec runs a shell script in the pod's container (CRI ExecSync) within

@@ -40,8 +40,10 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/quantity"
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/kubeletsim"
 )
 
@@ -337,7 +339,7 @@ func writeResponse(out io.Writer, ids []string, resp *pluginapi.ContainerAllocat
 			pretty.Write(payload)
 		}
 		fmt.Fprintf(out, "    payload (signature not checked here; nri-vgpu checks it with the node's key):\n    %s\n", pretty.String())
-		if key == limits.AnnotationKey {
+		if key == allocation.AnnotationKey {
 			writeAllocation(out, payload)
 		}
 	}
@@ -358,12 +360,12 @@ func decodeSigned(v string) ([]byte, bool) {
 
 // writeAllocation summarizes an allocation payload per GPU.
 func writeAllocation(out io.Writer, payload []byte) {
-	var a limits.Allocation
+	var a allocation.Allocation
 	if err := json.Unmarshal(payload, &a); err != nil {
 		return
 	}
 	for _, g := range a.GPUs {
 		fmt.Fprintf(out, "  => %s (minor %d): %d slices, %s of GPU memory, %d%% of SM time\n",
-			g.UUID, g.Minor, g.Slices, limits.FormatBytes(g.Memory), g.Cores)
+			g.UUID, g.Minor, g.Slices, quantity.FormatBytes(g.Memory), g.Cores)
 	}
 }

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/deviceplugin"
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
-	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/kubeletsim"
 )
 
@@ -159,7 +159,7 @@ func TestAllocatePrintsTheAllocation(t *testing.T) {
 		"devices: " + uuid0 + "::0 " + uuid0 + "::1\n",
 		// Only the gate (Contract 2) besides the annotation.
 		"also: 1 mounts\n    mount /dev/null at /proc/nri-vgpu/container-not-prepared-by-the-nri-vgpu-plugin (read-only)\n",
-		"annotation " + limits.AnnotationKey,
+		"annotation " + allocation.AnnotationKey,
 		`"slices": 2`,
 		"=> " + uuid0 + " (minor 0): 2 slices, 8GiB of GPU memory, 50% of SM time",
 	} {
@@ -173,11 +173,11 @@ func TestAllocatePrintsTheAllocation(t *testing.T) {
 	if start < 0 || end < 0 {
 		t.Fatalf("no JSON payload in the output:\n%s", got)
 	}
-	var printed limits.Allocation
+	var printed allocation.Allocation
 	if err := json.Unmarshal([]byte(got[start:end+6]), &printed); err != nil {
 		t.Fatalf("printed payload: %v", err)
 	}
-	if printed.V != limits.AllocationVersion || len(printed.GPUs) != 1 || printed.GPUs[0].Memory != 8<<30 || printed.GPUs[0].Cores != 50 {
+	if printed.V != allocation.Version || len(printed.GPUs) != 1 || printed.GPUs[0].Memory != 8<<30 || printed.GPUs[0].Cores != 50 {
 		t.Errorf("printed payload = %+v", printed)
 	}
 }

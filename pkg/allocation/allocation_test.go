@@ -1,4 +1,4 @@
-package limits
+package allocation
 
 import (
 	"bytes"
@@ -6,14 +6,19 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 )
 
 var testKey = Key{
 	0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
 	0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f,
 }
+
+const GiB = 1 << 30
 
 const (
 	testID    = "3f8a0c1d2e4b5a6978877665544332a1"
@@ -23,12 +28,12 @@ const (
 
 func testAllocation() *Allocation {
 	return &Allocation{
-		V:      AllocationVersion,
+		V:      Version,
 		ID:     testID,
 		Issued: 1763719200,
-		GPUs: []AllocatedGPU{
+		GPUs: []GPU{
 			{UUID: testUUID0, Minor: 0, Slices: 2, Memory: 8 * GiB, Cores: 50},
-			{UUID: testUUID1, Minor: 3, Slices: 1, Memory: 1638 * MiB, Cores: 10},
+			{UUID: testUUID1, Minor: 3, Slices: 1, Memory: 1638 * limits.MiB, Cores: 10},
 		},
 	}
 }
@@ -95,7 +100,7 @@ func TestSignVerifyRoundTrip(t *testing.T) {
 func TestSignVerifyBurst(t *testing.T) {
 	a := testAllocation()
 	a.GPUs = a.GPUs[1:]
-	a.CoresPolicy = CoresPolicyBurst
+	a.CoresPolicy = limits.CoresPolicyBurst
 	v, err := Sign(testKey, a)
 	if err != nil {
 		t.Fatalf("Sign: %v", err)
@@ -145,9 +150,9 @@ func TestVerifyRejects(t *testing.T) {
 	macBytes[31] ^= 0x80
 	tamperedMAC := validPayloadB64 + "." + base64.RawURLEncoding.EncodeToString(macBytes)
 
-	seventeen := make([]AllocatedGPU, MaxLimitsGPUs+1)
+	seventeen := make([]GPU, limits.MaxLimitsGPUs+1)
 	for i := range seventeen {
-		seventeen[i] = AllocatedGPU{UUID: fmt.Sprintf("GPU-%d", i), Minor: i, Slices: 1, Memory: GiB, Cores: 10}
+		seventeen[i] = GPU{UUID: fmt.Sprintf("GPU-%d", i), Minor: i, Slices: 1, Memory: GiB, Cores: 10}
 	}
 
 	tests := []struct {
@@ -158,7 +163,7 @@ func TestVerifyRejects(t *testing.T) {
 		prefix bool
 	}{
 		// Encoding.
-		{"oversize", strings.Repeat("A", MaxAllocationSize+1), ErrMalformed,
+		{"oversize", strings.Repeat("A", MaxSize+1), ErrMalformed,
 			"allocation rejected: malformed: value is 8193 bytes, at most 8192", false},
 		{"empty", "", ErrMalformed,
 			"allocation rejected: malformed: want <payload>.<MAC>, found 0 dots", false},
@@ -247,7 +252,7 @@ func TestVerifyRejects(t *testing.T) {
 			"allocation rejected: malformed: issued time -5 is not a positive unix time", false},
 		{"no GPUs", signModified(func(a *Allocation) { a.GPUs = nil }), ErrMalformed,
 			"allocation rejected: malformed: no GPUs", false},
-		{"empty GPU list", signModified(func(a *Allocation) { a.GPUs = []AllocatedGPU{} }), ErrMalformed,
+		{"empty GPU list", signModified(func(a *Allocation) { a.GPUs = []GPU{} }), ErrMalformed,
 			"allocation rejected: malformed: no GPUs", false},
 		{"17 GPUs", signModified(func(a *Allocation) { a.GPUs = seventeen }), ErrMalformed,
 			"allocation rejected: malformed: 17 GPUs, at most 16", false},
@@ -379,15 +384,15 @@ func TestSignRejects(t *testing.T) {
 }
 
 // TestSignLargest checks that the largest allocation Verify accepts can be
-// signed within MaxAllocationSize.
+// signed within MaxSize.
 func TestSignLargest(t *testing.T) {
 	a := testAllocation()
 	a.Issued = 1<<63 - 1
-	a.CoresPolicy = CoresPolicyBurst
+	a.CoresPolicy = limits.CoresPolicyBurst
 	a.GPUs = nil
-	for i := range MaxLimitsGPUs {
-		a.GPUs = append(a.GPUs, AllocatedGPU{
-			UUID:   fmt.Sprintf("%02d", i) + strings.Repeat("u", MaxUUIDLen-2),
+	for i := range limits.MaxLimitsGPUs {
+		a.GPUs = append(a.GPUs, GPU{
+			UUID:   fmt.Sprintf("%02d", i) + strings.Repeat("u", limits.MaxUUIDLen-2),
 			Minor:  MaxMinor,
 			Slices: 1<<63 - 1,
 			Memory: 1<<64 - 1,
@@ -423,15 +428,15 @@ func TestCheckGPUs(t *testing.T) {
 func TestNewAllocationID(t *testing.T) {
 	seen := map[string]bool{}
 	for range 100 {
-		id, err := NewAllocationID()
+		id, err := NewID()
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !isAllocationID(id) {
-			t.Fatalf("NewAllocationID = %q: not 32 lower-case hex characters", id)
+			t.Fatalf("NewID = %q: not 32 lower-case hex characters", id)
 		}
 		if seen[id] {
-			t.Fatalf("NewAllocationID repeated %s", id)
+			t.Fatalf("NewID repeated %s", id)
 		}
 		seen[id] = true
 	}
@@ -458,5 +463,51 @@ func BenchmarkVerifyBadMAC(b *testing.B) {
 		if _, err := Verify(other, v); !errors.Is(err, ErrBadMAC) {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestAllocationLimits(t *testing.T) {
+	a := testAllocation()
+	got := a.Limits("")
+	want := &limits.LimitsFile{
+		GPUs: []limits.GPULimit{
+			{UUID: testUUID0, Memory: 8 * GiB, Cores: 50},
+			{UUID: testUUID1, Memory: 1638 * limits.MiB, Cores: 10},
+		},
+		CoresPolicy: limits.CoresPolicyHard,
+		LogLevel:    limits.LogLevelWarn,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("a.Limits(\"\") = %+v, want %+v", got, want)
+	}
+	got = a.Limits(limits.LogLevelInfo)
+	if got.CoresPolicy != limits.CoresPolicyHard || got.LogLevel != limits.LogLevelInfo {
+		t.Errorf("a.Limits(info) = %+v, want policy hard, level info", got)
+	}
+	if _, err := got.Marshal(); err != nil {
+		t.Errorf("Marshal of the limits of a valid allocation: %v", err)
+	}
+}
+
+// The cores policy signed into an allocation reaches the limits file the
+// shim reads, as the cores.policy line.
+func TestBurstAllocationLimits(t *testing.T) {
+	a := testAllocation()
+	a.GPUs = a.GPUs[:1]
+	a.CoresPolicy = limits.CoresPolicyBurst
+	data, err := a.Limits(limits.LogLevelDebug).Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `# written by nri-vgpu; read by libvgpu-shim.so
+version=1
+gpu.0.uuid=GPU-8e1c2a3b-0000-1111-2222-333344445555
+gpu.0.memory=8589934592
+gpu.0.cores=50
+cores.policy=burst
+log.level=debug
+`
+	if string(data) != want {
+		t.Errorf("limits file of a burst allocation:\n%s\nwant:\n%s", data, want)
 	}
 }

@@ -1,9 +1,11 @@
-package limits
+package draclaim
 
 import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 )
 
 func TestClaimDeviceName(t *testing.T) {
@@ -16,15 +18,15 @@ func TestClaimDeviceName(t *testing.T) {
 		{"GPU-" + strings.Repeat("a", 60), "", "not a valid device name"},
 	}
 	for _, tt := range tests {
-		got, err := ClaimDeviceName(tt.uuid)
+		got, err := DeviceName(tt.uuid)
 		if tt.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.err) {
-				t.Errorf("ClaimDeviceName(%q) = %q, %v; want an error with %q", tt.uuid, got, err, tt.err)
+				t.Errorf("DeviceName(%q) = %q, %v; want an error with %q", tt.uuid, got, err, tt.err)
 			}
 			continue
 		}
 		if err != nil || got != tt.want {
-			t.Errorf("ClaimDeviceName(%q) = %q, %v; want %q", tt.uuid, got, err, tt.want)
+			t.Errorf("DeviceName(%q) = %q, %v; want %q", tt.uuid, got, err, tt.want)
 		}
 	}
 }
@@ -41,7 +43,7 @@ func TestParseClaimMarker(t *testing.T) {
 		marker, isErr bool
 	}{
 		{prefix + uid + "/" + dev, uid, dev, true, false},
-		{GateContainerPath, "", "", false, false},
+		{allocation.GateContainerPath, "", "", false, false},
 		{"/dev/shm", "", "", false, false},
 		{prefix + uid, "", "", true, true},
 		{prefix + uid + "/", "", "", true, true},
@@ -52,15 +54,15 @@ func TestParseClaimMarker(t *testing.T) {
 		{prefix + "not-a-uuid/" + dev, "", "", true, true},
 	}
 	for _, tt := range tests {
-		u, d, marker, err := ParseClaimMarker(tt.path)
+		u, d, marker, err := ParseMarker(tt.path)
 		if u != tt.uid || d != tt.device || marker != tt.marker || (err != nil) != tt.isErr {
-			t.Errorf("ParseClaimMarker(%q) = %q, %q, %v, %v; want %q, %q, %v, error %v", tt.path, u, d, marker, err, tt.uid, tt.device, tt.marker, tt.isErr)
+			t.Errorf("ParseMarker(%q) = %q, %q, %v, %v; want %q, %q, %v, error %v", tt.path, u, d, marker, err, tt.uid, tt.device, tt.marker, tt.isErr)
 		}
-		if err != nil && !errors.Is(err, ErrClaimRejected) {
-			t.Errorf("ParseClaimMarker(%q): %v does not wrap ErrClaimRejected", tt.path, err)
+		if err != nil && !errors.Is(err, ErrRejected) {
+			t.Errorf("ParseMarker(%q): %v does not wrap ErrRejected", tt.path, err)
 		}
 	}
-	if got := ClaimMarkerPath(uid, dev); got != prefix+uid+"/"+dev {
-		t.Errorf("ClaimMarkerPath = %q", got)
+	if got := MarkerPath(uid, dev); got != prefix+uid+"/"+dev {
+		t.Errorf("MarkerPath = %q", got)
 	}
 }

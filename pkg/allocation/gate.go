@@ -1,4 +1,4 @@
-package limits
+package allocation
 
 // The gate makes a container whose allocation nri-vgpu did not handle fail
 // to start, on every containerd version (Contract 2, "Failing closed").

@@ -1,4 +1,4 @@
-package limits
+package allocation
 
 import (
 	"bytes"
@@ -10,16 +10,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"unicode/utf8"
+
+	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 )
 
 // KeySize is the length of the allocation key in bytes.
 const KeySize = 32
 
-// MaxAllocationSize bounds an annotation value. The largest valid allocation
-// (MaxLimitsGPUs GPUs, the longest UUIDs, the largest numbers) encodes to
+// MaxSize bounds an annotation value. The largest valid allocation
+// (limits.MaxLimitsGPUs GPUs, the longest UUIDs, the largest numbers) encodes to
 // under 4.3 KiB.
-const MaxAllocationSize = 8 << 10
+const MaxSize = 8 << 10
 
 // MaxMinor is the largest device minor number Linux can represent (20 bits).
 const MaxMinor = 1<<20 - 1
@@ -75,9 +79,9 @@ func malformedCause(cause error, format string, args ...any) error {
 	return &rejection{reason: ErrMalformed, msg: "malformed: " + fmt.Sprintf(format, args...) + ": " + cause.Error(), cause: cause}
 }
 
-// NewAllocationID returns a fresh allocation ID: 128 random bits as 32
+// NewID returns a fresh allocation ID: 128 random bits as 32
 // lower-case hex characters.
-func NewAllocationID() (string, error) {
+func NewID() (string, error) {
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", fmt.Errorf("allocation ID: %w", err)
@@ -88,14 +92,14 @@ func NewAllocationID() (string, error) {
 // Sign returns the annotation value for a:
 // base64url(payload) "." base64url(HMAC-SHA256(key, payload)), unpadded, where
 // payload is a's JSON encoding. a must pass the checks Verify makes (its V
-// must be AllocationVersion), so that the device plugin learns of a bad
+// must be Version), so that the device plugin learns of a bad
 // allocation when it makes it, not when a container fails to start.
 func Sign(key Key, a *Allocation) (string, error) {
 	if a == nil {
 		return "", errors.New("sign allocation: nil allocation")
 	}
-	if a.V != AllocationVersion {
-		return "", fmt.Errorf("sign allocation: version %d, this build issues %d", a.V, AllocationVersion)
+	if a.V != Version {
+		return "", fmt.Errorf("sign allocation: version %d, this build issues %d", a.V, Version)
 	}
 	if err := validateAllocation(a); err != nil {
 		return "", fmt.Errorf("sign allocation: %w", err)
@@ -105,8 +109,8 @@ func Sign(key Key, a *Allocation) (string, error) {
 		return "", fmt.Errorf("sign allocation: %w", err)
 	}
 	v := encode(key, payload)
-	if len(v) > MaxAllocationSize {
-		return "", fmt.Errorf("sign allocation: annotation value is %d bytes, at most %d", len(v), MaxAllocationSize)
+	if len(v) > MaxSize {
+		return "", fmt.Errorf("sign allocation: annotation value is %d bytes, at most %d", len(v), MaxSize)
 	}
 	return v, nil
 }
@@ -127,17 +131,17 @@ func mac(key Key, payload []byte) []byte {
 // ErrVersion.
 //
 // The encoding is checked exactly: two unpadded base64url parts joined by one
-// dot, nothing else, at most MaxAllocationSize bytes. The MAC is checked (in
+// dot, nothing else, at most MaxSize bytes. The MAC is checked (in
 // constant time) before the payload is parsed. The payload must be a JSON
-// object whose "v" is AllocationVersion, with no fields but the known ones, in
+// object whose "v" is Version, with no fields but the known ones, in
 // the canonical form Sign writes, and with sane values (see Sign). The
 // canonical form means an allocation has exactly one valid value per key.
 //
 // Verify does not check the GPUs against the node (CheckGPUs) nor the ID
 // against other pods (internal/bindings).
 func Verify(key Key, value string) (*Allocation, error) {
-	if len(value) > MaxAllocationSize {
-		return nil, malformed("value is %d bytes, at most %d", len(value), MaxAllocationSize)
+	if len(value) > MaxSize {
+		return nil, malformed("value is %d bytes, at most %d", len(value), MaxSize)
 	}
 	encPayload, encMAC, ok := strings.Cut(value, ".")
 	if !ok || strings.Contains(encMAC, ".") {
@@ -178,15 +182,15 @@ func Verify(key Key, value string) (*Allocation, error) {
 	if err := json.Unmarshal(rawV, &v); err != nil {
 		return nil, malformedCause(err, "version %s is not an integer", rawV)
 	}
-	if v != AllocationVersion {
-		return nil, &rejection{reason: ErrVersion, msg: fmt.Sprintf("unknown version %d (this build knows %d)", v, AllocationVersion)}
+	if v != Version {
+		return nil, &rejection{reason: ErrVersion, msg: fmt.Sprintf("unknown version %d (this build knows %d)", v, Version)}
 	}
 
 	a := new(Allocation)
 	dec := json.NewDecoder(bytes.NewReader(payload))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(a); err != nil {
-		return nil, malformedCause(err, "payload does not match version %d", AllocationVersion)
+		return nil, malformedCause(err, "payload does not match version %d", Version)
 	}
 	if err := validateAllocation(a); err != nil {
 		return nil, &rejection{reason: ErrMalformed, msg: "malformed: " + err.Error(), cause: err}
@@ -234,19 +238,19 @@ func validateAllocation(a *Allocation) error {
 	if len(a.GPUs) == 0 {
 		return errors.New("no GPUs")
 	}
-	if len(a.GPUs) > MaxLimitsGPUs {
-		return fmt.Errorf("%d GPUs, at most %d", len(a.GPUs), MaxLimitsGPUs)
+	if len(a.GPUs) > limits.MaxLimitsGPUs {
+		return fmt.Errorf("%d GPUs, at most %d", len(a.GPUs), limits.MaxLimitsGPUs)
 	}
 	switch a.CoresPolicy {
-	case "", CoresPolicyBurst:
-	case CoresPolicyHard:
+	case "", limits.CoresPolicyBurst:
+	case limits.CoresPolicyHard:
 		// One spelling per allocation: hard is the field left out.
 		return fmt.Errorf("cores_policy %q: hard is written by leaving the field out", a.CoresPolicy)
 	default:
-		return fmt.Errorf("cores_policy %q: want %q or no field (hard)", a.CoresPolicy, CoresPolicyBurst)
+		return fmt.Errorf("cores_policy %q: want %q or no field (hard)", a.CoresPolicy, limits.CoresPolicyBurst)
 	}
 	for i, g := range a.GPUs {
-		if err := ValidateUUID(g.UUID); err != nil {
+		if err := limits.ValidateUUID(g.UUID); err != nil {
 			return fmt.Errorf("gpus[%d]: %w", i, err)
 		}
 		for _, prev := range a.GPUs[:i] {
@@ -289,4 +293,13 @@ func CheckGPUs(a *Allocation, known func(uuid string) bool) error {
 		}
 	}
 	return nil
+}
+
+// quoteByte quotes one byte of a value for an error message: a Go character
+// literal for ASCII, its hex value for a byte of a multi-byte character.
+func quoteByte(c byte) string {
+	if c < utf8.RuneSelf {
+		return strconv.QuoteRune(rune(c))
+	}
+	return fmt.Sprintf("byte 0x%02x", c)
 }
