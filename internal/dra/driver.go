@@ -25,10 +25,6 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 )
 
-// Source is the hoststate.Info.Source of the claims the driver prepares;
-// the NRI plugin accepts claim markers only for directories of this source.
-const Source = hoststate.ClaimSource
-
 // CDIKind is the CDI vendor and class of the devices the driver returns.
 const CDIKind = "nri-vgpu.io/claim"
 
@@ -162,7 +158,7 @@ func (d *Driver) prepare(claim *resourceapi.ResourceClaim, gpus []served) ([]kub
 		Name:         "claim " + claim.Name,
 		Pod:          claim.Namespace + "/" + strings.Join(podNames(claim), ","),
 		AllocationID: uid,
-		Source:       Source,
+		Source:       hoststate.SourceDRA,
 		Created:      time.Now().UTC(),
 		Claim: &hoststate.ClaimInfo{
 			Namespace: claim.Namespace, Name: claim.Name, UID: uid, PodUIDs: podUIDs(claim),
@@ -175,7 +171,7 @@ func (d *Driver) prepare(claim *resourceapi.ResourceClaim, gpus []served) ([]kub
 	prev, err := hoststate.ReadInfo(d.cfg, id)
 	switch {
 	case err == nil:
-		if prev.Source != Source || prev.Claim == nil || prev.Claim.UID != uid {
+		if prev.Source != hoststate.SourceDRA || prev.Claim == nil || prev.Claim.UID != uid {
 			return nil, refuse(ReasonStateConflict, fmt.Errorf("claim %s/%s: %s holds something else than this claim", claim.Namespace, claim.Name, hoststate.ContainerDir(d.cfg, id)))
 		}
 		if !slices.Equal(prev.GPUs, info.GPUs) {
@@ -285,7 +281,7 @@ func (d *Driver) preparedClaim(id string) (*hoststate.Info, error) {
 		return nil, fmt.Errorf("claim directory %s cannot be read: %w", dir, err)
 	}
 	uid := strings.TrimPrefix(id, hoststate.ClaimIDPrefix)
-	if info.Source != Source || info.Claim == nil || info.Claim.UID != uid || info.ID != id {
+	if info.Source != hoststate.SourceDRA || info.Claim == nil || info.Claim.UID != uid || info.ID != id {
 		return nil, fmt.Errorf("claim directory %s does not hold claim %s prepared by the DRA driver (source %q): what it holds is unknown",
 			dir, uid, info.Source)
 	}
@@ -351,7 +347,7 @@ func (d *Driver) unprepare(uid string) error {
 	if err := d.cdi.RemoveSpec(specName(uid)); err != nil {
 		return fmt.Errorf("nri-vgpu: remove CDI spec: %w", err)
 	}
-	if info, err := hoststate.ReadInfo(d.cfg, id); err == nil && info.Source != Source {
+	if info, err := hoststate.ReadInfo(d.cfg, id); err == nil && info.Source != hoststate.SourceDRA {
 		return fmt.Errorf("nri-vgpu: %s is not a claim's directory; left alone", hoststate.ContainerDir(d.cfg, id))
 	}
 	if err := hoststate.Release(d.cfg, id); err != nil {

@@ -128,9 +128,9 @@ type Info struct {
 	PodUID       string                `json:"podUID,omitempty"`
 	AllocationID string                `json:"allocationID"`
 	GPUs         []limits.AllocatedGPU `json:"gpus"`
-	// Source names the component that provisioned the directory ("nri"
-	// for the NRI plugin), so that each sweeps only its own.
-	Source  string    `json:"source"`
+	// Source names the component that provisioned the directory, so that
+	// each sweeps only its own.
+	Source  Source    `json:"source"`
 	Created time.Time `json:"created"`
 	// Claim is set on the directory of a ResourceClaim (Contract 8),
 	// whose ID is ClaimID(Claim.UID): the containers of the claim's pods
@@ -149,10 +149,23 @@ type ClaimInfo struct {
 	PodUIDs []string `json:"podUIDs"`
 }
 
-// ClaimSource is the Info.Source of a claim's directory: the DRA driver
-// provisions it, and the NRI plugin honours claim markers only for such
-// directories.
-const ClaimSource = "dra"
+// Source is the component that provisioned a directory, as container.json
+// records it.
+type Source string
+
+const (
+	// SourceNRI is the NRI plugin (containerd): Synchronize sweeps only
+	// directories of this source, so that the runtime wrapper's containers
+	// sharing run_dir are left alone.
+	SourceNRI Source = "nri"
+	// SourceRuntime is the OCI runtime wrapper (Docker); the NRI plugin
+	// leaves its directories alone.
+	SourceRuntime Source = "nri-vgpu-runtime"
+	// SourceDRA is the DRA driver, which provisions the directories of
+	// claims; the NRI plugin honours claim markers only for such
+	// directories.
+	SourceDRA Source = "dra"
+)
 
 // ClaimIDPrefix starts the directory name of a claim. Container IDs are
 // hex, so a claim's directory never takes a container's name.

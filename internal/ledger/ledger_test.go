@@ -281,7 +281,7 @@ func TestSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	runtimeRoot := t.TempDir()
-	prepare := func(id, source string, g limits.AllocatedGPU) {
+	prepare := func(id string, source hoststate.Source, g limits.AllocatedGPU) {
 		t.Helper()
 		info := &hoststate.Info{ID: id, AllocationID: "00112233445566778899aabbccddeeff", GPUs: []limits.AllocatedGPU{g}, Source: source}
 		lf := &limits.LimitsFile{GPUs: []limits.GPULimit{{UUID: g.UUID, Memory: g.Memory, Cores: g.Cores}}}

@@ -45,7 +45,7 @@ type SyncResult struct {
 //     elsewhere, and keeping a reservation is the safe mistake.
 //
 // Only an error listing run_dir fails Sync; a single bad directory does not.
-func (s *State) Sync(cfg *config.Config, own string) (SyncResult, error) {
+func (s *State) Sync(cfg *config.Config, own hoststate.Source) (SyncResult, error) {
 	var res SyncResult
 	ids, err := hoststate.List(cfg)
 	if err != nil {

@@ -469,7 +469,7 @@ func prepareClaim(t testing.TB, cfg *config.Config, ns, name, uid string, pods, 
 	id := hoststate.ClaimID(uid)
 	info := &hoststate.Info{
 		ID: id, Name: "claim " + name, Pod: ns + "/" + strings.Join(pods, ","), AllocationID: uid,
-		GPUs: gpus, Source: hoststate.ClaimSource,
+		GPUs: gpus, Source: hoststate.SourceDRA,
 		Claim: &hoststate.ClaimInfo{Namespace: ns, Name: name, UID: uid, PodUIDs: podUIDs},
 	}
 	if _, err := hoststate.Provision(cfg, info, limits.LimitsFromAllocation(&limits.Allocation{GPUs: gpus}, "")); err != nil {

@@ -74,7 +74,7 @@ func (p *Plugin) verifyClaim(pod, uid string, devices []string) (*limits.Allocat
 	if err != nil {
 		return nil, "", fmt.Errorf("claim %s: %w", uid, err)
 	}
-	if info.Source != hoststate.ClaimSource || info.Claim == nil || info.Claim.UID != uid {
+	if info.Source != hoststate.SourceDRA || info.Claim == nil || info.Claim.UID != uid {
 		return nil, "", fmt.Errorf("%w: %s is not the directory of claim %s", limits.ErrClaimRejected, hoststate.ContainerDir(p.cfg, id), uid)
 	}
 	if !slices.Contains(info.Claim.PodUIDs, pod) {

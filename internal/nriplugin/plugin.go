@@ -29,11 +29,6 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
 )
 
-// Source is the hoststate.Info.Source of the containers this plugin prepares;
-// Synchronize sweeps only directories of that source, so that the runtime
-// wrapper's (Docker) containers sharing run_dir are left alone.
-const Source = "nri"
-
 // Inventory lists the node's GPUs; gpu.Backend satisfies it.
 type Inventory interface {
 	Devices() ([]gpu.Device, error)
@@ -242,7 +237,7 @@ func (p *Plugin) createContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		PodUID:       uid,
 		AllocationID: a.ID,
 		GPUs:         a.GPUs,
-		Source:       Source,
+		Source:       hoststate.SourceNRI,
 		Created:      time.Now().UTC(),
 	}
 	files, err := hoststate.Provision(p.cfg, info, limits.LimitsFromAllocation(a, p.cfg.Limits.LogLevel))
@@ -422,7 +417,7 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, containe
 		}
 		info, err := hoststate.ReadInfo(p.cfg, id)
 		// Another writer's directory (the runtime wrapper) is not ours to sweep.
-		return err == nil && info.Source != "" && info.Source != Source
+		return err == nil && info.Source != "" && info.Source != hoststate.SourceNRI
 	})
 	if err != nil {
 		p.log.Error("sweeping container directories", "err", err)

@@ -405,7 +405,7 @@ func TestRemoveAndSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	lf := &limits.LimitsFile{GPUs: []limits.GPULimit{{UUID: uuid0, Memory: 8 << 30, Cores: 20}}}
-	for id, source := range map[string]string{"ghost": Source, "docker1": "runtime"} {
+	for id, source := range map[string]hoststate.Source{"ghost": hoststate.SourceNRI, "docker1": "runtime"} {
 		if _, err := hoststate.Provision(h.cfg, &hoststate.Info{ID: id, Source: source}, lf); err != nil {
 			t.Fatal(err)
 		}

@@ -37,10 +37,6 @@ import (
 // Name is the program's name, which starts every message it writes.
 const Name = "nri-vgpu-runtime"
 
-// Source marks the container directories this wrapper prepares
-// (hoststate.Info.Source), so that the NRI plugin leaves them alone.
-const Source = "nri-vgpu-runtime"
-
 // Wrapper is one invocation of the runtime wrapper. Zero-valued hooks take
 // the real node's: tests replace them.
 type Wrapper struct {
@@ -213,7 +209,7 @@ func (w *Wrapper) create(a *Args) (undo func(), err error) {
 		ID:           id,
 		AllocationID: grant.Allocation.ID,
 		GPUs:         grant.Allocation.GPUs,
-		Source:       Source,
+		Source:       hoststate.SourceRuntime,
 		Created:      now.UTC(),
 	}
 	lf := limits.LimitsFromAllocation(grant.Allocation, cfg.Limits.LogLevel)
@@ -230,7 +226,7 @@ func (w *Wrapper) create(a *Args) (undo func(), err error) {
 			return err
 		}
 		files = f
-		s.Add(ledger.Entry{ID: id, Source: Source, Created: now.UTC(), RuntimeRoot: a.Root, GPUs: grant.Reservations})
+		s.Add(ledger.Entry{ID: id, Source: hoststate.SourceRuntime, Created: now.UTC(), RuntimeRoot: a.Root, GPUs: grant.Reservations})
 		return nil
 	})
 	if err != nil {
@@ -303,7 +299,7 @@ func (w *Wrapper) ledger() *ledger.Ledger {
 // sync reconciles the ledger with the host directories and logs what that
 // changed.
 func (w *Wrapper) sync(s *ledger.State) {
-	res, err := s.Sync(w.Config, Source)
+	res, err := s.Sync(w.Config, hoststate.SourceRuntime)
 	if err != nil {
 		// Without the directory listing the ledger is all there is; it
 		// errs on the side of refusing.
@@ -340,7 +336,7 @@ func (w *Wrapper) prepared(id string) bool {
 	switch {
 	case errors.Is(err, hoststate.ErrInvalidID), errors.Is(err, hoststate.ErrNotFound):
 		return false // not a vGPU container (or already released)
-	case err == nil && info.Source != Source:
+	case err == nil && info.Source != hoststate.SourceRuntime:
 		return false // provisioned by the NRI plugin, which removes its own
 	}
 	return true

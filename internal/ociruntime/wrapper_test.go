@@ -382,11 +382,11 @@ func TestCreate(t *testing.T) {
 					t.Errorf("region directory: %v %v", st, err)
 				}
 				info, err := hoststate.ReadInfo(e.cfg, ctrID)
-				if err != nil || info.Source != Source || info.ID != ctrID {
+				if err != nil || info.Source != hoststate.SourceRuntime || info.ID != ctrID {
 					t.Errorf("container.json %+v: %v", info, err)
 				}
 				entry := readLedger(t, e).Containers[ctrID]
-				if entry == nil || entry.RuntimeRoot != form.root || entry.Source != Source || len(entry.GPUs) != len(r.want) {
+				if entry == nil || entry.RuntimeRoot != form.root || entry.Source != hoststate.SourceRuntime || len(entry.GPUs) != len(r.want) {
 					t.Errorf("ledger entry %+v", entry)
 				}
 			})
