@@ -3,12 +3,13 @@
 // directory per container, <run_dir>/containers/<id>, holding the
 // container's limits file, its usage region directory and container.json.
 //
-// Its lifecycle is provision → read → release: the NRI plugin and the
-// runtime wrapper Provision a container's directory (and get back the host
-// files its edits mount, see oci.Compute) and Release it when the container
-// goes; status, metrics and the runtime wrapper's ledger read the
-// directories through Open, List and ReadInfo; Sweep removes the
-// directories of containers that went away unseen.
+// A Store (New) is the one handle on these records. Their lifecycle is
+// provision → read → release: the NRI plugin, the runtime wrapper and the
+// DRA driver Provision a directory (and get back the host files its edits
+// mount, see oci.Compute) and Release it when its container or claim goes;
+// status, metrics, the runtime wrapper's admission sync and the DRA
+// driver's capacity check read every directory through one Scan; Sweep
+// removes the directories of containers that went away unseen.
 //
 // Each region directory is writable from its container, so nothing below
 // run_dir is reached through a symbolic link (internal/safepath), files are
@@ -174,6 +175,20 @@ const ClaimIDPrefix = "claim-"
 // ClaimID is the directory name (the Info.ID) of the claim with this UID.
 func ClaimID(uid string) string { return ClaimIDPrefix + uid }
 
+// Store is the records under <run_dir>/containers, one directory each:
+// what the NRI plugin, the runtime wrapper and the DRA driver provision
+// there and what status, the metrics, the runtime wrapper's admission
+// sync and the DRA driver's capacity check read (Scan). It holds no open
+// file: each call opens run_dir again, without following a link below it,
+// so that one Store serves a daemon for its whole life while run_dir is
+// created, or emptied at a reboot (a tmpfs), meanwhile.
+type Store struct {
+	cfg *config.Config
+}
+
+// New returns the store of the records under cfg's run_dir.
+func New(cfg *config.Config) *Store { return &Store{cfg: cfg} }
+
 // Provision creates on the host what the edits of a vGPU container point at
 // and returns those files for oci.Compute: the preload file (if missing or
 // different), the container's directory with its limits file (written
@@ -183,7 +198,8 @@ func ClaimID(uid string) string { return ClaimIDPrefix + uid }
 // a missing bind-mount source would fail it later with a less clear
 // message. When Provision fails, it removes what it made of the container's
 // directory: a half-made directory is nobody's to account for.
-func Provision(cfg *config.Config, info *Info, lf *limits.LimitsFile) (oci.HostFiles, error) {
+func (s *Store) Provision(info *Info, lf *limits.LimitsFile) (oci.HostFiles, error) {
+	cfg := s.cfg
 	if err := ValidID(info.ID); err != nil {
 		return oci.HostFiles{}, err
 	}
@@ -312,19 +328,19 @@ func ensurePreloadFile(run *safepath.Dir) error {
 // mounted into running containers, and a new limits file would give the
 // containers created after it a ledger of their own (Contract 5). A
 // directory that does not exist is an error wrapping ErrNotFound.
-func UpdateInfo(cfg *config.Config, info *Info) error {
+func (s *Store) UpdateInfo(info *Info) error {
 	if err := ValidID(info.ID); err != nil {
 		return fmt.Errorf("container info: %w", err)
 	}
-	containers, err := openContainersDir(cfg)
+	c, err := openContainers(s.cfg)
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("container info: %w", &notFoundError{err})
 	}
 	if err != nil {
 		return fmt.Errorf("container info: %w", err)
 	}
-	defer containers.Close()
-	dir, err := containers.OpenDir(info.ID)
+	defer c.Close()
+	dir, err := c.d.OpenDir(info.ID)
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("container info: %w", &notFoundError{err})
 	}
@@ -347,11 +363,11 @@ func UpdateInfo(cfg *config.Config, info *Info) error {
 // claim use the claim's) mounts these. The limits file must be a regular
 // file and the region a directory, neither reached through a link; a
 // missing directory gives an error wrapping ErrNotFound.
-func Files(cfg *config.Config, id string) (oci.HostFiles, error) {
+func (s *Store) Files(id string) (oci.HostFiles, error) {
 	if err := ValidID(id); err != nil {
 		return oci.HostFiles{}, err
 	}
-	c, err := Open(cfg)
+	c, err := openContainers(s.cfg)
 	if errors.Is(err, fs.ErrNotExist) {
 		return oci.HostFiles{}, &notFoundError{err}
 	}
@@ -369,9 +385,9 @@ func Files(cfg *config.Config, id string) (oci.HostFiles, error) {
 		return oci.HostFiles{}, fmt.Errorf("usage region directory: %w", c.notFound(id, err))
 	}
 	region.Close()
-	dir := ContainerDir(cfg, id)
+	dir := ContainerDir(s.cfg, id)
 	return oci.HostFiles{
-		Preload: PreloadPath(cfg),
+		Preload: PreloadPath(s.cfg),
 		Limits:  filepath.Join(dir, LimitsFileName),
 		Region:  filepath.Join(dir, RegionDirName),
 	}, nil
@@ -380,57 +396,177 @@ func Files(cfg *config.Config, id string) (oci.HostFiles, error) {
 // Release deletes the host directory of a container; a missing directory
 // is not an error. A symbolic link at the container's place is removed
 // itself, and so is any link below it: no target is touched.
-func Release(cfg *config.Config, id string) error {
+func (s *Store) Release(id string) error {
 	if err := ValidID(id); err != nil {
 		return err
 	}
-	containers, err := openContainersDir(cfg)
+	c, err := openContainers(s.cfg)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("remove container directory: %w", err)
 	}
-	defer containers.Close()
-	if err := unmountRegionFS(containers, id); err != nil {
-		return fmt.Errorf("remove container directory: %w", err)
+	defer c.Close()
+	return c.release(id)
+}
+
+// Info reads container.json of container id. Neither the containers
+// directory, the container's directory nor the file is read through a
+// symbolic link. A container without a directory (or none at all under
+// run_dir) gives an error wrapping ErrNotFound.
+func (s *Store) Info(id string) (*Info, error) {
+	if err := ValidID(id); err != nil {
+		return nil, fmt.Errorf("container info: %w", err)
 	}
-	if err := containers.RemoveAll(id); err != nil {
-		return fmt.Errorf("remove container directory: %w", err)
+	c, err := openContainers(s.cfg)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("container info: %w", &notFoundError{err})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("container info: %w", err)
+	}
+	defer c.Close()
+	return c.info(id)
+}
+
+// Scan calls fn with each directory below <run_dir>/containers, in name
+// order, all read through the one containers directory it opens: none when
+// no container was ever provisioned. Symbolic links there are not
+// records. It stops at the first error fn returns and returns it as is;
+// other errors are about listing the directory.
+func (s *Store) Scan(fn func(*Record) error) error {
+	c, err := openContainers(s.cfg)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("list container directories: %w", err)
+	}
+	defer c.Close()
+	ids, err := c.ids()
+	if err != nil {
+		return fmt.Errorf("list container directories: %w", err)
+	}
+	for _, id := range ids {
+		if err := fn(&Record{ID: id, c: c}); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-// Containers is <run_dir>/containers opened for reading the container
-// directories without following a link below run_dir (each region
-// directory is writable from its container). Close it when done.
-type Containers struct {
-	d *safepath.Dir
-}
-
-// Open opens <run_dir>/containers, refusing a link there. A missing
-// directory (no container was ever provisioned) returns an error wrapping
-// fs.ErrNotExist.
-func Open(cfg *config.Config) (*Containers, error) {
-	d, err := openContainersDir(cfg)
+// Sweep deletes the directories for which keep returns false, and returns
+// the IDs it removed. A directory still being provisioned (no readable
+// container.json, modified less than ProvisionGrace ago) is never deleted,
+// whatever keep says.
+func (s *Store) Sweep(keep func(*Record) bool) ([]string, error) {
+	now := time.Now()
+	var removed []string
+	var errs []error
+	err := s.Scan(func(r *Record) error {
+		if keep(r) || r.beingProvisioned(now) {
+			return nil
+		}
+		if err := r.c.release(r.ID); err != nil {
+			errs = append(errs, err)
+			return nil
+		}
+		removed = append(removed, r.ID)
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	return &Containers{d: d}, nil
+	return removed, errors.Join(errs...)
 }
 
-// Close closes the directory.
-func (c *Containers) Close() error { return c.d.Close() }
+// Record is one directory that Scan met: its ID and, read on demand
+// through the directory Scan opened, its files. It is valid only while
+// Scan's fn runs.
+type Record struct {
+	ID string
 
-// Path returns the host path of name in the directory of container id, for
+	c        *containers
+	info     *Info
+	infoErr  error
+	infoRead bool
+}
+
+// Info reads the record's container.json (once: later calls return what
+// the first read). An error wrapping fs.ErrNotExist is a directory being
+// provisioned or released; one wrapping ErrNotFound too, one released
+// since Scan listed it.
+func (r *Record) Info() (*Info, error) {
+	if !r.infoRead {
+		r.info, r.infoErr = r.c.info(r.ID)
+		r.infoRead = true
+	}
+	return r.info, r.infoErr
+}
+
+// Limits reads and parses the record's limits file.
+func (r *Record) Limits() (*limits.LimitsFile, error) { return r.c.limits(r.ID) }
+
+// Usage reads the record's usage region without its lock (see
+// region.ReadUsage). A region that no process has created yet returns an
+// error wrapping fs.ErrNotExist; a link or anything but a regular file in
+// its place (the container can plant either) one wrapping region.ErrInvalid.
+func (r *Record) Usage() (*region.Usage, error) { return r.c.usage(r.ID) }
+
+// Path returns the host path of name in the record's directory, for
 // messages.
-func (c *Containers) Path(id string, name ...string) string {
-	return c.d.Join(filepath.Join(append([]string{id}, name...)...))
+func (r *Record) Path(name ...string) string {
+	return r.c.d.Join(filepath.Join(append([]string{r.ID}, name...)...))
 }
 
-// IDs returns the IDs of the container directories. Symbolic links there
-// are not container directories.
-func (c *Containers) IDs() ([]string, error) {
+// beingProvisioned reports whether the record's directory may be one that
+// Provision is still writing: it has no readable container.json and was
+// modified (an entry created in it) less than ProvisionGrace before now. A
+// directory that cannot be examined counts as being provisioned; the next
+// sweep looks again.
+func (r *Record) beingProvisioned(now time.Time) bool {
+	if _, err := r.Info(); err == nil {
+		return false
+	}
+	st, err := os.Lstat(r.Path())
+	if err != nil {
+		return !errors.Is(err, fs.ErrNotExist)
+	}
+	return now.Sub(st.ModTime()) < ProvisionGrace
+}
+
+// containers is <run_dir>/containers opened for reading the record
+// directories without following a link below run_dir (each region
+// directory is writable from its container).
+type containers struct {
+	d *safepath.Dir
+}
+
+// openContainers opens <run_dir>/containers, refusing a link there and at
+// run_dir's entries. A missing directory (no container was ever
+// provisioned) returns an error wrapping fs.ErrNotExist.
+func openContainers(cfg *config.Config) (*containers, error) {
+	run, err := safepath.OpenDir(cfg.Paths.RunDir)
+	if err != nil {
+		return nil, err
+	}
+	defer run.Close()
+	d, err := run.OpenDir(ContainersDirName)
+	if err != nil {
+		return nil, err
+	}
+	return &containers{d: d}, nil
+}
+
+func (c *containers) Close() error { return c.d.Close() }
+
+// path returns the host path of name in the directory of record id.
+func (c *containers) path(id, name string) string { return c.d.Join(filepath.Join(id, name)) }
+
+// ids returns the names of the record directories. Symbolic links there
+// are not record directories.
+func (c *containers) ids() ([]string, error) {
 	entries, err := c.d.ReadDir()
 	if err != nil {
 		return nil, err
@@ -444,37 +580,34 @@ func (c *Containers) IDs() ([]string, error) {
 	return ids, nil
 }
 
-// Info reads container.json of container id.
-func (c *Containers) Info(id string) (*Info, error) {
+// info reads container.json of record id.
+func (c *containers) info(id string) (*Info, error) {
 	data, err := c.readFile(id, InfoFileName, maxInfoSize)
 	if err != nil {
 		return nil, fmt.Errorf("container info: %w", err)
 	}
 	var info Info
 	if err := json.Unmarshal(data, &info); err != nil {
-		return nil, fmt.Errorf("container info %s: %w", c.Path(id, InfoFileName), err)
+		return nil, fmt.Errorf("container info %s: %w", c.path(id, InfoFileName), err)
 	}
 	return &info, nil
 }
 
-// Limits reads and parses the limits file of container id.
-func (c *Containers) Limits(id string) (*limits.LimitsFile, error) {
+// limits reads and parses the limits file of record id.
+func (c *containers) limits(id string) (*limits.LimitsFile, error) {
 	data, err := c.readFile(id, LimitsFileName, limits.MaxLimitsSize)
 	if err != nil {
 		return nil, fmt.Errorf("limits file: %w", err)
 	}
 	lf, err := limits.ParseLimits(data)
 	if err != nil {
-		return nil, fmt.Errorf("limits file %s: %w", c.Path(id, LimitsFileName), err)
+		return nil, fmt.Errorf("limits file %s: %w", c.path(id, LimitsFileName), err)
 	}
 	return lf, nil
 }
 
-// Usage reads the usage region of container id without its lock (see
-// region.ReadUsage). A region that no process has created yet returns an
-// error wrapping fs.ErrNotExist; a link or anything but a regular file in
-// its place (the container can plant either) one wrapping region.ErrInvalid.
-func (c *Containers) Usage(id string) (*region.Usage, error) {
+// usage reads the usage region of record id (see Record.Usage).
+func (c *containers) usage(id string) (*region.Usage, error) {
 	if err := ValidID(id); err != nil {
 		return nil, fmt.Errorf("reading usage region: %w", err)
 	}
@@ -489,9 +622,21 @@ func (c *Containers) Usage(id string) (*region.Usage, error) {
 	return region.ReadUsageFrom(f)
 }
 
-// readFile reads the regular file name in the directory of container id,
-// at most limit bytes.
-func (c *Containers) readFile(id, name string, limit int64) ([]byte, error) {
+// release unmounts the region filesystem of record id and removes its
+// directory.
+func (c *containers) release(id string) error {
+	if err := unmountRegionFS(c.d, id); err != nil {
+		return fmt.Errorf("remove container directory: %w", err)
+	}
+	if err := c.d.RemoveAll(id); err != nil {
+		return fmt.Errorf("remove container directory: %w", err)
+	}
+	return nil
+}
+
+// readFile reads the regular file name in the directory of record id, at
+// most limit bytes.
+func (c *containers) readFile(id, name string, limit int64) ([]byte, error) {
 	if err := ValidID(id); err != nil {
 		return nil, err
 	}
@@ -502,9 +647,9 @@ func (c *Containers) readFile(id, name string, limit int64) ([]byte, error) {
 	return data, nil
 }
 
-// notFound marks err, an error reaching a file of container id, as
-// ErrNotFound when the container has no directory at all.
-func (c *Containers) notFound(id string, err error) error {
+// notFound marks err, an error reaching a file of record id, as
+// ErrNotFound when the record has no directory at all.
+func (c *containers) notFound(id string, err error) error {
 	if !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
@@ -517,93 +662,4 @@ func (c *Containers) notFound(id string, err error) error {
 		return &notFoundError{err}
 	}
 	return err
-}
-
-// openContainersDir opens <run_dir>/containers, refusing a link there.
-func openContainersDir(cfg *config.Config) (*safepath.Dir, error) {
-	run, err := safepath.OpenDir(cfg.Paths.RunDir)
-	if err != nil {
-		return nil, err
-	}
-	defer run.Close()
-	return run.OpenDir(ContainersDirName)
-}
-
-// List returns the IDs of the container directories under run_dir; none
-// when no container was ever provisioned. Symbolic links there are not
-// container directories.
-func List(cfg *config.Config) ([]string, error) {
-	c, err := Open(cfg)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("list container directories: %w", err)
-	}
-	defer c.Close()
-	ids, err := c.IDs()
-	if err != nil {
-		return nil, fmt.Errorf("list container directories: %w", err)
-	}
-	return ids, nil
-}
-
-// ReadInfo reads container.json of container id. Neither the containers
-// directory, the container's directory nor the file is read through a
-// symbolic link. A container without a directory (or none at all under
-// run_dir) gives an error wrapping ErrNotFound.
-func ReadInfo(cfg *config.Config, id string) (*Info, error) {
-	if err := ValidID(id); err != nil {
-		return nil, fmt.Errorf("container info: %w", err)
-	}
-	c, err := Open(cfg)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("container info: %w", &notFoundError{err})
-	}
-	if err != nil {
-		return nil, fmt.Errorf("container info: %w", err)
-	}
-	defer c.Close()
-	return c.Info(id)
-}
-
-// Sweep deletes the directories of containers for which keep returns false,
-// and returns the IDs it removed. A directory still being provisioned (no
-// readable container.json, modified less than ProvisionGrace ago) is never
-// deleted, whatever keep says.
-func Sweep(cfg *config.Config, keep func(id string) bool) ([]string, error) {
-	ids, err := List(cfg)
-	if err != nil {
-		return nil, err
-	}
-	now := time.Now()
-	var removed []string
-	var errs []error
-	for _, id := range ids {
-		if keep(id) || beingProvisioned(cfg, id, now) {
-			continue
-		}
-		if err := Release(cfg, id); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		removed = append(removed, id)
-	}
-	return removed, errors.Join(errs...)
-}
-
-// beingProvisioned reports whether the directory of container id may be
-// one that Provision is still writing: it has no readable container.json
-// and was modified (an entry created in it) less than ProvisionGrace before
-// now. A directory that cannot be examined counts as being provisioned;
-// the next sweep looks again.
-func beingProvisioned(cfg *config.Config, id string, now time.Time) bool {
-	if _, err := ReadInfo(cfg, id); err == nil {
-		return false
-	}
-	st, err := os.Lstat(ContainerDir(cfg, id))
-	if err != nil {
-		return !errors.Is(err, fs.ErrNotExist)
-	}
-	return now.Sub(st.ModTime()) < ProvisionGrace
 }

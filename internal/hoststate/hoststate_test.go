@@ -48,7 +48,7 @@ func TestProvision(t *testing.T) {
 	info := &Info{ID: ctrID, Name: "train", Pod: "ml/job-0", PodUID: "uid-1", AllocationID: "00112233445566778899aabbccddeeff", GPUs: []limits.AllocatedGPU{gpu0}}
 	old := setUmask(0o077)
 	defer setUmask(old)
-	files, err := Provision(cfg, info, lf)
+	files, err := New(cfg).Provision(info, lf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestProvision(t *testing.T) {
 	if err != nil || string(preload) != "/usr/local/nri-vgpu/libvgpu-shim.so\n" {
 		t.Errorf("preload file = %q (%v), want the shim's path in the container", preload, err)
 	}
-	ri, err := ReadInfo(cfg, ctrID)
+	ri, err := New(cfg).Info(ctrID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,24 +101,24 @@ func TestProvision(t *testing.T) {
 	}
 
 	// A restart provisions again over the existing directory.
-	if _, err := Provision(cfg, info, lf); err != nil {
+	if _, err := New(cfg).Provision(info, lf); err != nil {
 		t.Fatalf("second Provision: %v", err)
 	}
 
 	// Sweep keeps what is asked for and removes the rest.
 	info2 := *info
 	info2.ID = "other"
-	if _, err := Provision(cfg, &info2, lf); err != nil {
+	if _, err := New(cfg).Provision(&info2, lf); err != nil {
 		t.Fatal(err)
 	}
-	removed, err := Sweep(cfg, func(id string) bool { return id == ctrID })
+	removed, err := New(cfg).Sweep(func(r *Record) bool { return r.ID == ctrID })
 	if err != nil || len(removed) != 1 || removed[0] != "other" {
 		t.Errorf("sweep removed %v (%v), want [other]", removed, err)
 	}
-	if err := Release(cfg, ctrID); err != nil {
+	if err := New(cfg).Release(ctrID); err != nil {
 		t.Fatal(err)
 	}
-	if ids, _ := List(cfg); len(ids) != 0 {
+	if ids, _ := scanIDs(cfg); len(ids) != 0 {
 		t.Errorf("container dirs left: %v", ids)
 	}
 }
@@ -142,7 +142,7 @@ func TestContainersDirClosed(t *testing.T) {
 			}
 			old := setUmask(0)
 			defer setUmask(old)
-			if _, err := Provision(cfg, &Info{ID: ctrID}, lf); err != nil {
+			if _, err := New(cfg).Provision(&Info{ID: ctrID}, lf); err != nil {
 				t.Fatal(err)
 			}
 			st, err := os.Stat(ContainersDir(cfg))
@@ -158,7 +158,7 @@ func TestContainersDirClosed(t *testing.T) {
 	if err := os.WriteFile(ContainersDir(cfg), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Provision(cfg, &Info{ID: ctrID}, lf); err == nil || !strings.Contains(err.Error(), "is not a directory") {
+	if _, err := New(cfg).Provision(&Info{ID: ctrID}, lf); err == nil || !strings.Contains(err.Error(), "is not a directory") {
 		t.Errorf("Provision over a file at containers/: %v, want an error saying it is not a directory", err)
 	}
 }
@@ -196,7 +196,7 @@ func TestSweepSparesDirsBeingProvisioned(t *testing.T) {
 			if err := os.Chtimes(dir, tt.mtime, tt.mtime); err != nil {
 				t.Fatal(err)
 			}
-			removed, err := Sweep(cfg, func(string) bool { return false })
+			removed, err := New(cfg).Sweep(func(*Record) bool { return false })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -213,11 +213,11 @@ func TestSweepSparesDirsBeingProvisioned(t *testing.T) {
 func TestProvisionErrors(t *testing.T) {
 	cfg := newConfig(t)
 	lf := limits.LimitsFromAllocation(&limits.Allocation{GPUs: []limits.AllocatedGPU{gpu0}}, "")
-	if _, err := Provision(cfg, &Info{ID: ".."}, lf); !errors.Is(err, ErrInvalidID) || err.Error() != `invalid container ID ".."` {
+	if _, err := New(cfg).Provision(&Info{ID: ".."}, lf); !errors.Is(err, ErrInvalidID) || err.Error() != `invalid container ID ".."` {
 		t.Errorf("Provision(..) = %v, want invalid container ID \"..\" wrapping ErrInvalidID", err)
 	}
 	cfg.Paths.ShimPath = filepath.Join(t.TempDir(), "missing.so")
-	if _, err := Provision(cfg, &Info{ID: ctrID}, lf); err == nil || !strings.Contains(err.Error(), "shim_path") {
+	if _, err := New(cfg).Provision(&Info{ID: ctrID}, lf); err == nil || !strings.Contains(err.Error(), "shim_path") {
 		t.Errorf("Provision without shim = %v, want an error naming shim_path", err)
 	}
 }
@@ -246,7 +246,7 @@ func TestProvisionRemovesWhatItMade(t *testing.T) {
 			cfg := newConfig(t)
 			dir := filepath.Join(cfg.Paths.RunDir, "containers", ctrID)
 			tc.setup(t, dir)
-			_, err := Provision(cfg, &Info{ID: ctrID}, tc.lf)
+			_, err := New(cfg).Provision(&Info{ID: ctrID}, tc.lf)
 			if err == nil || !strings.HasSuffix(err.Error(), dir+tc.want) {
 				t.Errorf("Provision = %v, want an error ending in %q", err, dir+tc.want)
 			}
@@ -262,25 +262,25 @@ func TestProvisionRemovesWhatItMade(t *testing.T) {
 // IDs that could leave the containers directory.
 func TestReaderErrors(t *testing.T) {
 	cfg := newConfig(t)
-	if _, err := ReadInfo(cfg, ctrID); !errors.Is(err, ErrNotFound) || !errors.Is(err, fs.ErrNotExist) {
+	if _, err := New(cfg).Info(ctrID); !errors.Is(err, ErrNotFound) || !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("ReadInfo before anything was provisioned = %v, want ErrNotFound and fs.ErrNotExist", err)
 	}
-	if _, err := Provision(cfg, &Info{ID: "other"}, limits.LimitsFromAllocation(&limits.Allocation{GPUs: []limits.AllocatedGPU{gpu0}}, "")); err != nil {
+	if _, err := New(cfg).Provision(&Info{ID: "other"}, limits.LimitsFromAllocation(&limits.Allocation{GPUs: []limits.AllocatedGPU{gpu0}}, "")); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.MkdirAll(ContainerDir(cfg, "half"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	c, err := Open(cfg)
+	c, err := openContainers(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	read := map[string]func(id string) error{
-		"ReadInfo": func(id string) error { _, err := ReadInfo(cfg, id); return err },
-		"Info":     func(id string) error { _, err := c.Info(id); return err },
-		"Limits":   func(id string) error { _, err := c.Limits(id); return err },
-		"Usage":    func(id string) error { _, err := c.Usage(id); return err },
+		"Store.Info": func(id string) error { _, err := New(cfg).Info(id); return err },
+		"info":       func(id string) error { _, err := c.info(id); return err },
+		"limits":     func(id string) error { _, err := c.limits(id); return err },
+		"usage":      func(id string) error { _, err := c.usage(id); return err },
 	}
 	for name, f := range read {
 		if err := f(ctrID); !errors.Is(err, ErrNotFound) || !errors.Is(err, fs.ErrNotExist) {
@@ -295,7 +295,7 @@ func TestReaderErrors(t *testing.T) {
 			}
 		}
 	}
-	if err := Release(cfg, "../run"); !errors.Is(err, ErrInvalidID) {
+	if err := New(cfg).Release("../run"); !errors.Is(err, ErrInvalidID) {
 		t.Errorf("Release(../run) = %v, want ErrInvalidID", err)
 	}
 	if _, err := os.Stat(cfg.Paths.RunDir); err != nil {
@@ -307,11 +307,11 @@ func TestReaderErrors(t *testing.T) {
 // on it; status and metrics say so), naming the file and the reason.
 func TestLimitsErrors(t *testing.T) {
 	cfg := newConfig(t)
-	if _, err := Provision(cfg, &Info{ID: ctrID}, limits.LimitsFromAllocation(&limits.Allocation{GPUs: []limits.AllocatedGPU{gpu0}}, "")); err != nil {
+	if _, err := New(cfg).Provision(&Info{ID: ctrID}, limits.LimitsFromAllocation(&limits.Allocation{GPUs: []limits.AllocatedGPU{gpu0}}, "")); err != nil {
 		t.Fatal(err)
 	}
 	path := filepath.Join(cfg.Paths.RunDir, "containers", ctrID, "limits")
-	c, err := Open(cfg)
+	c, err := openContainers(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +323,7 @@ func TestLimitsErrors(t *testing.T) {
 		if err := os.WriteFile(path, []byte(tc.content), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if lf, err := c.Limits(ctrID); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if lf, err := c.limits(ctrID); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: Limits = %+v, %v; want an error containing %q", tc.name, lf, err, tc.want)
 		}
 	}
@@ -336,7 +336,7 @@ func TestUsage(t *testing.T) {
 	cfg := newConfig(t)
 	lf := limits.LimitsFromAllocation(&limits.Allocation{GPUs: []limits.AllocatedGPU{gpu0}}, "")
 	for _, id := range []string{"good", "linked", "fifo"} {
-		if _, err := Provision(cfg, &Info{ID: id}, lf); err != nil {
+		if _, err := New(cfg).Provision(&Info{ID: id}, lf); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -352,12 +352,12 @@ func TestUsage(t *testing.T) {
 	if err := os.Symlink(ContainerDir(cfg, "good"), ContainerDir(cfg, "dir-link")); err != nil {
 		t.Fatal(err)
 	}
-	c, err := Open(cfg)
+	c, err := openContainers(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	u, err := c.Usage("good")
+	u, err := c.usage("good")
 	if err != nil || len(u.Devices) != 1 || u.Devices[0].UUID != uuid0 || u.Devices[0].Used != 1<<30 || len(u.Processes) != 1 || u.Processes[0].HostPID != 1007 {
 		t.Fatalf("Usage = %+v, %v; want the region written: one GPU with 1GiB used by host pid 1007", u, err)
 	}
@@ -366,7 +366,7 @@ func TestUsage(t *testing.T) {
 		want error
 	}{{"linked", ErrSymlink}, {"dir-link", ErrSymlink}, {"fifo", region.ErrInvalid}} {
 		done := make(chan error, 1)
-		go func() { _, err := c.Usage(tc.id); done <- err }()
+		go func() { _, err := c.usage(tc.id); done <- err }()
 		select {
 		case err := <-done:
 			if !errors.Is(err, region.ErrInvalid) || !errors.Is(err, tc.want) {
@@ -388,13 +388,13 @@ func TestClaimDirectory(t *testing.T) {
 	info := &Info{ID: id, Source: "dra", GPUs: []limits.AllocatedGPU{gpu0},
 		Claim: &ClaimInfo{Namespace: "ml", Name: "job-gpu", UID: "6f1c2a3b-0000-4000-8000-000000000001", PodUIDs: []string{"pod-1"}}}
 
-	if _, err := Files(cfg, id); !errors.Is(err, ErrNotFound) {
+	if _, err := New(cfg).Files(id); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Files before Provision: %v, want ErrNotFound", err)
 	}
-	if err := UpdateInfo(cfg, info); !errors.Is(err, ErrNotFound) {
+	if err := New(cfg).UpdateInfo(info); !errors.Is(err, ErrNotFound) {
 		t.Errorf("UpdateInfo before Provision: %v, want ErrNotFound", err)
 	}
-	provisioned, err := Provision(cfg, info, lf)
+	provisioned, err := New(cfg).Provision(info, lf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,10 +405,10 @@ func TestClaimDirectory(t *testing.T) {
 
 	update := *info
 	update.Claim = &ClaimInfo{Namespace: "ml", Name: "job-gpu", UID: info.Claim.UID, PodUIDs: []string{"pod-1", "pod-2"}}
-	if err := UpdateInfo(cfg, &update); err != nil {
+	if err := New(cfg).UpdateInfo(&update); err != nil {
 		t.Fatal(err)
 	}
-	got, err := ReadInfo(cfg, id)
+	got, err := New(cfg).Info(id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,7 +423,7 @@ func TestClaimDirectory(t *testing.T) {
 		t.Error("UpdateInfo replaced the limits file: containers created later would get a ledger of their own")
 	}
 
-	files, err := Files(cfg, id)
+	files, err := New(cfg).Files(id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -444,10 +444,20 @@ func TestClaimDirectory(t *testing.T) {
 	if err := os.Symlink(want.Limits+".real", want.Limits); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Files(cfg, id); !errors.Is(err, ErrSymlink) {
+	if _, err := New(cfg).Files(id); !errors.Is(err, ErrSymlink) {
 		t.Errorf("Files with a link as the limits file: %v, want ErrSymlink", err)
 	}
-	if err := Release(cfg, id); err != nil {
+	if err := New(cfg).Release(id); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// scanIDs returns the IDs of the records Scan meets.
+func scanIDs(cfg *config.Config) ([]string, error) {
+	var ids []string
+	err := New(cfg).Scan(func(r *Record) error {
+		ids = append(ids, r.ID)
+		return nil
+	})
+	return ids, err
 }

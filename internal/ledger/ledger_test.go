@@ -285,7 +285,7 @@ func TestSync(t *testing.T) {
 		t.Helper()
 		info := &hoststate.Info{ID: id, AllocationID: "00112233445566778899aabbccddeeff", GPUs: []limits.AllocatedGPU{g}, Source: source}
 		lf := &limits.LimitsFile{GPUs: []limits.GPULimit{{UUID: g.UUID, Memory: g.Memory, Cores: g.Cores}}}
-		if _, err := hoststate.Provision(cfg, info, lf); err != nil {
+		if _, err := hoststate.New(cfg).Provision(info, lf); err != nil {
 			t.Fatal(err)
 		}
 	}

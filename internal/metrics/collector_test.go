@@ -72,7 +72,7 @@ func testConfig(t testing.TB) *config.Config {
 func prepare(t testing.TB, cfg *config.Config, id, pod, name string, gpus ...limits.AllocatedGPU) {
 	t.Helper()
 	info := &hoststate.Info{ID: id, Name: name, Pod: pod, GPUs: gpus, Source: "nri"}
-	if _, err := hoststate.Provision(cfg, info, limits.LimitsFromAllocation(&limits.Allocation{GPUs: gpus}, "")); err != nil {
+	if _, err := hoststate.New(cfg).Provision(info, limits.LimitsFromAllocation(&limits.Allocation{GPUs: gpus}, "")); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -231,7 +231,7 @@ nri_vgpu_build_info{version="` + version.Version + `"} 1
 	}
 
 	// A removed container takes its launch history along.
-	if err := hoststate.Release(cfg, "c1"); err != nil {
+	if err := hoststate.New(cfg).Release("c1"); err != nil {
 		t.Fatal(err)
 	}
 	if n := testutil.CollectAndCount(c, "nri_vgpu_container_processes"); n != 1 {
@@ -472,7 +472,7 @@ func prepareClaim(t testing.TB, cfg *config.Config, ns, name, uid string, pods, 
 		GPUs: gpus, Source: hoststate.SourceDRA,
 		Claim: &hoststate.ClaimInfo{Namespace: ns, Name: name, UID: uid, PodUIDs: podUIDs},
 	}
-	if _, err := hoststate.Provision(cfg, info, limits.LimitsFromAllocation(&limits.Allocation{GPUs: gpus}, "")); err != nil {
+	if _, err := hoststate.New(cfg).Provision(info, limits.LimitsFromAllocation(&limits.Allocation{GPUs: gpus}, "")); err != nil {
 		t.Fatal(err)
 	}
 	return id

@@ -48,7 +48,7 @@ func (p *Plugin) claimContainer(pod *api.PodSandbox, ctr *api.Container, uid str
 		log.Warn("claim rejected", "claim", uid, "err", err)
 		return nil, fmt.Errorf("nri-vgpu: %w", err)
 	}
-	files, err := hoststate.Files(p.cfg, id)
+	files, err := p.state.Files(id)
 	if err != nil {
 		log.Error("cannot read the claim's host files", "claim", uid, "err", err)
 		return nil, fmt.Errorf("nri-vgpu: claim %s: %w", uid, err)
@@ -67,7 +67,7 @@ func (p *Plugin) claimContainer(pod *api.PodSandbox, ctr *api.Container, uid str
 // directory.
 func (p *Plugin) verifyClaim(pod, uid string, devices []string) (*limits.Allocation, string, error) {
 	id := hoststate.ClaimID(uid)
-	info, err := hoststate.ReadInfo(p.cfg, id)
+	info, err := p.state.Info(id)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, "", fmt.Errorf("%w: claim %s is not prepared on this node", limits.ErrClaimRejected, uid)
 	}

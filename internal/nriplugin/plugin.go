@@ -53,7 +53,8 @@ type Plugin struct {
 	log  *slog.Logger
 	hook string // oci.HostFiles.Hook
 
-	bindings *bindings.Store // allocation ID -> pod, for good
+	state    *hoststate.Store // the records under run_dir
+	bindings *bindings.Store  // allocation ID -> pod, for good
 
 	mu    sync.Mutex
 	known map[string]bool // GPU UUIDs of the node, refreshed on a miss
@@ -109,6 +110,7 @@ func New(opts Options) (*Plugin, error) {
 	return &Plugin{
 		hook:     hook,
 		cfg:      opts.Config,
+		state:    hoststate.New(opts.Config),
 		key:      opts.Key,
 		host:     opts.Host,
 		inv:      opts.Inventory,
@@ -240,7 +242,7 @@ func (p *Plugin) createContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		Source:       hoststate.SourceNRI,
 		Created:      time.Now().UTC(),
 	}
-	files, err := hoststate.Provision(p.cfg, info, limits.LimitsFromAllocation(a, p.cfg.Limits.LogLevel))
+	files, err := p.state.Provision(info, limits.LimitsFromAllocation(a, p.cfg.Limits.LogLevel))
 	if err != nil {
 		log.Error("cannot provision the container's host files", "err", err)
 		return nil, nil, fmt.Errorf("nri-vgpu: container %s: %w", ctr.GetId(), err)
@@ -249,7 +251,7 @@ func (p *Plugin) createContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	adj, err := p.apply(a, files, pod, ctr, log)
 	if err != nil {
 		log.Error("cannot give the container its vGPUs", "err", err)
-		if rmErr := hoststate.Release(p.cfg, ctr.GetId()); rmErr != nil {
+		if rmErr := p.state.Release(ctr.GetId()); rmErr != nil {
 			log.Warn("cannot remove the container's host files", "err", rmErr)
 		}
 		return nil, nil, fmt.Errorf("nri-vgpu: container %s: %w", ctr.GetId(), err)
@@ -352,7 +354,7 @@ func (p *Plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.
 	if hoststate.ValidID(ctr.GetId()) != nil {
 		return nil // never provisioned
 	}
-	if err := hoststate.Release(p.cfg, ctr.GetId()); err != nil {
+	if err := p.state.Release(ctr.GetId()); err != nil {
 		p.log.Error("cannot remove container directory", "container", ctr.GetId(), "err", err)
 		return fmt.Errorf("nri-vgpu: %w", err)
 	}
@@ -411,11 +413,11 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, containe
 		p.log.Error("cannot record the allocation bindings", "err", err)
 	}
 
-	removed, err := hoststate.Sweep(p.cfg, func(id string) bool {
-		if exists[id] {
+	removed, err := p.state.Sweep(func(r *hoststate.Record) bool {
+		if exists[r.ID] {
 			return true
 		}
-		info, err := hoststate.ReadInfo(p.cfg, id)
+		info, err := r.Info()
 		// Another writer's directory (the runtime wrapper) is not ours to sweep.
 		return err == nil && info.Source != "" && info.Source != hoststate.SourceNRI
 	})

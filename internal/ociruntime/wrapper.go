@@ -221,7 +221,7 @@ func (w *Wrapper) create(a *Args) (undo func(), err error) {
 		}
 		// Provisioned under the lock: a concurrent create's Sync must not
 		// see the reservation without its directory, nor the reverse.
-		f, err := hoststate.Provision(cfg, info, lf)
+		f, err := w.state().Provision(info, lf)
 		if err != nil {
 			return err
 		}
@@ -234,7 +234,7 @@ func (w *Wrapper) create(a *Args) (undo func(), err error) {
 		if !errors.As(err, &over) {
 			// A directory provisioned but not recorded (the ledger could
 			// not be written) is not accounted.
-			if rmErr := hoststate.Release(cfg, id); rmErr != nil {
+			if rmErr := w.state().Release(id); rmErr != nil {
 				w.Log.Warn("cannot remove the container directory", "container", id, "err", rmErr)
 			}
 		}
@@ -296,6 +296,9 @@ func (w *Wrapper) ledger() *ledger.Ledger {
 	return l
 }
 
+// state is the node's container records.
+func (w *Wrapper) state() *hoststate.Store { return hoststate.New(w.Config) }
+
 // sync reconciles the ledger with the host directories and logs what that
 // changed.
 func (w *Wrapper) sync(s *ledger.State) {
@@ -317,7 +320,7 @@ func (w *Wrapper) sync(s *ledger.State) {
 // release removes a container's host directory and ledger entry.
 func (w *Wrapper) release(id string) {
 	err := w.ledger().Update(func(s *ledger.State) error {
-		if err := hoststate.Release(w.Config, id); err != nil {
+		if err := w.state().Release(id); err != nil {
 			return err
 		}
 		s.Remove(id)
@@ -332,7 +335,7 @@ func (w *Wrapper) release(id string) {
 // wrapper provisioned. A directory without a readable container.json
 // counts: only the NRI plugin's own (Source "nri") are left to it.
 func (w *Wrapper) prepared(id string) bool {
-	info, err := hoststate.ReadInfo(w.Config, id)
+	info, err := w.state().Info(id)
 	switch {
 	case errors.Is(err, hoststate.ErrInvalidID), errors.Is(err, hoststate.ErrNotFound):
 		return false // not a vGPU container (or already released)

@@ -69,7 +69,7 @@ func TestCollectClaim(t *testing.T) {
 		t.Fatalf("prepare: %v %v", err, res[claim.UID].Err)
 	}
 
-	noUsage := func(*hoststate.Containers, string) (*region.Usage, error) {
+	noUsage := func(*hoststate.Record) (*region.Usage, error) {
 		return nil, fmt.Errorf("usage region: %w", fs.ErrNotExist)
 	}
 	r, err := Collect(cfg, devs, noUsage)

@@ -1,0 +1,38 @@
+package nriplugin
+
+import (
+	"testing"
+
+	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
+	"github.com/nri-vgpu/nri-vgpu/pkg/config"
+	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+)
+
+// recordIDs returns the IDs of the records under run_dir; none when it
+// cannot be listed.
+func recordIDs(cfg *config.Config) []string {
+	var ids []string
+	_ = hoststate.New(cfg).Scan(func(r *hoststate.Record) error {
+		ids = append(ids, r.ID)
+		return nil
+	})
+	return ids
+}
+
+// recordLimits reads the limits file of record id.
+func recordLimits(t *testing.T, cfg *config.Config, id string) *limits.LimitsFile {
+	t.Helper()
+	var lf *limits.LimitsFile
+	err := hoststate.New(cfg).Scan(func(r *hoststate.Record) error {
+		if r.ID != id {
+			return nil
+		}
+		var err error
+		lf, err = r.Limits()
+		return err
+	})
+	if err != nil || lf == nil {
+		t.Fatalf("limits of %s: %+v, %v", id, lf, err)
+	}
+	return lf
+}
