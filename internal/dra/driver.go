@@ -157,25 +157,23 @@ func (d *Driver) prepare(claim *resourceapi.ResourceClaim, gpus []served) ([]kub
 	}
 	info := &hoststate.Info{
 		ID:           id,
-		Name:         "claim " + claim.Name,
-		Pod:          claim.Namespace + "/" + strings.Join(podNames(claim), ","),
 		AllocationID: uid,
 		Source:       hoststate.SourceDRA,
 		Created:      time.Now().UTC(),
 		Claim: &hoststate.ClaimInfo{
-			Namespace: claim.Namespace, Name: claim.Name, UID: uid, PodUIDs: podUIDs(claim),
+			Namespace: claim.Namespace, Name: claim.Name, UID: uid,
+			PodUIDs: podUIDs(claim), PodNames: podNames(claim),
 		},
 	}
 	for _, s := range shares {
 		info.GPUs = append(info.GPUs, s.AllocatedGPU)
 	}
 
-	prev, err := d.state.Info(id)
+	prev, err := d.state.Claim(uid)
 	switch {
+	case errors.Is(err, hoststate.ErrNotClaim):
+		return nil, refuse(ReasonStateConflict, fmt.Errorf("claim %s/%s: %s holds something else than this claim", claim.Namespace, claim.Name, hoststate.ContainerDir(d.cfg, id)))
 	case err == nil:
-		if prev.Source != hoststate.SourceDRA || prev.Claim == nil || prev.Claim.UID != uid {
-			return nil, refuse(ReasonStateConflict, fmt.Errorf("claim %s/%s: %s holds something else than this claim", claim.Namespace, claim.Name, hoststate.ContainerDir(d.cfg, id)))
-		}
 		if !slices.Equal(prev.GPUs, info.GPUs) {
 			return nil, rejected(ReasonAllocationChanged, "claim %s/%s was prepared with %v and is now allocated %v", claim.Namespace, claim.Name, prev.GPUs, info.GPUs)
 		}
@@ -274,21 +272,18 @@ func (d *Driver) checkCapacity(info *hoststate.Info, gpus []served) error {
 // is an error naming it. Prepare and Unprepare are serialized, so no claim
 // directory is being written while this reads.
 func (d *Driver) preparedClaim(r *hoststate.Record) (*hoststate.Info, error) {
-	id, dir := r.ID, r.Path()
-	info, err := r.Info()
+	dir := r.Path()
+	info, err := r.Claim()
 	switch {
 	case errors.Is(err, hoststate.ErrNotFound):
 		return nil, nil
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("claim directory %s has no %s (half made or half removed): what it holds is unknown; "+
 			"unprepare its claim or remove the directory: %w", dir, hoststate.InfoFileName, err)
+	case errors.Is(err, hoststate.ErrNotClaim):
+		return nil, fmt.Errorf("%w: what it holds is unknown", err)
 	case err != nil:
 		return nil, fmt.Errorf("claim directory %s cannot be read: %w", dir, err)
-	}
-	uid := strings.TrimPrefix(id, hoststate.ClaimIDPrefix)
-	if info.Source != hoststate.SourceDRA || info.Claim == nil || info.Claim.UID != uid || info.ID != id {
-		return nil, fmt.Errorf("claim directory %s does not hold claim %s prepared by the DRA driver (source %q): what it holds is unknown",
-			dir, uid, info.Source)
 	}
 	return info, nil
 }
@@ -352,7 +347,7 @@ func (d *Driver) unprepare(uid string) error {
 	if err := d.cdi.RemoveSpec(specName(uid)); err != nil {
 		return fmt.Errorf("nri-vgpu: remove CDI spec: %w", err)
 	}
-	if info, err := d.state.Info(id); err == nil && info.Source != hoststate.SourceDRA {
+	if _, err := d.state.Claim(uid); errors.Is(err, hoststate.ErrNotClaim) {
 		return fmt.Errorf("nri-vgpu: %s is not a claim's directory; left alone", hoststate.ContainerDir(d.cfg, id))
 	}
 	if err := d.state.Release(id); err != nil {

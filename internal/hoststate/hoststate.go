@@ -85,6 +85,9 @@ var (
 	// ErrSymlink is wrapped by the errors about a symbolic link met below
 	// run_dir: links there are never followed.
 	ErrSymlink = safepath.ErrSymlink
+	// ErrNotClaim is wrapped by the errors about a claim's directory that
+	// holds something else than that claim, prepared by the DRA driver.
+	ErrNotClaim = errors.New("not the claim's record")
 )
 
 // notFoundError marks an error about a container without a directory; its
@@ -120,12 +123,15 @@ func ValidID(id string) error {
 	return nil
 }
 
-// Info is what container.json records about a vGPU container, so that
-// `nri-vgpu status` can name it and show its slices.
+// Info is what container.json records about a directory: a container's
+// (KindContainer) or a claim's (KindClaim), so that `nri-vgpu status` and
+// the metrics can name it and show its slices.
 type Info struct {
-	ID           string                `json:"id"`
+	ID string `json:"id"`
+	// Name, Pod ("namespace/name") and PodUID are a container's; a
+	// claim's record leaves them empty and names itself in Claim.
 	Name         string                `json:"name,omitempty"`
-	Pod          string                `json:"pod,omitempty"` // namespace/name
+	Pod          string                `json:"pod,omitempty"`
 	PodUID       string                `json:"podUID,omitempty"`
 	AllocationID string                `json:"allocationID"`
 	GPUs         []limits.AllocatedGPU `json:"gpus"`
@@ -148,6 +154,72 @@ type ClaimInfo struct {
 	// PodUIDs are the pods in the claim's status.reservedFor when it was
 	// last prepared: only their containers may use it.
 	PodUIDs []string `json:"podUIDs"`
+	// PodNames are the names of those pods, for status and the metrics.
+	PodNames []string `json:"podNames,omitempty"`
+}
+
+// Kind is what a record is the directory of.
+type Kind string
+
+const (
+	KindContainer Kind = "container"
+	KindClaim     Kind = "claim"
+)
+
+// Kind returns what the record is the directory of: a claim's record is
+// the one with a Claim.
+func (i *Info) Kind() Kind {
+	if i.Claim != nil {
+		return KindClaim
+	}
+	return KindContainer
+}
+
+// Names returns the name and the pod that status shows for the record: a
+// container's Name and Pod, or for a claim "claim <name>" and
+// "<namespace>/<pod>,<pod>...".
+func (i *Info) Names() (name, pod string) {
+	if c := i.Claim; c != nil {
+		return "claim " + c.Name, c.Namespace + "/" + strings.Join(c.PodNames, ",")
+	}
+	return i.Name, i.Pod
+}
+
+// infoJSON is Info as container.json holds it.
+type infoJSON Info
+
+// MarshalJSON writes a claim's record with its Names in the name and pod
+// fields too: the previous release reads a claim's name and pods there.
+func (i Info) MarshalJSON() ([]byte, error) {
+	j := infoJSON(i)
+	if i.Claim != nil {
+		j.Name, j.Pod = i.Names()
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads container.json. A claim's record written by the
+// previous release has no podNames: they are taken from its pod field
+// ("<namespace>/<pod>,<pod>..."). A claim's name and pod fields are not
+// kept: they are its Names.
+func (i *Info) UnmarshalJSON(data []byte) error {
+	var j infoJSON
+	if err := json.Unmarshal(data, &j); err != nil {
+		return err
+	}
+	if c := j.Claim; c != nil {
+		if c.PodNames == nil {
+			_, names, _ := strings.Cut(j.Pod, "/")
+			for name := range strings.SplitSeq(names, ",") {
+				if name != "" {
+					c.PodNames = append(c.PodNames, name)
+				}
+			}
+		}
+		j.Name, j.Pod = "", ""
+	}
+	*i = Info(j)
+	return nil
 }
 
 // Source is the component that provisioned a directory, as container.json
@@ -430,6 +502,25 @@ func (s *Store) Info(id string) (*Info, error) {
 	return c.info(id)
 }
 
+// Claim reads the record of the claim with this UID and checks that it is
+// that claim's, as the DRA driver provisions it: directory ClaimID(uid),
+// source SourceDRA, kind KindClaim, the same UID. A claim never prepared
+// (or unprepared) gives an error wrapping ErrNotFound, a directory without
+// a readable container.json (half made, half removed) one wrapping
+// fs.ErrNotExist alone, and a record that is not the claim's one wrapping
+// ErrNotClaim.
+func (s *Store) Claim(uid string) (*Info, error) {
+	id := ClaimID(uid)
+	info, err := s.Info(id)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkClaim(id, info, ContainerDir(s.cfg, id)); err != nil {
+		return nil, err
+	}
+	return info, nil
+}
+
 // Scan calls fn with each directory below <run_dir>/containers, in name
 // order, all read through the one containers directory it opens: none when
 // no container was ever provisioned. Symbolic links there are not
@@ -513,6 +604,41 @@ func (r *Record) Limits() (*limits.LimitsFile, error) { return r.c.limits(r.ID) 
 // error wrapping fs.ErrNotExist; a link or anything but a regular file in
 // its place (the container can plant either) one wrapping region.ErrInvalid.
 func (r *Record) Usage() (*region.Usage, error) { return r.c.usage(r.ID) }
+
+// Claim reads the record's container.json and checks that it is the
+// record of the claim whose UID its ID names, as Store.Claim does.
+func (r *Record) Claim() (*Info, error) {
+	info, err := r.Info()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkClaim(r.ID, info, r.Path()); err != nil {
+		return nil, err
+	}
+	return info, nil
+}
+
+// checkClaim checks that info, read from the directory id at path, is the
+// record of the claim whose UID id names, provisioned by the DRA driver.
+func checkClaim(id string, info *Info, path string) error {
+	uid, ok := strings.CutPrefix(id, ClaimIDPrefix)
+	if !ok || info.Kind() != KindClaim || info.Source != SourceDRA || info.Claim.UID != uid || info.ID != id {
+		return &notClaimError{path: path, uid: uid, source: info.Source}
+	}
+	return nil
+}
+
+// notClaimError is a claim's directory that holds something else.
+type notClaimError struct {
+	path, uid string
+	source    Source
+}
+
+func (e *notClaimError) Error() string {
+	return fmt.Sprintf("claim directory %s does not hold claim %s prepared by the DRA driver (source %q)", e.path, e.uid, e.source)
+}
+
+func (e *notClaimError) Unwrap() error { return ErrNotClaim }
 
 // Path returns the host path of name in the record's directory, for
 // messages.

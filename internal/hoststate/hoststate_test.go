@@ -1,6 +1,7 @@
 package hoststate
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -460,4 +461,160 @@ func scanIDs(cfg *config.Config) ([]string, error) {
 		return nil
 	})
 	return ids, err
+}
+
+const claimUID = "6f1c2a3b-0000-4000-8000-000000000001"
+
+// A claim's container.json written by the previous release names the
+// claim and its pods in the container fields (name "claim <name>", pod
+// "<namespace>/<pod>,<pod>") and has no podNames: it is read as a claim's
+// record all the same, its pods' names taken from the pod field.
+func TestClaimRecordOfThePreviousRelease(t *testing.T) {
+	cfg := newConfig(t)
+	s := New(cfg)
+	id := ClaimID(claimUID)
+	lf := &limits.LimitsFile{GPUs: []limits.GPULimit{{UUID: uuid0, Memory: 8 << 30, Cores: 50}}}
+	if _, err := s.Provision(&Info{ID: id, Source: SourceDRA, Claim: &ClaimInfo{UID: claimUID}}, lf); err != nil {
+		t.Fatal(err)
+	}
+	old := `{
+  "id": "` + id + `",
+  "name": "claim job-gpu",
+  "pod": "ml/job-0,job-1",
+  "allocationID": "` + claimUID + `",
+  "gpus": [{"uuid": "` + uuid0 + `", "minor": 0, "slices": 0, "memory": 8589934592, "cores": 50}],
+  "source": "dra",
+  "created": "2026-11-20T10:00:00Z",
+  "claim": {"namespace": "ml", "name": "job-gpu", "uid": "` + claimUID + `", "podUIDs": ["pod-1", "pod-2"]}
+}
+`
+	if err := os.WriteFile(filepath.Join(ContainerDir(cfg, id), InfoFileName), []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string, info *Info, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if info.Kind() != KindClaim || info.Claim.Namespace != "ml" || info.Claim.Name != "job-gpu" || info.Claim.UID != claimUID ||
+			strings.Join(info.Claim.PodUIDs, ",") != "pod-1,pod-2" || strings.Join(info.Claim.PodNames, ",") != "job-0,job-1" {
+			t.Errorf("%s = %+v, claim %+v; want claim ml/job-gpu of pods job-0 (pod-1) and job-1 (pod-2)", what, info, info.Claim)
+		}
+		if info.Name != "" || info.Pod != "" {
+			t.Errorf("%s: name %q, pod %q; a claim's record has no container fields", what, info.Name, info.Pod)
+		}
+		if name, pod := info.Names(); name != "claim job-gpu" || pod != "ml/job-0,job-1" {
+			t.Errorf("%s: Names() = %q, %q; want what the previous release showed", what, name, pod)
+		}
+	}
+	info, err := s.Info(id)
+	check("Info", info, err)
+	info, err = s.Claim(claimUID)
+	check("Claim", info, err)
+	if err := s.Scan(func(r *Record) error {
+		info, err := r.Claim()
+		check("Record.Claim", info, err)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A claim's record written now still holds the name and pod fields where
+// the previous release reads a claim's name and pods; a container's
+// record holds its own.
+func TestRecordReadableByThePreviousRelease(t *testing.T) {
+	cfg := newConfig(t)
+	s := New(cfg)
+	lf := &limits.LimitsFile{GPUs: []limits.GPULimit{{UUID: uuid0, Memory: 8 << 30, Cores: 50}}}
+	records := []*Info{
+		{ID: ClaimID(claimUID), Source: SourceDRA, Claim: &ClaimInfo{Namespace: "ml", Name: "job-gpu", UID: claimUID,
+			PodUIDs: []string{"pod-1", "pod-2"}, PodNames: []string{"job-0", "job-1"}}},
+		{ID: ctrID, Name: "train", Pod: "ml/job-0", PodUID: "pod-1", Source: SourceNRI},
+	}
+	want := map[string][2]string{ClaimID(claimUID): {"claim job-gpu", "ml/job-0,job-1"}, ctrID: {"train", "ml/job-0"}}
+	for _, info := range records {
+		if _, err := s.Provision(info, lf); err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(filepath.Join(ContainerDir(cfg, info.ID), InfoFileName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The fields the previous release reads.
+		var previous struct {
+			Name, Pod string
+			Source    string
+			Claim     *struct {
+				Namespace, Name, UID string
+				PodUIDs              []string
+			}
+		}
+		if err := json.Unmarshal(data, &previous); err != nil {
+			t.Fatal(err)
+		}
+		if w := want[info.ID]; previous.Name != w[0] || previous.Pod != w[1] || previous.Source != string(info.Source) {
+			t.Errorf("%s: container.json has name %q, pod %q, source %q; want %q, %q, %q", info.ID, previous.Name, previous.Pod, previous.Source, w[0], w[1], info.Source)
+		}
+		if info.Claim != nil && (previous.Claim == nil || previous.Claim.UID != claimUID || strings.Join(previous.Claim.PodUIDs, ",") != "pod-1,pod-2") {
+			t.Errorf("%s: container.json has claim %+v, want its UID and pod UIDs", info.ID, previous.Claim)
+		}
+	}
+}
+
+// Claim accepts only the record of that claim as the DRA driver provisions
+// it, and tells a claim never prepared from a directory without a readable
+// record and from one holding something else.
+func TestClaimCheck(t *testing.T) {
+	lf := &limits.LimitsFile{GPUs: []limits.GPULimit{{UUID: uuid0, Memory: 8 << 30, Cores: 50}}}
+	claim := func() *Info {
+		return &Info{ID: ClaimID(claimUID), Source: SourceDRA, Claim: &ClaimInfo{Namespace: "ml", Name: "job-gpu", UID: claimUID}}
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*Info)
+		want error // nil: accepted
+	}{
+		{"the claim's", func(*Info) {}, nil},
+		{"another component's", func(i *Info) { i.Source = SourceNRI }, ErrNotClaim},
+		{"no source", func(i *Info) { i.Source = "" }, ErrNotClaim},
+		{"a container's", func(i *Info) { i.Claim = nil }, ErrNotClaim},
+		{"another claim's", func(i *Info) { i.Claim.UID = "6f1c2a3b-0000-4000-8000-000000000002" }, ErrNotClaim},
+		{"another ID", func(i *Info) { i.ID = ClaimID("6f1c2a3b-0000-4000-8000-000000000002") }, ErrNotClaim},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := newConfig(t)
+			s := New(cfg)
+			if _, err := s.Provision(claim(), lf); err != nil {
+				t.Fatal(err)
+			}
+			info := claim()
+			tc.edit(info)
+			data, err := json.Marshal(info)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(ContainerDir(cfg, ClaimID(claimUID)), InfoFileName), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			got, err := s.Claim(claimUID)
+			if tc.want == nil && (err != nil || got.Claim.UID != claimUID) {
+				t.Errorf("Claim = %+v, %v; want the claim's record", got, err)
+			}
+			if tc.want != nil && !errors.Is(err, tc.want) {
+				t.Errorf("Claim = %+v, %v; want an error wrapping %v", got, err, tc.want)
+			}
+		})
+	}
+	cfg := newConfig(t)
+	s := New(cfg)
+	if _, err := s.Claim(claimUID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Claim of a claim never prepared = %v, want ErrNotFound", err)
+	}
+	if err := os.MkdirAll(ContainerDir(cfg, ClaimID(claimUID)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(claimUID); !errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrNotClaim) {
+		t.Errorf("Claim of a directory without container.json = %v, want fs.ErrNotExist alone", err)
+	}
 }

@@ -421,7 +421,7 @@ func (s *scrape) container(r *hoststate.Record, gpuOf func(uuid string) *gpuTota
 		utilKnown = true
 		s.ok(infoPath)
 		claim = info.Claim
-		if info.Claim != nil {
+		if info.Kind() == hoststate.KindClaim {
 			labels[1], labels[4] = info.Claim.Namespace, info.Claim.Name
 			out = s.claimPods(out, info)
 		} else {
@@ -516,14 +516,12 @@ func (s *scrape) container(r *hoststate.Record, gpuOf func(uuid string) *gpuTota
 }
 
 // claimPods appends to out one nri_vgpu_claim_pod_info per pod of the
-// claim record info. The DRA driver records the pods' names in Pod, as
-// "namespace/name1,name2" (ClaimInfo holds only their UIDs). A pod named
-// twice, or by two records of one claim name (a claim deleted and created
-// again while the old record is still prepared), is exported once: the
-// registry refuses a series collected twice.
+// claim record info. A pod named twice, or by two records of one claim
+// name (a claim deleted and created again while the old record is still
+// prepared), is exported once: the registry refuses a series collected
+// twice.
 func (s *scrape) claimPods(out []prometheus.Metric, info *hoststate.Info) []prometheus.Metric {
-	_, names := splitPod(info.Pod)
-	for _, pod := range strings.Split(names, ",") {
+	for _, pod := range info.Claim.PodNames {
 		if pod == "" {
 			continue
 		}

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -462,15 +463,14 @@ func TestLaunchTotals(t *testing.T) {
 }
 
 // prepareClaim creates a claim's host directory the way the DRA driver does
-// (internal/dra): ID claim-<uid>, name "claim <name>", the pods' names in
-// Pod, their UIDs in Claim.
+// (internal/dra): ID claim-<uid>, the claim and its pods' names and UIDs in
+// Claim.
 func prepareClaim(t testing.TB, cfg *config.Config, ns, name, uid string, pods, podUIDs []string, gpus ...limits.AllocatedGPU) string {
 	t.Helper()
 	id := hoststate.ClaimID(uid)
 	info := &hoststate.Info{
-		ID: id, Name: "claim " + name, Pod: ns + "/" + strings.Join(pods, ","), AllocationID: uid,
-		GPUs: gpus, Source: hoststate.SourceDRA,
-		Claim: &hoststate.ClaimInfo{Namespace: ns, Name: name, UID: uid, PodUIDs: podUIDs},
+		ID: id, AllocationID: uid, GPUs: gpus, Source: hoststate.SourceDRA,
+		Claim: &hoststate.ClaimInfo{Namespace: ns, Name: name, UID: uid, PodUIDs: podUIDs, PodNames: pods},
 	}
 	if _, err := hoststate.New(cfg).Provision(info, limits.LimitsFromAllocation(&limits.Allocation{GPUs: gpus}, "")); err != nil {
 		t.Fatal(err)
@@ -478,11 +478,39 @@ func prepareClaim(t testing.TB, cfg *config.Config, ns, name, uid string, pods, 
 	return id
 }
 
+// asPreviousRelease rewrites the container.json of claim record id as the
+// previous release wrote it: without the claim's podNames, the pods' names
+// only in the pod field ("namespace/name1,name2").
+func asPreviousRelease(t *testing.T, cfg *config.Config, id string) {
+	t.Helper()
+	path := filepath.Join(hoststate.ContainerDir(cfg, id), hoststate.InfoFileName)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var record map[string]any
+	if err := json.Unmarshal(data, &record); err != nil {
+		t.Fatal(err)
+	}
+	claim, ok := record["claim"].(map[string]any)
+	if !ok || claim["podNames"] == nil || record["pod"] == nil {
+		t.Fatalf("%s = %s, want a claim with podNames and a pod field", path, data)
+	}
+	delete(claim, "podNames")
+	if data, err = json.Marshal(record); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A DRA claim's record is labelled with the claim (pod and container
 // empty: its containers share it) and names its pods in
 // nri_vgpu_claim_pod_info; a claim deleted and created again under the same
 // name while the old record is still there gives each pod one series, not
-// two (the registry would refuse the second).
+// two (the registry would refuse the second). The second record is as the
+// previous release wrote it, its pods' names in the pod field only.
 func TestCollectClaim(t *testing.T) {
 	cfg := testConfig(t)
 	const (
@@ -493,6 +521,7 @@ func TestCollectClaim(t *testing.T) {
 		limits.AllocatedGPU{UUID: uuidA, Slices: 2, Memory: 8 << 30, Cores: 25})
 	id2 := prepareClaim(t, cfg, "ml", "shared", uid2, []string{"p2", "p3"}, []string{"uid-p2", "uid-p3"},
 		limits.AllocatedGPU{UUID: uuidB, Slices: 1, Memory: 4 << 30, Cores: 10})
+	asPreviousRelease(t, cfg, id2)
 	prepare(t, cfg, "c1", "ml/a", "train", limits.AllocatedGPU{UUID: uuidA, Slices: 1, Memory: 4 << 30, Cores: 10})
 	want := `
 # HELP nri_vgpu_container_sm_limit_ratio SM-time share of the container on the GPU, as a ratio of the GPU (1 = not throttled).

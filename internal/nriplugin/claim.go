@@ -67,15 +67,15 @@ func (p *Plugin) claimContainer(pod *api.PodSandbox, ctr *api.Container, uid str
 // directory.
 func (p *Plugin) verifyClaim(pod, uid string, devices []string) (*limits.Allocation, string, error) {
 	id := hoststate.ClaimID(uid)
-	info, err := p.state.Info(id)
+	info, err := p.state.Claim(uid)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, "", fmt.Errorf("%w: claim %s is not prepared on this node", limits.ErrClaimRejected, uid)
 	}
+	if errors.Is(err, hoststate.ErrNotClaim) {
+		return nil, "", fmt.Errorf("%w: %s is not the directory of claim %s", limits.ErrClaimRejected, hoststate.ContainerDir(p.cfg, id), uid)
+	}
 	if err != nil {
 		return nil, "", fmt.Errorf("claim %s: %w", uid, err)
-	}
-	if info.Source != hoststate.SourceDRA || info.Claim == nil || info.Claim.UID != uid {
-		return nil, "", fmt.Errorf("%w: %s is not the directory of claim %s", limits.ErrClaimRejected, hoststate.ContainerDir(p.cfg, id), uid)
 	}
 	if !slices.Contains(info.Claim.PodUIDs, pod) {
 		return nil, "", fmt.Errorf("%w: claim %s/%s is not reserved for pod %s", limits.ErrClaimRejected, info.Claim.Namespace, info.Claim.Name, pod)

@@ -3,6 +3,7 @@ package status
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
@@ -89,5 +90,35 @@ func TestCollectClaim(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "claim-11111111 ") || !strings.Contains(out.String(), "ml/job-0") {
 		t.Errorf("table does not show the claim and its pod:\n%s", out.String())
+	}
+
+	// The previous release wrote no podNames: the pods' names were only in
+	// the pod field ("ml/job-0"), which status reads then.
+	path := filepath.Join(hoststate.ContainerDir(cfg, "claim-"+uid), hoststate.InfoFileName)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var record map[string]any
+	if err := json.Unmarshal(data, &record); err != nil {
+		t.Fatal(err)
+	}
+	claimObj, ok := record["claim"].(map[string]any)
+	if !ok || claimObj["podNames"] == nil || record["name"] != "claim train" || record["pod"] != "ml/job-0" {
+		t.Fatalf("container.json = %s, want the claim's pod names and its name and pod fields", data)
+	}
+	delete(claimObj, "podNames")
+	if data, err = json.Marshal(record); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err = Collect(cfg, devs, noUsage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.GPUs) != 2 || len(r.GPUs[1].Containers) != 1 || r.GPUs[1].Containers[0] != c || c.Name != "claim train" {
+		t.Errorf("the previous release's claim record shown as %+v, want %+v named \"claim train\"", r.GPUs, c)
 	}
 }

@@ -135,7 +135,7 @@ func collectContainer(r *Report, held map[string][]Container, rec *hoststate.Rec
 	c := Container{ID: id}
 	slicesOf := map[string]int{}
 	if info, err := rec.Info(); err == nil {
-		c.Name, c.Pod = info.Name, info.Pod
+		c.Name, c.Pod = info.Names()
 		for _, g := range info.GPUs {
 			slicesOf[g.UUID] = g.Slices
 		}
