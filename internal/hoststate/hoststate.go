@@ -300,12 +300,17 @@ func (s *Store) Provision(info *Info, lf *limits.LimitsFile) (oci.HostFiles, err
 		}
 		return oci.HostFiles{}, err
 	}
-	dir := ContainerDir(cfg, info.ID)
+	return hostFiles(cfg, info.ID), nil
+}
+
+// hostFiles names the host files of record id that its edits mount.
+func hostFiles(cfg *config.Config, id string) oci.HostFiles {
+	dir := ContainerDir(cfg, id)
 	return oci.HostFiles{
 		Preload: PreloadPath(cfg),
 		Limits:  filepath.Join(dir, LimitsFileName),
 		Region:  filepath.Join(dir, RegionDirName),
-	}, nil
+	}
 }
 
 // provisionContainer fills the directory of one container below containers.
@@ -328,15 +333,8 @@ func provisionContainer(containers *safepath.Dir, info *Info, lf *limits.LimitsF
 	if err := provisionRegion(dir); err != nil {
 		return err
 	}
-	data, err = json.MarshalIndent(info, "", "  ")
-	if err != nil {
-		return fmt.Errorf("container info: %w", err)
-	}
 	// Written last: see ProvisionGrace.
-	if err := atomicfile.WriteIn(dir, InfoFileName, append(data, '\n'), 0o644); err != nil {
-		return fmt.Errorf("container info: %w", err)
-	}
-	return nil
+	return writeInfo(dir, info)
 }
 
 // provisionRegion creates the usage region directory below the container's
@@ -405,9 +403,6 @@ func (s *Store) UpdateInfo(info *Info) error {
 		return fmt.Errorf("container info: %w", err)
 	}
 	c, err := openContainers(s.cfg)
-	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("container info: %w", &notFoundError{err})
-	}
 	if err != nil {
 		return fmt.Errorf("container info: %w", err)
 	}
@@ -420,6 +415,11 @@ func (s *Store) UpdateInfo(info *Info) error {
 		return fmt.Errorf("container info: %w", err)
 	}
 	defer dir.Close()
+	return writeInfo(dir, info)
+}
+
+// writeInfo replaces container.json in the record directory dir.
+func writeInfo(dir *safepath.Dir, info *Info) error {
 	data, err := json.MarshalIndent(info, "", "  ")
 	if err != nil {
 		return fmt.Errorf("container info: %w", err)
@@ -440,9 +440,6 @@ func (s *Store) Files(id string) (oci.HostFiles, error) {
 		return oci.HostFiles{}, err
 	}
 	c, err := openContainers(s.cfg)
-	if errors.Is(err, fs.ErrNotExist) {
-		return oci.HostFiles{}, &notFoundError{err}
-	}
 	if err != nil {
 		return oci.HostFiles{}, err
 	}
@@ -457,12 +454,7 @@ func (s *Store) Files(id string) (oci.HostFiles, error) {
 		return oci.HostFiles{}, fmt.Errorf("usage region directory: %w", c.notFound(id, err))
 	}
 	region.Close()
-	dir := ContainerDir(s.cfg, id)
-	return oci.HostFiles{
-		Preload: PreloadPath(s.cfg),
-		Limits:  filepath.Join(dir, LimitsFileName),
-		Region:  filepath.Join(dir, RegionDirName),
-	}, nil
+	return hostFiles(s.cfg, id), nil
 }
 
 // Release deletes the host directory of a container; a missing directory
@@ -473,7 +465,7 @@ func (s *Store) Release(id string) error {
 		return err
 	}
 	c, err := openContainers(s.cfg)
-	if errors.Is(err, fs.ErrNotExist) {
+	if errors.Is(err, ErrNotFound) {
 		return nil
 	}
 	if err != nil {
@@ -492,9 +484,6 @@ func (s *Store) Info(id string) (*Info, error) {
 		return nil, fmt.Errorf("container info: %w", err)
 	}
 	c, err := openContainers(s.cfg)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("container info: %w", &notFoundError{err})
-	}
 	if err != nil {
 		return nil, fmt.Errorf("container info: %w", err)
 	}
@@ -528,7 +517,7 @@ func (s *Store) Claim(uid string) (*Info, error) {
 // other errors are about listing the directory.
 func (s *Store) Scan(fn func(*Record) error) error {
 	c, err := openContainers(s.cfg)
-	if errors.Is(err, fs.ErrNotExist) {
+	if errors.Is(err, ErrNotFound) {
 		return nil
 	}
 	if err != nil {
@@ -669,20 +658,22 @@ type containers struct {
 	d *safepath.Dir
 }
 
-// openContainers opens <run_dir>/containers, refusing a link there and at
-// run_dir's entries. A missing directory (no container was ever
-// provisioned) returns an error wrapping fs.ErrNotExist.
+// openContainers opens <run_dir>/containers, refusing a link there. A
+// missing directory (no container was ever provisioned) returns an error
+// wrapping ErrNotFound and fs.ErrNotExist.
 func openContainers(cfg *config.Config) (*containers, error) {
 	run, err := safepath.OpenDir(cfg.Paths.RunDir)
-	if err != nil {
-		return nil, err
+	if err == nil {
+		defer run.Close()
+		var d *safepath.Dir
+		if d, err = run.OpenDir(ContainersDirName); err == nil {
+			return &containers{d: d}, nil
+		}
 	}
-	defer run.Close()
-	d, err := run.OpenDir(ContainersDirName)
-	if err != nil {
-		return nil, err
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, &notFoundError{err}
 	}
-	return &containers{d: d}, nil
+	return nil, err
 }
 
 func (c *containers) Close() error { return c.d.Close() }
