@@ -121,16 +121,6 @@ func readLimits(t *testing.T, cfg *config.Config, uid string) *limits.LimitsFile
 	return lf
 }
 
-// recordIDs returns the IDs of the records under run_dir.
-func recordIDs(cfg *config.Config) []string {
-	var ids []string
-	_ = hoststate.New(cfg).Scan(func(r *hoststate.Record) error {
-		ids = append(ids, r.ID)
-		return nil
-	})
-	return ids
-}
-
 const (
 	uid1 = "11111111-1111-4111-8111-111111111111"
 	uid2 = "22222222-2222-4222-8222-222222222222"
@@ -281,8 +271,8 @@ func TestPrepareErrors(t *testing.T) {
 			if r.Err == nil || !errors.Is(r.Err, ErrRejected) || !strings.Contains(r.Err.Error(), tt.want) {
 				t.Fatalf("Prepare: %v, want a rejection with %q", r.Err, tt.want)
 			}
-			if ids := recordIDs(cfg); len(ids) != 0 {
-				t.Errorf("a rejected claim left host state: %v", ids)
+			if entries, _ := os.ReadDir(hoststate.ContainersDir(cfg)); len(entries) != 0 {
+				t.Errorf("a rejected claim left host state: %v", entries)
 			}
 			if entries, _ := os.ReadDir(cfg.DRA.CDIDir); len(entries) != 0 {
 				t.Errorf("a rejected claim left CDI specs: %v", entries)

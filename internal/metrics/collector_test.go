@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -478,33 +477,6 @@ func prepareClaim(t testing.TB, cfg *config.Config, ns, name, uid string, pods, 
 	return id
 }
 
-// asPreviousRelease rewrites the container.json of claim record id as the
-// previous release wrote it: without the claim's podNames, the pods' names
-// only in the pod field ("namespace/name1,name2").
-func asPreviousRelease(t *testing.T, cfg *config.Config, id string) {
-	t.Helper()
-	path := filepath.Join(hoststate.ContainerDir(cfg, id), hoststate.InfoFileName)
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var record map[string]any
-	if err := json.Unmarshal(data, &record); err != nil {
-		t.Fatal(err)
-	}
-	claim, ok := record["claim"].(map[string]any)
-	if !ok || claim["podNames"] == nil || record["pod"] == nil {
-		t.Fatalf("%s = %s, want a claim with podNames and a pod field", path, data)
-	}
-	delete(claim, "podNames")
-	if data, err = json.Marshal(record); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // A DRA claim's record is labelled with the claim (pod and container
 // empty: its containers share it) and names its pods in
 // nri_vgpu_claim_pod_info; a claim deleted and created again under the same
@@ -521,7 +493,7 @@ func TestCollectClaim(t *testing.T) {
 		limits.AllocatedGPU{UUID: uuidA, Slices: 2, Memory: 8 << 30, Cores: 25})
 	id2 := prepareClaim(t, cfg, "ml", "shared", uid2, []string{"p2", "p3"}, []string{"uid-p2", "uid-p3"},
 		limits.AllocatedGPU{UUID: uuidB, Slices: 1, Memory: 4 << 30, Cores: 10})
-	asPreviousRelease(t, cfg, id2)
+	hoststatetest.AsPreviousRelease(t, filepath.Join(hoststate.ContainerDir(cfg, id2), hoststate.InfoFileName))
 	prepare(t, cfg, "c1", "ml/a", "train", limits.AllocatedGPU{UUID: uuidA, Slices: 1, Memory: 4 << 30, Cores: 10})
 	want := `
 # HELP nri_vgpu_container_sm_limit_ratio SM-time share of the container on the GPU, as a ratio of the GPU (1 = not throttled).

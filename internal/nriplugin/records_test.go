@@ -1,6 +1,7 @@
 package nriplugin
 
 import (
+	"os"
 	"testing"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
@@ -22,17 +23,17 @@ func recordIDs(cfg *config.Config) []string {
 // recordLimits reads the limits file of record id.
 func recordLimits(t *testing.T, cfg *config.Config, id string) *limits.LimitsFile {
 	t.Helper()
-	var lf *limits.LimitsFile
-	err := hoststate.New(cfg).Scan(func(r *hoststate.Record) error {
-		if r.ID != id {
-			return nil
-		}
-		var err error
-		lf, err = r.Limits()
-		return err
-	})
-	if err != nil || lf == nil {
-		t.Fatalf("limits of %s: %+v, %v", id, lf, err)
+	files, err := hoststate.New(cfg).Files(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(files.Limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lf, err := limits.ParseLimits(data)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return lf
 }

@@ -3,7 +3,6 @@ package status
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
@@ -94,26 +93,7 @@ func TestCollectClaim(t *testing.T) {
 
 	// The previous release wrote no podNames: the pods' names were only in
 	// the pod field ("ml/job-0"), which status reads then.
-	path := filepath.Join(hoststate.ContainerDir(cfg, "claim-"+uid), hoststate.InfoFileName)
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var record map[string]any
-	if err := json.Unmarshal(data, &record); err != nil {
-		t.Fatal(err)
-	}
-	claimObj, ok := record["claim"].(map[string]any)
-	if !ok || claimObj["podNames"] == nil || record["name"] != "claim train" || record["pod"] != "ml/job-0" {
-		t.Fatalf("container.json = %s, want the claim's pod names and its name and pod fields", data)
-	}
-	delete(claimObj, "podNames")
-	if data, err = json.Marshal(record); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	hoststatetest.AsPreviousRelease(t, filepath.Join(hoststate.ContainerDir(cfg, "claim-"+uid), hoststate.InfoFileName))
 	r, err = Collect(cfg, devs, noUsage)
 	if err != nil {
 		t.Fatal(err)
