@@ -162,8 +162,12 @@ type ClaimInfo struct {
 type Kind string
 
 const (
+	// KindContainer is the directory of one container, provisioned by the
+	// NRI plugin or the runtime wrapper.
 	KindContainer Kind = "container"
-	KindClaim     Kind = "claim"
+	// KindClaim is the directory of a ResourceClaim, provisioned by the
+	// DRA driver and shared by the containers of the claim's pods.
+	KindClaim Kind = "claim"
 )
 
 // Kind returns what the record is the directory of: a claim's record is
