@@ -28,10 +28,6 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/pkg/quantity"
 )
 
-// Source is the hoststate.Info.Source of the claims the driver prepares;
-// the NRI plugin accepts claim markers only for directories of this source.
-const Source = hoststate.ClaimSource
-
 // CDIKind is the CDI vendor and class of the devices the driver returns.
 const CDIKind = "nri-vgpu.io/claim"
 
@@ -58,6 +54,8 @@ type Driver struct {
 	pool string
 	log  *slog.Logger
 	cdi  *cdiapi.Cache
+
+	state *hoststate.Store // the claims' records under run_dir
 
 	mu sync.Mutex // serializes Prepare and Unprepare: the capacity check reads what others wrote
 
@@ -88,7 +86,7 @@ func New(opts Options) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dra driver: CDI directory %s: %w", opts.Config.DRA.CDIDir, err)
 	}
-	d := &Driver{cfg: opts.Config, inv: opts.Inventory, pool: opts.NodeName, log: log, cdi: cache}
+	d := &Driver{cfg: opts.Config, state: hoststate.New(opts.Config), inv: opts.Inventory, pool: opts.NodeName, log: log, cdi: cache}
 	d.metrics = newCollector(d)
 	return d, nil
 }
@@ -162,30 +160,28 @@ func (d *Driver) prepare(claim *resourceapi.ResourceClaim, gpus []served) ([]kub
 	}
 	info := &hoststate.Info{
 		ID:           id,
-		Name:         "claim " + claim.Name,
-		Pod:          claim.Namespace + "/" + strings.Join(podNames(claim), ","),
 		AllocationID: uid,
-		Source:       Source,
+		Source:       hoststate.SourceDRA,
 		Created:      time.Now().UTC(),
 		Claim: &hoststate.ClaimInfo{
-			Namespace: claim.Namespace, Name: claim.Name, UID: uid, PodUIDs: podUIDs(claim),
+			Namespace: claim.Namespace, Name: claim.Name, UID: uid,
+			PodUIDs: podUIDs(claim), PodNames: podNames(claim),
 		},
 	}
 	for _, s := range shares {
 		info.GPUs = append(info.GPUs, s.GPU)
 	}
 
-	prev, err := hoststate.ReadInfo(d.cfg, id)
+	prev, err := d.state.Claim(uid)
 	switch {
+	case errors.Is(err, hoststate.ErrNotClaim):
+		return nil, refuse(ReasonStateConflict, fmt.Errorf("claim %s/%s: %s holds something else than this claim", claim.Namespace, claim.Name, hoststate.ContainerDir(d.cfg, id)))
 	case err == nil:
-		if prev.Source != Source || prev.Claim == nil || prev.Claim.UID != uid {
-			return nil, refuse(ReasonStateConflict, fmt.Errorf("claim %s/%s: %s holds something else than this claim", claim.Namespace, claim.Name, hoststate.ContainerDir(d.cfg, id)))
-		}
 		if !slices.Equal(prev.GPUs, info.GPUs) {
 			return nil, rejected(ReasonAllocationChanged, "claim %s/%s was prepared with %v and is now allocated %v", claim.Namespace, claim.Name, prev.GPUs, info.GPUs)
 		}
 		info.Created = prev.Created
-		if err := hoststate.UpdateInfo(d.cfg, info); err != nil {
+		if err := d.state.UpdateInfo(info); err != nil {
 			return nil, refuse(ReasonHostState, fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err))
 		}
 	case errors.Is(err, fs.ErrNotExist):
@@ -196,7 +192,7 @@ func (d *Driver) prepare(claim *resourceapi.ResourceClaim, gpus []served) ([]kub
 		for _, s := range shares {
 			lf.GPUs = append(lf.GPUs, limits.GPULimit{UUID: s.UUID, Memory: s.Memory, Cores: s.Cores})
 		}
-		if _, err := hoststate.Provision(d.cfg, info, lf); err != nil {
+		if _, err := d.state.Provision(info, lf); err != nil {
 			return nil, refuse(ReasonHostState, fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err))
 		}
 	default:
@@ -229,30 +225,33 @@ func (d *Driver) prepare(claim *resourceapi.ResourceClaim, gpus []served) ([]kub
 // fails closed: a claim directory it cannot account for refuses every
 // claim until it is released or removed, since what it holds is unknown.
 func (d *Driver) checkCapacity(info *hoststate.Info, gpus []served) error {
-	ids, err := hoststate.List(d.cfg)
-	if err != nil {
-		return refuse(ReasonHostState, fmt.Errorf("capacity check: %w", err))
-	}
 	type used struct {
 		memory uint64
 		cores  int
 	}
 	inUse := map[string]used{}
-	for _, other := range ids {
-		if !strings.HasPrefix(other, hoststate.ClaimIDPrefix) || other == info.ID {
-			continue
+	err := d.state.Scan(func(r *hoststate.Record) error {
+		if !strings.HasPrefix(r.ID, hoststate.ClaimIDPrefix) || r.ID == info.ID {
+			return nil
 		}
-		oi, err := d.preparedClaim(other)
+		oi, err := d.preparedClaim(r)
 		if err != nil {
 			return refuse(ReasonUnaccountedClaim, fmt.Errorf("capacity check: %w", err))
 		}
 		if oi == nil {
-			continue
+			return nil
 		}
 		for _, g := range oi.GPUs {
 			u := inUse[g.UUID]
 			inUse[g.UUID] = used{u.memory + g.Memory, u.cores + g.Cores}
 		}
+		return nil
+	})
+	if _, ok := errors.AsType[*refusal](err); ok {
+		return err
+	}
+	if err != nil {
+		return refuse(ReasonHostState, fmt.Errorf("capacity check: %w", err))
 	}
 	for _, g := range info.GPUs {
 		i := slices.IndexFunc(gpus, func(s served) bool { return s.UUID == g.UUID })
@@ -275,22 +274,19 @@ func (d *Driver) checkCapacity(info *hoststate.Info, gpus []served) error {
 // listed) holds nothing; one that is unreadable, half-made or not a claim's
 // is an error naming it. Prepare and Unprepare are serialized, so no claim
 // directory is being written while this reads.
-func (d *Driver) preparedClaim(id string) (*hoststate.Info, error) {
-	dir := hoststate.ContainerDir(d.cfg, id)
-	info, err := hoststate.ReadInfo(d.cfg, id)
+func (d *Driver) preparedClaim(r *hoststate.Record) (*hoststate.Info, error) {
+	dir := r.Path()
+	info, err := r.Claim()
 	switch {
 	case errors.Is(err, hoststate.ErrNotFound):
 		return nil, nil
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("claim directory %s has no %s (half made or half removed): what it holds is unknown; "+
 			"unprepare its claim or remove the directory: %w", dir, hoststate.InfoFileName, err)
+	case errors.Is(err, hoststate.ErrNotClaim):
+		return nil, fmt.Errorf("%w: what it holds is unknown", err)
 	case err != nil:
 		return nil, fmt.Errorf("claim directory %s cannot be read: %w", dir, err)
-	}
-	uid := strings.TrimPrefix(id, hoststate.ClaimIDPrefix)
-	if info.Source != Source || info.Claim == nil || info.Claim.UID != uid || info.ID != id {
-		return nil, fmt.Errorf("claim directory %s does not hold claim %s prepared by the DRA driver (source %q): what it holds is unknown",
-			dir, uid, info.Source)
 	}
 	return info, nil
 }
@@ -354,10 +350,10 @@ func (d *Driver) unprepare(uid string) error {
 	if err := d.cdi.RemoveSpec(specName(uid)); err != nil {
 		return fmt.Errorf("nri-vgpu: remove CDI spec: %w", err)
 	}
-	if info, err := hoststate.ReadInfo(d.cfg, id); err == nil && info.Source != Source {
+	if _, err := d.state.Claim(uid); errors.Is(err, hoststate.ErrNotClaim) {
 		return fmt.Errorf("nri-vgpu: %s is not a claim's directory; left alone", hoststate.ContainerDir(d.cfg, id))
 	}
-	if err := hoststate.Release(d.cfg, id); err != nil {
+	if err := d.state.Release(id); err != nil {
 		return fmt.Errorf("nri-vgpu: %w", err)
 	}
 	return nil

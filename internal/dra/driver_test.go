@@ -106,14 +106,17 @@ func prepareOne(t *testing.T, d *Driver, c *resourceapi.ResourceClaim) kubeletpl
 
 func readLimits(t *testing.T, cfg *config.Config, uid string) *limits.LimitsFile {
 	t.Helper()
-	c, err := hoststate.Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	lf, err := c.Limits(hoststate.ClaimID(uid))
-	if err != nil {
-		t.Fatal(err)
+	var lf *limits.LimitsFile
+	err := hoststate.New(cfg).Scan(func(r *hoststate.Record) error {
+		if r.ID != hoststate.ClaimID(uid) {
+			return nil
+		}
+		var err error
+		lf, err = r.Limits()
+		return err
+	})
+	if err != nil || lf == nil {
+		t.Fatalf("limits of claim %s: %+v, %v", uid, lf, err)
 	}
 	return lf
 }
@@ -183,7 +186,7 @@ func TestPrepare(t *testing.T) {
 			if lf.CoresPolicy != "hard" || lf.LogLevel != "warn" {
 				t.Errorf("limits file policy %q level %q, want the config's hard and warn", lf.CoresPolicy, lf.LogLevel)
 			}
-			info, err := hoststate.ReadInfo(cfg, hoststate.ClaimID(uid1))
+			info, err := hoststate.New(cfg).Info(hoststate.ClaimID(uid1))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -268,8 +271,8 @@ func TestPrepareErrors(t *testing.T) {
 			if r.Err == nil || !errors.Is(r.Err, ErrRejected) || !strings.Contains(r.Err.Error(), tt.want) {
 				t.Fatalf("Prepare: %v, want a rejection with %q", r.Err, tt.want)
 			}
-			if ids, _ := hoststate.List(cfg); len(ids) != 0 {
-				t.Errorf("a rejected claim left host state: %v", ids)
+			if entries, _ := os.ReadDir(hoststate.ContainersDir(cfg)); len(entries) != 0 {
+				t.Errorf("a rejected claim left host state: %v", entries)
 			}
 			if entries, _ := os.ReadDir(cfg.DRA.CDIDir); len(entries) != 0 {
 				t.Errorf("a rejected claim left CDI specs: %v", entries)
@@ -309,7 +312,7 @@ func TestPrepareAgain(t *testing.T) {
 	if after.Ino != before.Ino {
 		t.Error("preparing again replaced the limits file that running containers mount")
 	}
-	info, err := hoststate.ReadInfo(cfg, hoststate.ClaimID(uid1))
+	info, err := hoststate.New(cfg).Info(hoststate.ClaimID(uid1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,14 +386,14 @@ func TestUnprepare(t *testing.T) {
 			t.Fatalf("Unprepare = %v, want no error for both claims", res)
 		}
 	}
-	if _, err := hoststate.ReadInfo(cfg, hoststate.ClaimID(uid1)); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := hoststate.New(cfg).Info(hoststate.ClaimID(uid1)); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("claim directory after Unprepare: %v, want it gone", err)
 	}
 	if _, err := os.Stat(filepath.Join(cfg.DRA.CDIDir, specName(uid1))); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("CDI spec after Unprepare: %v, want it gone", err)
 	}
 	// The other claim is untouched.
-	if _, err := hoststate.ReadInfo(cfg, hoststate.ClaimID(uid2)); err != nil {
+	if _, err := hoststate.New(cfg).Info(hoststate.ClaimID(uid2)); err != nil {
 		t.Errorf("the other claim's directory: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(cfg.DRA.CDIDir, specName(uid2))); err != nil {
@@ -407,7 +410,7 @@ func TestPrepareCapacityFailsClosed(t *testing.T) {
 	}
 	rewrite := func(t *testing.T, cfg *config.Config, edit func(*hoststate.Info)) {
 		t.Helper()
-		info, err := hoststate.ReadInfo(cfg, hoststate.ClaimID(uid1))
+		info, err := hoststate.New(cfg).Info(hoststate.ClaimID(uid1))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -481,14 +484,14 @@ func TestPrepareCapacityFailsClosed(t *testing.T) {
 			if r.Err == nil || !strings.Contains(r.Err.Error(), dir) || !strings.Contains(r.Err.Error(), tt.want) {
 				t.Fatalf("Prepare beside a spoiled claim directory: %v, want an error naming %s with %q", r.Err, dir, tt.want)
 			}
-			if _, err := hoststate.ReadInfo(cfg, hoststate.ClaimID(uid2)); !errors.Is(err, fs.ErrNotExist) {
+			if _, err := hoststate.New(cfg).Info(hoststate.ClaimID(uid2)); !errors.Is(err, fs.ErrNotExist) {
 				t.Errorf("the refused claim has a directory: %v", err)
 			}
 			if _, err := os.Stat(filepath.Join(cfg.DRA.CDIDir, specName(uid2))); !errors.Is(err, fs.ErrNotExist) {
 				t.Errorf("the refused claim has a CDI spec: %v", err)
 			}
 
-			if err := hoststate.Release(cfg, hoststate.ClaimID(uid1)); err != nil {
+			if err := hoststate.New(cfg).Release(hoststate.ClaimID(uid1)); err != nil {
 				t.Fatal(err)
 			}
 			if r := prepareOne(t, d, second); r.Err != nil {

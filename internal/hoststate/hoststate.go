@@ -3,12 +3,13 @@
 // directory per container, <run_dir>/containers/<id>, holding the
 // container's limits file, its usage region directory and container.json.
 //
-// Its lifecycle is provision → read → release: the NRI plugin and the
-// runtime wrapper Provision a container's directory (and get back the host
-// files its edits mount, see oci.Compute) and Release it when the container
-// goes; status, metrics and the runtime wrapper's ledger read the
-// directories through Open, List and ReadInfo; Sweep removes the
-// directories of containers that went away unseen.
+// A Store (New) is the one handle on these records. Their lifecycle is
+// provision → read → release: the NRI plugin, the runtime wrapper and the
+// DRA driver Provision a directory (and get back the host files its edits
+// mount, see oci.Compute) and Release it when its container or claim goes;
+// status, metrics, the runtime wrapper's admission sync and the DRA
+// driver's capacity check read every directory through one Scan; Sweep
+// removes the directories of containers that went away unseen.
 //
 // Each region directory is writable from its container, so nothing below
 // run_dir is reached through a symbolic link (internal/safepath), files are
@@ -85,6 +86,9 @@ var (
 	// ErrSymlink is wrapped by the errors about a symbolic link met below
 	// run_dir: links there are never followed.
 	ErrSymlink = safepath.ErrSymlink
+	// ErrNotClaim is wrapped by the errors about a claim's directory that
+	// holds something else than that claim, prepared by the DRA driver.
+	ErrNotClaim = errors.New("not the claim's record")
 )
 
 // notFoundError marks an error about a container without a directory; its
@@ -120,18 +124,21 @@ func ValidID(id string) error {
 	return nil
 }
 
-// Info is what container.json records about a vGPU container, so that
-// `nri-vgpu status` can name it and show its slices.
+// Info is what container.json records about a directory: a container's
+// (KindContainer) or a claim's (KindClaim), so that `nri-vgpu status` and
+// the metrics can name it and show its slices.
 type Info struct {
-	ID           string           `json:"id"`
+	ID string `json:"id"`
+	// Name, Pod ("namespace/name") and PodUID are a container's; a
+	// claim's record leaves them empty and names itself in Claim.
 	Name         string           `json:"name,omitempty"`
-	Pod          string           `json:"pod,omitempty"` // namespace/name
+	Pod          string           `json:"pod,omitempty"`
 	PodUID       string           `json:"podUID,omitempty"`
 	AllocationID string           `json:"allocationID"`
 	GPUs         []allocation.GPU `json:"gpus"`
-	// Source names the component that provisioned the directory ("nri"
-	// for the NRI plugin), so that each sweeps only its own.
-	Source  string    `json:"source"`
+	// Source names the component that provisioned the directory, so that
+	// each sweeps only its own.
+	Source  Source    `json:"source"`
 	Created time.Time `json:"created"`
 	// Claim is set on the directory of a ResourceClaim (Contract 8),
 	// whose ID is ClaimID(Claim.UID): the containers of the claim's pods
@@ -148,12 +155,95 @@ type ClaimInfo struct {
 	// PodUIDs are the pods in the claim's status.reservedFor when it was
 	// last prepared: only their containers may use it.
 	PodUIDs []string `json:"podUIDs"`
+	// PodNames are the names of those pods, for status and the metrics.
+	PodNames []string `json:"podNames,omitempty"`
 }
 
-// ClaimSource is the Info.Source of a claim's directory: the DRA driver
-// provisions it, and the NRI plugin honours claim markers only for such
-// directories.
-const ClaimSource = "dra"
+// Kind is what a record is the directory of.
+type Kind string
+
+const (
+	// KindContainer is the directory of one container, provisioned by the
+	// NRI plugin or the runtime wrapper.
+	KindContainer Kind = "container"
+	// KindClaim is the directory of a ResourceClaim, provisioned by the
+	// DRA driver and shared by the containers of the claim's pods.
+	KindClaim Kind = "claim"
+)
+
+// Kind returns what the record is the directory of: a claim's record is
+// the one with a Claim.
+func (i *Info) Kind() Kind {
+	if i.Claim != nil {
+		return KindClaim
+	}
+	return KindContainer
+}
+
+// Names returns the name and the pod that status shows for the record: a
+// container's Name and Pod, or for a claim "claim <name>" and
+// "<namespace>/<pod>,<pod>...".
+func (i *Info) Names() (name, pod string) {
+	if c := i.Claim; c != nil {
+		return "claim " + c.Name, c.Namespace + "/" + strings.Join(c.PodNames, ",")
+	}
+	return i.Name, i.Pod
+}
+
+// infoJSON is Info as container.json holds it.
+type infoJSON Info
+
+// MarshalJSON writes a claim's record with its Names in the name and pod
+// fields too: the previous release reads a claim's name and pods there.
+func (i Info) MarshalJSON() ([]byte, error) {
+	j := infoJSON(i)
+	if i.Claim != nil {
+		j.Name, j.Pod = i.Names()
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads container.json. A claim's record written by the
+// previous release has no podNames: they are taken from its pod field
+// ("<namespace>/<pod>,<pod>..."). A claim's name and pod fields are not
+// kept: they are its Names.
+func (i *Info) UnmarshalJSON(data []byte) error {
+	var j infoJSON
+	if err := json.Unmarshal(data, &j); err != nil {
+		return err
+	}
+	if c := j.Claim; c != nil {
+		if c.PodNames == nil {
+			_, names, _ := strings.Cut(j.Pod, "/")
+			for name := range strings.SplitSeq(names, ",") {
+				if name != "" {
+					c.PodNames = append(c.PodNames, name)
+				}
+			}
+		}
+		j.Name, j.Pod = "", ""
+	}
+	*i = Info(j)
+	return nil
+}
+
+// Source is the component that provisioned a directory, as container.json
+// records it.
+type Source string
+
+const (
+	// SourceNRI is the NRI plugin (containerd): Synchronize sweeps only
+	// directories of this source, so that the runtime wrapper's containers
+	// sharing run_dir are left alone.
+	SourceNRI Source = "nri"
+	// SourceRuntime is the OCI runtime wrapper (Docker); the NRI plugin
+	// leaves its directories alone.
+	SourceRuntime Source = "nri-vgpu-runtime"
+	// SourceDRA is the DRA driver, which provisions the directories of
+	// claims; the NRI plugin honours claim markers only for such
+	// directories.
+	SourceDRA Source = "dra"
+)
 
 // ClaimIDPrefix starts the directory name of a claim. Container IDs are
 // hex, so a claim's directory never takes a container's name.
@@ -161,6 +251,20 @@ const ClaimIDPrefix = "claim-"
 
 // ClaimID is the directory name (the Info.ID) of the claim with this UID.
 func ClaimID(uid string) string { return ClaimIDPrefix + uid }
+
+// Store is the records under <run_dir>/containers, one directory each:
+// what the NRI plugin, the runtime wrapper and the DRA driver provision
+// there and what status, the metrics, the runtime wrapper's admission
+// sync and the DRA driver's capacity check read (Scan). It holds no open
+// file: each call opens run_dir again, without following a link below it,
+// so that one Store serves a daemon for its whole life while run_dir is
+// created, or emptied at a reboot (a tmpfs), meanwhile.
+type Store struct {
+	cfg *config.Config
+}
+
+// New returns the store of the records under cfg's run_dir.
+func New(cfg *config.Config) *Store { return &Store{cfg: cfg} }
 
 // Provision creates on the host what the edits of a vGPU container point at
 // and returns those files for oci.Compute: the preload file (if missing or
@@ -171,7 +275,8 @@ func ClaimID(uid string) string { return ClaimIDPrefix + uid }
 // a missing bind-mount source would fail it later with a less clear
 // message. When Provision fails, it removes what it made of the container's
 // directory: a half-made directory is nobody's to account for.
-func Provision(cfg *config.Config, info *Info, lf *limits.LimitsFile) (oci.HostFiles, error) {
+func (s *Store) Provision(info *Info, lf *limits.LimitsFile) (oci.HostFiles, error) {
+	cfg := s.cfg
 	if err := ValidID(info.ID); err != nil {
 		return oci.HostFiles{}, err
 	}
@@ -200,12 +305,17 @@ func Provision(cfg *config.Config, info *Info, lf *limits.LimitsFile) (oci.HostF
 		}
 		return oci.HostFiles{}, err
 	}
-	dir := ContainerDir(cfg, info.ID)
+	return hostFiles(cfg, info.ID), nil
+}
+
+// hostFiles names the host files of record id that its edits mount.
+func hostFiles(cfg *config.Config, id string) oci.HostFiles {
+	dir := ContainerDir(cfg, id)
 	return oci.HostFiles{
 		Preload: PreloadPath(cfg),
 		Limits:  filepath.Join(dir, LimitsFileName),
 		Region:  filepath.Join(dir, RegionDirName),
-	}, nil
+	}
 }
 
 // provisionContainer fills the directory of one container below containers.
@@ -228,15 +338,8 @@ func provisionContainer(containers *safepath.Dir, info *Info, lf *limits.LimitsF
 	if err := provisionRegion(dir); err != nil {
 		return err
 	}
-	data, err = json.MarshalIndent(info, "", "  ")
-	if err != nil {
-		return fmt.Errorf("container info: %w", err)
-	}
 	// Written last: see ProvisionGrace.
-	if err := atomicfile.WriteIn(dir, InfoFileName, append(data, '\n'), 0o644); err != nil {
-		return fmt.Errorf("container info: %w", err)
-	}
-	return nil
+	return writeInfo(dir, info)
 }
 
 // provisionRegion creates the usage region directory below the container's
@@ -300,19 +403,16 @@ func ensurePreloadFile(run *safepath.Dir) error {
 // mounted into running containers, and a new limits file would give the
 // containers created after it a ledger of their own (Contract 5). A
 // directory that does not exist is an error wrapping ErrNotFound.
-func UpdateInfo(cfg *config.Config, info *Info) error {
+func (s *Store) UpdateInfo(info *Info) error {
 	if err := ValidID(info.ID); err != nil {
 		return fmt.Errorf("container info: %w", err)
 	}
-	containers, err := openContainersDir(cfg)
-	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("container info: %w", &notFoundError{err})
-	}
+	c, err := openContainers(s.cfg)
 	if err != nil {
 		return fmt.Errorf("container info: %w", err)
 	}
-	defer containers.Close()
-	dir, err := containers.OpenDir(info.ID)
+	defer c.Close()
+	dir, err := c.d.OpenDir(info.ID)
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("container info: %w", &notFoundError{err})
 	}
@@ -320,6 +420,11 @@ func UpdateInfo(cfg *config.Config, info *Info) error {
 		return fmt.Errorf("container info: %w", err)
 	}
 	defer dir.Close()
+	return writeInfo(dir, info)
+}
+
+// writeInfo replaces container.json in the record directory dir.
+func writeInfo(dir *safepath.Dir, info *Info) error {
 	data, err := json.MarshalIndent(info, "", "  ")
 	if err != nil {
 		return fmt.Errorf("container info: %w", err)
@@ -335,14 +440,11 @@ func UpdateInfo(cfg *config.Config, info *Info) error {
 // claim use the claim's) mounts these. The limits file must be a regular
 // file and the region a directory, neither reached through a link; a
 // missing directory gives an error wrapping ErrNotFound.
-func Files(cfg *config.Config, id string) (oci.HostFiles, error) {
+func (s *Store) Files(id string) (oci.HostFiles, error) {
 	if err := ValidID(id); err != nil {
 		return oci.HostFiles{}, err
 	}
-	c, err := Open(cfg)
-	if errors.Is(err, fs.ErrNotExist) {
-		return oci.HostFiles{}, &notFoundError{err}
-	}
+	c, err := openContainers(s.cfg)
 	if err != nil {
 		return oci.HostFiles{}, err
 	}
@@ -357,68 +459,236 @@ func Files(cfg *config.Config, id string) (oci.HostFiles, error) {
 		return oci.HostFiles{}, fmt.Errorf("usage region directory: %w", c.notFound(id, err))
 	}
 	region.Close()
-	dir := ContainerDir(cfg, id)
-	return oci.HostFiles{
-		Preload: PreloadPath(cfg),
-		Limits:  filepath.Join(dir, LimitsFileName),
-		Region:  filepath.Join(dir, RegionDirName),
-	}, nil
+	return hostFiles(s.cfg, id), nil
 }
 
 // Release deletes the host directory of a container; a missing directory
 // is not an error. A symbolic link at the container's place is removed
 // itself, and so is any link below it: no target is touched.
-func Release(cfg *config.Config, id string) error {
+func (s *Store) Release(id string) error {
 	if err := ValidID(id); err != nil {
 		return err
 	}
-	containers, err := openContainersDir(cfg)
-	if errors.Is(err, fs.ErrNotExist) {
+	c, err := openContainers(s.cfg)
+	if errors.Is(err, ErrNotFound) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("remove container directory: %w", err)
 	}
-	defer containers.Close()
-	if err := unmountRegionFS(containers, id); err != nil {
-		return fmt.Errorf("remove container directory: %w", err)
+	defer c.Close()
+	return c.release(id)
+}
+
+// Info reads container.json of container id. Neither the containers
+// directory, the container's directory nor the file is read through a
+// symbolic link. A container without a directory (or none at all under
+// run_dir) gives an error wrapping ErrNotFound.
+func (s *Store) Info(id string) (*Info, error) {
+	if err := ValidID(id); err != nil {
+		return nil, fmt.Errorf("container info: %w", err)
 	}
-	if err := containers.RemoveAll(id); err != nil {
-		return fmt.Errorf("remove container directory: %w", err)
+	c, err := openContainers(s.cfg)
+	if err != nil {
+		return nil, fmt.Errorf("container info: %w", err)
+	}
+	defer c.Close()
+	return c.info(id)
+}
+
+// Claim reads the record of the claim with this UID and checks that it is
+// that claim's, as the DRA driver provisions it: directory ClaimID(uid),
+// source SourceDRA, kind KindClaim, the same UID. A claim never prepared
+// (or unprepared) gives an error wrapping ErrNotFound, a directory without
+// a readable container.json (half made, half removed) one wrapping
+// fs.ErrNotExist alone, and a record that is not the claim's one wrapping
+// ErrNotClaim.
+func (s *Store) Claim(uid string) (*Info, error) {
+	id := ClaimID(uid)
+	info, err := s.Info(id)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkClaim(id, info, ContainerDir(s.cfg, id)); err != nil {
+		return nil, err
+	}
+	return info, nil
+}
+
+// Scan calls fn with each directory below <run_dir>/containers, in name
+// order, all read through the one containers directory it opens: none when
+// no container was ever provisioned. Symbolic links there are not
+// records. It stops at the first error fn returns and returns it as is;
+// other errors are about listing the directory.
+func (s *Store) Scan(fn func(*Record) error) error {
+	c, err := openContainers(s.cfg)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("list container directories: %w", err)
+	}
+	defer c.Close()
+	ids, err := c.ids()
+	if err != nil {
+		return fmt.Errorf("list container directories: %w", err)
+	}
+	for _, id := range ids {
+		if err := fn(&Record{ID: id, c: c}); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-// Containers is <run_dir>/containers opened for reading the container
-// directories without following a link below run_dir (each region
-// directory is writable from its container). Close it when done.
-type Containers struct {
-	d *safepath.Dir
-}
-
-// Open opens <run_dir>/containers, refusing a link there. A missing
-// directory (no container was ever provisioned) returns an error wrapping
-// fs.ErrNotExist.
-func Open(cfg *config.Config) (*Containers, error) {
-	d, err := openContainersDir(cfg)
+// Sweep deletes the directories for which keep returns false, and returns
+// the IDs it removed. A directory still being provisioned (no readable
+// container.json, modified less than ProvisionGrace ago) is never deleted,
+// whatever keep says.
+func (s *Store) Sweep(keep func(*Record) bool) ([]string, error) {
+	now := time.Now()
+	var removed []string
+	var errs []error
+	err := s.Scan(func(r *Record) error {
+		if keep(r) || r.beingProvisioned(now) {
+			return nil
+		}
+		if err := r.c.release(r.ID); err != nil {
+			errs = append(errs, err)
+			return nil
+		}
+		removed = append(removed, r.ID)
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	return &Containers{d: d}, nil
+	return removed, errors.Join(errs...)
 }
 
-// Close closes the directory.
-func (c *Containers) Close() error { return c.d.Close() }
+// Record is one directory that Scan met: its ID and, read on demand
+// through the directory Scan opened, its files. It is valid only while
+// Scan's fn runs.
+type Record struct {
+	ID string
 
-// Path returns the host path of name in the directory of container id, for
+	c        *containers
+	info     *Info
+	infoErr  error
+	infoRead bool
+}
+
+// Info reads the record's container.json (once: later calls return what
+// the first read). An error wrapping fs.ErrNotExist is a directory being
+// provisioned or released; one wrapping ErrNotFound too, one released
+// since Scan listed it.
+func (r *Record) Info() (*Info, error) {
+	if !r.infoRead {
+		r.info, r.infoErr = r.c.info(r.ID)
+		r.infoRead = true
+	}
+	return r.info, r.infoErr
+}
+
+// Limits reads and parses the record's limits file.
+func (r *Record) Limits() (*limits.LimitsFile, error) { return r.c.limits(r.ID) }
+
+// Usage reads the record's usage region without its lock (see
+// region.ReadUsage). A region that no process has created yet returns an
+// error wrapping fs.ErrNotExist; a link or anything but a regular file in
+// its place (the container can plant either) one wrapping region.ErrInvalid.
+func (r *Record) Usage() (*region.Usage, error) { return r.c.usage(r.ID) }
+
+// Claim reads the record's container.json and checks that it is the
+// record of the claim whose UID its ID names, as Store.Claim does.
+func (r *Record) Claim() (*Info, error) {
+	info, err := r.Info()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkClaim(r.ID, info, r.Path()); err != nil {
+		return nil, err
+	}
+	return info, nil
+}
+
+// checkClaim checks that info, read from the directory id at path, is the
+// record of the claim whose UID id names, provisioned by the DRA driver.
+func checkClaim(id string, info *Info, path string) error {
+	uid, ok := strings.CutPrefix(id, ClaimIDPrefix)
+	if !ok || info.Kind() != KindClaim || info.Source != SourceDRA || info.Claim.UID != uid || info.ID != id {
+		return &notClaimError{path: path, uid: uid, source: info.Source}
+	}
+	return nil
+}
+
+// notClaimError is a claim's directory that holds something else.
+type notClaimError struct {
+	path, uid string
+	source    Source
+}
+
+func (e *notClaimError) Error() string {
+	return fmt.Sprintf("claim directory %s does not hold claim %s prepared by the DRA driver (source %q)", e.path, e.uid, e.source)
+}
+
+func (e *notClaimError) Unwrap() error { return ErrNotClaim }
+
+// Path returns the host path of name in the record's directory, for
 // messages.
-func (c *Containers) Path(id string, name ...string) string {
-	return c.d.Join(filepath.Join(append([]string{id}, name...)...))
+func (r *Record) Path(name ...string) string {
+	return r.c.d.Join(filepath.Join(append([]string{r.ID}, name...)...))
 }
 
-// IDs returns the IDs of the container directories. Symbolic links there
-// are not container directories.
-func (c *Containers) IDs() ([]string, error) {
+// beingProvisioned reports whether the record's directory may be one that
+// Provision is still writing: it has no readable container.json and was
+// modified (an entry created in it) less than ProvisionGrace before now. A
+// directory that cannot be examined counts as being provisioned; the next
+// sweep looks again.
+func (r *Record) beingProvisioned(now time.Time) bool {
+	if _, err := r.Info(); err == nil {
+		return false
+	}
+	st, err := os.Lstat(r.Path())
+	if err != nil {
+		return !errors.Is(err, fs.ErrNotExist)
+	}
+	return now.Sub(st.ModTime()) < ProvisionGrace
+}
+
+// containers is <run_dir>/containers opened for reading the record
+// directories without following a link below run_dir (each region
+// directory is writable from its container).
+type containers struct {
+	d *safepath.Dir
+}
+
+// openContainers opens <run_dir>/containers, refusing a link there. A
+// missing directory (no container was ever provisioned) returns an error
+// wrapping ErrNotFound and fs.ErrNotExist.
+func openContainers(cfg *config.Config) (*containers, error) {
+	run, err := safepath.OpenDir(cfg.Paths.RunDir)
+	if err == nil {
+		defer run.Close()
+		var d *safepath.Dir
+		if d, err = run.OpenDir(ContainersDirName); err == nil {
+			return &containers{d: d}, nil
+		}
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, &notFoundError{err}
+	}
+	return nil, err
+}
+
+func (c *containers) Close() error { return c.d.Close() }
+
+// path returns the host path of name in the directory of record id.
+func (c *containers) path(id, name string) string { return c.d.Join(filepath.Join(id, name)) }
+
+// ids returns the names of the record directories. Symbolic links there
+// are not record directories.
+func (c *containers) ids() ([]string, error) {
 	entries, err := c.d.ReadDir()
 	if err != nil {
 		return nil, err
@@ -432,37 +702,34 @@ func (c *Containers) IDs() ([]string, error) {
 	return ids, nil
 }
 
-// Info reads container.json of container id.
-func (c *Containers) Info(id string) (*Info, error) {
+// info reads container.json of record id.
+func (c *containers) info(id string) (*Info, error) {
 	data, err := c.readFile(id, InfoFileName, maxInfoSize)
 	if err != nil {
 		return nil, fmt.Errorf("container info: %w", err)
 	}
 	var info Info
 	if err := json.Unmarshal(data, &info); err != nil {
-		return nil, fmt.Errorf("container info %s: %w", c.Path(id, InfoFileName), err)
+		return nil, fmt.Errorf("container info %s: %w", c.path(id, InfoFileName), err)
 	}
 	return &info, nil
 }
 
-// Limits reads and parses the limits file of container id.
-func (c *Containers) Limits(id string) (*limits.LimitsFile, error) {
+// limits reads and parses the limits file of record id.
+func (c *containers) limits(id string) (*limits.LimitsFile, error) {
 	data, err := c.readFile(id, LimitsFileName, limits.MaxLimitsSize)
 	if err != nil {
 		return nil, fmt.Errorf("limits file: %w", err)
 	}
 	lf, err := limits.ParseLimits(data)
 	if err != nil {
-		return nil, fmt.Errorf("limits file %s: %w", c.Path(id, LimitsFileName), err)
+		return nil, fmt.Errorf("limits file %s: %w", c.path(id, LimitsFileName), err)
 	}
 	return lf, nil
 }
 
-// Usage reads the usage region of container id without its lock (see
-// region.ReadUsage). A region that no process has created yet returns an
-// error wrapping fs.ErrNotExist; a link or anything but a regular file in
-// its place (the container can plant either) one wrapping region.ErrInvalid.
-func (c *Containers) Usage(id string) (*region.Usage, error) {
+// usage reads the usage region of record id (see Record.Usage).
+func (c *containers) usage(id string) (*region.Usage, error) {
 	if err := ValidID(id); err != nil {
 		return nil, fmt.Errorf("reading usage region: %w", err)
 	}
@@ -477,9 +744,21 @@ func (c *Containers) Usage(id string) (*region.Usage, error) {
 	return region.ReadUsageFrom(f)
 }
 
-// readFile reads the regular file name in the directory of container id,
-// at most limit bytes.
-func (c *Containers) readFile(id, name string, limit int64) ([]byte, error) {
+// release unmounts the region filesystem of record id and removes its
+// directory.
+func (c *containers) release(id string) error {
+	if err := unmountRegionFS(c.d, id); err != nil {
+		return fmt.Errorf("remove container directory: %w", err)
+	}
+	if err := c.d.RemoveAll(id); err != nil {
+		return fmt.Errorf("remove container directory: %w", err)
+	}
+	return nil
+}
+
+// readFile reads the regular file name in the directory of record id, at
+// most limit bytes.
+func (c *containers) readFile(id, name string, limit int64) ([]byte, error) {
 	if err := ValidID(id); err != nil {
 		return nil, err
 	}
@@ -490,9 +769,9 @@ func (c *Containers) readFile(id, name string, limit int64) ([]byte, error) {
 	return data, nil
 }
 
-// notFound marks err, an error reaching a file of container id, as
-// ErrNotFound when the container has no directory at all.
-func (c *Containers) notFound(id string, err error) error {
+// notFound marks err, an error reaching a file of record id, as
+// ErrNotFound when the record has no directory at all.
+func (c *containers) notFound(id string, err error) error {
 	if !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
@@ -505,93 +784,4 @@ func (c *Containers) notFound(id string, err error) error {
 		return &notFoundError{err}
 	}
 	return err
-}
-
-// openContainersDir opens <run_dir>/containers, refusing a link there.
-func openContainersDir(cfg *config.Config) (*safepath.Dir, error) {
-	run, err := safepath.OpenDir(cfg.Paths.RunDir)
-	if err != nil {
-		return nil, err
-	}
-	defer run.Close()
-	return run.OpenDir(ContainersDirName)
-}
-
-// List returns the IDs of the container directories under run_dir; none
-// when no container was ever provisioned. Symbolic links there are not
-// container directories.
-func List(cfg *config.Config) ([]string, error) {
-	c, err := Open(cfg)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("list container directories: %w", err)
-	}
-	defer c.Close()
-	ids, err := c.IDs()
-	if err != nil {
-		return nil, fmt.Errorf("list container directories: %w", err)
-	}
-	return ids, nil
-}
-
-// ReadInfo reads container.json of container id. Neither the containers
-// directory, the container's directory nor the file is read through a
-// symbolic link. A container without a directory (or none at all under
-// run_dir) gives an error wrapping ErrNotFound.
-func ReadInfo(cfg *config.Config, id string) (*Info, error) {
-	if err := ValidID(id); err != nil {
-		return nil, fmt.Errorf("container info: %w", err)
-	}
-	c, err := Open(cfg)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("container info: %w", &notFoundError{err})
-	}
-	if err != nil {
-		return nil, fmt.Errorf("container info: %w", err)
-	}
-	defer c.Close()
-	return c.Info(id)
-}
-
-// Sweep deletes the directories of containers for which keep returns false,
-// and returns the IDs it removed. A directory still being provisioned (no
-// readable container.json, modified less than ProvisionGrace ago) is never
-// deleted, whatever keep says.
-func Sweep(cfg *config.Config, keep func(id string) bool) ([]string, error) {
-	ids, err := List(cfg)
-	if err != nil {
-		return nil, err
-	}
-	now := time.Now()
-	var removed []string
-	var errs []error
-	for _, id := range ids {
-		if keep(id) || beingProvisioned(cfg, id, now) {
-			continue
-		}
-		if err := Release(cfg, id); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		removed = append(removed, id)
-	}
-	return removed, errors.Join(errs...)
-}
-
-// beingProvisioned reports whether the directory of container id may be
-// one that Provision is still writing: it has no readable container.json
-// and was modified (an entry created in it) less than ProvisionGrace before
-// now. A directory that cannot be examined counts as being provisioned;
-// the next sweep looks again.
-func beingProvisioned(cfg *config.Config, id string, now time.Time) bool {
-	if _, err := ReadInfo(cfg, id); err == nil {
-		return false
-	}
-	st, err := os.Lstat(ContainerDir(cfg, id))
-	if err != nil {
-		return !errors.Is(err, fs.ErrNotExist)
-	}
-	return now.Sub(st.ModTime()) < ProvisionGrace
 }

@@ -1,6 +1,7 @@
 package hoststate
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -49,7 +50,7 @@ func TestProvision(t *testing.T) {
 	info := &Info{ID: ctrID, Name: "train", Pod: "ml/job-0", PodUID: "uid-1", AllocationID: "00112233445566778899aabbccddeeff", GPUs: []allocation.GPU{gpu0}}
 	old := setUmask(0o077)
 	defer setUmask(old)
-	files, err := Provision(cfg, info, lf)
+	files, err := New(cfg).Provision(info, lf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func TestProvision(t *testing.T) {
 	if err != nil || string(preload) != "/usr/local/nri-vgpu/libvgpu-shim.so\n" {
 		t.Errorf("preload file = %q (%v), want the shim's path in the container", preload, err)
 	}
-	ri, err := ReadInfo(cfg, ctrID)
+	ri, err := New(cfg).Info(ctrID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,24 +103,24 @@ func TestProvision(t *testing.T) {
 	}
 
 	// A restart provisions again over the existing directory.
-	if _, err := Provision(cfg, info, lf); err != nil {
+	if _, err := New(cfg).Provision(info, lf); err != nil {
 		t.Fatalf("second Provision: %v", err)
 	}
 
 	// Sweep keeps what is asked for and removes the rest.
 	info2 := *info
 	info2.ID = "other"
-	if _, err := Provision(cfg, &info2, lf); err != nil {
+	if _, err := New(cfg).Provision(&info2, lf); err != nil {
 		t.Fatal(err)
 	}
-	removed, err := Sweep(cfg, func(id string) bool { return id == ctrID })
+	removed, err := New(cfg).Sweep(func(r *Record) bool { return r.ID == ctrID })
 	if err != nil || len(removed) != 1 || removed[0] != "other" {
 		t.Errorf("sweep removed %v (%v), want [other]", removed, err)
 	}
-	if err := Release(cfg, ctrID); err != nil {
+	if err := New(cfg).Release(ctrID); err != nil {
 		t.Fatal(err)
 	}
-	if ids, _ := List(cfg); len(ids) != 0 {
+	if ids, _ := scanIDs(cfg); len(ids) != 0 {
 		t.Errorf("container dirs left: %v", ids)
 	}
 }
@@ -143,7 +144,7 @@ func TestContainersDirClosed(t *testing.T) {
 			}
 			old := setUmask(0)
 			defer setUmask(old)
-			if _, err := Provision(cfg, &Info{ID: ctrID}, lf); err != nil {
+			if _, err := New(cfg).Provision(&Info{ID: ctrID}, lf); err != nil {
 				t.Fatal(err)
 			}
 			st, err := os.Stat(ContainersDir(cfg))
@@ -159,7 +160,7 @@ func TestContainersDirClosed(t *testing.T) {
 	if err := os.WriteFile(ContainersDir(cfg), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Provision(cfg, &Info{ID: ctrID}, lf); err == nil || !strings.Contains(err.Error(), "is not a directory") {
+	if _, err := New(cfg).Provision(&Info{ID: ctrID}, lf); err == nil || !strings.Contains(err.Error(), "is not a directory") {
 		t.Errorf("Provision over a file at containers/: %v, want an error saying it is not a directory", err)
 	}
 }
@@ -197,7 +198,7 @@ func TestSweepSparesDirsBeingProvisioned(t *testing.T) {
 			if err := os.Chtimes(dir, tt.mtime, tt.mtime); err != nil {
 				t.Fatal(err)
 			}
-			removed, err := Sweep(cfg, func(string) bool { return false })
+			removed, err := New(cfg).Sweep(func(*Record) bool { return false })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -214,11 +215,11 @@ func TestSweepSparesDirsBeingProvisioned(t *testing.T) {
 func TestProvisionErrors(t *testing.T) {
 	cfg := newConfig(t)
 	lf := (&allocation.Allocation{GPUs: []allocation.GPU{gpu0}}).Limits("")
-	if _, err := Provision(cfg, &Info{ID: ".."}, lf); !errors.Is(err, ErrInvalidID) || err.Error() != `invalid container ID ".."` {
+	if _, err := New(cfg).Provision(&Info{ID: ".."}, lf); !errors.Is(err, ErrInvalidID) || err.Error() != `invalid container ID ".."` {
 		t.Errorf("Provision(..) = %v, want invalid container ID \"..\" wrapping ErrInvalidID", err)
 	}
 	cfg.Paths.ShimPath = filepath.Join(t.TempDir(), "missing.so")
-	if _, err := Provision(cfg, &Info{ID: ctrID}, lf); err == nil || !strings.Contains(err.Error(), "shim_path") {
+	if _, err := New(cfg).Provision(&Info{ID: ctrID}, lf); err == nil || !strings.Contains(err.Error(), "shim_path") {
 		t.Errorf("Provision without shim = %v, want an error naming shim_path", err)
 	}
 }
@@ -247,7 +248,7 @@ func TestProvisionRemovesWhatItMade(t *testing.T) {
 			cfg := newConfig(t)
 			dir := filepath.Join(cfg.Paths.RunDir, "containers", ctrID)
 			tc.setup(t, dir)
-			_, err := Provision(cfg, &Info{ID: ctrID}, tc.lf)
+			_, err := New(cfg).Provision(&Info{ID: ctrID}, tc.lf)
 			if err == nil || !strings.HasSuffix(err.Error(), dir+tc.want) {
 				t.Errorf("Provision = %v, want an error ending in %q", err, dir+tc.want)
 			}
@@ -263,25 +264,25 @@ func TestProvisionRemovesWhatItMade(t *testing.T) {
 // IDs that could leave the containers directory.
 func TestReaderErrors(t *testing.T) {
 	cfg := newConfig(t)
-	if _, err := ReadInfo(cfg, ctrID); !errors.Is(err, ErrNotFound) || !errors.Is(err, fs.ErrNotExist) {
+	if _, err := New(cfg).Info(ctrID); !errors.Is(err, ErrNotFound) || !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("ReadInfo before anything was provisioned = %v, want ErrNotFound and fs.ErrNotExist", err)
 	}
-	if _, err := Provision(cfg, &Info{ID: "other"}, (&allocation.Allocation{GPUs: []allocation.GPU{gpu0}}).Limits("")); err != nil {
+	if _, err := New(cfg).Provision(&Info{ID: "other"}, (&allocation.Allocation{GPUs: []allocation.GPU{gpu0}}).Limits("")); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.MkdirAll(ContainerDir(cfg, "half"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	c, err := Open(cfg)
+	c, err := openContainers(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	read := map[string]func(id string) error{
-		"ReadInfo": func(id string) error { _, err := ReadInfo(cfg, id); return err },
-		"Info":     func(id string) error { _, err := c.Info(id); return err },
-		"Limits":   func(id string) error { _, err := c.Limits(id); return err },
-		"Usage":    func(id string) error { _, err := c.Usage(id); return err },
+		"Store.Info": func(id string) error { _, err := New(cfg).Info(id); return err },
+		"info":       func(id string) error { _, err := c.info(id); return err },
+		"limits":     func(id string) error { _, err := c.limits(id); return err },
+		"usage":      func(id string) error { _, err := c.usage(id); return err },
 	}
 	for name, f := range read {
 		if err := f(ctrID); !errors.Is(err, ErrNotFound) || !errors.Is(err, fs.ErrNotExist) {
@@ -296,7 +297,7 @@ func TestReaderErrors(t *testing.T) {
 			}
 		}
 	}
-	if err := Release(cfg, "../run"); !errors.Is(err, ErrInvalidID) {
+	if err := New(cfg).Release("../run"); !errors.Is(err, ErrInvalidID) {
 		t.Errorf("Release(../run) = %v, want ErrInvalidID", err)
 	}
 	if _, err := os.Stat(cfg.Paths.RunDir); err != nil {
@@ -308,11 +309,11 @@ func TestReaderErrors(t *testing.T) {
 // on it; status and metrics say so), naming the file and the reason.
 func TestLimitsErrors(t *testing.T) {
 	cfg := newConfig(t)
-	if _, err := Provision(cfg, &Info{ID: ctrID}, (&allocation.Allocation{GPUs: []allocation.GPU{gpu0}}).Limits("")); err != nil {
+	if _, err := New(cfg).Provision(&Info{ID: ctrID}, (&allocation.Allocation{GPUs: []allocation.GPU{gpu0}}).Limits("")); err != nil {
 		t.Fatal(err)
 	}
 	path := filepath.Join(cfg.Paths.RunDir, "containers", ctrID, "limits")
-	c, err := Open(cfg)
+	c, err := openContainers(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +325,7 @@ func TestLimitsErrors(t *testing.T) {
 		if err := os.WriteFile(path, []byte(tc.content), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if lf, err := c.Limits(ctrID); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if lf, err := c.limits(ctrID); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: Limits = %+v, %v; want an error containing %q", tc.name, lf, err, tc.want)
 		}
 	}
@@ -337,7 +338,7 @@ func TestUsage(t *testing.T) {
 	cfg := newConfig(t)
 	lf := (&allocation.Allocation{GPUs: []allocation.GPU{gpu0}}).Limits("")
 	for _, id := range []string{"good", "linked", "fifo"} {
-		if _, err := Provision(cfg, &Info{ID: id}, lf); err != nil {
+		if _, err := New(cfg).Provision(&Info{ID: id}, lf); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -353,12 +354,12 @@ func TestUsage(t *testing.T) {
 	if err := os.Symlink(ContainerDir(cfg, "good"), ContainerDir(cfg, "dir-link")); err != nil {
 		t.Fatal(err)
 	}
-	c, err := Open(cfg)
+	c, err := openContainers(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	u, err := c.Usage("good")
+	u, err := c.usage("good")
 	if err != nil || len(u.Devices) != 1 || u.Devices[0].UUID != uuid0 || u.Devices[0].Used != 1<<30 || len(u.Processes) != 1 || u.Processes[0].HostPID != 1007 {
 		t.Fatalf("Usage = %+v, %v; want the region written: one GPU with 1GiB used by host pid 1007", u, err)
 	}
@@ -367,7 +368,7 @@ func TestUsage(t *testing.T) {
 		want error
 	}{{"linked", ErrSymlink}, {"dir-link", ErrSymlink}, {"fifo", region.ErrInvalid}} {
 		done := make(chan error, 1)
-		go func() { _, err := c.Usage(tc.id); done <- err }()
+		go func() { _, err := c.usage(tc.id); done <- err }()
 		select {
 		case err := <-done:
 			if !errors.Is(err, region.ErrInvalid) || !errors.Is(err, tc.want) {
@@ -389,13 +390,13 @@ func TestClaimDirectory(t *testing.T) {
 	info := &Info{ID: id, Source: "dra", GPUs: []allocation.GPU{gpu0},
 		Claim: &ClaimInfo{Namespace: "ml", Name: "job-gpu", UID: "6f1c2a3b-0000-4000-8000-000000000001", PodUIDs: []string{"pod-1"}}}
 
-	if _, err := Files(cfg, id); !errors.Is(err, ErrNotFound) {
+	if _, err := New(cfg).Files(id); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Files before Provision: %v, want ErrNotFound", err)
 	}
-	if err := UpdateInfo(cfg, info); !errors.Is(err, ErrNotFound) {
+	if err := New(cfg).UpdateInfo(info); !errors.Is(err, ErrNotFound) {
 		t.Errorf("UpdateInfo before Provision: %v, want ErrNotFound", err)
 	}
-	provisioned, err := Provision(cfg, info, lf)
+	provisioned, err := New(cfg).Provision(info, lf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,10 +407,10 @@ func TestClaimDirectory(t *testing.T) {
 
 	update := *info
 	update.Claim = &ClaimInfo{Namespace: "ml", Name: "job-gpu", UID: info.Claim.UID, PodUIDs: []string{"pod-1", "pod-2"}}
-	if err := UpdateInfo(cfg, &update); err != nil {
+	if err := New(cfg).UpdateInfo(&update); err != nil {
 		t.Fatal(err)
 	}
-	got, err := ReadInfo(cfg, id)
+	got, err := New(cfg).Info(id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,7 +425,7 @@ func TestClaimDirectory(t *testing.T) {
 		t.Error("UpdateInfo replaced the limits file: containers created later would get a ledger of their own")
 	}
 
-	files, err := Files(cfg, id)
+	files, err := New(cfg).Files(id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -445,10 +446,176 @@ func TestClaimDirectory(t *testing.T) {
 	if err := os.Symlink(want.Limits+".real", want.Limits); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Files(cfg, id); !errors.Is(err, ErrSymlink) {
+	if _, err := New(cfg).Files(id); !errors.Is(err, ErrSymlink) {
 		t.Errorf("Files with a link as the limits file: %v, want ErrSymlink", err)
 	}
-	if err := Release(cfg, id); err != nil {
+	if err := New(cfg).Release(id); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// scanIDs returns the IDs of the records Scan meets.
+func scanIDs(cfg *config.Config) ([]string, error) {
+	var ids []string
+	err := New(cfg).Scan(func(r *Record) error {
+		ids = append(ids, r.ID)
+		return nil
+	})
+	return ids, err
+}
+
+const claimUID = "6f1c2a3b-0000-4000-8000-000000000001"
+
+// A claim's container.json written by the previous release names the
+// claim and its pods in the container fields (name "claim <name>", pod
+// "<namespace>/<pod>,<pod>") and has no podNames: it is read as a claim's
+// record all the same, its pods' names taken from the pod field.
+func TestClaimRecordOfThePreviousRelease(t *testing.T) {
+	cfg := newConfig(t)
+	s := New(cfg)
+	id := ClaimID(claimUID)
+	lf := &limits.LimitsFile{GPUs: []limits.GPULimit{{UUID: uuid0, Memory: 8 << 30, Cores: 50}}}
+	if _, err := s.Provision(&Info{ID: id, Source: SourceDRA, Claim: &ClaimInfo{UID: claimUID}}, lf); err != nil {
+		t.Fatal(err)
+	}
+	old := `{
+  "id": "` + id + `",
+  "name": "claim job-gpu",
+  "pod": "ml/job-0,job-1",
+  "allocationID": "` + claimUID + `",
+  "gpus": [{"uuid": "` + uuid0 + `", "minor": 0, "slices": 0, "memory": 8589934592, "cores": 50}],
+  "source": "dra",
+  "created": "2026-11-20T10:00:00Z",
+  "claim": {"namespace": "ml", "name": "job-gpu", "uid": "` + claimUID + `", "podUIDs": ["pod-1", "pod-2"]}
+}
+`
+	if err := os.WriteFile(filepath.Join(ContainerDir(cfg, id), InfoFileName), []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string, info *Info, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if info.Kind() != KindClaim || info.Claim.Namespace != "ml" || info.Claim.Name != "job-gpu" || info.Claim.UID != claimUID ||
+			strings.Join(info.Claim.PodUIDs, ",") != "pod-1,pod-2" || strings.Join(info.Claim.PodNames, ",") != "job-0,job-1" {
+			t.Errorf("%s = %+v, claim %+v; want claim ml/job-gpu of pods job-0 (pod-1) and job-1 (pod-2)", what, info, info.Claim)
+		}
+		if info.Name != "" || info.Pod != "" {
+			t.Errorf("%s: name %q, pod %q; a claim's record has no container fields", what, info.Name, info.Pod)
+		}
+		if name, pod := info.Names(); name != "claim job-gpu" || pod != "ml/job-0,job-1" {
+			t.Errorf("%s: Names() = %q, %q; want what the previous release showed", what, name, pod)
+		}
+	}
+	info, err := s.Info(id)
+	check("Info", info, err)
+	info, err = s.Claim(claimUID)
+	check("Claim", info, err)
+	if err := s.Scan(func(r *Record) error {
+		info, err := r.Claim()
+		check("Record.Claim", info, err)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A claim's record written now still holds the name and pod fields where
+// the previous release reads a claim's name and pods; a container's
+// record holds its own.
+func TestRecordReadableByThePreviousRelease(t *testing.T) {
+	cfg := newConfig(t)
+	s := New(cfg)
+	lf := &limits.LimitsFile{GPUs: []limits.GPULimit{{UUID: uuid0, Memory: 8 << 30, Cores: 50}}}
+	records := []*Info{
+		{ID: ClaimID(claimUID), Source: SourceDRA, Claim: &ClaimInfo{Namespace: "ml", Name: "job-gpu", UID: claimUID,
+			PodUIDs: []string{"pod-1", "pod-2"}, PodNames: []string{"job-0", "job-1"}}},
+		{ID: ctrID, Name: "train", Pod: "ml/job-0", PodUID: "pod-1", Source: SourceNRI},
+	}
+	want := map[string][2]string{ClaimID(claimUID): {"claim job-gpu", "ml/job-0,job-1"}, ctrID: {"train", "ml/job-0"}}
+	for _, info := range records {
+		if _, err := s.Provision(info, lf); err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(filepath.Join(ContainerDir(cfg, info.ID), InfoFileName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The fields the previous release reads.
+		var previous struct {
+			Name, Pod string
+			Source    string
+			Claim     *struct {
+				Namespace, Name, UID string
+				PodUIDs              []string
+			}
+		}
+		if err := json.Unmarshal(data, &previous); err != nil {
+			t.Fatal(err)
+		}
+		if w := want[info.ID]; previous.Name != w[0] || previous.Pod != w[1] || previous.Source != string(info.Source) {
+			t.Errorf("%s: container.json has name %q, pod %q, source %q; want %q, %q, %q", info.ID, previous.Name, previous.Pod, previous.Source, w[0], w[1], info.Source)
+		}
+		if info.Claim != nil && (previous.Claim == nil || previous.Claim.UID != claimUID || strings.Join(previous.Claim.PodUIDs, ",") != "pod-1,pod-2") {
+			t.Errorf("%s: container.json has claim %+v, want its UID and pod UIDs", info.ID, previous.Claim)
+		}
+	}
+}
+
+// Claim accepts only the record of that claim as the DRA driver provisions
+// it, and tells a claim never prepared from a directory without a readable
+// record and from one holding something else.
+func TestClaimCheck(t *testing.T) {
+	lf := &limits.LimitsFile{GPUs: []limits.GPULimit{{UUID: uuid0, Memory: 8 << 30, Cores: 50}}}
+	claim := func() *Info {
+		return &Info{ID: ClaimID(claimUID), Source: SourceDRA, Claim: &ClaimInfo{Namespace: "ml", Name: "job-gpu", UID: claimUID}}
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*Info)
+		want error // nil: accepted
+	}{
+		{"the claim's", func(*Info) {}, nil},
+		{"another component's", func(i *Info) { i.Source = SourceNRI }, ErrNotClaim},
+		{"no source", func(i *Info) { i.Source = "" }, ErrNotClaim},
+		{"a container's", func(i *Info) { i.Claim = nil }, ErrNotClaim},
+		{"another claim's", func(i *Info) { i.Claim.UID = "6f1c2a3b-0000-4000-8000-000000000002" }, ErrNotClaim},
+		{"another ID", func(i *Info) { i.ID = ClaimID("6f1c2a3b-0000-4000-8000-000000000002") }, ErrNotClaim},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := newConfig(t)
+			s := New(cfg)
+			if _, err := s.Provision(claim(), lf); err != nil {
+				t.Fatal(err)
+			}
+			info := claim()
+			tc.edit(info)
+			data, err := json.Marshal(info)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(ContainerDir(cfg, ClaimID(claimUID)), InfoFileName), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			got, err := s.Claim(claimUID)
+			if tc.want == nil && (err != nil || got.Claim.UID != claimUID) {
+				t.Errorf("Claim = %+v, %v; want the claim's record", got, err)
+			}
+			if tc.want != nil && !errors.Is(err, tc.want) {
+				t.Errorf("Claim = %+v, %v; want an error wrapping %v", got, err, tc.want)
+			}
+		})
+	}
+	cfg := newConfig(t)
+	s := New(cfg)
+	if _, err := s.Claim(claimUID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Claim of a claim never prepared = %v, want ErrNotFound", err)
+	}
+	if err := os.MkdirAll(ContainerDir(cfg, ClaimID(claimUID)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(claimUID); !errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrNotClaim) {
+		t.Errorf("Claim of a directory without container.json = %v, want fs.ErrNotExist alone", err)
 	}
 }

@@ -17,7 +17,7 @@ import (
 func TestRegionDirectoryIsBounded(t *testing.T) {
 	cfg := newConfig(t)
 	lf := (&allocation.Allocation{GPUs: []allocation.GPU{gpu0}}).Limits("")
-	files, err := Provision(cfg, &Info{ID: "tenant"}, lf)
+	files, err := New(cfg).Provision(&Info{ID: "tenant"}, lf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,18 +69,18 @@ func TestRegionDirectoryIsBounded(t *testing.T) {
 		}
 	}
 
-	if _, err := Provision(cfg, &Info{ID: "neighbour"}, lf); err != nil {
+	if _, err := New(cfg).Provision(&Info{ID: "neighbour"}, lf); err != nil {
 		t.Fatalf("provisioning another container after a tenant filled its region: %v", err)
 	}
 	// Provisioning the same container again mounts nothing twice.
-	if _, err := Provision(cfg, &Info{ID: "tenant"}, lf); err != nil {
+	if _, err := New(cfg).Provision(&Info{ID: "tenant"}, lf); err != nil {
 		t.Fatal(err)
 	}
 	if n := mountsAt(t, files.Region); n != 1 {
 		t.Fatalf("%d mounts on the region directory after provisioning twice, want 1", n)
 	}
 
-	if err := Release(cfg, "tenant"); err != nil {
+	if err := New(cfg).Release("tenant"); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 	if n := mountsAt(t, files.Region); n != 0 {

@@ -80,7 +80,7 @@ func TestProvisionFollowsNoLink(t *testing.T) {
 			cfg := newConfig(t)
 			lt := newLinkTarget(t)
 			plant(t, lt.dir, tc.at(cfg))
-			_, err := Provision(cfg, &Info{ID: ctrID}, testLimits(t))
+			_, err := New(cfg).Provision(&Info{ID: ctrID}, testLimits(t))
 			if !errors.Is(err, ErrSymlink) {
 				t.Errorf("Provision = %v, want an error wrapping ErrSymlink", err)
 			}
@@ -105,7 +105,7 @@ func TestProvisionReplacesLinkedFiles(t *testing.T) {
 			lt := newLinkTarget(t)
 			at := tc.at(cfg)
 			plant(t, lt.file, at)
-			if _, err := Provision(cfg, &Info{ID: ctrID}, testLimits(t)); err != nil {
+			if _, err := New(cfg).Provision(&Info{ID: ctrID}, testLimits(t)); err != nil {
 				t.Fatal(err)
 			}
 			if st, err := os.Lstat(at); err != nil || !st.Mode().IsRegular() {
@@ -121,7 +121,7 @@ func TestProvisionReplacesLinkedFiles(t *testing.T) {
 func TestReleaseFollowsNoLink(t *testing.T) {
 	cfg := newConfig(t)
 	lt := newLinkTarget(t)
-	if _, err := Provision(cfg, &Info{ID: ctrID}, testLimits(t)); err != nil {
+	if _, err := New(cfg).Provision(&Info{ID: ctrID}, testLimits(t)); err != nil {
 		t.Fatal(err)
 	}
 	region := filepath.Join(ContainerDir(cfg, ctrID), RegionDirName)
@@ -129,7 +129,7 @@ func TestReleaseFollowsNoLink(t *testing.T) {
 	plant(t, lt.file, filepath.Join(region, "usage"))
 	plant(t, lt.dir, ContainerDir(cfg, "linked"))
 	for _, id := range []string{ctrID, "linked"} {
-		if err := Release(cfg, id); err != nil {
+		if err := New(cfg).Release(id); err != nil {
 			t.Fatalf("Release(%s): %v", id, err)
 		}
 		if _, err := os.Lstat(ContainerDir(cfg, id)); !errors.Is(err, fs.ErrNotExist) {
@@ -147,11 +147,11 @@ func TestReadInfoFollowsNoLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	plant(t, target, ContainerDir(cfg, ctrID))
-	if _, err := ReadInfo(cfg, ctrID); !errors.Is(err, ErrSymlink) {
-		t.Errorf("ReadInfo through a link = %v, want an error wrapping ErrSymlink", err)
+	if _, err := New(cfg).Info(ctrID); !errors.Is(err, ErrSymlink) {
+		t.Errorf("Info through a link = %v, want an error wrapping ErrSymlink", err)
 	}
-	if ids, err := List(cfg); err != nil || len(ids) != 0 {
-		t.Errorf("List = %v, %v; want no container (a link is not one)", ids, err)
+	if ids, err := scanIDs(cfg); err != nil || len(ids) != 0 {
+		t.Errorf("Scan = %v, %v; want no container (a link is not one)", ids, err)
 	}
 }
 
@@ -160,15 +160,15 @@ func TestReadInfoFollowsNoLink(t *testing.T) {
 func TestLimitsFollowsNoLink(t *testing.T) {
 	cfg := newConfig(t)
 	want := testLimits(t)
-	if _, err := Provision(cfg, &Info{ID: ctrID}, want); err != nil {
+	if _, err := New(cfg).Provision(&Info{ID: ctrID}, want); err != nil {
 		t.Fatal(err)
 	}
-	containers, err := Open(cfg)
+	c, err := openContainers(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer containers.Close()
-	got, err := containers.Limits(ctrID)
+	defer c.Close()
+	got, err := c.limits(ctrID)
 	if err != nil || len(got.GPUs) != 1 || got.GPUs[0].UUID != uuid0 || got.GPUs[0].Memory != 1<<30 || got.GPUs[0].Cores != 50 {
 		t.Fatalf("Limits = %+v, %v; want the limits Provision wrote", got, err)
 	}
@@ -181,7 +181,7 @@ func TestLimitsFollowsNoLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	plant(t, forged, path)
-	if lf, err := containers.Limits(ctrID); !errors.Is(err, ErrSymlink) {
+	if lf, err := c.limits(ctrID); !errors.Is(err, ErrSymlink) {
 		t.Errorf("Limits through a link = %+v, %v; want an error wrapping ErrSymlink", lf, err)
 	}
 }

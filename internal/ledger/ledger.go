@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/atomicfile"
+	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/internal/safepath"
 
 	"golang.org/x/sys/unix"
@@ -82,8 +83,8 @@ type Entry struct {
 	ID string `json:"id"`
 	// Source names who prepared the container (the runtime wrapper, the NRI
 	// plugin); see hoststate.Info.Source.
-	Source  string    `json:"source,omitempty"`
-	Created time.Time `json:"created"`
+	Source  hoststate.Source `json:"source,omitempty"`
+	Created time.Time        `json:"created"`
 	// RuntimeRoot is the state directory of the runtime that runs the
 	// container (runc's --root), when known. A runtime keeps a directory
 	// named by the container ID under it while the container exists.

@@ -282,11 +282,11 @@ func TestSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	runtimeRoot := t.TempDir()
-	prepare := func(id, source string, g allocation.GPU) {
+	prepare := func(id string, source hoststate.Source, g allocation.GPU) {
 		t.Helper()
 		info := &hoststate.Info{ID: id, AllocationID: "00112233445566778899aabbccddeeff", GPUs: []allocation.GPU{g}, Source: source}
 		lf := &limits.LimitsFile{GPUs: []limits.GPULimit{{UUID: g.UUID, Memory: g.Memory, Cores: g.Cores}}}
-		if _, err := hoststate.Provision(cfg, info, lf); err != nil {
+		if _, err := hoststate.New(cfg).Provision(info, lf); err != nil {
 			t.Fatal(err)
 		}
 	}

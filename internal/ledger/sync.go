@@ -45,37 +45,36 @@ type SyncResult struct {
 //     elsewhere, and keeping a reservation is the safe mistake.
 //
 // Only an error listing run_dir fails Sync; a single bad directory does not.
-func (s *State) Sync(cfg *config.Config, own string) (SyncResult, error) {
+func (s *State) Sync(cfg *config.Config, own hoststate.Source) (SyncResult, error) {
 	var res SyncResult
-	ids, err := hoststate.List(cfg)
+	state := hoststate.New(cfg)
+	present := map[string]bool{}
+	err := state.Scan(func(r *hoststate.Record) error {
+		present[r.ID] = true
+		if _, ok := s.Containers[r.ID]; ok {
+			return nil
+		}
+		info, err := r.Info()
+		if err != nil {
+			res.Skipped = append(res.Skipped, r.ID)
+			return nil
+		}
+		e := Entry{ID: r.ID, Source: info.Source, Created: info.Created}
+		for _, g := range info.GPUs {
+			e.GPUs = append(e.GPUs, FromAllocated(g))
+		}
+		s.Add(e)
+		res.Added = append(res.Added, r.ID)
+		return nil
+	})
 	if err != nil {
 		return res, fmt.Errorf("ledger: %w", err)
-	}
-	present := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		present[id] = true
 	}
 	for _, id := range s.IDs() {
 		if !present[id] {
 			s.Remove(id)
 			res.Dropped = append(res.Dropped, id)
 		}
-	}
-	for _, id := range ids {
-		if _, ok := s.Containers[id]; ok {
-			continue
-		}
-		info, err := hoststate.ReadInfo(cfg, id)
-		if err != nil {
-			res.Skipped = append(res.Skipped, id)
-			continue
-		}
-		e := Entry{ID: id, Source: info.Source, Created: info.Created}
-		for _, g := range info.GPUs {
-			e.GPUs = append(e.GPUs, FromAllocated(g))
-		}
-		s.Add(e)
-		res.Added = append(res.Added, id)
 	}
 	for _, id := range s.IDs() {
 		e := s.Containers[id]
@@ -87,7 +86,7 @@ func (s *State) Sync(cfg *config.Config, own string) (SyncResult, error) {
 		case err == nil:
 			e.Seen = true
 		case errors.Is(err, fs.ErrNotExist) && e.Seen && e.Source == own:
-			if err := hoststate.Release(cfg, id); err != nil {
+			if err := state.Release(id); err != nil {
 				res.Errors = append(res.Errors, err)
 				continue
 			}

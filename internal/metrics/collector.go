@@ -120,6 +120,7 @@ type Collector struct {
 	util utilization.Source
 	log  *slog.Logger
 
+	state        *hoststate.Store
 	scrapeErrors *prometheus.CounterVec
 	buildInfo    prometheus.Metric
 
@@ -168,6 +169,7 @@ func NewCollectorWith(cfg *config.Config, opts Options) *Collector {
 			Name: "nri_vgpu_scrape_errors_total",
 			Help: "Files (limits, container.json, usage regions) or sources (GPU inventory, run_dir, NVML's utilisation) that could not be read during scrapes, by source; each scrape counts each failure once.",
 		}, []string{"source"}),
+		state:     hoststate.New(cfg),
 		buildInfo: prometheus.MustNewConstMetric(buildInfo, prometheus.GaugeValue, 1, version.Version),
 		broken:    map[string]bool{},
 		launches:  map[string]*launchHistory{},
@@ -249,30 +251,20 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		return g
 	}
 
-	ids, err := hoststate.List(c.cfg)
+	// Every record's files are reached below one directory, without
+	// following a link.
+	live := map[string]bool{}
+	err := c.state.Scan(func(r *hoststate.Record) error {
+		live[r.ID] = true
+		for _, m := range s.container(r, gpuOf) {
+			ch <- m
+		}
+		return nil
+	})
 	if err != nil {
 		s.fail(SourceRunDir, "run_dir", err)
 	} else {
 		s.ok("run_dir")
-	}
-	live := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		live[id] = true
-	}
-	if len(ids) > 0 {
-		// Every container's files are reached below this one directory,
-		// without following a link.
-		containers, err := hoststate.Open(c.cfg)
-		if err != nil {
-			s.fail(SourceRunDir, "run_dir", err)
-		} else {
-			for _, id := range ids {
-				for _, m := range s.container(containers, id, gpuOf) {
-					ch <- m
-				}
-			}
-			containers.Close()
-		}
 	}
 	// Containers gone since the last scrape take their launch history along
 	// (not when run_dir could not be listed: that says nothing about them).
@@ -400,11 +392,12 @@ func (s *scrape) believable(key string) {
 	}
 }
 
-// container reads one container directory and returns its series; it adds
-// the container's share to the GPU totals.
-func (s *scrape) container(containers *hoststate.Containers, id string, gpuOf func(uuid string) *gpuTotals) []prometheus.Metric {
-	limitsPath := containers.Path(id, hoststate.LimitsFileName)
-	lf, err := containers.Limits(id)
+// container reads one record's directory (a container's or a claim's) and
+// returns its series; it adds the record's share to the GPU totals.
+func (s *scrape) container(r *hoststate.Record, gpuOf func(uuid string) *gpuTotals) []prometheus.Metric {
+	id := r.ID
+	limitsPath := r.Path(hoststate.LimitsFileName)
+	lf, err := r.Limits()
 	if errors.Is(err, fs.ErrNotExist) {
 		// Being created (Provision writes the limits file first) or being
 		// removed: not a vGPU container yet, or any more.
@@ -423,12 +416,12 @@ func (s *scrape) container(containers *hoststate.Containers, id string, gpuOf fu
 	// processes cannot be found (they are its pods'), and its utilisation
 	// is left out rather than read as 0.
 	utilKnown := !strings.HasPrefix(id, hoststate.ClaimIDPrefix)
-	infoPath := containers.Path(id, hoststate.InfoFileName)
-	if info, err := containers.Info(id); err == nil {
+	infoPath := r.Path(hoststate.InfoFileName)
+	if info, err := r.Info(); err == nil {
 		utilKnown = true
 		s.ok(infoPath)
 		claim = info.Claim
-		if info.Claim != nil {
+		if info.Kind() == hoststate.KindClaim {
 			labels[1], labels[4] = info.Claim.Namespace, info.Claim.Name
 			out = s.claimPods(out, info)
 		} else {
@@ -443,8 +436,8 @@ func (s *scrape) container(containers *hoststate.Containers, id string, gpuOf fu
 	// holds nothing, held nothing, launched nothing and was never held
 	// back. An unreadable region leaves the container's usage series out of
 	// this scrape rather than report 0.
-	regionPath := containers.Path(id, hoststate.RegionDirName, region.FileName)
-	usage, err := containers.Usage(id)
+	regionPath := r.Path(hoststate.RegionDirName, region.FileName)
+	usage, err := r.Usage()
 	haveUsage, noRegion := true, false
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -523,14 +516,12 @@ func (s *scrape) container(containers *hoststate.Containers, id string, gpuOf fu
 }
 
 // claimPods appends to out one nri_vgpu_claim_pod_info per pod of the
-// claim record info. The DRA driver records the pods' names in Pod, as
-// "namespace/name1,name2" (ClaimInfo holds only their UIDs). A pod named
-// twice, or by two records of one claim name (a claim deleted and created
-// again while the old record is still prepared), is exported once: the
-// registry refuses a series collected twice.
+// claim record info. A pod named twice, or by two records of one claim
+// name (a claim deleted and created again while the old record is still
+// prepared), is exported once: the registry refuses a series collected
+// twice.
 func (s *scrape) claimPods(out []prometheus.Metric, info *hoststate.Info) []prometheus.Metric {
-	_, names := splitPod(info.Pod)
-	for _, pod := range strings.Split(names, ",") {
+	for _, pod := range info.Claim.PodNames {
 		if pod == "" {
 			continue
 		}

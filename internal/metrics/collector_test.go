@@ -72,7 +72,7 @@ func testConfig(t testing.TB) *config.Config {
 func prepare(t testing.TB, cfg *config.Config, id, pod, name string, gpus ...allocation.GPU) {
 	t.Helper()
 	info := &hoststate.Info{ID: id, Name: name, Pod: pod, GPUs: gpus, Source: "nri"}
-	if _, err := hoststate.Provision(cfg, info, (&allocation.Allocation{GPUs: gpus}).Limits("")); err != nil {
+	if _, err := hoststate.New(cfg).Provision(info, (&allocation.Allocation{GPUs: gpus}).Limits("")); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -231,7 +231,7 @@ nri_vgpu_build_info{version="` + version.Version + `"} 1
 	}
 
 	// A removed container takes its launch history along.
-	if err := hoststate.Release(cfg, "c1"); err != nil {
+	if err := hoststate.New(cfg).Release("c1"); err != nil {
 		t.Fatal(err)
 	}
 	if n := testutil.CollectAndCount(c, "nri_vgpu_container_processes"); n != 1 {
@@ -462,17 +462,16 @@ func TestLaunchTotals(t *testing.T) {
 }
 
 // prepareClaim creates a claim's host directory the way the DRA driver does
-// (internal/dra): ID claim-<uid>, name "claim <name>", the pods' names in
-// Pod, their UIDs in Claim.
+// (internal/dra): ID claim-<uid>, the claim and its pods' names and UIDs in
+// Claim.
 func prepareClaim(t testing.TB, cfg *config.Config, ns, name, uid string, pods, podUIDs []string, gpus ...allocation.GPU) string {
 	t.Helper()
 	id := hoststate.ClaimID(uid)
 	info := &hoststate.Info{
-		ID: id, Name: "claim " + name, Pod: ns + "/" + strings.Join(pods, ","), AllocationID: uid,
-		GPUs: gpus, Source: hoststate.ClaimSource,
-		Claim: &hoststate.ClaimInfo{Namespace: ns, Name: name, UID: uid, PodUIDs: podUIDs},
+		ID: id, AllocationID: uid, GPUs: gpus, Source: hoststate.SourceDRA,
+		Claim: &hoststate.ClaimInfo{Namespace: ns, Name: name, UID: uid, PodUIDs: podUIDs, PodNames: pods},
 	}
-	if _, err := hoststate.Provision(cfg, info, (&allocation.Allocation{GPUs: gpus}).Limits("")); err != nil {
+	if _, err := hoststate.New(cfg).Provision(info, (&allocation.Allocation{GPUs: gpus}).Limits("")); err != nil {
 		t.Fatal(err)
 	}
 	return id
@@ -482,7 +481,8 @@ func prepareClaim(t testing.TB, cfg *config.Config, ns, name, uid string, pods, 
 // empty: its containers share it) and names its pods in
 // nri_vgpu_claim_pod_info; a claim deleted and created again under the same
 // name while the old record is still there gives each pod one series, not
-// two (the registry would refuse the second).
+// two (the registry would refuse the second). The second record is as the
+// previous release wrote it, its pods' names in the pod field only.
 func TestCollectClaim(t *testing.T) {
 	cfg := testConfig(t)
 	const (
@@ -493,6 +493,7 @@ func TestCollectClaim(t *testing.T) {
 		allocation.GPU{UUID: uuidA, Slices: 2, Memory: 8 << 30, Cores: 25})
 	id2 := prepareClaim(t, cfg, "ml", "shared", uid2, []string{"p2", "p3"}, []string{"uid-p2", "uid-p3"},
 		allocation.GPU{UUID: uuidB, Slices: 1, Memory: 4 << 30, Cores: 10})
+	hoststatetest.AsPreviousRelease(t, filepath.Join(hoststate.ContainerDir(cfg, id2), hoststate.InfoFileName))
 	prepare(t, cfg, "c1", "ml/a", "train", allocation.GPU{UUID: uuidA, Slices: 1, Memory: 4 << 30, Cores: 10})
 	want := `
 # HELP nri_vgpu_container_sm_limit_ratio SM-time share of the container on the GPU, as a ratio of the GPU (1 = not throttled).

@@ -26,7 +26,7 @@ func (p *Plugin) createWithClaim(pod *api.PodSandbox, ctr *api.Container, uid st
 		log.Warn("claim rejected", "claim", uid, "err", err)
 		return nil, fmt.Errorf("nri-vgpu: %w", err)
 	}
-	files, err := hoststate.Files(p.cfg, id)
+	files, err := p.state.Files(id)
 	if err != nil {
 		log.Error("cannot read the claim's host files", "claim", uid, "err", err)
 		return nil, fmt.Errorf("nri-vgpu: claim %s: %w", uid, err)
@@ -76,15 +76,15 @@ func (p *Plugin) verifyClaim(pod, uid string, devices []string) ([]allocation.GP
 // hold the record of that claim, is rejected. info.Claim is not nil.
 func (p *Plugin) claimRecord(uid string) (*hoststate.Info, string, error) {
 	id := hoststate.ClaimID(uid)
-	info, err := hoststate.ReadInfo(p.cfg, id)
+	info, err := p.state.Claim(uid)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, "", fmt.Errorf("%w: claim %s is not prepared on this node", draclaim.ErrRejected, uid)
 	}
+	if errors.Is(err, hoststate.ErrNotClaim) {
+		return nil, "", fmt.Errorf("%w: %s is not the directory of claim %s", draclaim.ErrRejected, hoststate.ContainerDir(p.cfg, id), uid)
+	}
 	if err != nil {
 		return nil, "", fmt.Errorf("claim %s: %w", uid, err)
-	}
-	if info.Source != hoststate.ClaimSource || info.Claim == nil || info.Claim.UID != uid {
-		return nil, "", fmt.Errorf("%w: %s is not the directory of claim %s", draclaim.ErrRejected, hoststate.ContainerDir(p.cfg, id), uid)
 	}
 	return info, id, nil
 }

@@ -132,19 +132,11 @@ func TestClaimContainer(t *testing.T) {
 			}
 		}
 		// No directory of its own: its quota is the claim's.
-		if _, err := hoststate.ReadInfo(cfg, id); err == nil {
+		if _, err := hoststate.New(cfg).Info(id); err == nil {
 			t.Errorf("container %s got a host directory of its own", id)
 		}
 	}
-	c, err := hoststate.Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	lf, err := c.Limits(hoststate.ClaimID(claimUID))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lf := recordLimits(t, cfg, hoststate.ClaimID(claimUID))
 	if len(lf.GPUs) != 1 || lf.GPUs[0] != (limits.GPULimit{UUID: uuid1, Memory: 6 << 30, Cores: 30}) {
 		t.Errorf("the claim's limits = %+v, want 6 GiB and 30 %% of %s", lf.GPUs, uuid1)
 	}
@@ -153,7 +145,7 @@ func TestClaimContainer(t *testing.T) {
 	if err := h.remove(p, container("c1", p, "")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := hoststate.ReadInfo(cfg, hoststate.ClaimID(claimUID)); err != nil {
+	if _, err := hoststate.New(cfg).Info(hoststate.ClaimID(claimUID)); err != nil {
 		t.Errorf("the claim's directory after a container went: %v", err)
 	}
 }

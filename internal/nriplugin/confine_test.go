@@ -162,7 +162,7 @@ func TestConfinementRequiredRefuses(t *testing.T) {
 					t.Errorf("error %q does not say %q", err, want)
 				}
 			}
-			if _, err := hoststate.ReadInfo(cfg, "c1"); !errors.Is(err, fs.ErrNotExist) {
+			if _, err := hoststate.New(cfg).Info("c1"); !errors.Is(err, fs.ErrNotExist) {
 				t.Errorf("the refused container's host directory is left: %v", err)
 			}
 		})

@@ -7,7 +7,6 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
-	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
@@ -115,7 +114,7 @@ func TestExemptPodGPUContainerIsLimited(t *testing.T) {
 	if !removesGate(adj) {
 		t.Errorf("adjustment %v does not remove the gate", adj.GetMounts())
 	}
-	if ids, _ := hoststate.List(h.cfg); len(ids) != 1 {
+	if ids := recordIDs(h.cfg); len(ids) != 1 {
 		t.Errorf("host directories = %v, want the GPU container's", ids)
 	}
 

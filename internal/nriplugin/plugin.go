@@ -32,11 +32,6 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/pkg/quantity"
 )
 
-// Source is the hoststate.Info.Source of the containers this plugin prepares;
-// Synchronize sweeps only directories of that source, so that the runtime
-// wrapper's (Docker) containers sharing run_dir are left alone.
-const Source = "nri"
-
 // Inventory lists the node's GPUs; gpu.Backend satisfies it.
 type Inventory interface {
 	Devices() ([]gpu.Device, error)
@@ -61,7 +56,8 @@ type Plugin struct {
 	log  *slog.Logger
 	hook string // oci.HostFiles.Hook
 
-	bindings *bindings.Store // allocation ID -> pod, for good
+	state    *hoststate.Store // the records under run_dir
+	bindings *bindings.Store  // allocation ID -> pod, for good
 
 	mu    sync.Mutex
 	known map[string]bool // GPU UUIDs of the node, refreshed on a miss
@@ -117,6 +113,7 @@ func New(opts Options) (*Plugin, error) {
 	return &Plugin{
 		hook:     hook,
 		cfg:      opts.Config,
+		state:    hoststate.New(opts.Config),
 		key:      opts.Key,
 		host:     opts.Host,
 		inv:      opts.Inventory,
@@ -295,10 +292,10 @@ func (p *Plugin) createWithAllocation(pod *api.PodSandbox, ctr *api.Container, v
 		PodUID:       uid,
 		AllocationID: a.ID,
 		GPUs:         a.GPUs,
-		Source:       Source,
+		Source:       hoststate.SourceNRI,
 		Created:      time.Now().UTC(),
 	}
-	files, err := hoststate.Provision(p.cfg, info, a.Limits(p.cfg.Limits.LogLevel))
+	files, err := p.state.Provision(info, a.Limits(p.cfg.Limits.LogLevel))
 	if err != nil {
 		log.Error("cannot provision the container's host files", "err", err)
 		return nil, fmt.Errorf("nri-vgpu: container %s: %w", ctr.GetId(), err)
@@ -306,7 +303,7 @@ func (p *Plugin) createWithAllocation(pod *api.PodSandbox, ctr *api.Container, v
 	adj, err := p.apply(a.GPUs, files, pod, ctr, log)
 	if err != nil {
 		log.Error("cannot give the container its vGPUs", "err", err)
-		if rmErr := hoststate.Release(p.cfg, ctr.GetId()); rmErr != nil {
+		if rmErr := p.state.Release(ctr.GetId()); rmErr != nil {
 			log.Warn("cannot remove the container's host files", "err", rmErr)
 		}
 		return nil, fmt.Errorf("nri-vgpu: container %s: %w", ctr.GetId(), err)
@@ -417,7 +414,7 @@ func (p *Plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.
 	if hoststate.ValidID(ctr.GetId()) != nil {
 		return nil // never provisioned
 	}
-	if err := hoststate.Release(p.cfg, ctr.GetId()); err != nil {
+	if err := p.state.Release(ctr.GetId()); err != nil {
 		p.log.Error("cannot remove container directory", "container", ctr.GetId(), "err", err)
 		return fmt.Errorf("nri-vgpu: %w", err)
 	}
@@ -476,13 +473,13 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, containe
 		p.log.Error("cannot record the allocation bindings", "err", err)
 	}
 
-	removed, err := hoststate.Sweep(p.cfg, func(id string) bool {
-		if exists[id] {
+	removed, err := p.state.Sweep(func(r *hoststate.Record) bool {
+		if exists[r.ID] {
 			return true
 		}
-		info, err := hoststate.ReadInfo(p.cfg, id)
+		info, err := r.Info()
 		// Another writer's directory (the runtime wrapper) is not ours to sweep.
-		return err == nil && info.Source != "" && info.Source != Source
+		return err == nil && info.Source != "" && info.Source != hoststate.SourceNRI
 	})
 	if err != nil {
 		p.log.Error("sweeping container directories", "err", err)

@@ -219,7 +219,7 @@ func TestContainerWithoutAllocationIsStripped(t *testing.T) {
 	if _, ok := mountAt(s, "/etc/ld.so.preload"); ok {
 		t.Error("container without allocation got the preload mount")
 	}
-	if ids, _ := hoststate.List(h.cfg); len(ids) != 0 {
+	if ids := recordIDs(h.cfg); len(ids) != 0 {
 		t.Errorf("host directories created for a container without allocation: %v", ids)
 	}
 }
@@ -406,8 +406,8 @@ func TestRemoveAndSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	lf := &limits.LimitsFile{GPUs: []limits.GPULimit{{UUID: uuid0, Memory: 8 << 30, Cores: 20}}}
-	for id, source := range map[string]string{"ghost": Source, "docker1": "runtime"} {
-		if _, err := hoststate.Provision(h.cfg, &hoststate.Info{ID: id, Source: source}, lf); err != nil {
+	for id, source := range map[string]hoststate.Source{"ghost": hoststate.SourceNRI, "docker1": "runtime"} {
+		if _, err := hoststate.New(h.cfg).Provision(&hoststate.Info{ID: id, Source: source}, lf); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -426,7 +426,7 @@ func TestRemoveAndSweep(t *testing.T) {
 	}
 	h.stopPlugin()
 	h.startPlugin()
-	ids, _ := hoststate.List(h.cfg)
+	ids := recordIDs(h.cfg)
 	slices.Sort(ids)
 	if want := []string{"being-prepared", "c2", "docker1"}; !slices.Equal(ids, want) {
 		t.Errorf("after the sweep the container dirs are %v, want %v", ids, want)

@@ -38,10 +38,6 @@ import (
 // Name is the program's name, which starts every message it writes.
 const Name = "nri-vgpu-runtime"
 
-// Source marks the container directories this wrapper prepares
-// (hoststate.Info.Source), so that the NRI plugin leaves them alone.
-const Source = "nri-vgpu-runtime"
-
 // Wrapper is one invocation of the runtime wrapper. Zero-valued hooks take
 // the real node's: tests replace them.
 type Wrapper struct {
@@ -214,7 +210,7 @@ func (w *Wrapper) create(a *Args) (undo func(), err error) {
 		ID:           id,
 		AllocationID: grant.Allocation.ID,
 		GPUs:         grant.Allocation.GPUs,
-		Source:       Source,
+		Source:       hoststate.SourceRuntime,
 		Created:      now.UTC(),
 	}
 	lf := grant.Allocation.Limits(cfg.Limits.LogLevel)
@@ -226,12 +222,12 @@ func (w *Wrapper) create(a *Args) (undo func(), err error) {
 		}
 		// Provisioned under the lock: a concurrent create's Sync must not
 		// see the reservation without its directory, nor the reverse.
-		f, err := hoststate.Provision(cfg, info, lf)
+		f, err := w.state().Provision(info, lf)
 		if err != nil {
 			return err
 		}
 		files = f
-		s.Add(ledger.Entry{ID: id, Source: Source, Created: now.UTC(), RuntimeRoot: a.Root, GPUs: grant.Reservations})
+		s.Add(ledger.Entry{ID: id, Source: hoststate.SourceRuntime, Created: now.UTC(), RuntimeRoot: a.Root, GPUs: grant.Reservations})
 		return nil
 	})
 	if err != nil {
@@ -239,7 +235,7 @@ func (w *Wrapper) create(a *Args) (undo func(), err error) {
 		if !errors.As(err, &over) {
 			// A directory provisioned but not recorded (the ledger could
 			// not be written) is not accounted.
-			if rmErr := hoststate.Release(cfg, id); rmErr != nil {
+			if rmErr := w.state().Release(id); rmErr != nil {
 				w.Log.Warn("cannot remove the container directory", "container", id, "err", rmErr)
 			}
 		}
@@ -301,10 +297,13 @@ func (w *Wrapper) ledger() *ledger.Ledger {
 	return l
 }
 
+// state is the node's container records.
+func (w *Wrapper) state() *hoststate.Store { return hoststate.New(w.Config) }
+
 // sync reconciles the ledger with the host directories and logs what that
 // changed.
 func (w *Wrapper) sync(s *ledger.State) {
-	res, err := s.Sync(w.Config, Source)
+	res, err := s.Sync(w.Config, hoststate.SourceRuntime)
 	if err != nil {
 		// Without the directory listing the ledger is all there is; it
 		// errs on the side of refusing.
@@ -322,7 +321,7 @@ func (w *Wrapper) sync(s *ledger.State) {
 // release removes a container's host directory and ledger entry.
 func (w *Wrapper) release(id string) {
 	err := w.ledger().Update(func(s *ledger.State) error {
-		if err := hoststate.Release(w.Config, id); err != nil {
+		if err := w.state().Release(id); err != nil {
 			return err
 		}
 		s.Remove(id)
@@ -337,11 +336,11 @@ func (w *Wrapper) release(id string) {
 // wrapper provisioned. A directory without a readable container.json
 // counts: only the NRI plugin's own (Source "nri") are left to it.
 func (w *Wrapper) prepared(id string) bool {
-	info, err := hoststate.ReadInfo(w.Config, id)
+	info, err := w.state().Info(id)
 	switch {
 	case errors.Is(err, hoststate.ErrInvalidID), errors.Is(err, hoststate.ErrNotFound):
 		return false // not a vGPU container (or already released)
-	case err == nil && info.Source != Source:
+	case err == nil && info.Source != hoststate.SourceRuntime:
 		return false // provisioned by the NRI plugin, which removes its own
 	}
 	return true

@@ -382,12 +382,12 @@ func TestCreate(t *testing.T) {
 				if st, err := os.Stat(filepath.Join(dir, hoststate.RegionDirName)); err != nil || st.Mode().Perm() != 0o777 {
 					t.Errorf("region directory: %v %v", st, err)
 				}
-				info, err := hoststate.ReadInfo(e.cfg, ctrID)
-				if err != nil || info.Source != Source || info.ID != ctrID {
+				info, err := hoststate.New(e.cfg).Info(ctrID)
+				if err != nil || info.Source != hoststate.SourceRuntime || info.ID != ctrID {
 					t.Errorf("container.json %+v: %v", info, err)
 				}
 				entry := readLedger(t, e).Containers[ctrID]
-				if entry == nil || entry.RuntimeRoot != form.root || entry.Source != Source || len(entry.GPUs) != len(r.want) {
+				if entry == nil || entry.RuntimeRoot != form.root || entry.Source != hoststate.SourceRuntime || len(entry.GPUs) != len(r.want) {
 					t.Errorf("ledger entry %+v", entry)
 				}
 			})
@@ -575,7 +575,7 @@ func TestDeleteLeavesOthers(t *testing.T) {
 	e := newTestEnv(t, "none")
 	info := &hoststate.Info{ID: "nri-ctr", AllocationID: "00112233445566778899aabbccddeeff", Source: "nri",
 		GPUs: []allocation.GPU{{UUID: uuid0, Slices: 1, Memory: 1 << 30, Cores: 10}}}
-	if _, err := hoststate.Provision(e.cfg, info, &limits.LimitsFile{GPUs: []limits.GPULimit{{UUID: uuid0, Memory: 1 << 30, Cores: 10}}}); err != nil {
+	if _, err := hoststate.New(e.cfg).Provision(info, &limits.LimitsFile{GPUs: []limits.GPULimit{{UUID: uuid0, Memory: 1 << 30, Cores: 10}}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"nri-ctr", "never-created", "../escape"} {

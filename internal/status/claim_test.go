@@ -69,7 +69,7 @@ func TestCollectClaim(t *testing.T) {
 		t.Fatalf("prepare: %v %v", err, res[claim.UID].Err)
 	}
 
-	noUsage := func(*hoststate.Containers, string) (*region.Usage, error) {
+	noUsage := func(*hoststate.Record) (*region.Usage, error) {
 		return nil, fmt.Errorf("usage region: %w", fs.ErrNotExist)
 	}
 	r, err := Collect(cfg, devs, noUsage)
@@ -89,5 +89,16 @@ func TestCollectClaim(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "claim-11111111 ") || !strings.Contains(out.String(), "ml/job-0") {
 		t.Errorf("table does not show the claim and its pod:\n%s", out.String())
+	}
+
+	// The previous release wrote no podNames: the pods' names were only in
+	// the pod field ("ml/job-0"), which status reads then.
+	hoststatetest.AsPreviousRelease(t, filepath.Join(hoststate.ContainerDir(cfg, "claim-"+uid), hoststate.InfoFileName))
+	r, err = Collect(cfg, devs, noUsage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.GPUs) != 2 || len(r.GPUs[1].Containers) != 1 || r.GPUs[1].Containers[0] != c || c.Name != "claim train" {
+		t.Errorf("the previous release's claim record shown as %+v, want %+v named \"claim train\"", r.GPUs, c)
 	}
 }

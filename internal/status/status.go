@@ -77,19 +77,14 @@ type Container struct {
 	Cores         int    `json:"cores"`
 }
 
-// UsageFunc reads the usage region of container id, below the containers
-// directory. A region that does not exist yet returns an error wrapping
-// fs.ErrNotExist.
-type UsageFunc func(containers *hoststate.Containers, id string) (*region.Usage, error)
+// UsageFunc reads the usage region of a record. A region that does not
+// exist yet returns an error wrapping fs.ErrNotExist.
+type UsageFunc func(r *hoststate.Record) (*region.Usage, error)
 
 // Collect builds the report from run_dir. devices is the node's inventory
 // (nil when it cannot be read: GPUs then appear by UUID only); usage may be
 // nil, leaving memory in use unknown.
 func Collect(cfg *config.Config, devices []gpu.Device, usage UsageFunc) (*Report, error) {
-	ids, err := hoststate.List(cfg)
-	if err != nil {
-		return nil, err
-	}
 	r := &Report{}
 	if rt, err := hoststate.ReadRuntime(cfg); err == nil {
 		r.Runtime = rt
@@ -97,15 +92,12 @@ func Collect(cfg *config.Config, devices []gpu.Device, usage UsageFunc) (*Report
 		r.Warnings = append(r.Warnings, err.Error())
 	}
 	held := map[string][]Container{} // GPU UUID -> containers
-	if len(ids) > 0 {
-		containers, err := hoststate.Open(cfg)
-		if err != nil {
-			return nil, fmt.Errorf("list container directories: %w", err)
-		}
-		defer containers.Close()
-		for _, id := range ids {
-			collectContainer(r, held, containers, id, usage)
-		}
+	err := hoststate.New(cfg).Scan(func(rec *hoststate.Record) error {
+		collectContainer(r, held, rec, usage)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	for _, d := range devices {
 		idx := d.Index
@@ -129,9 +121,11 @@ func Collect(cfg *config.Config, devices []gpu.Device, usage UsageFunc) (*Report
 	return r, nil
 }
 
-// collectContainer adds container id's share of each of its GPUs to held.
-func collectContainer(r *Report, held map[string][]Container, containers *hoststate.Containers, id string, usage UsageFunc) {
-	lf, err := containers.Limits(id)
+// collectContainer adds the share of each of its GPUs of the record rec
+// (a container's or a claim's) to held.
+func collectContainer(r *Report, held map[string][]Container, rec *hoststate.Record, usage UsageFunc) {
+	id := rec.ID
+	lf, err := rec.Limits()
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			r.Warnings = append(r.Warnings, fmt.Sprintf("container %s: %v", id, err))
@@ -140,8 +134,8 @@ func collectContainer(r *Report, held map[string][]Container, containers *hostst
 	}
 	c := Container{ID: id}
 	slicesOf := map[string]int{}
-	if info, err := containers.Info(id); err == nil {
-		c.Name, c.Pod = info.Name, info.Pod
+	if info, err := rec.Info(); err == nil {
+		c.Name, c.Pod = info.Names()
 		for _, g := range info.GPUs {
 			slicesOf[g.UUID] = g.Slices
 		}
@@ -150,7 +144,7 @@ func collectContainer(r *Report, held map[string][]Container, containers *hostst
 	}
 	var u *region.Usage
 	if usage != nil {
-		u, err = usage(containers, id)
+		u, err = usage(rec)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			r.Warnings = append(r.Warnings, fmt.Sprintf("container %s: usage region: %v", id, err))
 		}
@@ -284,7 +278,7 @@ func confinementLine(rt *hoststate.Runtime) string {
 
 // RegionUsage is the UsageFunc over the usage regions the shim writes
 // (Contract 5), read without following a link and without the region's
-// lock (see hoststate.Containers.Usage).
-func RegionUsage(containers *hoststate.Containers, id string) (*region.Usage, error) {
-	return containers.Usage(id)
+// lock (see hoststate.Record.Usage).
+func RegionUsage(r *hoststate.Record) (*region.Usage, error) {
+	return r.Usage()
 }

@@ -29,7 +29,7 @@ func prepare(t *testing.T, cfg *config.Config, id, pod string, gpus ...allocatio
 	t.Helper()
 	a := &allocation.Allocation{GPUs: gpus}
 	info := &hoststate.Info{ID: id, Name: "ctr-" + id, Pod: pod, GPUs: gpus, Source: "nri"}
-	if _, err := hoststate.Provision(cfg, info, a.Limits("")); err != nil {
+	if _, err := hoststate.New(cfg).Provision(info, a.Limits("")); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -53,8 +53,8 @@ func TestCollect(t *testing.T) {
 		{Index: 0, UUID: uuidA, Name: "NVIDIA A100-SXM4-40GB", Memory: 40 << 30},
 		{Index: 1, UUID: uuidB, Name: "NVIDIA A100-SXM4-40GB", Memory: 40 << 30},
 	}
-	usage := func(_ *hoststate.Containers, id string) (*region.Usage, error) {
-		switch id {
+	usage := func(rec *hoststate.Record) (*region.Usage, error) {
+		switch rec.ID {
 		case "c1":
 			return &region.Usage{
 				Devices:   []region.DeviceUsage{{UUID: uuidA, Used: 3 << 30}},
@@ -63,7 +63,7 @@ func TestCollect(t *testing.T) {
 		case "c2":
 			return nil, fmt.Errorf("usage region: %w", fs.ErrNotExist) // no process ran yet
 		}
-		return nil, fmt.Errorf("unexpected container %s", id)
+		return nil, fmt.Errorf("unexpected container %s", rec.ID)
 	}
 	r, err := Collect(cfg, devices, usage)
 	if err != nil {
@@ -162,18 +162,26 @@ func TestRegionUsage(t *testing.T) {
 	if err := os.MkdirAll(regionDir, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	containers, err := hoststate.Open(cfg)
-	if err != nil {
-		t.Fatal(err)
+	// usage reads c1's region through the record Scan gives.
+	usage := func() (u *region.Usage, err error) {
+		t.Helper()
+		seen := false
+		if err := hoststate.New(cfg).Scan(func(rec *hoststate.Record) error {
+			seen = rec.ID == "c1"
+			u, err = RegionUsage(rec)
+			return nil
+		}); err != nil || !seen {
+			t.Fatalf("Scan: %v, c1 seen: %v", err, seen)
+		}
+		return u, err
 	}
-	defer containers.Close()
-	if _, err := RegionUsage(containers, "c1"); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := usage(); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("RegionUsage without a region = %v, want fs.ErrNotExist (no process ran yet)", err)
 	}
 	if err := os.WriteFile(filepath.Join(regionDir, region.FileName), []byte("not a region"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := RegionUsage(containers, "c1"); err == nil || errors.Is(err, fs.ErrNotExist) {
+	if _, err := usage(); err == nil || errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("RegionUsage of a broken region = %v, want an error other than not-exist", err)
 	}
 }

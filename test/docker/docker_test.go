@@ -209,7 +209,7 @@ func TestOversubscriptionRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := strings.TrimSpace(docker(t, ctx, "inspect", "-f", "{{.Id}}", holder))
-	if e := s.Containers[id]; len(s.Containers) != 1 || e == nil || e.Source != ociruntime.Source || e.RuntimeRoot == "" {
+	if e := s.Containers[id]; len(s.Containers) != 1 || e == nil || e.Source != hoststate.SourceRuntime || e.RuntimeRoot == "" {
 		t.Errorf("ledger with the holder running: %+v", s.Containers)
 	}
 
