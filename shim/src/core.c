@@ -115,6 +115,7 @@ static void atfork_child(void)
 	pthread_mutex_init(&nvml_mu, NULL);
 	vgpu_ledger_after_fork();
 	vgpu_region_after_fork();
+	vgpu_quota_after_fork();
 	vgpu_hostpid_after_fork();
 	vgpu_mem_after_fork();
 	vgpu_ctx_after_fork();

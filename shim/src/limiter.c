@@ -275,7 +275,7 @@ static int measure(int idx, struct bucket *b, unsigned *mine, unsigned *all)
 	}
 	*mine += hidden_util;
 	*all += hidden_util;
-	vgpu_publish_util(idx, self ? own : 0);
+	vgpu_ledger_publish_util(idx, self ? own : 0);
 	return 0;
 }
 
@@ -395,7 +395,7 @@ static void steer(int idx, struct bucket *b)
 		if (starved && rate < cap)
 			rate = clamp_rate(idx, rate * 2 < cap ? rate * 2 : cap);
 		b->heard_ns = now;
-		vgpu_publish_util(idx, 0); /* below NVML's 1 % */
+		vgpu_ledger_publish_util(idx, 0); /* below NVML's 1 % */
 	} else if (m == -1 && !b->nvml_failed) {
 		/* The rate stays where it is: the share holds as long as the kernels
 		 * keep the length they had when NVML last answered. */

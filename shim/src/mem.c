@@ -24,7 +24,7 @@
 static void over_quota(int idx, uint64_t bytes)
 {
 	LOGW("GPU memory quota exceeded on %s: %llu bytes requested, %llu of %llu in use by the container",
-	     vgpu.limits.gpu[idx].uuid, (unsigned long long)bytes, (unsigned long long)vgpu_used(idx),
+	     vgpu.limits.gpu[idx].uuid, (unsigned long long)bytes, (unsigned long long)vgpu_quota_used(idx),
 	     (unsigned long long)vgpu.limits.gpu[idx].memory);
 }
 
@@ -32,11 +32,11 @@ static void over_quota(int idx, uint64_t bytes)
  * saying why (an unrecorded reservation is reported once, where it failed). */
 static int take(int idx, uint64_t bytes, uint64_t asked)
 {
-	int rc = vgpu_reserve(idx, bytes);
+	int rc = vgpu_quota_reserve(idx, bytes);
 	/* Stream-ordered pools may hold freed memory for reuse: they give it
 	 * back before anything is refused (pool.c). */
 	if (rc == VGPU_OVER_QUOTA && vgpu_pool_reclaim(idx))
-		rc = vgpu_reserve(idx, bytes);
+		rc = vgpu_quota_reserve(idx, bytes);
 	if (rc == VGPU_OVER_QUOTA)
 		over_quota(idx, asked);
 	return rc == 0 ? 0 : -1;
@@ -85,7 +85,7 @@ static CUresult settle_in(CUresult rc, int go, int kind, uint64_t key, uint64_t 
 	if (go != GO_COUNTED)
 		return rc;
 	if (rc != CUDA_SUCCESS || vgpu_track_add(kind, key, bytes, idx, ctx) != 0)
-		vgpu_unreserve(idx, bytes);
+		vgpu_quota_release(idx, bytes);
 	return rc;
 }
 
@@ -110,7 +110,7 @@ static CUresult release(int kind, uint64_t key, CUresult (*call)(void *), void *
 	CUresult rc = call(arg);
 	if (had) {
 		if (rc == CUDA_SUCCESS)
-			vgpu_unreserve(t.idx, t.bytes);
+			vgpu_quota_release(t.idx, t.bytes);
 		else
 			vgpu_track_add(kind, key, t.bytes, t.idx, t.ctx);
 	}
@@ -152,19 +152,19 @@ VGPU_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t
 	if (go != GO_COUNTED)
 		return rc;
 	if (rc != CUDA_SUCCESS) {
-		vgpu_unreserve(idx, est);
+		vgpu_quota_release(idx, est);
 		return rc;
 	}
 	uint64_t real = (uint64_t)*pitch * height;
 	if (real > est) {
 		if (take(idx, real - est, real) != 0) {
-			vgpu_unreserve(idx, est);
+			vgpu_quota_release(idx, est);
 			NEXT(cuMemFree_v2)(*dptr);
 			*dptr = 0;
 			return REFUSED;
 		}
 	} else {
-		vgpu_unreserve(idx, est - real);
+		vgpu_quota_release(idx, est - real);
 	}
 	return settle(rc, go, TRACK_PTR, *dptr, real, idx);
 }
@@ -302,7 +302,7 @@ VGPU_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h)
 		vgpu_vmm_import_release(h);
 	if (r == 1) {
 		if (rc == CUDA_SUCCESS)
-			vgpu_unreserve(t.idx, t.bytes);
+			vgpu_quota_release(t.idx, t.bytes);
 		else
 			vgpu_track_add(TRACK_HANDLE, h, t.bytes, t.idx, t.ctx);
 	} else if (r == 0 && rc != CUDA_SUCCESS) {
@@ -339,7 +339,7 @@ VGPU_EXPORT CUresult cuMemUnmap(CUdeviceptr va, size_t size)
 		uint64_t freed[VGPU_MAX_DEVICES] = {0};
 		vgpu_track_unmap(va, size, freed);
 		for (int d = 0; d < VGPU_MAX_DEVICES; d++)
-			vgpu_unreserve(d, freed[d]);
+			vgpu_quota_release(d, freed[d]);
 	}
 	return rc;
 }
@@ -503,7 +503,7 @@ static void refused_ctx(CUdevice dev)
 		LOGW("GPU memory quota exceeded on %s: a new context's own memory would take the container past "
 		     "its limit (%llu of %llu bytes in use with it); the context is destroyed and its creation "
 		     "fails",
-		     vgpu.limits.gpu[idx].uuid, (unsigned long long)vgpu_used(idx),
+		     vgpu.limits.gpu[idx].uuid, (unsigned long long)vgpu_quota_used(idx),
 		     (unsigned long long)vgpu.limits.gpu[idx].memory);
 }
 

@@ -15,6 +15,12 @@
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
 
+/* a + b, UINT64_MAX where that overflows. */
+static inline uint64_t vgpu_sat_add(uint64_t a, uint64_t b)
+{
+	return a + b < a ? UINT64_MAX : a + b;
+}
+
 /* CLOCK_MONOTONIC_COARSE in ns: a vDSO read, cheap enough for the allocation path. */
 static inline int64_t vgpu_coarse_ns(void)
 {
@@ -150,31 +156,55 @@ int vgpu_nvml_index(nvmlDevice_t dev);
 /* Formats a CUuuid the way NVML prints it ("GPU-xxxxxxxx-xxxx-..."). */
 void vgpu_format_uuid(const CUuuid *u, char out[VGPU_UUID_LEN]);
 
-/* ---- region.c: the container's memory accounting and the usage region ---------------- */
+/* ---- quota.c: this process's share of the container's memory quota ------------------ */
 
-/* Opens (or makes) the region file in dir: 0, or -1 when there is no usable
- * one (said on stderr; quotas hold all the same). */
-int vgpu_region_open(const char *dir, const struct vgpu_limits *l);
 /* Reserves bytes on limits index idx for this process: 0, VGPU_OVER_QUOTA, or
  * VGPU_UNRECORDED (the ledger cannot take it; logged once by the callee). */
 #define VGPU_OVER_QUOTA (-1)
 #define VGPU_UNRECORDED (-2)
-int vgpu_reserve(int idx, uint64_t bytes);
+int vgpu_quota_reserve(int idx, uint64_t bytes);
 /* Counts bytes even past the limit (memory the driver already handed out): 0, or
  * VGPU_UNRECORDED when the ledger could not record it (counted by this process only). */
-int vgpu_reserve_force(int idx, uint64_t bytes);
+int vgpu_quota_reserve_force(int idx, uint64_t bytes);
 /* Gives back bytes reserved earlier (saturating). */
-void vgpu_unreserve(int idx, uint64_t bytes);
+void vgpu_quota_release(int idx, uint64_t bytes);
 /* Bytes the whole container holds on idx (this process's own count plus what
  * the ledger shows the others hold); the limit when that cannot be measured. */
-uint64_t vgpu_used(int idx);
+uint64_t vgpu_quota_used(int idx);
 /* used as above, and committed: this process's own count plus the others'
  * leases, what this process cannot have. 0, or -1 (both the limit) when the
  * ledger cannot be measured. */
-int vgpu_usage(int idx, uint64_t *used, uint64_t *committed);
+int vgpu_quota_usage(int idx, uint64_t *used, uint64_t *committed);
 /* Bytes this process holds on idx, by its own count: its counted allocations plus its
  * counted context footprint (footprint.c subtracts the latter), nothing leased ahead. */
-uint64_t vgpu_own_used(int idx);
+uint64_t vgpu_quota_held(int idx);
+/* What this process leases on idx (held, and reserved ahead). */
+uint64_t vgpu_quota_leased(int idx);
+/* Publishes bytes in the ledger as what this process holds on idx (logged
+ * when it cannot). Caller holds the process's mutex. */
+void vgpu_quota_publish_held(int idx, uint64_t bytes);
+/* Starts the keeper thread, or wakes it: it gives unused lease back and
+ * writes the reports the region was too busy for. Caller holds the process's mutex. */
+void vgpu_quota_keeper_start(void);
+/* At exit: every unused lease back to the container. Caller holds the process's mutex. */
+void vgpu_quota_give_back_locked(void);
+/* Called in a fork child: the child holds none of the parent's leases. */
+void vgpu_quota_after_fork(void);
+
+/* ---- region.c: the usage region, the container's report for the host ------------------ */
+
+/* Opens (or makes) the region file in dir: 0, or -1 when there is no usable
+ * one (said on stderr; quotas hold all the same). */
+int vgpu_region_open(const char *dir, const struct vgpu_limits *l);
+/* Reports what this process holds on idx (quota.c) in its slot and the
+ * device's total: now if the region's lock is free, else by the keeper. */
+void vgpu_region_report(int idx);
+/* Whether the region shows less than this process knows: a held count or
+ * the host pid not written yet. */
+int vgpu_region_behind(void);
+/* Writes what vgpu_region_behind finds missing, waiting for the region's
+ * lock at most wait_ns (the keeper). */
+void vgpu_region_catch_up(int64_t wait_ns);
 /* Counts one kernel launch (a relaxed atomic add on a private counter; the
  * region gets the counts with the next update, or vgpu_region_flush). */
 void vgpu_count_launch(int idx);
@@ -232,14 +262,18 @@ int vgpu_ledger_check(void);
 /* Whether the descriptor still reaches the limits file (for readers, without
  * the process's mutex): 1 or 0. */
 int vgpu_ledger_readable(void);
+/* The process's mutex: every change to the ledger, the leases (quota.c) and
+ * the region's state (region.c) is made under it. trylock: 0 when taken. */
+void vgpu_ledger_lock(void);
+void vgpu_ledger_unlock(void);
+int vgpu_ledger_trylock(void);
 /* Before reading the ledger without the process's mutex (reports, the SM
  * limiter, quota checks outside a grant): a descriptor the program closed,
  * perhaps reusing its number for a file whose locks would read as nobody's,
  * is opened again and everything published again, under the mutex like
  * every change to the ledger. 0, or -1 with errno. */
 int vgpu_ledger_reader(void);
-/* vgpu_ledger_publish_util under the process's mutex (the SM limiter's watcher). */
-void vgpu_publish_util(int idx, unsigned percent);
+
 /* The union of the container's other processes' leases on idx: 0, or -1 with errno. */
 int vgpu_ledger_others(int idx, uint64_t *bytes);
 /* What the other processes say they hold on idx (the report). */
@@ -271,9 +305,9 @@ struct vgpu_hp_set {
  * (percent). 0, or -1 with errno. */
 int vgpu_ledger_host_pids(int d, struct vgpu_hp_set *set, struct vgpu_hp_set *hidden, unsigned *util);
 /* Publishes percent as the SM use this process last measured for itself on
- * GPU idx (0..100; the SM limiter's watcher, under the process's mutex):
- * 0, or -1 with errno. */
-int vgpu_ledger_publish_util(int idx, unsigned percent);
+ * GPU idx (0..100; the SM limiter's watcher), taking the process's mutex
+ * (logged when it cannot). */
+void vgpu_ledger_publish_util(int idx, unsigned percent);
 /* Both in one scan: fn as vgpu_ledger_scan_claims, every claimed host pid into set. */
 int vgpu_ledger_scan_claims_all(void (*fn)(int32_t pid, int32_t hp, void *arg), void *arg, struct vgpu_hp_set *set);
 int vgpu_hp_set_has(const struct vgpu_hp_set *set, unsigned pid);
