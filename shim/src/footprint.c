@@ -57,6 +57,7 @@
 #include "mem.h"
 #include "shim.h"
 #include "track.h"
+#include "lifecycle.h"
 
 #define MAX_ENTS 64              /* contexts with a footprint; more share one entry */
 #define POLL_NS 1000000000ll     /* the allocation path measures at most this often */
@@ -346,7 +347,7 @@ void vgpu_fp_watch(unsigned period)
 		measure_all();
 }
 
-void vgpu_fp_after_fork(void)
+static void after_fork(void)
 {
 	/* The child holds none of the parent's contexts; NVML is initialised anew. */
 	pthread_mutex_init(&mu, NULL);
@@ -359,6 +360,7 @@ void vgpu_fp_after_fork(void)
 	due_ns = 0;
 	warned_na = warned_list = warned_over = 0;
 }
+VGPU_LIFECYCLE(footprint, .order = VGPU_ORDER_FOOTPRINT, .after_fork = after_fork);
 
 /* ---- limits while the host pid is unknown ---------------------------------------------- */
 

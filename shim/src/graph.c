@@ -55,6 +55,7 @@
 #include <string.h>
 
 #include "graph.h"
+#include "lifecycle.h"
 
 #define GDEV 64 /* CUDA device ordinals whose graph memory is followed */
 /* Waves a conditional node is charged a launch: its body may run any number
@@ -856,7 +857,7 @@ VGPU_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g)
 	return rc;
 }
 
-void vgpu_graph_after_fork(void)
+static void after_fork(void)
 {
 	/* Graphs, like every CUDA object, do not survive fork; entries leak on
 	 * purpose (a parent thread may have been mid-update). */
@@ -866,3 +867,5 @@ void vgpu_graph_after_fork(void)
 	any_memory = 0;
 	captures = 0;
 }
+
+VGPU_LIFECYCLE(graph, .order = VGPU_ORDER_GRAPH, .after_fork = after_fork);

@@ -40,6 +40,5 @@ void vgpu_graph_back_end(struct vgpu_graph_backing *b, CUresult rc);
  * atomic load while no stream of the process captures. */
 int vgpu_graph_capturing(CUstream s, int ptsz);
 
-void vgpu_graph_after_fork(void);
 
 #endif

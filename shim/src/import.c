@@ -62,6 +62,7 @@
 #include "mem.h"
 #include "shim.h"
 #include "track.h"
+#include "lifecycle.h"
 
 /* ---- external memory ------------------------------------------------------------------------ */
 
@@ -550,7 +551,7 @@ void vgpu_array_maps_gone(void *res)
 	}
 }
 
-void vgpu_import_after_fork(void)
+static void after_fork(void)
 {
 	/* The child holds none of the parent's binds, imported handles or array
 	 * mappings; entries leak on purpose. */
@@ -561,3 +562,5 @@ void vgpu_import_after_fork(void)
 	pthread_mutex_init(&amu, NULL);
 	amaps = NULL;
 }
+
+VGPU_LIFECYCLE(import, .order = VGPU_ORDER_IMPORT, .after_fork = after_fork);

@@ -148,6 +148,7 @@
 #include <unistd.h>
 
 #include "shim.h"
+#include "lifecycle.h"
 
 _Static_assert(sizeof(off_t) == 8, "the ledger needs 64-bit file offsets");
 
@@ -314,7 +315,7 @@ void vgpu_ledger_init(int limits_fd, const char *limits_path)
 	slot = -1;
 	snprintf(path, sizeof(path), "%s", limits_path);
 	/* lz[] (64 KiB) is not cleared here: zero in a new process, and a fork
-	 * child's are cleared by vgpu_ledger_after_fork before it can re-run
+	 * child's are cleared by its fork handler (after_fork) before it can re-run
 	 * this; writing it would fault in 16 pages for nothing. */
 	memset(leased, 0, sizeof(leased));
 	memset(held, 0, sizeof(held));
@@ -337,7 +338,7 @@ int vgpu_ledger_trylock(void)
 	return pthread_mutex_trylock(&mu);
 }
 
-void vgpu_ledger_after_fork(void)
+static void after_fork(void)
 {
 	/* Single-threaded here (fork child). A parent thread may have held the mutex. */
 	pthread_mutex_init(&mu, NULL);
@@ -372,6 +373,7 @@ void vgpu_ledger_after_fork(void)
 	close(fd);
 	fd = vgpu_high_fd(nfd); /* -1: allocations fail closed, with a line saying why */
 }
+VGPU_LIFECYCLE(ledger, .order = VGPU_ORDER_LEDGER, .after_fork = after_fork);
 
 /* What our locks publish: held bytes on GPU d, the host pid claimed (0: none). */
 uint64_t vgpu_ledger_held(int d)

@@ -63,6 +63,7 @@
 
 #include "graph.h"
 #include "shim.h"
+#include "lifecycle.h"
 
 /* The control period: a launch may leave the container one period's allowance
  * in debt, so no launch waits much longer than this. Long enough that a kernel
@@ -477,7 +478,7 @@ static void start_watcher(void)
 	pthread_mutex_unlock(&start_mu);
 }
 
-void vgpu_limiter_after_fork(void)
+static void after_fork(void)
 {
 	/* The watcher did not survive the fork; the child starts its own on demand. */
 	pthread_mutex_init(&start_mu, NULL);
@@ -487,6 +488,8 @@ void vgpu_limiter_after_fork(void)
 	pthread_mutex_init(&wait_mu, NULL);
 	memset(in_wait, 0, sizeof(in_wait));
 }
+/* At exit: the waits still in progress reach the region with the last report. */
+VGPU_LIFECYCLE(limiter, .order = VGPU_ORDER_LIMITER, .after_fork = after_fork, .at_exit = vgpu_limiter_count_waits);
 
 /* Blocks per wave on dev, asked once per bucket; 1 when the driver cannot say
  * (every block a wave: an overcharge the rate steering absorbs). */

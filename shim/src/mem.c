@@ -18,6 +18,7 @@
 #include "pool.h"
 #include "shim.h"
 #include "track.h"
+#include "lifecycle.h"
 
 /* ---- admission ------------------------------------------------------------------ */
 
@@ -582,7 +583,7 @@ static void primary_gone(CUdevice dev, int reset)
 		ctx_gone(c);
 }
 
-void vgpu_ctx_after_fork(void)
+static void after_fork(void)
 {
 	/* The child holds none of the parent's primary contexts; retaining one
 	 * there creates a context of its own, with its own footprint. */
@@ -590,8 +591,8 @@ void vgpu_ctx_after_fork(void)
 	memset(primary, 0, sizeof(primary));
 	memset(primary_refs, 0, sizeof(primary_refs));
 	greens_after_fork();
-	vgpu_pool_after_fork();
 }
+VGPU_LIFECYCLE(ctx, .order = VGPU_ORDER_CTX, .after_fork = after_fork);
 
 /* After a release (reset = 0) or reset (1) of dev's primary context that the
  * driver accepted: what that context held goes. Returns the driver's rc. */

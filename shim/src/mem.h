@@ -35,6 +35,5 @@ void vgpu_vmm_import_release(uint64_t h);
 /* A sparse array is gone: the handles mapped into it lose those mappings (import.c). */
 void vgpu_array_maps_gone(void *res);
 /* A fork child forgets the parent's multicast binds (import.c). */
-void vgpu_import_after_fork(void);
 
 #endif

@@ -41,6 +41,7 @@
 #include "mem.h"
 #include "pool.h"
 #include "shim.h"
+#include "lifecycle.h"
 
 #define POOL_SLOTS 256
 #define POOL_GRAIN (2ull << 20) /* a pool grows by whole 2 MiB pages */
@@ -674,7 +675,7 @@ VGPU_EXPORT CUresult cuEventSynchronize(CUevent e)
 	return rc;
 }
 
-void vgpu_pool_after_fork(void)
+static void after_fork(void)
 {
 	/* Pools, like every CUDA object, do not survive fork; entries leak on
 	 * purpose (a parent thread may have been mid-update). */
@@ -685,5 +686,6 @@ void vgpu_pool_after_fork(void)
 	charged_slots = 0;
 	nptrs = 0;
 	top = 0;
-	vgpu_import_after_fork();
 }
+
+VGPU_LIFECYCLE(pool, .order = VGPU_ORDER_POOL, .after_fork = after_fork);

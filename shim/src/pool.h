@@ -39,6 +39,5 @@ void vgpu_pool_sync(void);
 /* Context ctx is gone (destroyed, released for the last time, reset): its
  * pool allocations went with it; every pool is read again. */
 void vgpu_pool_ctx_gone(CUcontext ctx);
-void vgpu_pool_after_fork(void);
 
 #endif

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "shim.h"
+#include "lifecycle.h"
 
 
 /*
@@ -420,13 +421,17 @@ uint64_t vgpu_quota_used(int idx)
 	return used;
 }
 
-void vgpu_quota_give_back_locked(void)
+/* Unused leases back to the container at exit: the kernel drops the locks
+ * only once the process is gone, and an exit can take a while. */
+static void at_exit(void)
 {
+	vgpu_ledger_lock();
 	for (int d = 0; d < vgpu.limits.ngpu && vgpu.mode == VGPU_ENFORCE; d++)
 		trim_locked(d, 0);
+	vgpu_ledger_unlock();
 }
 
-void vgpu_quota_after_fork(void)
+static void after_fork(void)
 {
 	/* The child holds none of the parent's device memory (CUDA state does not survive fork). */
 	memset(lease, 0, sizeof(lease));
@@ -436,3 +441,4 @@ void vgpu_quota_after_fork(void)
 	memset(kept, 0, sizeof(kept));
 	keeper_state = 0; /* the parent's keeper thread is not the child's */
 }
+VGPU_LIFECYCLE(quota, .order = VGPU_ORDER_QUOTA, .after_fork = after_fork, .at_exit = at_exit);

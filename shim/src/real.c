@@ -18,6 +18,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "lifecycle.h"
 #include "shim.h"
 
 static const char *const lib_names[] = {"libcuda.so.1", "libnvidia-ml.so.1"};
@@ -383,11 +384,12 @@ void vgpu_nvml_unknown_gpu(const char *uuid)
 	nvml_unusable(msg);
 }
 
-void vgpu_nvml_after_fork(void)
+static void after_fork(void)
 {
 	/* The library stays mapped; NVML is initialised anew in the child, as before. */
 	__atomic_store_n(&nvml_init_state, 0, __ATOMIC_RELEASE);
 }
+VGPU_LIFECYCLE(nvml, .order = VGPU_ORDER_NVML, .after_fork = after_fork);
 
 /* ---- plain calls the shim makes for itself ------------------------------------ */
 

@@ -59,6 +59,7 @@
 #include <unistd.h>
 
 #include "shim.h"
+#include "lifecycle.h"
 
 #define RSIZE ((off_t)sizeof(struct vgpu_region))
 #define RETRY_NS 1000000000ll /* no usable region file: try again after this long */
@@ -1078,17 +1079,14 @@ void vgpu_region_flush(void)
  * On a normal exit the driver frees everything this process held: give its
  * slot back now rather than leaving it for the next rebuild. The ledger's
  * locks stay until the process is gone, when the driver has freed the memory
- * too. (Not a constructor: nothing runs at load time.)
+ * too. Runs after the limiter's and the quota's exit handlers (lifecycle.h):
+ * the time launches have waited so far, threads still waiting included, is
+ * counted (a process that exits while throttled has its last wait counted),
+ * and the unused leases are back with the container.
  */
-__attribute__((destructor)) static void release_slot(void)
+static void at_exit(void)
 {
-	/* The time launches have waited so far, threads still waiting included:
-	 * a process that exits while throttled has its last wait counted. */
-	vgpu_limiter_count_waits();
 	vgpu_ledger_lock();
-	/* Unused leases back to the container now: the kernel drops the locks
-	 * only once the process is gone, and an exit can take a while. */
-	vgpu_quota_give_back_locked();
 	int pending = 0;
 	for (int d = 0; d < vgpu.limits.ngpu; d++)
 		pending |= __atomic_load_n(&throttled[d], __ATOMIC_RELAXED) != 0;
@@ -1121,7 +1119,7 @@ __attribute__((destructor)) static void release_slot(void)
 	vgpu_ledger_unlock();
 }
 
-void vgpu_region_after_fork(void)
+static void after_fork(void)
 {
 	/* The inherited descriptor shares the parent's OFD lock: the child opens
 	 * the file again at its next access. Closing ours releases nothing of
@@ -1153,3 +1151,4 @@ void vgpu_region_after_fork(void)
 	slot_hp = 0;
 	hp_tried = 0;
 }
+VGPU_LIFECYCLE(region, .order = VGPU_ORDER_REGION, .after_fork = after_fork, .at_exit = at_exit);

@@ -101,7 +101,6 @@ nvmlReturn_t vgpu_nvml_device_uuid(nvmlDevice_t dev, char *buf, unsigned len);
 int vgpu_nvml_usable(void);
 /* NVML has no handle for a GPU of the limits file: says so once, as above. */
 void vgpu_nvml_unknown_gpu(const char *uuid);
-void vgpu_nvml_after_fork(void);
 /* What a new context is charged as its own memory when NVML cannot measure it
  * (footprint.c says why this much). */
 #define VGPU_FP_BOUND (1024ull << 20)
@@ -186,10 +185,6 @@ void vgpu_quota_publish_held(int idx, uint64_t bytes);
 /* Starts the keeper thread, or wakes it: it gives unused lease back and
  * writes the reports the region was too busy for. Caller holds the process's mutex. */
 void vgpu_quota_keeper_start(void);
-/* At exit: every unused lease back to the container. Caller holds the process's mutex. */
-void vgpu_quota_give_back_locked(void);
-/* Called in a fork child: the child holds none of the parent's leases. */
-void vgpu_quota_after_fork(void);
 
 /* ---- region.c: the usage region, the container's report for the host ------------------ */
 
@@ -217,8 +212,6 @@ void vgpu_count_throttled(int idx, uint64_t ns);
  * thread holds its lock (the limiter's watcher: never waits; what is not
  * written waits for the next flush). */
 void vgpu_region_flush(void);
-/* Called in a fork child: the child needs a slot of its own. */
-void vgpu_region_after_fork(void);
 /* Reads /proc/<pid>/stat field 22; 0 when the process is gone. */
 uint64_t vgpu_proc_start_time(int pid);
 /* Our pid as /proc numbers it when /proc is an ancestor pid namespace's, else 0 (region.c). */
@@ -236,8 +229,6 @@ int vgpu_high_fd(int fd);
 
 /* Takes over limits_fd (the limits file, open for reading; path to reopen it). */
 void vgpu_ledger_init(int limits_fd, const char *limits_path);
-/* A fork child's own open file description; the parent's locks stay the parent's. */
-void vgpu_ledger_after_fork(void);
 /* Takes lease on limits index idx (what this process holds or may allocate
  * without asking again) from the container's pool: at least least bytes and
  * up to want, as much as the pool has where it looks, in *got. 0, or -1 with
@@ -331,7 +322,6 @@ int32_t vgpu_host_pid(void);
 int vgpu_hostpid_before(CUdevice dev, struct vgpu_hostpid_scan *s);
 /* Called after: ctx is the new context, or NULL when creation failed. */
 void vgpu_hostpid_after(struct vgpu_hostpid_scan *s, CUcontext ctx);
-void vgpu_hostpid_after_fork(void);
 /* NVML's compute processes on dev in a malloc'ed array sized from NVML's own
  * count (NVML_ERROR_INSUFFICIENT_SIZE): 0, or -1 on an error. */
 int vgpu_nvml_list_procs(nvmlDevice_t dev, nvmlProcessInfo_v1_t **out, unsigned *n);
@@ -341,9 +331,6 @@ int vgpu_nvml_list_procs_at(nvmlDevice_t dev, CUcontext created, nvmlProcessInfo
 
 /* ---- mem.c: allocation bookkeeping ----------------------------------------------- */
 
-void vgpu_mem_after_fork(void);
-/* Forgets the parent's primary contexts in a fork child. */
-void vgpu_ctx_after_fork(void);
 /* The context that owns memory allocated while ctx is current: for the
  * CUcontext of a green context its device's primary context, else ctx. */
 CUcontext vgpu_ctx_owner(CUcontext ctx);
@@ -365,7 +352,6 @@ void vgpu_fp_mark(void);
 void vgpu_fp_poll(void);
 /* The limiter's watcher, once a period (n counts them): measures every 25th. */
 void vgpu_fp_watch(unsigned n);
-void vgpu_fp_after_fork(void);
 /* cuCtxSetLimit while the host pid is unknown (no measure possible): the growth the
  * requested value implies, reserved before the call; settled after it. */
 struct vgpu_fp_limit {
@@ -379,7 +365,6 @@ void vgpu_fp_limit_settle(CUresult rc, const struct vgpu_fp_limit *l);
 
 /* ---- limiter.c ---------------------------------------------------------------- */
 
-void vgpu_limiter_after_fork(void);
 /* Counts the waits still in progress up to now (vgpu_count_throttled), so a
  * long one reaches the region before it ends: the watcher's flush, the exit. */
 void vgpu_limiter_count_waits(void);

@@ -11,6 +11,7 @@
 
 #include "shim.h"
 #include "track.h"
+#include "lifecycle.h"
 
 #define NBUCKETS 4096
 
@@ -223,7 +224,7 @@ void vgpu_track_drop_ctx(CUcontext ctx)
 		vgpu_quota_release(d, freed[d]);
 }
 
-void vgpu_mem_after_fork(void)
+static void after_fork(void)
 {
 	/* The child owns none of the parent's device memory (CUDA state does not
 	 * survive fork); its accounting starts empty. Entries leak on purpose: a
@@ -236,3 +237,5 @@ void vgpu_mem_after_fork(void)
 	nspare = 0;
 	pthread_mutex_init(&mu, NULL);
 }
+
+VGPU_LIFECYCLE(track, .order = VGPU_ORDER_TRACK, .after_fork = after_fork);
