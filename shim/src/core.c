@@ -19,9 +19,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "graph.h"
+#include "common.h"
+#include "core.h"
+#include "ledger.h"
 #include "lifecycle.h"
-#include "shim.h"
+#include "limits.h"
+#include "log.h"
+#include "real.h"
+#include "region.h"
 
 struct vgpu_state vgpu;
 static pthread_once_t once = PTHREAD_ONCE_INIT;

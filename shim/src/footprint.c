@@ -54,10 +54,16 @@
 #include <string.h>
 #include <time.h>
 
-#include "mem.h"
-#include "shim.h"
-#include "track.h"
+#include "common.h"
+#include "core.h"
+#include "footprint.h"
+#include "hostpid.h"
 #include "lifecycle.h"
+#include "log.h"
+#include "mem.h"
+#include "quota.h"
+#include "real.h"
+#include "track.h"
 
 #define MAX_ENTS 64              /* contexts with a footprint; more share one entry */
 #define POLL_NS 1000000000ll     /* the allocation path measures at most this often */
@@ -88,7 +94,7 @@ static int warned_na, warned_list, warned_over;
 /*
  * A new context's own memory when NVML cannot measure it at all (no NVML
  * beside the driver's libcuda, nvmlInit failed, no handle for the GPU:
- * VGPU_FP_BOUND, shim.h). On an H200 the primary context held 518 MiB at
+ * VGPU_FP_BOUND, footprint.h). On an H200 the primary context held 518 MiB at
  * creation and 804 MiB once cuBLAS and cuDNN kernels had loaded
  * (docs/validation.md, "When a context's memory shows"); without NVML that
  * later growth cannot be seen either, so the bound covers it, rounded up to

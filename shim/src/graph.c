@@ -54,8 +54,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common.h"
+#include "core.h"
 #include "graph.h"
 #include "lifecycle.h"
+#include "log.h"
+#include "quota.h"
+#include "real.h"
 
 #define GDEV 64 /* CUDA device ordinals whose graph memory is followed */
 /* Waves a conditional node is charged a launch: its body may run any number

@@ -48,8 +48,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "common.h"
+#include "core.h"
+#include "hostpid.h"
 #include "lifecycle.h"
+#include "log.h"
+#include "real.h"
+#include "region.h"
 
 #define MAX_DEV 64          /* CUDA ordinals tracked for "first context here" */
 #define PROBE_TRIES 4

@@ -59,10 +59,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mem.h"
-#include "shim.h"
-#include "track.h"
+#include "common.h"
+#include "core.h"
+#include "import.h"
 #include "lifecycle.h"
+#include "log.h"
+#include "mem.h"
+#include "quota.h"
+#include "real.h"
+#include "track.h"
 
 /* ---- external memory ------------------------------------------------------------------------ */
 

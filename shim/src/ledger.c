@@ -147,8 +147,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "common.h"
+#include "core.h"
+#include "ledger.h"
 #include "lifecycle.h"
+#include "log.h"
 
 _Static_assert(sizeof(off_t) == 8, "the ledger needs 64-bit file offsets");
 

@@ -8,8 +8,10 @@
  */
 #include "glibc_compat.h"
 
+#include "common.h"
 #include "mem.h"
-#include "shim.h"
+#include "quota.h"
+#include "real.h"
 #include "track.h"
 
 #define REFUSED CUDA_ERROR_OUT_OF_MEMORY

@@ -61,9 +61,19 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common.h"
+#include "core.h"
+#include "footprint.h"
 #include "graph.h"
-#include "shim.h"
+#include "hostpid.h"
+#include "ledger.h"
 #include "lifecycle.h"
+#include "limiter.h"
+#include "limits.h"
+#include "log.h"
+#include "pool.h"
+#include "real.h"
+#include "region.h"
 
 /* The control period: a launch may leave the container one period's allowance
  * in debt, so no launch waits much longer than this. Long enough that a kernel

@@ -13,12 +13,19 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common.h"
+#include "core.h"
+#include "footprint.h"
 #include "graph.h"
+#include "hostpid.h"
+#include "import.h"
+#include "lifecycle.h"
+#include "log.h"
 #include "mem.h"
 #include "pool.h"
-#include "shim.h"
+#include "quota.h"
+#include "real.h"
 #include "track.h"
-#include "lifecycle.h"
 
 /* ---- admission ------------------------------------------------------------------ */
 

@@ -54,7 +54,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "common.h"
+#include "core.h"
+#include "hostpid.h"
+#include "ledger.h"
+#include "log.h"
+#include "quota.h"
+#include "real.h"
 
 #define NVML_ERROR_MEMORY 20 /* ABI notes: MEMORY 20 */
 #define NO_INSTANCE 0xFFFFFFFFu

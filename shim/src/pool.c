@@ -38,10 +38,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common.h"
+#include "core.h"
+#include "lifecycle.h"
+#include "log.h"
 #include "mem.h"
 #include "pool.h"
-#include "shim.h"
-#include "lifecycle.h"
+#include "quota.h"
+#include "real.h"
 
 #define POOL_SLOTS 256
 #define POOL_GRAIN (2ull << 20) /* a pool grows by whole 2 MiB pages */

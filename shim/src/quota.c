@@ -18,8 +18,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "common.h"
+#include "core.h"
+#include "ledger.h"
 #include "lifecycle.h"
+#include "log.h"
+#include "quota.h"
+#include "region.h"
 
 
 /*

@@ -18,8 +18,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "common.h"
+#include "footprint.h"
 #include "lifecycle.h"
-#include "shim.h"
+#include "log.h"
+#include "real.h"
 
 static const char *const lib_names[] = {"libcuda.so.1", "libnvidia-ml.so.1"};
 static void *lib_handle[2];
@@ -211,7 +214,7 @@ const struct vgpu_hook vgpu_hooks[HOOK_COUNT] = {
 #undef HOOK
 };
 
-void *vgpu_next_fn[HOOK_COUNT]; /* read inline by NEXT (shim.h) */
+void *vgpu_next_fn[HOOK_COUNT]; /* read inline by NEXT (real.h) */
 
 /*
  * The implementation a wrapper forwards to: the library's own definition

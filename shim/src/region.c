@@ -58,8 +58,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "common.h"
+#include "core.h"
+#include "hostpid.h"
+#include "ledger.h"
 #include "lifecycle.h"
+#include "limits.h"
+#include "log.h"
+#include "quota.h"
+#include "region.h"
 
 #define RSIZE ((off_t)sizeof(struct vgpu_region))
 #define RETRY_NS 1000000000ll /* no usable region file: try again after this long */

@@ -14,7 +14,10 @@
 
 #include <limits.h>
 
-#include "shim.h"
+#include "common.h"
+#include "core.h"
+#include "quota.h"
+#include "real.h"
 
 struct slice {
 	uint64_t total, used, free, leased; /* leased: others' unused leases, within total - used */

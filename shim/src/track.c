@@ -9,9 +9,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "shim.h"
-#include "track.h"
 #include "lifecycle.h"
+#include "quota.h"
+#include "track.h"
 
 #define NBUCKETS 4096
 
