@@ -654,7 +654,7 @@ struct taken {
  * each stretch in *t. 0, or -1 with errno (the stretches taken so far stay
  * ours and in *t).
  */
-static int take(int d, off_t lo, off_t hi, uint64_t least, uint64_t want, uint64_t *got, struct taken *t)
+static int take_stretches(int d, off_t lo, off_t hi, uint64_t least, uint64_t want, uint64_t *got, struct taken *t)
 {
 	struct lease *l = &lz[d];
 	off_t start = l->cursor;
@@ -739,7 +739,7 @@ static int take(int d, off_t lo, off_t hi, uint64_t least, uint64_t want, uint64
 
 /* Gives back what one grant took, the last taken first: each step restores
  * the table as it was before that stretch, so no step splits a stretch. */
-static void untake(int d, struct taken *t)
+static void drop_stretches(int d, struct taken *t)
 {
 	for (int i = t->n - 1; i >= 0; i--)
 		leased[d] -= drop_stretch(d, &lz[d], t->st[i].s, t->st[i].e);
@@ -796,9 +796,9 @@ static void settle(int d)
 	if (!want)
 		return;
 	struct taken t = {0}, o = {0};
-	take(d, 0, pool_len(d), want, want, &got, &t);
+	take_stretches(d, 0, pool_len(d), want, want, &got, &t);
 	if (got < want)
-		take(d, OVER_AT, OVER_END, want - got, want - got, &got, &o);
+		take_stretches(d, OVER_AT, OVER_END, want - got, want - got, &got, &o);
 	if (!got)
 		return;
 	owed[d] -= got;
@@ -865,12 +865,12 @@ int vgpu_ledger_grow(int idx, uint64_t least, uint64_t want, int force, uint64_t
 		 * searched whole (what a failed search took stays taken), the
 		 * overflow only for the rest. Overflow while the pool has room
 		 * would make the container read as past its limit. */
-		take(idx, 0, pool, want, want, got, &t);
+		take_stretches(idx, 0, pool, want, want, got, &t);
 		uint64_t rest = want - *got, more = 0;
 		if (!rest)
 			return 0;
 		struct taken o = {0};
-		take(idx, OVER_AT, OVER_END, rest, rest, &more, &o);
+		take_stretches(idx, OVER_AT, OVER_END, rest, rest, &more, &o);
 		*got += more;
 		if (more == rest)
 			return 0;
@@ -886,7 +886,7 @@ int vgpu_ledger_grow(int idx, uint64_t least, uint64_t want, int force, uint64_t
 		*got = want;
 		return 0;
 	}
-	if (take(idx, 0, pool, least, want, got, &t) != 0) {
+	if (take_stretches(idx, 0, pool, least, want, got, &t) != 0) {
 		int e = errno;
 		/* A pool cut into more pieces than a search may walk or a lease
 		 * may keep (locks sprayed over it): no room found, a refusal. */
@@ -896,14 +896,14 @@ int vgpu_ledger_grow(int idx, uint64_t least, uint64_t want, int force, uint64_t
 			e = EDQUOT;
 			*short_by = least > *got ? least - *got : 0;
 		}
-		untake(idx, &t);
+		drop_stretches(idx, &t);
 		*got = 0;
 		errno = e;
 		return -1;
 	}
 	if (*got < least) {
 		*short_by = least - *got;
-		untake(idx, &t);
+		drop_stretches(idx, &t);
 		*got = 0;
 		errno = EDQUOT;
 		return -1;
@@ -932,7 +932,7 @@ int vgpu_ledger_grow(int idx, uint64_t least, uint64_t want, int force, uint64_t
 	}
 	if (r != 0) {
 		int e = errno;
-		untake(idx, &t);
+		drop_stretches(idx, &t);
 		*got = 0;
 		errno = e;
 		return -1;

@@ -26,7 +26,6 @@
 #include "quota.h"
 #include "region.h"
 
-
 /*
  * Leases. Taking the region lock and publishing in the ledger costs a few
  * system calls, several times what a driver's allocation costs, and
@@ -62,10 +61,12 @@
 #define KEEP_NS 100000000ll  /* the keeper's period */
 #define WAIT_NS 300000000ll /* a refusal others' unused leases could cover waits this long for them */
 
-static uint64_t lease[VGPU_MAX_DEVICES];  /* what this process leases; changed under mu, read atomically */
+/* lease, grant and unled change under the process's mutex (ledger.c); lease
+ * is read without it, atomically; avail also changes without it. */
+static uint64_t lease[VGPU_MAX_DEVICES];  /* what this process leases */
 static int64_t avail[VGPU_MAX_DEVICES];   /* the unused part: the lock-free path takes from it */
-static uint64_t grant[VGPU_MAX_DEVICES];  /* the last chunk granted (under the process's mutex) */
-static uint64_t unled[VGPU_MAX_DEVICES];  /* counted in lease[] but not in the ledger: forced while it failed (under the process's mutex) */
+static uint64_t grant[VGPU_MAX_DEVICES];  /* the last chunk granted */
+static uint64_t unled[VGPU_MAX_DEVICES];  /* counted in lease[] but not in the ledger: forced while it failed */
 
 static uint64_t own_of(int idx)
 {
@@ -101,7 +102,8 @@ void vgpu_quota_publish_held(int idx, uint64_t now)
 		     strerror(errno));
 }
 
-/* Gives bytes of idx's lease back: first what the ledger never had, then its stretches. Caller holds the process's mutex. */
+/* Gives bytes of idx's lease back: first what the ledger never had, then its
+ * stretches. Caller holds the process's mutex. */
 static void give_back_locked(int idx, uint64_t bytes)
 {
 	uint64_t u = bytes < unled[idx] ? bytes : unled[idx];

@@ -25,9 +25,10 @@
  * file's lock guards the report only: the quota is the ledger's pool, taken
  * under the thread mutex alone. So no process waits long for it: the
  * report of a grant or a free takes it only if it is free and otherwise
- * leaves the report to the keeper thread (quota.c; a process that sleeps for it on a busy node waits behind every
- * runnable process before it runs again, for a report that can wait), the keeper
- * and an exit wait a little longer and leave what they could not write to
+ * leaves the report to the keeper thread (quota.c; a process that sleeps
+ * for it on a busy node waits behind every runnable process before it runs
+ * again, for a report that can wait), the keeper and an exit wait a little
+ * longer and leave what they could not write to
  * the next report or rebuild, a process's start maps a sound file without
  * it, and making or repairing the file waits OPEN_WAIT_NS (a process
  * stopped while it holds the lock, or a tenant holding it, must not stop the
@@ -91,9 +92,9 @@ static uint64_t my_start;   /* our start time as others read it (read_self) */
 static int32_t outer_pid;   /* our pid as /proc numbers it when that is another namespace's; else 0 */
 static int self_read;       /* my_start and outer_pid are this process's */
 static int32_t slot_hp;     /* the host pid our slot was last given */
-static int32_t hp_tried;    /* the host pid a slot write last tried to give it (under the process's mutex) */
+static int32_t hp_tried;    /* the host pid a slot write last tried to give it (under the mutex) */
 /* What this process holds per limits index as it last published it (the
- * ledger's held part, its slot); the truth is lease - avail (below). */
+ * ledger's held part, its slot); the truth is vgpu_quota_held (quota.c). */
 static uint64_t shown[VGPU_MAX_DEVICES];
 static uint64_t launches[VGPU_MAX_DEVICES];
 /* ns this process's launches waited on the SM limiter (limiter.c), not yet
