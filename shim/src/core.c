@@ -19,8 +19,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "graph.h"
-#include "shim.h"
+#include "common.h"
+#include "core.h"
+#include "ledger.h"
+#include "lifecycle.h"
+#include "limits.h"
+#include "log.h"
+#include "real.h"
+#include "region.h"
 
 struct vgpu_state vgpu;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -109,20 +115,12 @@ static ssize_t read_small(const char *path, char *buf, size_t cap, int *err, int
 
 static pthread_mutex_t nvml_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static void atfork_child(void)
+static void after_fork(void)
 {
 	/* Single-threaded here: a parent thread may have held the NVML cache lock. */
 	pthread_mutex_init(&nvml_mu, NULL);
-	vgpu_ledger_after_fork();
-	vgpu_region_after_fork();
-	vgpu_hostpid_after_fork();
-	vgpu_mem_after_fork();
-	vgpu_ctx_after_fork();
-	vgpu_fp_after_fork();
-	vgpu_nvml_after_fork();
-	vgpu_limiter_after_fork();
-	vgpu_graph_after_fork();
 }
+VGPU_LIFECYCLE(core, .order = VGPU_ORDER_CORE, .after_fork = after_fork);
 
 /* Set once in the process that first initialises and inherited by its fork
  * children, so a re-run of init_once in a child registers nothing twice. */
@@ -158,7 +156,7 @@ static void init_once(void)
 {
 	if (!atfork_registered) {
 		/* Every mode: pass-through processes use the tracker's lock too. */
-		pthread_atfork(NULL, NULL, atfork_child);
+		pthread_atfork(NULL, NULL, vgpu_lifecycle_after_fork);
 		atfork_registered = 1;
 	}
 	vgpu.mode = VGPU_PASSTHROUGH;

@@ -54,8 +54,15 @@
 #include <string.h>
 #include <time.h>
 
+#include "common.h"
+#include "core.h"
+#include "footprint.h"
+#include "hostpid.h"
+#include "lifecycle.h"
+#include "log.h"
 #include "mem.h"
-#include "shim.h"
+#include "quota.h"
+#include "real.h"
 #include "track.h"
 
 #define MAX_ENTS 64              /* contexts with a footprint; more share one entry */
@@ -87,7 +94,7 @@ static int warned_na, warned_list, warned_over;
 /*
  * A new context's own memory when NVML cannot measure it at all (no NVML
  * beside the driver's libcuda, nvmlInit failed, no handle for the GPU:
- * VGPU_FP_BOUND, shim.h). On an H200 the primary context held 518 MiB at
+ * VGPU_FP_BOUND, footprint.h). On an H200 the primary context held 518 MiB at
  * creation and 804 MiB once cuBLAS and cuDNN kernels had loaded
  * (docs/validation.md, "When a context's memory shows"); without NVML that
  * later growth cannot be seen either, so the bound covers it, rounded up to
@@ -215,7 +222,7 @@ static int measure(int idx, CUcontext ctx, int *over_out)
 	/* IPC imports are counted for this process but, as far as is known, are
 	 * in the exporter's figure, not ours: left out of what NVML's is compared
 	 * with (were they in ours, they would count twice: over, never under). */
-	uint64_t fp = total[idx], own = vgpu_own_used(idx), ipc = vgpu_track_ipc_bytes(idx);
+	uint64_t fp = total[idx], own = vgpu_quota_held(idx), ipc = vgpu_track_ipc_bytes(idx);
 	uint64_t allocs = own > fp ? own - fp : 0;
 	allocs = allocs > ipc ? allocs - ipc : 0;
 	uint64_t m = mine > allocs ? mine - allocs : 0, target = m;
@@ -234,15 +241,15 @@ static int measure(int idx, CUcontext ctx, int *over_out)
 			total[idx] = target;
 			/* Not in the ledger (no slot to publish it in): the others cannot
 			 * see it, so a new context is undone as if past the limit. */
-			int unrecorded = vgpu_reserve_force(idx, target - fp) != 0;
+			int unrecorded = vgpu_quota_reserve_force(idx, target - fp) != 0;
 			uint64_t limit = vgpu.limits.gpu[idx].memory;
-			over = (limit && vgpu_used(idx) > limit) || (unrecorded && ctx);
+			over = (limit && vgpu_quota_used(idx) > limit) || (unrecorded && ctx);
 			grew = 1;
 		}
 	} else if (target < fp) {
 		shrink(idx, fp - target);
 		total[idx] = target;
-		vgpu_unreserve(idx, fp - target);
+		vgpu_quota_release(idx, fp - target);
 	}
 	pthread_mutex_unlock(&mu);
 	if (over_out)
@@ -252,7 +259,7 @@ static int measure(int idx, CUcontext ctx, int *over_out)
 		LOGW("GPU memory on %s: the driver's own memory for this process (context footprint: modules, "
 		     "stacks, heap) grew to %llu bytes and the container now holds %llu of %llu; it cannot be "
 		     "refused after the fact, further allocations fail until memory is freed",
-		     vgpu.limits.gpu[idx].uuid, (unsigned long long)target, (unsigned long long)vgpu_used(idx),
+		     vgpu.limits.gpu[idx].uuid, (unsigned long long)target, (unsigned long long)vgpu_quota_used(idx),
 		     (unsigned long long)vgpu.limits.gpu[idx].memory);
 	return grew;
 }
@@ -279,7 +286,7 @@ int vgpu_fp_ctx_created(CUcontext ctx, CUdevice dev)
 		return 0;
 	if (!handle(idx)) {
 		/* Nothing can measure it: the bound, admitted like an allocation. */
-		if (vgpu_reserve(idx, VGPU_FP_BOUND) != 0)
+		if (vgpu_quota_reserve(idx, VGPU_FP_BOUND) != 0)
 			return 1;
 		pthread_mutex_lock(&mu);
 		struct ent *e = entry(ctx, idx, 1);
@@ -313,7 +320,7 @@ void vgpu_fp_ctx_gone(CUcontext ctx)
 		memset(e, 0, sizeof(*e));
 	}
 	for (int d = 0; d < VGPU_MAX_DEVICES; d++)
-		vgpu_unreserve(d, back[d]);
+		vgpu_quota_release(d, back[d]);
 	pthread_mutex_unlock(&mu);
 }
 
@@ -346,7 +353,7 @@ void vgpu_fp_watch(unsigned period)
 		measure_all();
 }
 
-void vgpu_fp_after_fork(void)
+static void after_fork(void)
 {
 	/* The child holds none of the parent's contexts; NVML is initialised anew. */
 	pthread_mutex_init(&mu, NULL);
@@ -359,6 +366,7 @@ void vgpu_fp_after_fork(void)
 	due_ns = 0;
 	warned_na = warned_list = warned_over = 0;
 }
+VGPU_LIFECYCLE(footprint, .order = VGPU_ORDER_FOOTPRINT, .after_fork = after_fork);
 
 /* ---- limits while the host pid is unknown ---------------------------------------------- */
 
@@ -430,7 +438,7 @@ void vgpu_fp_limit_settle(CUresult rc, const struct vgpu_fp_limit *l)
 		return;
 	if (rc != CUDA_SUCCESS) {
 		if (l->delta > 0)
-			vgpu_unreserve(l->idx, (uint64_t)l->delta);
+			vgpu_quota_release(l->idx, (uint64_t)l->delta);
 		return;
 	}
 	uint64_t back = 0;
@@ -453,5 +461,5 @@ void vgpu_fp_limit_settle(CUresult rc, const struct vgpu_fp_limit *l)
 		total[l->idx] -= back;
 	}
 	pthread_mutex_unlock(&mu);
-	vgpu_unreserve(l->idx, back);
+	vgpu_quota_release(l->idx, back);
 }

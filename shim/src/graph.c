@@ -54,7 +54,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common.h"
+#include "core.h"
 #include "graph.h"
+#include "lifecycle.h"
+#include "log.h"
+#include "quota.h"
+#include "real.h"
 
 #define GDEV 64 /* CUDA device ordinals whose graph memory is followed */
 /* Waves a conditional node is charged a launch: its body may run any number
@@ -418,9 +424,9 @@ static void follow_pool(int dev)
 	for (int tries = 0; tries < 16; tries++) {
 		uint64_t old = __atomic_exchange_n(&charged[dev], r, __ATOMIC_ACQ_REL);
 		if (r > old)
-			vgpu_reserve_force(idx, r - old); /* the driver has it already */
+			vgpu_quota_reserve_force(idx, r - old); /* the driver has it already */
 		else if (r < old)
-			vgpu_unreserve(idx, old - r);
+			vgpu_quota_release(idx, old - r);
 		if (mem_attr(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &now) != CUDA_SUCCESS || now == r)
 			return;
 		r = now;
@@ -431,7 +437,7 @@ static void give_back_est(struct vgpu_graph_backing *b)
 {
 	for (int i = 0; i < VGPU_MAX_DEVICES; i++)
 		if (b->est[i])
-			vgpu_unreserve(i, b->est[i]);
+			vgpu_quota_release(i, b->est[i]);
 	memset(b->est, 0, sizeof(b->est));
 }
 
@@ -470,13 +476,13 @@ static int back_begin(const struct gexec *x, struct vgpu_graph_backing *b)
 		uint64_t est = x->need[d] > spare ? x->need[d] - spare : 0;
 		if (!est)
 			continue;
-		int rc = vgpu_reserve(idx, est);
+		int rc = vgpu_quota_reserve(idx, est);
 		if (rc != 0) {
 			if (rc == VGPU_OVER_QUOTA)
 				LOGW("GPU memory quota exceeded on %s: a CUDA graph needs %llu more bytes of graph "
 				     "memory, %llu of %llu in use by the container",
 				     vgpu.limits.gpu[idx].uuid, (unsigned long long)est,
-				     (unsigned long long)vgpu_used(idx), (unsigned long long)vgpu.limits.gpu[idx].memory);
+				     (unsigned long long)vgpu_quota_used(idx), (unsigned long long)vgpu.limits.gpu[idx].memory);
 			give_back_est(b);
 			return -1;
 		}
@@ -856,7 +862,7 @@ VGPU_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g)
 	return rc;
 }
 
-void vgpu_graph_after_fork(void)
+static void after_fork(void)
 {
 	/* Graphs, like every CUDA object, do not survive fork; entries leak on
 	 * purpose (a parent thread may have been mid-update). */
@@ -866,3 +872,5 @@ void vgpu_graph_after_fork(void)
 	any_memory = 0;
 	captures = 0;
 }
+
+VGPU_LIFECYCLE(graph, .order = VGPU_ORDER_GRAPH, .after_fork = after_fork);

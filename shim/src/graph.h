@@ -4,7 +4,7 @@
 
 #include <stdint.h>
 
-#include "shim.h"
+#include "common.h"
 
 /*
  * The work one launch of g runs, in waves, what it holds the GPU for (the SM
@@ -39,7 +39,5 @@ void vgpu_graph_back_end(struct vgpu_graph_backing *b, CUresult rc);
  * nodes, which hold no memory until the graph is uploaded or launched. One
  * atomic load while no stream of the process captures. */
 int vgpu_graph_capturing(CUstream s, int ptsz);
-
-void vgpu_graph_after_fork(void);
 
 #endif

@@ -31,7 +31,8 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 
-#include "shim.h"
+#include "common.h"
+#include "real.h"
 
 static const char *const lib_names[] = {"libcuda.so.1", "libnvidia-ml.so.1"};
 

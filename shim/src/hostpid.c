@@ -48,7 +48,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "common.h"
+#include "core.h"
+#include "hostpid.h"
+#include "lifecycle.h"
+#include "log.h"
+#include "real.h"
+#include "region.h"
 
 #define MAX_DEV 64          /* CUDA ordinals tracked for "first context here" */
 #define PROBE_TRIES 4
@@ -336,7 +342,7 @@ void vgpu_hostpid_after(struct vgpu_hostpid_scan *s, CUcontext ctx)
 	s->active = 0;
 }
 
-void vgpu_hostpid_after_fork(void)
+static void after_fork(void)
 {
 	/* The child is a new process with contexts of its own to come. */
 	host_pid = 0;
@@ -346,3 +352,5 @@ void vgpu_hostpid_after_fork(void)
 	memset(ctx_seen, 0, sizeof(ctx_seen));
 	snap_put(NULL, NULL, NULL, 0); /* the parent's, taken for its context */
 }
+
+VGPU_LIFECYCLE(hostpid, .order = VGPU_ORDER_HOSTPID, .after_fork = after_fork);

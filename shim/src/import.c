@@ -59,8 +59,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common.h"
+#include "core.h"
+#include "import.h"
+#include "lifecycle.h"
+#include "log.h"
 #include "mem.h"
-#include "shim.h"
+#include "quota.h"
+#include "real.h"
 #include "track.h"
 
 /* ---- external memory ------------------------------------------------------------------------ */
@@ -255,7 +261,7 @@ void vgpu_vmm_import_map_end(uint64_t h, CUresult rc, int go, uint64_t size, int
 	vgpu_cu_ctx_get_current(&ctx);
 	if (rc == CUDA_SUCCESS && vgpu_track_add(TRACK_HANDLE, h, size, idx, vgpu_ctx_owner(ctx)) == 0)
 		return;
-	vgpu_unreserve(idx, size);
+	vgpu_quota_release(idx, size);
 	if (rc != CUDA_SUCCESS)
 		vimp_put(h, idx);
 }
@@ -314,7 +320,7 @@ static void holder_gone(uint64_t h)
 {
 	struct vgpu_tracked t;
 	if (vgpu_track_handle_adjust(h, 0, -1, &t) == 1)
-		vgpu_unreserve(t.idx, t.bytes); /* released meanwhile: this was its last holder */
+		vgpu_quota_release(t.idx, t.bytes); /* released meanwhile: this was its last holder */
 }
 
 /* After a successful bind of handle mem: it now has one more holder. */
@@ -550,7 +556,7 @@ void vgpu_array_maps_gone(void *res)
 	}
 }
 
-void vgpu_import_after_fork(void)
+static void after_fork(void)
 {
 	/* The child holds none of the parent's binds, imported handles or array
 	 * mappings; entries leak on purpose. */
@@ -561,3 +567,5 @@ void vgpu_import_after_fork(void)
 	pthread_mutex_init(&amu, NULL);
 	amaps = NULL;
 }
+
+VGPU_LIFECYCLE(import, .order = VGPU_ORDER_IMPORT, .after_fork = after_fork);

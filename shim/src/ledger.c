@@ -16,7 +16,7 @@
  * Per GPU, the container's quota is an interval of the lock space exactly as
  * long as the memory limit: the pool. A process's lease (the bytes it has
  * taken from the quota: what it holds plus what it may still allocate
- * without asking again, region.c) is a set of stretches of the pool that it
+ * without asking again, quota.c) is a set of stretches of the pool that it
  * holds read locks on, and no other process holds any lock on. Stretches of
  * different processes are disjoint and lie inside an interval of `limit`
  * bytes, so the leases of all processes together can never pass the limit:
@@ -33,7 +33,7 @@
  * first extends its last stretch, a new process starts at a random place.
  * Only a nearly full pool makes it walk from lock to lock.
  *
- * Memory the driver has already handed out (vgpu_reserve_force) is counted
+ * Memory the driver has already handed out (vgpu_quota_reserve_force) is counted
  * whether or not it fits: from the whole pool first, and what the pool
  * cannot take goes to the GPU's overflow interval, taken the same way. While
  * any process holds overflow the pool has room past the limit, so a grant is
@@ -48,7 +48,7 @@
  * container check itself against the union of the leases plus every debt,
  * as overflow does. The debtor moves its debt into the pool or the overflow
  * as soon as either has room: at its next grant, and from its keeper thread
- * (region.c) within a tenth of a second. So a forged lock can only make the
+ * (quota.c) within a tenth of a second. So a forged lock can only make the
  * container look fuller: once the forger lets go, what the driver handed out
  * meanwhile still counts, and no grant passes the limit by it.
  *
@@ -127,15 +127,18 @@
  * that no memory it holds goes unreported; memory the driver already handed
  * out is counted without one.
  *
- * Nothing here takes a lock of its own: callers serialise publishing (the
- * process's mutex in region.c; the region lock is not needed for it);
- * measuring is a series of atomic kernel queries.
+ * Publishing is serialised by the process's mutex (vgpu_ledger_lock), which
+ * callers take: the leases (quota.c) and the report (region.c) change under
+ * it too, so a grant publishes and reports in one hold. Nothing here takes
+ * it itself but the two calls made without it (vgpu_ledger_reader,
+ * vgpu_ledger_publish_util); measuring is a series of atomic kernel queries.
  */
 #include "glibc_compat.h"
 
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,7 +147,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "common.h"
+#include "core.h"
+#include "ledger.h"
+#include "lifecycle.h"
+#include "log.h"
 
 _Static_assert(sizeof(off_t) == 8, "the ledger needs 64-bit file offsets");
 
@@ -222,6 +229,7 @@ static uint64_t owed[VGPU_MAX_DEVICES];     /* our debt per GPU: counted by forc
 static uint64_t owed_pub[VGPU_MAX_DEVICES]; /* the debt our locks say (flag included when > 0) */
 static int32_t claimed_hp;                  /* host pid our claim says; 0 = none */
 static int64_t claim_seen_ns;               /* CLOCK_MONOTONIC_COARSE when the claim was last made or seen */
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER; /* the process's mutex (see the top) */
 
 /* Our lease on one GPU: disjoint stretches [s, e) of its pool and overflow
  * (block-relative), sorted, none adjacent to another (the kernel merges
@@ -310,7 +318,7 @@ void vgpu_ledger_init(int limits_fd, const char *limits_path)
 	slot = -1;
 	snprintf(path, sizeof(path), "%s", limits_path);
 	/* lz[] (64 KiB) is not cleared here: zero in a new process, and a fork
-	 * child's are cleared by vgpu_ledger_after_fork before it can re-run
+	 * child's are cleared by its fork handler (after_fork) before it can re-run
 	 * this; writing it would fault in 16 pages for nothing. */
 	memset(leased, 0, sizeof(leased));
 	memset(held, 0, sizeof(held));
@@ -318,8 +326,25 @@ void vgpu_ledger_init(int limits_fd, const char *limits_path)
 	claim_seen_ns = 0;
 }
 
-void vgpu_ledger_after_fork(void)
+void vgpu_ledger_lock(void)
 {
+	pthread_mutex_lock(&mu);
+}
+
+void vgpu_ledger_unlock(void)
+{
+	pthread_mutex_unlock(&mu);
+}
+
+int vgpu_ledger_trylock(void)
+{
+	return pthread_mutex_trylock(&mu);
+}
+
+static void after_fork(void)
+{
+	/* Single-threaded here (fork child). A parent thread may have held the mutex. */
+	pthread_mutex_init(&mu, NULL);
 	/* The inherited descriptor shares the parent's open file description,
 	 * and with it the parent's locks: the child must neither change them nor
 	 * publish into them. Closing it drops nothing (the parent still holds
@@ -351,6 +376,7 @@ void vgpu_ledger_after_fork(void)
 	close(fd);
 	fd = vgpu_high_fd(nfd); /* -1: allocations fail closed, with a line saying why */
 }
+VGPU_LIFECYCLE(ledger, .order = VGPU_ORDER_LEDGER, .after_fork = after_fork);
 
 /* What our locks publish: held bytes on GPU d, the host pid claimed (0: none). */
 uint64_t vgpu_ledger_held(int d)
@@ -628,7 +654,7 @@ struct taken {
  * each stretch in *t. 0, or -1 with errno (the stretches taken so far stay
  * ours and in *t).
  */
-static int take(int d, off_t lo, off_t hi, uint64_t least, uint64_t want, uint64_t *got, struct taken *t)
+static int take_stretches(int d, off_t lo, off_t hi, uint64_t least, uint64_t want, uint64_t *got, struct taken *t)
 {
 	struct lease *l = &lz[d];
 	off_t start = l->cursor;
@@ -713,7 +739,7 @@ static int take(int d, off_t lo, off_t hi, uint64_t least, uint64_t want, uint64
 
 /* Gives back what one grant took, the last taken first: each step restores
  * the table as it was before that stretch, so no step splits a stretch. */
-static void untake(int d, struct taken *t)
+static void drop_stretches(int d, struct taken *t)
 {
 	for (int i = t->n - 1; i >= 0; i--)
 		leased[d] -= drop_stretch(d, &lz[d], t->st[i].s, t->st[i].e);
@@ -770,9 +796,9 @@ static void settle(int d)
 	if (!want)
 		return;
 	struct taken t = {0}, o = {0};
-	take(d, 0, pool_len(d), want, want, &got, &t);
+	take_stretches(d, 0, pool_len(d), want, want, &got, &t);
 	if (got < want)
-		take(d, OVER_AT, OVER_END, want - got, want - got, &got, &o);
+		take_stretches(d, OVER_AT, OVER_END, want - got, want - got, &got, &o);
 	if (!got)
 		return;
 	owed[d] -= got;
@@ -839,12 +865,12 @@ int vgpu_ledger_grow(int idx, uint64_t least, uint64_t want, int force, uint64_t
 		 * searched whole (what a failed search took stays taken), the
 		 * overflow only for the rest. Overflow while the pool has room
 		 * would make the container read as past its limit. */
-		take(idx, 0, pool, want, want, got, &t);
+		take_stretches(idx, 0, pool, want, want, got, &t);
 		uint64_t rest = want - *got, more = 0;
 		if (!rest)
 			return 0;
 		struct taken o = {0};
-		take(idx, OVER_AT, OVER_END, rest, rest, &more, &o);
+		take_stretches(idx, OVER_AT, OVER_END, rest, rest, &more, &o);
 		*got += more;
 		if (more == rest)
 			return 0;
@@ -860,7 +886,7 @@ int vgpu_ledger_grow(int idx, uint64_t least, uint64_t want, int force, uint64_t
 		*got = want;
 		return 0;
 	}
-	if (take(idx, 0, pool, least, want, got, &t) != 0) {
+	if (take_stretches(idx, 0, pool, least, want, got, &t) != 0) {
 		int e = errno;
 		/* A pool cut into more pieces than a search may walk or a lease
 		 * may keep (locks sprayed over it): no room found, a refusal. */
@@ -870,14 +896,14 @@ int vgpu_ledger_grow(int idx, uint64_t least, uint64_t want, int force, uint64_t
 			e = EDQUOT;
 			*short_by = least > *got ? least - *got : 0;
 		}
-		untake(idx, &t);
+		drop_stretches(idx, &t);
 		*got = 0;
 		errno = e;
 		return -1;
 	}
 	if (*got < least) {
 		*short_by = least - *got;
-		untake(idx, &t);
+		drop_stretches(idx, &t);
 		*got = 0;
 		errno = EDQUOT;
 		return -1;
@@ -906,7 +932,7 @@ int vgpu_ledger_grow(int idx, uint64_t least, uint64_t want, int force, uint64_t
 	}
 	if (r != 0) {
 		int e = errno;
-		untake(idx, &t);
+		drop_stretches(idx, &t);
 		*got = 0;
 		errno = e;
 		return -1;
@@ -975,6 +1001,16 @@ int vgpu_ledger_readable(void)
 {
 	int f = __atomic_load_n(&fd, __ATOMIC_ACQUIRE);
 	return f >= 0 && same_file(f, &ident);
+}
+
+int vgpu_ledger_reader(void)
+{
+	if (vgpu_ledger_readable())
+		return 0;
+	pthread_mutex_lock(&mu);
+	int rc = vgpu_ledger_check();
+	pthread_mutex_unlock(&mu);
+	return rc;
 }
 
 /*
@@ -1090,11 +1126,19 @@ static int publish(const struct family *f, uint64_t *pub, int idx, uint64_t byte
 	return 0;
 }
 
-int vgpu_ledger_publish_util(int idx, unsigned percent)
+static int publish_util_locked(int idx, unsigned percent)
 {
 	if (slot < 0 && !percent)
 		return 0; /* nothing to say yet: no slot taken for it */
 	return publish(&UTIL, util, idx, percent > 100 ? 100 : percent);
+}
+
+void vgpu_ledger_publish_util(int idx, unsigned percent)
+{
+	pthread_mutex_lock(&mu);
+	if (publish_util_locked(idx, percent) != 0)
+		LOGD("ledger: cannot publish SM use on GPU %d: %s", idx, strerror(errno));
+	pthread_mutex_unlock(&mu);
 }
 
 int vgpu_ledger_publish_held(int idx, uint64_t bytes)

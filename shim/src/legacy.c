@@ -8,8 +8,10 @@
  */
 #include "glibc_compat.h"
 
+#include "common.h"
 #include "mem.h"
-#include "shim.h"
+#include "quota.h"
+#include "real.h"
 #include "track.h"
 
 #define REFUSED CUDA_ERROR_OUT_OF_MEMORY
@@ -40,13 +42,13 @@ VGPU_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pitch, 
 	uint64_t real = (uint64_t)*pitch * height;
 	if (real > est) {
 		if (vgpu_mem_admit_index(idx, real - est) != GO_COUNTED) {
-			vgpu_unreserve(idx, est);
+			vgpu_quota_release(idx, est);
 			NEXT(cuMemFree)(*dptr);
 			*dptr = 0;
 			return REFUSED;
 		}
 	} else {
-		vgpu_unreserve(idx, est - real);
+		vgpu_quota_release(idx, est - real);
 	}
 	return vgpu_mem_settle(rc, go, TRACK_PTR, *dptr, real, idx);
 }

@@ -61,8 +61,19 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common.h"
+#include "core.h"
+#include "footprint.h"
 #include "graph.h"
-#include "shim.h"
+#include "hostpid.h"
+#include "ledger.h"
+#include "lifecycle.h"
+#include "limiter.h"
+#include "limits.h"
+#include "log.h"
+#include "pool.h"
+#include "real.h"
+#include "region.h"
 
 /* The control period: a launch may leave the container one period's allowance
  * in debt, so no launch waits much longer than this. Long enough that a kernel
@@ -275,7 +286,7 @@ static int measure(int idx, struct bucket *b, unsigned *mine, unsigned *all)
 	}
 	*mine += hidden_util;
 	*all += hidden_util;
-	vgpu_publish_util(idx, self ? own : 0);
+	vgpu_ledger_publish_util(idx, self ? own : 0);
 	return 0;
 }
 
@@ -395,7 +406,7 @@ static void steer(int idx, struct bucket *b)
 		if (starved && rate < cap)
 			rate = clamp_rate(idx, rate * 2 < cap ? rate * 2 : cap);
 		b->heard_ns = now;
-		vgpu_publish_util(idx, 0); /* below NVML's 1 % */
+		vgpu_ledger_publish_util(idx, 0); /* below NVML's 1 % */
 	} else if (m == -1 && !b->nvml_failed) {
 		/* The rate stays where it is: the share holds as long as the kernels
 		 * keep the length they had when NVML last answered. */
@@ -477,7 +488,7 @@ static void start_watcher(void)
 	pthread_mutex_unlock(&start_mu);
 }
 
-void vgpu_limiter_after_fork(void)
+static void after_fork(void)
 {
 	/* The watcher did not survive the fork; the child starts its own on demand. */
 	pthread_mutex_init(&start_mu, NULL);
@@ -487,6 +498,8 @@ void vgpu_limiter_after_fork(void)
 	pthread_mutex_init(&wait_mu, NULL);
 	memset(in_wait, 0, sizeof(in_wait));
 }
+/* At exit: the waits still in progress reach the region with the last report. */
+VGPU_LIFECYCLE(limiter, .order = VGPU_ORDER_LIMITER, .after_fork = after_fork, .at_exit = vgpu_limiter_count_waits);
 
 /* Blocks per wave on dev, asked once per bucket; 1 when the driver cannot say
  * (every block a wave: an overcharge the rate steering absorbs). */

@@ -9,7 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "limits.h"
+#include "log.h"
 
 int vgpu_log_level = VGPU_LOG_WARN;
 

@@ -13,10 +13,18 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common.h"
+#include "core.h"
+#include "footprint.h"
 #include "graph.h"
+#include "hostpid.h"
+#include "import.h"
+#include "lifecycle.h"
+#include "log.h"
 #include "mem.h"
 #include "pool.h"
-#include "shim.h"
+#include "quota.h"
+#include "real.h"
 #include "track.h"
 
 /* ---- admission ------------------------------------------------------------------ */
@@ -24,19 +32,19 @@
 static void over_quota(int idx, uint64_t bytes)
 {
 	LOGW("GPU memory quota exceeded on %s: %llu bytes requested, %llu of %llu in use by the container",
-	     vgpu.limits.gpu[idx].uuid, (unsigned long long)bytes, (unsigned long long)vgpu_used(idx),
+	     vgpu.limits.gpu[idx].uuid, (unsigned long long)bytes, (unsigned long long)vgpu_quota_used(idx),
 	     (unsigned long long)vgpu.limits.gpu[idx].memory);
 }
 
 /* Reserves bytes on idx for an allocation of asked bytes: 0, or -1 after
  * saying why (an unrecorded reservation is reported once, where it failed). */
-static int take(int idx, uint64_t bytes, uint64_t asked)
+static int reserve_or_reclaim(int idx, uint64_t bytes, uint64_t asked)
 {
-	int rc = vgpu_reserve(idx, bytes);
+	int rc = vgpu_quota_reserve(idx, bytes);
 	/* Stream-ordered pools may hold freed memory for reuse: they give it
 	 * back before anything is refused (pool.c). */
 	if (rc == VGPU_OVER_QUOTA && vgpu_pool_reclaim(idx))
-		rc = vgpu_reserve(idx, bytes);
+		rc = vgpu_quota_reserve(idx, bytes);
 	if (rc == VGPU_OVER_QUOTA)
 		over_quota(idx, asked);
 	return rc == 0 ? 0 : -1;
@@ -60,10 +68,10 @@ static int admit_index(int idx, uint64_t bytes)
 		return GO_REFUSE;
 	}
 	vgpu_fp_poll(); /* footprint growth since the last measure, if one is due */
-	return take(idx, bytes, bytes) == 0 ? GO_COUNTED : GO_REFUSE;
+	return reserve_or_reclaim(idx, bytes, bytes) == 0 ? GO_COUNTED : GO_REFUSE;
 }
 
-static int admit_current(uint64_t bytes, int *idx)
+int vgpu_mem_admit_current(uint64_t bytes, int *idx)
 {
 	vgpu_init();
 	*idx = vgpu.mode == VGPU_ENFORCE ? vgpu_current_index(NULL) : -1;
@@ -85,17 +93,17 @@ static CUresult settle_in(CUresult rc, int go, int kind, uint64_t key, uint64_t 
 	if (go != GO_COUNTED)
 		return rc;
 	if (rc != CUDA_SUCCESS || vgpu_track_add(kind, key, bytes, idx, ctx) != 0)
-		vgpu_unreserve(idx, bytes);
+		vgpu_quota_release(idx, bytes);
 	return rc;
 }
 
-static CUresult settle(CUresult rc, int go, int kind, uint64_t key, uint64_t bytes, int idx)
+CUresult vgpu_mem_settle(CUresult rc, int go, int kind, uint64_t key, uint64_t bytes, int idx)
 {
 	return settle_in(rc, go, kind, key, bytes, idx, go == GO_COUNTED ? current_ctx() : NULL);
 }
 
 /* Gives back what a successful free/release/destroy of key released. */
-static CUresult release(int kind, uint64_t key, CUresult (*call)(void *), void *arg)
+CUresult vgpu_mem_release(int kind, uint64_t key, CUresult (*call)(void *), void *arg)
 {
 	struct vgpu_tracked t;
 	/* Untrack first: once the driver has freed the address, another thread may
@@ -110,7 +118,7 @@ static CUresult release(int kind, uint64_t key, CUresult (*call)(void *), void *
 	CUresult rc = call(arg);
 	if (had) {
 		if (rc == CUDA_SUCCESS)
-			vgpu_unreserve(t.idx, t.bytes);
+			vgpu_quota_release(t.idx, t.bytes);
 		else
 			vgpu_track_add(kind, key, t.bytes, t.idx, t.ctx);
 	}
@@ -123,20 +131,20 @@ static CUresult release(int kind, uint64_t key, CUresult (*call)(void *), void *
 
 VGPU_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes)
 {
-	int idx, go = admit_current(bytes, &idx);
+	int idx, go = vgpu_mem_admit_current(bytes, &idx);
 	if (go == GO_REFUSE)
 		return REFUSED;
 	CUresult rc = NEXT(cuMemAlloc_v2)(dptr, bytes);
-	return settle(rc, go, TRACK_PTR, dptr ? *dptr : 0, bytes, idx);
+	return vgpu_mem_settle(rc, go, TRACK_PTR, dptr ? *dptr : 0, bytes, idx);
 }
 
 VGPU_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned flags)
 {
-	int idx, go = admit_current(bytes, &idx);
+	int idx, go = vgpu_mem_admit_current(bytes, &idx);
 	if (go == GO_REFUSE)
 		return REFUSED;
 	CUresult rc = NEXT(cuMemAllocManaged)(dptr, bytes, flags);
-	return settle(rc, go, TRACK_PTR, dptr ? *dptr : 0, bytes, idx);
+	return vgpu_mem_settle(rc, go, TRACK_PTR, dptr ? *dptr : 0, bytes, idx);
 }
 
 VGPU_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
@@ -145,28 +153,28 @@ VGPU_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t
 	/* Reserve a bound first (pitch alignment is at most 512 bytes on every
 	 * GPU we know of), then settle on the real pitch × height. */
 	uint64_t est = ((uint64_t)width + 511) / 512 * 512 * height;
-	int idx, go = admit_current(est, &idx);
+	int idx, go = vgpu_mem_admit_current(est, &idx);
 	if (go == GO_REFUSE)
 		return REFUSED;
 	CUresult rc = NEXT(cuMemAllocPitch_v2)(dptr, pitch, width, height, elem);
 	if (go != GO_COUNTED)
 		return rc;
 	if (rc != CUDA_SUCCESS) {
-		vgpu_unreserve(idx, est);
+		vgpu_quota_release(idx, est);
 		return rc;
 	}
 	uint64_t real = (uint64_t)*pitch * height;
 	if (real > est) {
-		if (take(idx, real - est, real) != 0) {
-			vgpu_unreserve(idx, est);
+		if (reserve_or_reclaim(idx, real - est, real) != 0) {
+			vgpu_quota_release(idx, est);
 			NEXT(cuMemFree_v2)(*dptr);
 			*dptr = 0;
 			return REFUSED;
 		}
 	} else {
-		vgpu_unreserve(idx, est - real);
+		vgpu_quota_release(idx, est - real);
 	}
-	return settle(rc, go, TRACK_PTR, *dptr, real, idx);
+	return vgpu_mem_settle(rc, go, TRACK_PTR, *dptr, real, idx);
 }
 
 /* Stream-ordered allocations: what their pool reserves counts, on the
@@ -243,7 +251,7 @@ static CUresult release_ptr(CUdeviceptr p, CUresult (*call)(void *), void *arg)
 	struct vgpu_pool_free f;
 	if (vgpu_pool_free_begin(p, &f))
 		return vgpu_pool_free_end(call(arg), &f);
-	return release(TRACK_PTR, p, call, arg);
+	return vgpu_mem_release(TRACK_PTR, p, call, arg);
 }
 
 VGPU_EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
@@ -282,7 +290,7 @@ VGPU_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t bytes, 
 	if (go == GO_REFUSE)
 		return REFUSED;
 	CUresult rc = NEXT(cuMemCreate)(h, bytes, prop, flags);
-	return settle(rc, go, TRACK_HANDLE, h ? *h : 0, bytes, idx);
+	return vgpu_mem_settle(rc, go, TRACK_HANDLE, h ? *h : 0, bytes, idx);
 }
 
 /*
@@ -302,7 +310,7 @@ VGPU_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h)
 		vgpu_vmm_import_release(h);
 	if (r == 1) {
 		if (rc == CUDA_SUCCESS)
-			vgpu_unreserve(t.idx, t.bytes);
+			vgpu_quota_release(t.idx, t.bytes);
 		else
 			vgpu_track_add(TRACK_HANDLE, h, t.bytes, t.idx, t.ctx);
 	} else if (r == 0 && rc != CUDA_SUCCESS) {
@@ -339,7 +347,7 @@ VGPU_EXPORT CUresult cuMemUnmap(CUdeviceptr va, size_t size)
 		uint64_t freed[VGPU_MAX_DEVICES] = {0};
 		vgpu_track_unmap(va, size, freed);
 		for (int d = 0; d < VGPU_MAX_DEVICES; d++)
-			vgpu_unreserve(d, freed[d]);
+			vgpu_quota_release(d, freed[d]);
 	}
 	return rc;
 }
@@ -383,7 +391,7 @@ static uint64_t element_bytes(int f, unsigned ch)
 	return b > named ? b : named;
 }
 
-static uint64_t array_bytes(size_t w, size_t h, size_t d, int fmt, unsigned ch)
+uint64_t vgpu_array_bytes(size_t w, size_t h, size_t d, int fmt, unsigned ch)
 {
 	return max1(w) * max1(h) * max1(d) * element_bytes(fmt, ch);
 }
@@ -393,7 +401,7 @@ static uint64_t mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *a, unsigned levels)
 	int layered = (a->Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP)) != 0;
 	uint64_t total = 0, w = max1(a->Width), h = a->Height, d = a->Depth;
 	for (unsigned l = 0; l < max1(levels) && l < 64; l++) {
-		total += array_bytes(w, h, d, a->Format, a->NumChannels);
+		total += vgpu_array_bytes(w, h, d, a->Format, a->NumChannels);
 		w = max1(w >> 1);
 		h = h ? max1(h >> 1) : 0;
 		if (!layered)
@@ -404,12 +412,12 @@ static uint64_t mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *a, unsigned levels)
 
 VGPU_EXPORT CUresult cuArrayCreate_v2(CUarray *arr, const CUDA_ARRAY_DESCRIPTOR *a)
 {
-	uint64_t bytes = a ? array_bytes(a->Width, a->Height, 0, a->Format, a->NumChannels) : 0;
-	int idx, go = admit_current(bytes, &idx);
+	uint64_t bytes = a ? vgpu_array_bytes(a->Width, a->Height, 0, a->Format, a->NumChannels) : 0;
+	int idx, go = vgpu_mem_admit_current(bytes, &idx);
 	if (go == GO_REFUSE)
 		return REFUSED;
 	CUresult rc = NEXT(cuArrayCreate_v2)(arr, a);
-	return settle(rc, go, TRACK_ARRAY, arr ? (uint64_t)(uintptr_t)*arr : 0, bytes, idx);
+	return vgpu_mem_settle(rc, go, TRACK_ARRAY, arr ? (uint64_t)(uintptr_t)*arr : 0, bytes, idx);
 }
 
 /* A sparse array, or one whose memory is mapped later, holds none of its own:
@@ -419,13 +427,13 @@ VGPU_EXPORT CUresult cuArrayCreate_v2(CUarray *arr, const CUDA_ARRAY_DESCRIPTOR 
 VGPU_EXPORT CUresult cuArray3DCreate_v2(CUarray *arr, const CUDA_ARRAY3D_DESCRIPTOR *a)
 {
 	uint64_t bytes = a && !(a->Flags & ARRAY_NO_MEMORY)
-				 ? array_bytes(a->Width, a->Height, a->Depth, a->Format, a->NumChannels)
+				 ? vgpu_array_bytes(a->Width, a->Height, a->Depth, a->Format, a->NumChannels)
 				 : 0;
-	int idx, go = admit_current(bytes, &idx);
+	int idx, go = vgpu_mem_admit_current(bytes, &idx);
 	if (go == GO_REFUSE)
 		return REFUSED;
 	CUresult rc = NEXT(cuArray3DCreate_v2)(arr, a);
-	return settle(rc, go, TRACK_ARRAY, arr ? (uint64_t)(uintptr_t)*arr : 0, bytes, idx);
+	return vgpu_mem_settle(rc, go, TRACK_ARRAY, arr ? (uint64_t)(uintptr_t)*arr : 0, bytes, idx);
 }
 
 static CUresult do_array_destroy(void *a)
@@ -435,7 +443,7 @@ static CUresult do_array_destroy(void *a)
 
 VGPU_EXPORT CUresult cuArrayDestroy(CUarray arr)
 {
-	CUresult rc = release(TRACK_ARRAY, (uint64_t)(uintptr_t)arr, do_array_destroy, &arr);
+	CUresult rc = vgpu_mem_release(TRACK_ARRAY, (uint64_t)(uintptr_t)arr, do_array_destroy, &arr);
 	if (rc == CUDA_SUCCESS)
 		vgpu_array_maps_gone(arr);
 	return rc;
@@ -445,11 +453,11 @@ VGPU_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *m, const CUDA_ARRA
 					    unsigned levels)
 {
 	uint64_t bytes = a && !(a->Flags & ARRAY_NO_MEMORY) ? mipmap_bytes(a, levels) : 0;
-	int idx, go = admit_current(bytes, &idx);
+	int idx, go = vgpu_mem_admit_current(bytes, &idx);
 	if (go == GO_REFUSE)
 		return REFUSED;
 	CUresult rc = NEXT(cuMipmappedArrayCreate)(m, a, levels);
-	return settle(rc, go, TRACK_MIPMAP, m ? (uint64_t)(uintptr_t)*m : 0, bytes, idx);
+	return vgpu_mem_settle(rc, go, TRACK_MIPMAP, m ? (uint64_t)(uintptr_t)*m : 0, bytes, idx);
 }
 
 static CUresult do_mipmap_destroy(void *a)
@@ -459,7 +467,7 @@ static CUresult do_mipmap_destroy(void *a)
 
 VGPU_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray m)
 {
-	CUresult rc = release(TRACK_MIPMAP, (uint64_t)(uintptr_t)m, do_mipmap_destroy, &m);
+	CUresult rc = vgpu_mem_release(TRACK_MIPMAP, (uint64_t)(uintptr_t)m, do_mipmap_destroy, &m);
 	if (rc == CUDA_SUCCESS)
 		vgpu_array_maps_gone(m);
 	return rc;
@@ -503,7 +511,7 @@ static void refused_ctx(CUdevice dev)
 		LOGW("GPU memory quota exceeded on %s: a new context's own memory would take the container past "
 		     "its limit (%llu of %llu bytes in use with it); the context is destroyed and its creation "
 		     "fails",
-		     vgpu.limits.gpu[idx].uuid, (unsigned long long)vgpu_used(idx),
+		     vgpu.limits.gpu[idx].uuid, (unsigned long long)vgpu_quota_used(idx),
 		     (unsigned long long)vgpu.limits.gpu[idx].memory);
 }
 
@@ -582,7 +590,7 @@ static void primary_gone(CUdevice dev, int reset)
 		ctx_gone(c);
 }
 
-void vgpu_ctx_after_fork(void)
+static void after_fork(void)
 {
 	/* The child holds none of the parent's primary contexts; retaining one
 	 * there creates a context of its own, with its own footprint. */
@@ -590,8 +598,8 @@ void vgpu_ctx_after_fork(void)
 	memset(primary, 0, sizeof(primary));
 	memset(primary_refs, 0, sizeof(primary_refs));
 	greens_after_fork();
-	vgpu_pool_after_fork();
 }
+VGPU_LIFECYCLE(ctx, .order = VGPU_ORDER_CTX, .after_fork = after_fork);
 
 /* After a release (reset = 0) or reset (1) of dev's primary context that the
  * driver accepted: what that context held goes. Returns the driver's rc. */
@@ -805,28 +813,8 @@ VGPU_EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx g)
 
 /* ---- for the hooks in other files (mem.h) ------------------------------------------------ */
 
-int vgpu_mem_admit_current(uint64_t bytes, int *idx)
-{
-	return admit_current(bytes, idx);
-}
-
 int vgpu_mem_admit_index(int idx, uint64_t bytes)
 {
 	vgpu_init();
 	return admit_index(vgpu.mode == VGPU_ENFORCE ? idx : -1, bytes);
-}
-
-CUresult vgpu_mem_settle(CUresult rc, int go, int kind, uint64_t key, uint64_t bytes, int idx)
-{
-	return settle(rc, go, kind, key, bytes, idx);
-}
-
-CUresult vgpu_mem_release(int kind, uint64_t key, CUresult (*call)(void *), void *arg)
-{
-	return release(kind, key, call, arg);
-}
-
-uint64_t vgpu_array_bytes(size_t w, size_t h, size_t d, int fmt, unsigned ch)
-{
-	return array_bytes(w, h, d, fmt, ch);
 }

@@ -1,11 +1,12 @@
-/* The admission and release steps of mem.c, for the allocation hooks kept
- * in files of their own (legacy.c, pool.c, import.c). */
+/* mem.c: the admission and release steps of the allocation hooks, for those
+ * kept in files of their own (legacy.c, pool.c, import.c, footprint.c); the
+ * context that owns an allocation. */
 #ifndef VGPU_MEM_H
 #define VGPU_MEM_H
 
 #include <stdint.h>
 
-#include "shim.h"
+#include "common.h"
 
 /* What an admission decided: forward uncounted, counted (bytes reserved:
  * the caller must track them or give them back), or refuse. */
@@ -23,18 +24,8 @@ CUresult vgpu_mem_settle(CUresult rc, int go, int kind, uint64_t key, uint64_t b
 CUresult vgpu_mem_release(int kind, uint64_t key, CUresult (*call)(void *), void *arg);
 /* Bytes an array of w x h x d elements of CUarray_format fmt takes (counted). */
 uint64_t vgpu_array_bytes(size_t w, size_t h, size_t d, int fmt, unsigned ch);
-/* VMM handles imported from a shareable handle (import.c): their size is
- * known at their first mapping, which is charged it. Before cuMemMap of h:
- * GO_FORWARD when h is no such handle (or nothing is counted), GO_COUNTED
- * with size reserved on *idx, or GO_REFUSE. */
-int vgpu_vmm_import_map_begin(uint64_t h, uint64_t size, int *idx);
-/* After it: on success h is tracked as a cuMemCreate handle of size bytes. */
-void vgpu_vmm_import_map_end(uint64_t h, CUresult rc, int go, uint64_t size, int idx);
-/* A successful cuMemRelease of h: an imported handle never mapped is forgotten. */
-void vgpu_vmm_import_release(uint64_t h);
-/* A sparse array is gone: the handles mapped into it lose those mappings (import.c). */
-void vgpu_array_maps_gone(void *res);
-/* A fork child forgets the parent's multicast binds (import.c). */
-void vgpu_import_after_fork(void);
+/* The context that owns memory allocated while ctx is current: for the
+ * CUcontext of a green context its device's primary context, else ctx. */
+CUcontext vgpu_ctx_owner(CUcontext ctx);
 
 #endif

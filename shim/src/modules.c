@@ -8,7 +8,10 @@
  */
 #include "glibc_compat.h"
 
-#include "shim.h"
+#include "common.h"
+#include "core.h"
+#include "footprint.h"
+#include "real.h"
 
 /* After a successful call that may have changed what the driver holds. */
 static CUresult changed(CUresult rc)

@@ -54,7 +54,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "common.h"
+#include "core.h"
+#include "hostpid.h"
+#include "ledger.h"
+#include "log.h"
+#include "quota.h"
+#include "real.h"
 
 #define NVML_ERROR_MEMORY 20 /* ABI notes: MEMORY 20 */
 #define NO_INSTANCE 0xFFFFFFFFu
@@ -122,7 +128,7 @@ static int gather(int idx, struct members *ms)
 	struct member *me = member_of(ms, (int32_t)getpid());
 	if (me) {
 		me->hp = vgpu_host_pid();
-		me->bytes = idx >= 0 ? vgpu_own_used(idx) : 0;
+		me->bytes = idx >= 0 ? vgpu_quota_held(idx) : 0;
 	}
 	if (vgpu_ledger_reader() != 0 || (idx >= 0 && vgpu_ledger_scan_held(idx, on_held, ms) != 0) ||
 	    vgpu_ledger_scan_claims(on_claim, ms) != 0 ||
@@ -134,7 +140,7 @@ static int gather(int idx, struct members *ms)
 	}
 	if (idx < 0)
 		return 0;
-	uint64_t sum = 0, used = vgpu_used(idx);
+	uint64_t sum = 0, used = vgpu_quota_used(idx);
 	struct member *heir = NULL;
 	for (int i = 0; i < ms->n; i++) {
 		struct member *m = &ms->m[i];

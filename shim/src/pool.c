@@ -38,9 +38,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common.h"
+#include "core.h"
+#include "lifecycle.h"
+#include "log.h"
 #include "mem.h"
 #include "pool.h"
-#include "shim.h"
+#include "quota.h"
+#include "real.h"
 
 #define POOL_SLOTS 256
 #define POOL_GRAIN (2ull << 20) /* a pool grows by whole 2 MiB pages */
@@ -187,9 +192,9 @@ static void refresh(int i, const uint64_t *value, uint64_t done)
 		/* Grown past what was reserved for it: already handed out, so counted. */
 		LOGD("memory pool on %s reserves %llu bytes more than reserved ahead", vgpu.limits.gpu[idx].uuid,
 		     (unsigned long long)(after - before));
-		vgpu_reserve_force(idx, after - before);
+		vgpu_quota_reserve_force(idx, after - before);
 	} else if (after < before) {
-		vgpu_unreserve(idx, before - after);
+		vgpu_quota_release(idx, before - after);
 	}
 }
 
@@ -208,7 +213,7 @@ static void retire_if_done(int i)
 	}
 	pthread_mutex_unlock(&mu);
 	if (bytes && idx >= 0)
-		vgpu_unreserve(idx, bytes);
+		vgpu_quota_release(idx, bytes);
 }
 
 int vgpu_pool_reclaim(int idx)
@@ -340,9 +345,9 @@ int vgpu_stream_index(CUstream s, CUdevice *dev)
 static int past_limit(int idx)
 {
 	uint64_t limit = vgpu.limits.gpu[idx].memory;
-	if (!limit || vgpu_used(idx) <= limit)
+	if (!limit || vgpu_quota_used(idx) <= limit)
 		return 0;
-	return !(vgpu_pool_reclaim(idx) && vgpu_used(idx) <= limit);
+	return !(vgpu_pool_reclaim(idx) && vgpu_quota_used(idx) <= limit);
 }
 
 int vgpu_pool_admit(CUmemoryPool pool, CUstream s, uint64_t bytes, struct vgpu_pool_op *op)
@@ -395,7 +400,7 @@ int vgpu_pool_admit(CUmemoryPool pool, CUstream s, uint64_t bytes, struct vgpu_p
 	} else if ((refuse = past_limit(idx))) {
 		LOGW("GPU memory quota exceeded on %s: %llu bytes requested from a memory pool, %llu of %llu in use by "
 		     "the container", vgpu.limits.gpu[idx].uuid, (unsigned long long)bytes,
-		     (unsigned long long)vgpu_used(idx), (unsigned long long)vgpu.limits.gpu[idx].memory);
+		     (unsigned long long)vgpu_quota_used(idx), (unsigned long long)vgpu.limits.gpu[idx].memory);
 	}
 	if (refuse) {
 		pthread_mutex_lock(&mu);
@@ -423,7 +428,7 @@ CUresult vgpu_pool_settle(CUresult rc, struct vgpu_pool_op *op, CUdeviceptr *dpt
 		return rc;
 	if (op->slot < 0) {
 		if (rc != CUDA_SUCCESS || !dptr || ptr_add(*dptr, -1, op->idx, op->bytes) != 0)
-			vgpu_unreserve(op->idx, op->bytes);
+			vgpu_quota_release(op->idx, op->bytes);
 		return rc;
 	}
 	if (rc != CUDA_SUCCESS || !dptr || ptr_add(*dptr, op->slot, op->idx, op->bytes) != 0) {
@@ -450,11 +455,11 @@ CUresult vgpu_pool_free_end(CUresult rc, const struct vgpu_pool_free *f)
 {
 	if (rc != CUDA_SUCCESS) {
 		if (ptr_add(f->p, f->slot, f->idx, f->bytes) != 0 && f->slot < 0)
-			vgpu_unreserve(f->idx, f->bytes);
+			vgpu_quota_release(f->idx, f->bytes);
 		return rc;
 	}
 	if (f->slot < 0) {
-		vgpu_unreserve(f->idx, f->bytes);
+		vgpu_quota_release(f->idx, f->bytes);
 		return rc;
 	}
 	/* The block goes back to the pool, which keeps it up to its release
@@ -501,7 +506,7 @@ void vgpu_pool_ctx_gone(CUcontext ctx)
 		struct ptr *e = gone;
 		gone = e->next;
 		if (e->slot < 0) {
-			vgpu_unreserve(e->idx, e->bytes);
+			vgpu_quota_release(e->idx, e->bytes);
 		} else {
 			pthread_mutex_lock(&mu);
 			struct pool *p = &pools[e->slot];
@@ -674,7 +679,7 @@ VGPU_EXPORT CUresult cuEventSynchronize(CUevent e)
 	return rc;
 }
 
-void vgpu_pool_after_fork(void)
+static void after_fork(void)
 {
 	/* Pools, like every CUDA object, do not survive fork; entries leak on
 	 * purpose (a parent thread may have been mid-update). */
@@ -685,5 +690,6 @@ void vgpu_pool_after_fork(void)
 	charged_slots = 0;
 	nptrs = 0;
 	top = 0;
-	vgpu_import_after_fork();
 }
+
+VGPU_LIFECYCLE(pool, .order = VGPU_ORDER_POOL, .after_fork = after_fork);

@@ -4,7 +4,7 @@
 
 #include <stdint.h>
 
-#include "shim.h"
+#include "common.h"
 
 /* An allocation from a pool between its admission and the driver's answer. */
 struct vgpu_pool_op {
@@ -39,6 +39,7 @@ void vgpu_pool_sync(void);
 /* Context ctx is gone (destroyed, released for the last time, reset): its
  * pool allocations went with it; every pool is read again. */
 void vgpu_pool_ctx_gone(CUcontext ctx);
-void vgpu_pool_after_fork(void);
+/* Limits index and ordinal of the device stream s belongs to. */
+int vgpu_stream_index(CUstream s, CUdevice *dev);
 
 #endif

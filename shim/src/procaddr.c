@@ -12,7 +12,9 @@
 
 #include <string.h>
 
-#include "shim.h"
+#include "common.h"
+#include "log.h"
+#include "real.h"
 
 /* Fallback for a pointer we cannot identify: the ABI the version rules name. */
 static void *by_version(const char *sym, int ver, cuuint64_t flags)

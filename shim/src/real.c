@@ -18,7 +18,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "common.h"
+#include "footprint.h"
+#include "lifecycle.h"
+#include "log.h"
+#include "real.h"
 
 static const char *const lib_names[] = {"libcuda.so.1", "libnvidia-ml.so.1"};
 static void *lib_handle[2];
@@ -210,7 +214,7 @@ const struct vgpu_hook vgpu_hooks[HOOK_COUNT] = {
 #undef HOOK
 };
 
-void *vgpu_next_fn[HOOK_COUNT]; /* read inline by NEXT (shim.h) */
+void *vgpu_next_fn[HOOK_COUNT]; /* read inline by NEXT (real.h) */
 
 /*
  * The implementation a wrapper forwards to: the library's own definition
@@ -383,11 +387,12 @@ void vgpu_nvml_unknown_gpu(const char *uuid)
 	nvml_unusable(msg);
 }
 
-void vgpu_nvml_after_fork(void)
+static void after_fork(void)
 {
 	/* The library stays mapped; NVML is initialised anew in the child, as before. */
 	__atomic_store_n(&nvml_init_state, 0, __ATOMIC_RELEASE);
 }
+VGPU_LIFECYCLE(nvml, .order = VGPU_ORDER_NVML, .after_fork = after_fork);
 
 /* ---- plain calls the shim makes for itself ------------------------------------ */
 

@@ -1,13 +1,10 @@
 /*
- * The container's memory accounting, and the usage region (Contract 5).
- *
- * What a process holds is known for certain only to the process itself
- * (own[], in its private memory). It publishes that in the ledger (ledger.c:
+ * The usage region (Contract 5): the container's report for the host. It
+ * decides nothing. What a process holds is known for certain only to the
+ * process itself (quota.c); it publishes that in the ledger (ledger.c:
  * fcntl locks on the read-only limits file, which no other process can
  * lower and which vanish with the process), and every quota decision is
- * taken on its own count plus what the ledger shows of the others. The
- * limit comes from the limits file. Nothing is ever read back from the
- * region to decide anything.
+ * taken there. Nothing is ever read back from the region to decide anything.
  *
  * The region file <dir>/usage is the report for the host (`nri-vgpu status`,
  * metrics): a header, the devices with their limit and the bytes the
@@ -23,13 +20,15 @@
  * The lock is a thread mutex plus an fcntl OFD write lock on the whole
  * region file: the kernel drops an OFD lock when its holder dies (no wedge);
  * it does not exclude the threads of one process (hence the mutex); a fork
- * child reopens the file to get a description of its own. It guards the
- * report only: the quota is the ledger's pool, taken under the thread mutex
- * alone. So no process waits long for it: the report of a grant or a free
- * takes it only if it is free and otherwise leaves the report to the keeper
- * thread (a process that sleeps for it on a busy node waits behind every
- * runnable process before it runs again, for a report that can wait), the keeper
- * and an exit wait a little longer and leave what they could not write to
+ * child reopens the file to get a description of its own. The thread
+ * mutex is the process's (ledger.c), under which the leases change too; the
+ * file's lock guards the report only: the quota is the ledger's pool, taken
+ * under the thread mutex alone. So no process waits long for it: the
+ * report of a grant or a free takes it only if it is free and otherwise
+ * leaves the report to the keeper thread (quota.c; a process that sleeps
+ * for it on a busy node waits behind every runnable process before it runs
+ * again, for a report that can wait), the keeper and an exit wait a little
+ * longer and leave what they could not write to
  * the next report or rebuild, a process's start maps a sound file without
  * it, and making or repairing the file waits OPEN_WAIT_NS (a process
  * stopped while it holds the lock, or a tenant holding it, must not stop the
@@ -56,12 +55,19 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <linux/futex.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "common.h"
+#include "core.h"
+#include "hostpid.h"
+#include "ledger.h"
+#include "lifecycle.h"
+#include "limits.h"
+#include "log.h"
+#include "quota.h"
+#include "region.h"
 
 #define RSIZE ((off_t)sizeof(struct vgpu_region))
 #define RETRY_NS 1000000000ll /* no usable region file: try again after this long */
@@ -70,7 +76,6 @@
 #define REPORT_TRY_NS 0ll          /* a grant's or a free's report: one try, the keeper writes it later */
 #define OPEN_WAIT_NS 5000000000ll   /* opening the region waits this long for its lock at most */
 
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static char region_dir[4096], region_path[4200];
 static struct vgpu_region *region; /* the mapped file; NULL while there is none */
 static int rfd = -1;
@@ -87,15 +92,15 @@ static uint64_t my_start;   /* our start time as others read it (read_self) */
 static int32_t outer_pid;   /* our pid as /proc numbers it when that is another namespace's; else 0 */
 static int self_read;       /* my_start and outer_pid are this process's */
 static int32_t slot_hp;     /* the host pid our slot was last given */
-static int32_t hp_tried;    /* the host pid a slot write last tried to give it (under mu) */
+static int32_t hp_tried;    /* the host pid a slot write last tried to give it (under the mutex) */
 /* What this process holds per limits index as it last published it (the
- * ledger's held part, its slot); the truth is lease - avail (below). */
+ * ledger's held part, its slot); the truth is vgpu_quota_held (quota.c). */
 static uint64_t shown[VGPU_MAX_DEVICES];
 static uint64_t launches[VGPU_MAX_DEVICES];
 /* ns this process's launches waited on the SM limiter (limiter.c), not yet
  * added to the devices' throttled_ns: added at a flush or at exit. */
 static uint64_t throttled[VGPU_MAX_DEVICES];
-static int warned_damage, warned_unusable, warned_unrecorded, warned_slots;
+static int warned_damage, warned_unusable, warned_slots;
 
 /* ---- the SIGBUS guard ---------------------------------------------------------------- */
 
@@ -165,7 +170,7 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc)
 	errno = e;
 }
 
-/* Caller holds mu: one guarded access at a time in the process. */
+/* Caller holds the process's mutex: one guarded access at a time in the process. */
 static void guard_begin(void)
 {
 	struct sigaction sa;
@@ -243,11 +248,6 @@ static int64_t now_ns(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
-}
-
-static uint64_t sat_add(uint64_t a, uint64_t b)
-{
-	return a + b < a ? UINT64_MAX : a + b;
 }
 
 /*
@@ -375,7 +375,7 @@ static int free_slot_locked(void)
 	return -1;
 }
 
-/* Claims this process's host pid in the ledger (what the SM limiter counts). Caller holds mu. */
+/* Claims this process's host pid in the ledger (what the SM limiter counts). Caller holds the process's mutex. */
 static void claim_locked(void)
 {
 	int32_t hp = vgpu_host_pid();
@@ -447,7 +447,7 @@ static void held_bytes(int32_t pid, int idx, uint64_t bytes, void *arg)
 	(void)arg;
 	struct held *h = held_of(pid, 1);
 	if (h)
-		h->bytes[idx] = sat_add(h->bytes[idx], bytes);
+		h->bytes[idx] = vgpu_sat_add(h->bytes[idx], bytes);
 }
 
 static void held_claim(int32_t pid, int32_t hp, void *arg)
@@ -550,11 +550,11 @@ static void sync_locked(int restart)
 	for (int d = 0; d < ngpu; d++) {
 		uint64_t others = 0, sum = 0;
 		if (vgpu_ledger_others_held(d, &others) == 0) {
-			sum = sat_add(shown[d], others);
+			sum = vgpu_sat_add(shown[d], others);
 		} else {
 			for (int i = 0; i < VGPU_MAX_PROCS; i++)
 				if (r->procs[i].pid)
-					sum = sat_add(sum, r->procs[i].used[d]);
+					sum = vgpu_sat_add(sum, r->procs[i].used[d]);
 		}
 		if (restart) {
 			/* A region made or rebuilt after damage: what it said of
@@ -849,10 +849,10 @@ static void check_locked(void)
  */
 static int lock_within(int64_t ns)
 {
-	pthread_mutex_lock(&mu);
+	vgpu_ledger_lock();
 	if (rfd >= 0 && ofd_lock_within(rfd, ns) != 0) {
 		if (errno == EAGAIN) {
-			pthread_mutex_unlock(&mu);
+			vgpu_ledger_unlock();
 			return 0;
 		}
 		LOGD("usage region lock failed: %s", strerror(errno));
@@ -867,7 +867,7 @@ static void unlock(void)
 	if (rfd >= 0)
 		ofd_lock(rfd, F_UNLCK, 0);
 	guard_end();
-	pthread_mutex_unlock(&mu);
+	vgpu_ledger_unlock();
 }
 
 /*
@@ -900,7 +900,7 @@ static int attach_quietly(void)
 int vgpu_region_open(const char *dir, const struct vgpu_limits *l)
 {
 	(void)l; /* the same as vgpu.limits, which every later check reads */
-	pthread_mutex_lock(&mu);
+	vgpu_ledger_lock();
 	detach_locked(); /* a re-run of the initialisation in a fork child */
 	snprintf(region_dir, sizeof(region_dir), "%s", dir);
 	snprintf(region_path, sizeof(region_path), "%s/%s", region_dir, VGPU_REGION_FILE);
@@ -928,14 +928,12 @@ static int slots_add_up_locked(void)
 		uint64_t sum = 0;
 		for (int i = 0; i < VGPU_MAX_PROCS; i++)
 			if (region->procs[i].pid)
-				sum = sat_add(sum, region->procs[i].used[d]);
+				sum = vgpu_sat_add(sum, region->procs[i].used[d]);
 		if (sum != __atomic_load_n(&region->devices[d].used, __ATOMIC_RELAXED))
 			return 0;
 	}
 	return 1;
 }
-
-static void keeper_start(void);
 
 void vgpu_region_set_host_pid(int32_t hp)
 {
@@ -943,13 +941,13 @@ void vgpu_region_set_host_pid(int32_t hp)
 	 * if the region's lock is free, else by the keeper
 	 * (this is on the way to the process's first context). */
 	(void)hp; /* vgpu_host_pid() answers it already */
-	pthread_mutex_lock(&mu);
+	vgpu_ledger_lock();
 	claim_locked();
-	pthread_mutex_unlock(&mu);
+	vgpu_ledger_unlock();
 	if (!lock_within(REPORT_TRY_NS)) {
-		pthread_mutex_lock(&mu);
-		keeper_start();
-		pthread_mutex_unlock(&mu);
+		vgpu_ledger_lock();
+		vgpu_quota_keeper_start();
+		vgpu_ledger_unlock();
 		return;
 	}
 	if (region && slot < 0 && !slots_add_up_locked())
@@ -959,81 +957,8 @@ void vgpu_region_set_host_pid(int32_t hp)
 	unlock();
 }
 
-/* ---- accounting ----------------------------------------------------------------------- */
 
-/*
- * Leases. Taking the region lock and publishing in the ledger costs a few
- * system calls, several times what a driver's allocation costs, and
- * PyTorch's stream-ordered backend allocates per tensor. So a process takes
- * from the container's quota in chunks (its lease, published in the ledger,
- * where every quota decision counts it whole) and allocates inside it with
- * one atomic operation on avail[], the part of the lease it does not hold.
- * A free puts its bytes back into avail[]. What the process holds is
- * lease - avail. The sum over processes of what they lease never passes the
- * limit, so neither does what they hold.
- *
- * The first grant takes no chunk (a process that allocates once needs
- * none, nor the keeper to give it back). Then a chunk starts at LEASE_START
- * and doubles with each grant (halves with each quiet keeper period), so one
- * that allocates all the time asks rarely; it is never more than a
- * sixteenth of the limit, nor LEASE_MAX, and is taken only where the pool
- * has room right after the stretch (ledger.c): near the limit it shrinks to
- * nothing and every allocation reserves exactly its own size, as without
- * leases. Unused
- * lease goes back to the container (the keeper thread, below) when the
- * process allocates nothing for a keeper period, and beyond twice its last
- * chunk otherwise; at a refusal; at exit; and with the process, when it dies.
- *
- * What the process holds is published too (the ledger's held part, and the
- * process's slot in the region): exactly at every grant or return, and
- * otherwise by the keeper within KEEP_NS. Reports (Contract 7) use that, not
- * the leases.
- */
-#define LEASE_MAX (256ull << 20)
-#define LEASE_START (1ull << 20) /* the first chunk; each next one is twice the last */
-#define LEASE_MIN (64ull << 10)  /* below this, a chunk is not worth a lock in the ledger */
-#define LEASE_FRACTION 16
-#define KEEP_NS 100000000ll  /* the keeper's period */
-#define WAIT_NS 300000000ll /* a refusal others' unused leases could cover waits this long for them */
-
-static uint64_t lease[VGPU_MAX_DEVICES];  /* what this process leases; changed under mu, read atomically */
-static int64_t avail[VGPU_MAX_DEVICES];   /* the unused part: the lock-free path takes from it */
-static uint64_t grant[VGPU_MAX_DEVICES];  /* the last chunk granted (under mu) */
-static uint64_t unled[VGPU_MAX_DEVICES];  /* counted in lease[] but not in the ledger: forced while it failed (under mu) */
-
-static uint64_t own_of(int idx)
-{
-	uint64_t l = __atomic_load_n(&lease[idx], __ATOMIC_ACQUIRE);
-	int64_t a = __atomic_load_n(&avail[idx], __ATOMIC_ACQUIRE);
-	return a <= 0 ? l : l > (uint64_t)a ? l - (uint64_t)a : 0;
-}
-
-static void unrecorded(int e)
-{
-	if (warned_unrecorded++) {
-		LOGD("GPU memory refused: still cannot record it in the ledger: %s", strerror(e));
-		return;
-	}
-	if (e == EBUSY)
-		LOGE("GPU memory refused: no free slot in the container's ledger (locks on the limits file hold "
-		     "every one tried); allocations are refused while there is none");
-	else if (e == EEXIST)
-		LOGE("GPU memory refused: another process publishes GPU memory in this process's ledger slot "
-		     "(a lock forged in it, pid %d); allocations are refused while it does",
-		     (int)getpid());
-	else
-		LOGE("cannot record GPU memory use in the container's ledger (a lock on the limits file): %s; "
-		     "GPU memory allocations are refused while it cannot",
-		     strerror(e));
-}
-
-/* Publishes what this process holds on idx in the ledger. Caller holds mu (the thread mutex). */
-static void publish_held(int idx, uint64_t now)
-{
-	if (vgpu_ledger_publish_held(idx, now) != 0)
-		LOGD("ledger: cannot publish %llu bytes held on GPU %d: %s", (unsigned long long)now, idx,
-		     strerror(errno));
-}
+/* ---- what this process holds, reported -------------------------------------------------- */
 
 /*
  * Publishes what this process holds on idx (ledger and region slot) and
@@ -1045,10 +970,10 @@ static void publish_held(int idx, uint64_t now)
  */
 static void show_locked(int idx)
 {
-	uint64_t limit = vgpu.limits.gpu[idx].memory, mine = __atomic_load_n(&lease[idx], __ATOMIC_RELAXED);
-	uint64_t now = own_of(idx), was = shown[idx];
+	uint64_t limit = vgpu.limits.gpu[idx].memory, mine = vgpu_quota_leased(idx);
+	uint64_t now = vgpu_quota_held(idx), was = shown[idx];
 	if (now != was) {
-		publish_held(idx, now);
+		vgpu_quota_publish_held(idx, now);
 		shown[idx] = now;
 	}
 	if (!region)
@@ -1062,128 +987,7 @@ static void show_locked(int idx)
 		return;
 	}
 	write_own_slot_locked();
-	set_used_locked(d, sat_add(others, now));
-}
-
-/* Gives bytes of idx's lease back: first what the ledger never had, then its stretches. Caller holds mu. */
-static void give_back_locked(int idx, uint64_t bytes)
-{
-	uint64_t u = bytes < unled[idx] ? bytes : unled[idx];
-	unled[idx] -= u;
-	vgpu_ledger_shrink(idx, bytes - u);
-}
-
-/* Gives back up to keep_at_most of idx's unused lease. Caller holds mu. */
-static void trim_locked(int idx, uint64_t keep_at_most)
-{
-	int64_t a = __atomic_load_n(&avail[idx], __ATOMIC_RELAXED);
-	do {
-		if (a <= (int64_t)keep_at_most)
-			return;
-	} while (!__atomic_compare_exchange_n(&avail[idx], &a, (int64_t)keep_at_most, 1, __ATOMIC_SEQ_CST,
-					      __ATOMIC_RELAXED));
-	uint64_t give = (uint64_t)a - keep_at_most;
-	give_back_locked(idx, give);
-	__atomic_store_n(&lease[idx], lease[idx] - give, __ATOMIC_RELEASE);
-}
-
-/* The lock-free path: bytes from the unused lease, if it has them. */
-static int take_avail(int idx, uint64_t bytes)
-{
-	int64_t a = __atomic_load_n(&avail[idx], __ATOMIC_RELAXED);
-	do {
-		if (a < 0 || (uint64_t)a < bytes)
-			return 0;
-	} while (!__atomic_compare_exchange_n(&avail[idx], &a, a - (int64_t)bytes, 1, __ATOMIC_SEQ_CST,
-					      __ATOMIC_RELAXED));
-	return 1;
-}
-
-/*
- * The chunk to ask for on idx beyond need: none at a process's first grant
- * (most processes that allocate once allocate little more, and a chunk
- * would need the keeper to give it back), then twice the last, at most a
- * sixteenth of the limit. It is taken only where the pool has room right
- * after what the grant needs.
- */
-static uint64_t chunk(int idx, uint64_t limit)
-{
-	if (!__atomic_load_n(&lease[idx], __ATOMIC_RELAXED))
-		return 0;
-	uint64_t c = 2 * grant[idx];
-	if (c < LEASE_START)
-		c = LEASE_START;
-	if (c > LEASE_MAX)
-		c = LEASE_MAX;
-	if (limit && c > limit / LEASE_FRACTION)
-		c = limit / LEASE_FRACTION;
-	return c < LEASE_MIN ? 0 : c;
-}
-
-/*
- * More lease for bytes on idx, under the thread mutex: the ledger takes it
- * from the container's pool (ledger.c), where two processes can never both
- * hold one byte, so nothing else needs measuring and the region's lock is
- * not needed: hundreds of processes starting at once do not wait for each
- * other. *short_by: on a refusal, what the others' unused leases would have
- * to give back. *granted: set when lease was taken, for the report
- * (show_locked).
- */
-static int grow_locked(int idx, uint64_t bytes, int force, uint64_t *short_by, int *granted)
-{
-	if (take_avail(idx, bytes))
-		return 0; /* another thread grew it meanwhile */
-	uint64_t limit = vgpu.limits.gpu[idx].memory; /* the limits file's, never the region's */
-	uint64_t l = lease[idx];
-	int64_t a = __atomic_exchange_n(&avail[idx], 0, __ATOMIC_SEQ_CST);
-	uint64_t mine = a > 0 ? (uint64_t)a : 0, need = bytes > mine ? bytes - mine : 0;
-	if (!need) {
-		__atomic_add_fetch(&avail[idx], (int64_t)(mine - bytes), __ATOMIC_SEQ_CST);
-		return 0;
-	}
-	uint64_t extra = force ? 0 : chunk(idx, limit), got = 0;
-	int rc = 0, unrec = 0;
-	if (vgpu_ledger_grow(idx, need, sat_add(need, extra), force, &got, short_by) != 0) {
-		if (errno == EDQUOT && !force) {
-			rc = VGPU_OVER_QUOTA;
-		} else if (!force) {
-			unrecorded(errno);
-			rc = VGPU_UNRECORDED;
-		} else {
-			/* Memory the driver already handed out: counted whatever the
-			 * ledger says; what it did not take is remembered apart, so
-			 * that giving it back later gives back none of the ledger's. */
-			unrecorded(errno);
-			unled[idx] += need - got;
-			got = need;
-			unrec = 1;
-		}
-	}
-	if (force && vgpu_ledger_owed(idx)) {
-		/* Counted, but as a debt: the keeper places it as soon as there is room. */
-		static int warned_owed;
-		if (!warned_owed++)
-			LOGW("GPU memory on %s: locks on the limits file hold the container's whole pool and "
-			     "overflow; memory the driver already handed out is counted as this process's debt "
-			     "until there is room for it, and allocations fail meanwhile",
-			     vgpu.limits.gpu[idx].uuid);
-		keeper_start();
-	}
-	if (rc) {
-		/* Refused: what this process leased but did not use goes back too. */
-		give_back_locked(idx, mine);
-		__atomic_store_n(&lease[idx], l - mine, __ATOMIC_RELEASE);
-		return rc;
-	}
-	extra = got - need;
-	/* The order keeps lease - avail from ever reading less than is held. */
-	__atomic_store_n(&lease[idx], l + got, __ATOMIC_RELEASE);
-	__atomic_add_fetch(&avail[idx], (int64_t)extra, __ATOMIC_SEQ_CST);
-	__atomic_store_n(&grant[idx], extra, __ATOMIC_RELAXED);
-	*granted = 1;
-	if (extra)
-		keeper_start();
-	return unrec ? VGPU_UNRECORDED : 0; /* counted all the same: by this process alone */
+	set_used_locked(d, vgpu_sat_add(others, now));
 }
 
 /*
@@ -1191,249 +995,45 @@ static int grow_locked(int idx, uint64_t bytes, int force, uint64_t *short_by, i
  * free, else by the keeper (a report it sees is not written
  * yet); the host pid claim (the SM limiter's) now either way.
  */
-static void report(int idx)
+void vgpu_region_report(int idx)
 {
 	if (lock_within(REPORT_TRY_NS)) {
 		show_locked(idx);
 		unlock();
 		return;
 	}
-	pthread_mutex_lock(&mu);
+	vgpu_ledger_lock();
 	claim_locked();
-	keeper_start();
-	pthread_mutex_unlock(&mu);
+	vgpu_quota_keeper_start();
+	vgpu_ledger_unlock();
 }
 
-static int reserve(int idx, uint64_t bytes, int force)
-{
-	if (bytes == 0 || idx < 0 || idx >= VGPU_MAX_DEVICES)
-		return 0;
-	if (likely(!force) && take_avail(idx, bytes))
-		return 0;
-	uint64_t short_by = 0;
-	int64_t waited = 0;
-	for (;;) {
-		int granted = 0;
-		pthread_mutex_lock(&mu);
-		int rc = grow_locked(idx, bytes, force, &short_by, &granted);
-		/* The report: what we hold, in the ledger (our slot is taken
-		 * there the first time) without the region's lock, so that the
-		 * container's processes do not queue behind each other's system
-		 * calls on the limits file; then in the region, under its lock. */
-		if (granted)
-			publish_held(idx, own_of(idx));
-		pthread_mutex_unlock(&mu);
-		if (granted)
-			report(idx);
-		if (rc != VGPU_OVER_QUOTA || waited >= WAIT_NS)
-			return rc;
-		/* Others' unused leases could cover it: they go back within a
-		 * keeper period or two of their holders going quiet. */
-		uint64_t others = 0, held = 0;
-		if (vgpu_ledger_others(idx, &others) != 0 || vgpu_ledger_others_held(idx, &held) != 0 ||
-		    others - (held < others ? held : others) < short_by)
-			return rc;
-		struct timespec ts = {0, KEEP_NS / 4};
-		nanosleep(&ts, NULL);
-		waited += KEEP_NS / 4;
-	}
-}
-
-int vgpu_reserve(int idx, uint64_t bytes)
-{
-	return reserve(idx, bytes, 0);
-}
-
-int vgpu_reserve_force(int idx, uint64_t bytes)
-{
-	return reserve(idx, bytes, 1);
-}
-
-/* ---- the keeper: lease back to the container, held bytes to the report ----------------- */
-
-static int keeper_state;      /* 0 none, 1 running, 2 running and parked */
-static uint64_t kept[VGPU_MAX_DEVICES]; /* own_of() at the keeper's last pass */
-
-static long futex(int *addr, int op, int val)
-{
-	return syscall(SYS_futex, addr, op, val, NULL, NULL, 0);
-}
-
-static void keeper_kick(void)
-{
-	int parked = 2;
-	if (__atomic_compare_exchange_n(&keeper_state, &parked, 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
-		futex(&keeper_state, FUTEX_WAKE_PRIVATE, 1);
-}
-
-void vgpu_unreserve(int idx, uint64_t bytes)
-{
-	if (bytes == 0 || idx < 0 || idx >= VGPU_MAX_DEVICES)
-		return;
-	int64_t a = __atomic_add_fetch(&avail[idx], (int64_t)bytes, __ATOMIC_SEQ_CST);
-	/* Far more unused than the process asks for at a time (a large free):
-	 * back to the container now, where another process may be waiting. */
-	if (unlikely((uint64_t)a > 2 * __atomic_load_n(&grant[idx], __ATOMIC_RELAXED) + LEASE_MIN)) {
-		pthread_mutex_lock(&mu);
-		trim_locked(idx, grant[idx]);
-		publish_held(idx, own_of(idx));
-		pthread_mutex_unlock(&mu);
-		report(idx);
-	}
-	if (unlikely(__atomic_load_n(&keeper_state, __ATOMIC_SEQ_CST) == 2))
-		keeper_kick();
-}
-
-/*
- * One pass: publishes what changed; gives back all unused lease of a GPU on
- * which nothing was allocated or freed since the last pass, and what is
- * beyond twice the last chunk on the others. Returns whether anything is
- * left to watch (unused lease, or held bytes not yet published).
- */
 /* A host pid found while the region was busy, not in our slot yet (see write_own_slot_locked). */
 static int host_pid_unwritten(void)
 {
 	return __atomic_load_n(&hp_tried, __ATOMIC_RELAXED) != vgpu_host_pid();
 }
 
-static int keep_pass(void)
+int vgpu_region_behind(void)
 {
-	int busy, stale = 0;
-	/* The thread mutex alone: giving lease back touches only the ledger. The
-	 * region (its lock, its checks, making it anew) only when there is
-	 * something to report, as for an allocation. */
-	pthread_mutex_lock(&mu);
-	/* A program that closed our descriptor dropped our leases with it: publish them again. */
-	if (vgpu_ledger_check() != 0)
-		LOGD("ledger: cannot publish again: %s", strerror(errno));
-	for (int d = 0; d < vgpu.limits.ngpu; d++) {
-		uint64_t now = own_of(d);
-		if (unlikely(vgpu_ledger_owed(d)))
-			vgpu_ledger_settle(d); /* a debt: placed as soon as the pool or the overflow has room */
-		if (now == kept[d] && __atomic_load_n(&avail[d], __ATOMIC_RELAXED)) {
-			trim_locked(d, 0); /* quiet: all of it, and a smaller chunk next time */
-			__atomic_store_n(&grant[d], grant[d] / 2, __ATOMIC_RELAXED);
-		} else {
-			trim_locked(d, 2 * grant[d]);
-		}
-		kept[d] = now;
-		publish_held(d, own_of(d));
-		stale |= shown[d] != own_of(d);
-	}
-	stale |= host_pid_unwritten();
-	pthread_mutex_unlock(&mu);
-	/* Not waiting long: a busy region is written next period. */
-	if (stale && lock_within(KEEP_NS / 10)) {
-		for (int d = 0; d < vgpu.limits.ngpu; d++)
-			if (shown[d] != own_of(d))
-				show_locked(d);
-		if (host_pid_unwritten())
-			write_own_slot_locked();
-		unlock();
-	}
-	busy = host_pid_unwritten();
+	int behind = host_pid_unwritten();
 	for (int d = 0; d < vgpu.limits.ngpu; d++)
-		busy |= __atomic_load_n(&avail[d], __ATOMIC_RELAXED) != 0 || shown[d] != own_of(d) ||
-			vgpu_ledger_owed(d) != 0;
-	return busy;
+		behind |= shown[d] != vgpu_quota_held(d);
+	return behind;
 }
 
-static void *keeper(void *arg)
+void vgpu_region_catch_up(int64_t wait_ns)
 {
-	(void)arg;
-	sigset_t all;
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, NULL); /* the program's signals are for its own threads */
-	for (;;) {
-		struct timespec ts = {0, KEEP_NS};
-		nanosleep(&ts, NULL);
-		if (keep_pass())
-			continue;
-		/* Nothing to watch: park until a free (or a grant) gives something. Parked
-		 * first, then looked again, so a free in between is not missed. */
-		__atomic_store_n(&keeper_state, 2, __ATOMIC_SEQ_CST);
-		int idle = 1;
-		for (int d = 0; d < vgpu.limits.ngpu; d++)
-			idle &= __atomic_load_n(&avail[d], __ATOMIC_SEQ_CST) == 0;
-		if (!idle) {
-			keeper_kick();
-			continue;
-		}
-		while (__atomic_load_n(&keeper_state, __ATOMIC_SEQ_CST) == 2)
-			futex(&keeper_state, FUTEX_WAIT_PRIVATE, 2);
-	}
-	return NULL;
-}
-
-/* Caller holds the lock. */
-static void keeper_start(void)
-{
-	if (keeper_state) {
-		keeper_kick();
+	if (!lock_within(wait_ns))
 		return;
-	}
-	pthread_t t;
-	if (pthread_create(&t, NULL, keeper, NULL) == 0) {
-		pthread_detach(t);
-		keeper_state = 1;
-	} else {
-		LOGD("cannot start the lease keeper thread: unused leases go back only at large frees, refusals and exit");
-	}
+	for (int d = 0; d < vgpu.limits.ngpu; d++)
+		if (shown[d] != vgpu_quota_held(d))
+			show_locked(d);
+	if (host_pid_unwritten())
+		write_own_slot_locked();
+	unlock();
 }
 
-uint64_t vgpu_own_used(int idx)
-{
-	return own_of(idx);
-}
-
-void vgpu_publish_util(int idx, unsigned percent)
-{
-	pthread_mutex_lock(&mu);
-	if (vgpu_ledger_publish_util(idx, percent) != 0)
-		LOGD("ledger: cannot publish SM use on GPU %d: %s", idx, strerror(errno));
-	pthread_mutex_unlock(&mu);
-}
-
-int vgpu_ledger_reader(void)
-{
-	if (vgpu_ledger_readable())
-		return 0;
-	pthread_mutex_lock(&mu);
-	int rc = vgpu_ledger_check();
-	pthread_mutex_unlock(&mu);
-	return rc;
-}
-
-/* The others' leases and held reports on idx: 0, or -1 with errno. Quota
- * checks outside a grant (a new context's footprint, a pool's reclaim) read
- * this too. */
-static int others_of(int idx, uint64_t *leased, uint64_t *held)
-{
-	if (vgpu_ledger_reader() != 0)
-		return -1;
-	return vgpu_ledger_others(idx, leased) != 0 || vgpu_ledger_others_held(idx, held) != 0 ? -1 : 0;
-}
-
-int vgpu_usage(int idx, uint64_t *used, uint64_t *committed)
-{
-	uint64_t mine = own_of(idx), held = 0, leased = 0;
-	if (others_of(idx, &leased, &held) != 0) {
-		/* Unknown: report the slice as full rather than invite allocations. */
-		uint64_t limit = vgpu.limits.gpu[idx].memory;
-		*used = *committed = limit > mine ? limit : mine;
-		return -1;
-	}
-	*used = sat_add(mine, held);
-	*committed = sat_add(mine, leased);
-	return 0;
-}
-
-uint64_t vgpu_used(int idx)
-{
-	uint64_t used, committed;
-	vgpu_usage(idx, &used, &committed);
-	return used;
-}
 
 void vgpu_count_launch(int idx)
 {
@@ -1460,17 +1060,17 @@ static void add_throttled_locked(void)
 		uint64_t ns = __atomic_exchange_n(&throttled[d], 0, __ATOMIC_RELAXED);
 		if (ns)
 			__atomic_store_n(&region->devices[d].throttled_ns,
-					 sat_add(__atomic_load_n(&region->devices[d].throttled_ns, __ATOMIC_RELAXED), ns),
+					 vgpu_sat_add(__atomic_load_n(&region->devices[d].throttled_ns, __ATOMIC_RELAXED), ns),
 					 __ATOMIC_RELAXED);
 	}
 }
 
 void vgpu_region_flush(void)
 {
-	if (pthread_mutex_trylock(&mu) != 0)
+	if (vgpu_ledger_trylock() != 0)
 		return;
 	if (rfd >= 0 && ofd_lock(rfd, F_WRLCK, 0) != 0) {
-		pthread_mutex_unlock(&mu);
+		vgpu_ledger_unlock();
 		return;
 	}
 	guard_begin();
@@ -1487,23 +1087,19 @@ void vgpu_region_flush(void)
  * On a normal exit the driver frees everything this process held: give its
  * slot back now rather than leaving it for the next rebuild. The ledger's
  * locks stay until the process is gone, when the driver has freed the memory
- * too. (Not a constructor: nothing runs at load time.)
+ * too. Runs after the limiter's and the quota's exit handlers (lifecycle.h):
+ * the time launches have waited so far, threads still waiting included, is
+ * counted (a process that exits while throttled has its last wait counted),
+ * and the unused leases are back with the container.
  */
-__attribute__((destructor)) static void release_slot(void)
+static void at_exit(void)
 {
-	/* The time launches have waited so far, threads still waiting included:
-	 * a process that exits while throttled has its last wait counted. */
-	vgpu_limiter_count_waits();
-	pthread_mutex_lock(&mu);
-	/* Unused leases back to the container now: the kernel drops the locks
-	 * only once the process is gone, and an exit can take a while. */
-	for (int d = 0; d < vgpu.limits.ngpu && vgpu.mode == VGPU_ENFORCE; d++)
-		trim_locked(d, 0);
+	vgpu_ledger_lock();
 	int pending = 0;
 	for (int d = 0; d < vgpu.limits.ngpu; d++)
 		pending |= __atomic_load_n(&throttled[d], __ATOMIC_RELAXED) != 0;
 	if (slot < 0 && !pending) {
-		pthread_mutex_unlock(&mu);
+		vgpu_ledger_unlock();
 		return;
 	}
 	/* Not lock_within(): a file that is gone or damaged by now is not worth
@@ -1528,13 +1124,11 @@ __attribute__((destructor)) static void release_slot(void)
 	if (held_lock)
 		ofd_lock(rfd, F_UNLCK, 0);
 	guard_end();
-	pthread_mutex_unlock(&mu);
+	vgpu_ledger_unlock();
 }
 
-void vgpu_region_after_fork(void)
+static void after_fork(void)
 {
-	/* Single-threaded here (fork child). A parent thread may have held the mutex. */
-	pthread_mutex_init(&mu, NULL);
 	/* The inherited descriptor shares the parent's OFD lock: the child opens
 	 * the file again at its next access. Closing ours releases nothing of
 	 * the parent's, which still holds the description. */
@@ -1562,12 +1156,7 @@ void vgpu_region_after_fork(void)
 	memset(shown, 0, sizeof(shown));
 	memset(launches, 0, sizeof(launches));
 	memset(throttled, 0, sizeof(throttled)); /* the parent's waits are the parent's to report */
-	memset(lease, 0, sizeof(lease));
-	memset(avail, 0, sizeof(avail));
-	memset(grant, 0, sizeof(grant));
-	memset(unled, 0, sizeof(unled));
 	slot_hp = 0;
 	hp_tried = 0;
-	memset(kept, 0, sizeof(kept));
-	keeper_state = 0; /* the parent's keeper thread is not the child's */
 }
+VGPU_LIFECYCLE(region, .order = VGPU_ORDER_REGION, .after_fork = after_fork, .at_exit = at_exit);

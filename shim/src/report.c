@@ -3,7 +3,7 @@
  * GPU, total = min(limit, real total), used = what the container's processes
  * hold (from the ledger: all of them, not just the caller), free =
  * min(total - used, real free), saturating, and never more than this process
- * can get: the other processes' unused leases (region.c) are neither used
+ * can get: the other processes' unused leases (quota.c) are neither used
  * nor free to it (NVML v2 reports them as reserved). cuMemGetInfo_v2,
  * cuDeviceTotalMem_v2 and both nvmlDeviceGetMemoryInfo ABIs agree, so
  * nvidia-smi, PyTorch's mem_get_info and TensorFlow plan within the slice.
@@ -14,7 +14,10 @@
 
 #include <limits.h>
 
-#include "shim.h"
+#include "common.h"
+#include "core.h"
+#include "quota.h"
+#include "real.h"
 
 struct slice {
 	uint64_t total, used, free, leased; /* leased: others' unused leases, within total - used */
@@ -28,7 +31,7 @@ static int slice_of(int idx, uint64_t real_total, uint64_t real_free, struct sli
 		return 0;
 	s->total = limit < real_total ? limit : real_total;
 	uint64_t committed;
-	vgpu_usage(idx, &s->used, &committed);
+	vgpu_quota_usage(idx, &s->used, &committed);
 	s->free = s->total > committed ? s->total - committed : 0;
 	uint64_t room = s->total > s->used ? s->total - s->used : 0;
 	s->leased = room - (s->free < room ? s->free : room);

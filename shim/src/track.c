@@ -9,7 +9,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "shim.h"
+#include "lifecycle.h"
+#include "quota.h"
 #include "track.h"
 
 #define NBUCKETS 4096
@@ -220,10 +221,10 @@ void vgpu_track_drop_ctx(CUcontext ctx)
 		}
 	pthread_mutex_unlock(&mu);
 	for (int d = 0; d < VGPU_MAX_DEVICES; d++)
-		vgpu_unreserve(d, freed[d]);
+		vgpu_quota_release(d, freed[d]);
 }
 
-void vgpu_mem_after_fork(void)
+static void after_fork(void)
 {
 	/* The child owns none of the parent's device memory (CUDA state does not
 	 * survive fork); its accounting starts empty. Entries leak on purpose: a
@@ -236,3 +237,5 @@ void vgpu_mem_after_fork(void)
 	nspare = 0;
 	pthread_mutex_init(&mu, NULL);
 }
+
+VGPU_LIFECYCLE(track, .order = VGPU_ORDER_TRACK, .after_fork = after_fork);

@@ -4,7 +4,7 @@
 
 #include <stdint.h>
 
-#include "shim.h"
+#include "common.h"
 
 enum { TRACK_PTR = 0, TRACK_HANDLE = 1, TRACK_ARRAY = 2, TRACK_MIPMAP = 3, TRACK_MAP = 5 };
 /* Imported external memory, IPC-imported memory, pool pointers imported from

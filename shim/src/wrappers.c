@@ -5,7 +5,7 @@
  */
 #include "glibc_compat.h"
 
-#include "shim.h"
+#include "real.h"
 
 void *const vgpu_wrappers[HOOK_COUNT] = {
 #define HOOK(lib, name, base, ver, ptsz) [HOOK_##name] = (void *)&name,

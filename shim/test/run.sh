@@ -22,7 +22,7 @@ GiB=1073741824
 # FAKECUDA_PIDNS_OFFSET for the tests that simulate a container's pid
 # namespace: fake NVML reports every process as pid+PIDNS.
 PIDNS=1000000
-# What a context is charged when NVML cannot measure it: VGPU_FP_BOUND in src/shim.h, documented
+# What a context is charged when NVML cannot measure it: VGPU_FP_BOUND in src/footprint.h, documented
 # in README.md ("Context footprint").
 FP_BOUND=$GiB
 pass=0

@@ -1,4 +1,4 @@
-# Leases (src/region.c): a process takes GPU memory from its container's quota in
+# Leases (src/quota.c): a process takes GPU memory from its container's quota in
 # chunks and allocates inside them without the region's lock. Sourced by run.sh.
 
 # ledger_of PID — "lease=N held=M" that process PID publishes on GPU 0.

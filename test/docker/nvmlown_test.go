@@ -15,7 +15,7 @@ import (
 // two processes, each context costing 300 MiB on the fake GPU. Measured,
 // the contexts leave 3 GiB - 600 MiB to allocate (38 chunks of 64 MiB);
 // charged the shim's bound for a context it cannot measure (1 GiB,
-// VGPU_FP_BOUND in shim/src/shim.h), 1 GiB (16 chunks); uncounted, the
+// VGPU_FP_BOUND in shim/src/footprint.h), 1 GiB (16 chunks); uncounted, the
 // whole 3 GiB (48 chunks), and the GPU then holds 600 MiB more than the
 // slice.
 const (

@@ -17,7 +17,7 @@ import (
 // process's footprint; the shim charges it to the slice. Measured, the
 // three contexts leave 4 GiB - 900 MiB to allocate (49 chunks); charged the
 // shim's bound for a context it cannot measure (1 GiB, VGPU_FP_BOUND in
-// shim/src/shim.h), 1 GiB (16 chunks); uncounted, the whole 4 GiB (64
+// shim/src/footprint.h), 1 GiB (16 chunks); uncounted, the whole 4 GiB (64
 // chunks), and the GPU then holds 900 MiB more than the slice.
 const (
 	nvmlOwnSlice    = 4 << 30

@@ -163,7 +163,7 @@ func healthLine(log string) string {
 const chunk = 256 << 20
 
 // footprintBound is what a context may cost beyond its allocations
-// (VGPU_FP_BOUND in shim/src/shim.h): a fill stops at most that much, and
+// (VGPU_FP_BOUND in shim/src/footprint.h): a fill stops at most that much, and
 // a chunk, below the quota.
 const footprintBound = 1 << 30
 
