@@ -36,8 +36,8 @@
  *
  * The machine is shared and noisy: the call measures alternate direct and
  * shim in 300 short rounds and keep the fastest round of each; the process
- * measures run each side three times, alternating, and keep the fastest
- * mean (of CPU, for start_own). The fake
+ * measures run each side three times (start_own at 8 and 64: five),
+ * alternating, and keep the fastest mean (of CPU, for start_own). The fake
  * driver's own cost is a few hundred ns, so ratios overstate what a real
  * driver (microseconds per call) would see; the absolute ns added carry over.
  */
@@ -493,7 +493,7 @@ int main(int argc, char **argv)
 	double own_nvml[3] = {1e18, 1e18, nw}, own_shim[3] = {1e18, 1e18, sw};
 	for (int k = 0; k < 2; k++) {
 		nproc = own_n[k];
-		for (int r = 0; r < 3; r++) {
+		for (int r = 0; r < 5; r++) { /* cheap at these sizes: more rounds for quiet moments */
 			int64_t a50, a99;
 			snprintf(path, sizeof(path), "rm -f %s/region/usage", tmpl);
 			if (system(path) != 0)
