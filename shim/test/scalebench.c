@@ -27,6 +27,9 @@
  *              shim: what the samples themselves cost (each wakes the
  *              process to read its CPU clock).
  *
+ * SCALEBENCH_ONLY=grant (or idle) runs that measure alone, for profiling;
+ * SCALEBENCH_PROCS=N with it, at N processes only.
+ *
  * Every process runs with the shim preloaded, on the fake driver, NVML where
  * the loader finds it and the region on tmpfs, as test/bench.c's init_512.
  * A failed measure (a process that does not start, allocate or answer)
@@ -497,31 +500,55 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN); /* a child gone: its write fails and says so */
 	fflush(stdout);
 
-	static const int gn[] = {8, 64, 512}, in[] = {8, 64, 256};
-	double gb[3], gm[3], g0[3], g1[3], im[3], ih[3];
-	for (int i = 0; i < 3; i++)
+	int gn[3] = {8, 64, 512}, in[3] = {8, 64, 256}, ng = 3, ni = 3, floor = 1;
+	/* For profiling: SCALEBENCH_ONLY=grant|idle runs one measure, at SCALEBENCH_PROCS=N if set. */
+	const char *only = getenv("SCALEBENCH_ONLY"), *procs = getenv("SCALEBENCH_PROCS");
+	if (only) {
+		int grant_only = !strcmp(only, "grant");
+		if (!grant_only && strcmp(only, "idle")) {
+			fprintf(stderr, "scalebench: SCALEBENCH_ONLY=%s: want grant or idle\n", only);
+			return 1;
+		}
+		if (procs) {
+			int n = atoi(procs);
+			if (n < 1 + grant_only || n > MAXPROC) {
+				fprintf(stderr, "scalebench: SCALEBENCH_PROCS=%s: want %d..%d\n", procs, 1 + grant_only, MAXPROC);
+				return 1;
+			}
+			gn[0] = in[0] = n;
+			ng = ni = 1;
+		}
+		if (grant_only)
+			ni = floor = 0;
+		else
+			ng = 0;
+	}
+	double gb[3], gm[3], g0[3], g1[3], im[3], ih[3], fm = 0, fh = 0;
+	for (int i = 0; i < ng; i++)
 		grants(gn[i], state, c, &gb[i], &gm[i], &g0[i], &g1[i]);
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < ni; i++)
 		idle(in[i], state, &c[1], &im[i], &ih[i]);
-	/* The measure's own floor: the same 8 processes without the shim (the samples wake them). */
-	double fm, fh;
-	preload = 0;
-	idle(8, state, &c[1], &fm, &fh);
-	preload = 1;
+	if (floor) {
+		/* The measure's own floor: the same 8 processes without the shim (the samples wake them). */
+		preload = 0;
+		idle(8, state, &c[1], &fm, &fh);
+		preload = 1;
+	}
 
 	printf("shim scale bench (fake driver; memory limit 8 GiB, cores = 100; processes hold 2 MiB each)\n");
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < ng; i++)
 		printf("  grant, %3d processes  alone %8.0f ns   with %3d others %8.0f ns   (fastest median of %d; "
 		       "means %.0f / %.0f)\n",
 		       gn[i], gb[i], gn[i] - 1, gm[i], ROUNDS, g0[i], g1[i]);
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < ni; i++)
 		printf("  idle, %3d processes   CPU a process %8.0f ns a second (most %.0f), the lower of %d windows of %d s\n",
 		       in[i], im[i], ih[i], IDLE_WINDOWS, IDLE_S);
-	printf("  idle,   8 processes   CPU a process %8.0f ns a second (most %.0f) without the shim: the measure's floor\n",
-	       fm, fh);
-	for (int i = 0; i < 3; i++)
+	if (floor)
+		printf("  idle,   8 processes   CPU a process %8.0f ns a second (most %.0f) without the shim: the measure's floor\n",
+		       fm, fh);
+	for (int i = 0; i < ng; i++)
 		line("grant", gn[i], gb[i], gm[i]);
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < ni; i++)
 		line("idle", in[i], 1e6, im[i]);
 	return 0;
 }
