@@ -62,6 +62,7 @@
 #define IDLE_SETTLE_MS 1500
 #define IDLE_S 2
 #define IDLE_WINDOWS 2
+#define BUSY_NS 100000 /* a process using more than this a second is counted as busy (human line) */
 #define ANSWER_S 180 /* a child that says nothing for this long has failed */
 
 typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
@@ -412,7 +413,7 @@ static void sample(struct kid *k, int n, double *cpu, double *at)
  * seconds one after the other; of the window with the lower mean, the mean
  * and the most CPU one process used, ns a second.
  */
-static void idle(int n, const char *state, struct container *c, double *mean, double *most)
+static void idle(int n, const char *state, struct container *c, double *mean, double *most, int *busy)
 {
 	static struct kid k[MAXPROC];
 	static double cpu[2][MAXPROC], at[2][MAXPROC];
@@ -428,8 +429,10 @@ static void idle(int n, const char *state, struct container *c, double *mean, do
 		sleep_ms(IDLE_S * 1000);
 		sample(k, n, c1, t1);
 		double sum = 0, hi = 0;
+		int over = 0;
 		for (int i = 0; i < n; i++) {
 			double dt = t1[i] - t0[i], rate = (c1[i] - c0[i]) / dt * 1e9;
+			over += rate > BUSY_NS;
 			if (dt < IDLE_S * 1e9 * 0.9 || c1[i] < c0[i]) {
 				fprintf(stderr, "scalebench: process %d's window is malformed (%.0f ns, CPU %.0f -> %.0f)\n", i,
 					dt, c0[i], c1[i]);
@@ -442,6 +445,7 @@ static void idle(int n, const char *state, struct container *c, double *mean, do
 		if (sum / n < *mean) {
 			*mean = sum / n;
 			*most = hi;
+			*busy = over;
 		}
 	}
 	end_all(k, n);
@@ -524,14 +528,15 @@ int main(int argc, char **argv)
 			ng = 0;
 	}
 	double gb[3], gm[3], g0[3], g1[3], im[3], ih[3], fm = 0, fh = 0;
+	int ib[3], fb = 0;
 	for (int i = 0; i < ng; i++)
 		grants(gn[i], state, c, &gb[i], &gm[i], &g0[i], &g1[i]);
 	for (int i = 0; i < ni; i++)
-		idle(in[i], state, &c[1], &im[i], &ih[i]);
+		idle(in[i], state, &c[1], &im[i], &ih[i], &ib[i]);
 	if (floor) {
 		/* The measure's own floor: the same 8 processes without the shim (the samples wake them). */
 		preload = 0;
-		idle(8, state, &c[1], &fm, &fh);
+		idle(8, state, &c[1], &fm, &fh, &fb);
 		preload = 1;
 	}
 
@@ -541,11 +546,13 @@ int main(int argc, char **argv)
 		       "means %.0f / %.0f)\n",
 		       gn[i], gb[i], gn[i] - 1, gm[i], ROUNDS, g0[i], g1[i]);
 	for (int i = 0; i < ni; i++)
-		printf("  idle, %3d processes   CPU a process %8.0f ns a second (most %.0f), the lower of %d windows of %d s\n",
-		       in[i], im[i], ih[i], IDLE_WINDOWS, IDLE_S);
+		printf("  idle, %3d processes   CPU a process %8.0f ns a second (most %.0f; %d over %d), the lower of %d "
+		       "windows of %d s\n",
+		       in[i], im[i], ih[i], ib[i], BUSY_NS, IDLE_WINDOWS, IDLE_S);
 	if (floor)
-		printf("  idle,   8 processes   CPU a process %8.0f ns a second (most %.0f) without the shim: the measure's floor\n",
-		       fm, fh);
+		printf("  idle,   8 processes   CPU a process %8.0f ns a second (most %.0f; %d over %d) without the shim: the "
+		       "measure's floor\n",
+		       fm, fh, fb, BUSY_NS);
 	for (int i = 0; i < ng; i++)
 		line("grant", gn[i], gb[i], gm[i]);
 	for (int i = 0; i < ni; i++)
