@@ -8,6 +8,10 @@
  *   alloc_free_quota  cuMemAlloc_v2 + cuMemFree_v2 of 4 KiB with a memory
  *                     limit (the lease's lock-free path), ns per pair
  *   launch_cores100   cuLaunchKernel with cores = 100 (a flag test), ns per launch
+ *   alloc_free_1m_cold  cuMemAlloc_v2 + cuMemFree_v2 of 1 MiB in a process that
+ *                     holds nothing else through the shim: no lease, so each
+ *                     allocation is a grant and each free gives it back
+ *   meminfo           cuMemGetInfo_v2, nothing held, ns per call
  *   init_512          512 processes started at once, each timing cuInit ->
  *                     primary context -> first cuMemAlloc_v2; mean ns per
  *                     process, without and with LD_PRELOAD of the shim. As on
@@ -21,13 +25,19 @@
  *                     process list before and after the context): what any
  *                     start that measures a new context before its first
  *                     allocation costs on this fake driver; direct as above
+ *   start_own_<N>     N = 8, 64, 512 processes started at once: the CPU each
+ *                     used from cuInit to its first allocation's return,
+ *                     mean a process, the NVML floor's (as init_512_nvml)
+ *                     against the shim's; their difference is the shim's own
+ *                     start, which should not grow with N
  *
  * BENCH_INIT_ONLY=shim (or direct, or nvml) runs only that side of init_512,
  * once, for profiling; BENCH_INIT_PROCS=N (1..512) starts N processes instead.
  *
  * The machine is shared and noisy: the call measures alternate direct and
  * shim in 300 short rounds and keep the fastest round of each; the process
- * measure runs each side three times and keeps the fastest mean. The fake
+ * measures run each side three times (start_own at 8 and 64: five),
+ * alternating, and keep the fastest mean (of CPU, for start_own). The fake
  * driver's own cost is a few hundred ns, so ratios overstate what a real
  * driver (microseconds per call) would see; the absolute ns added carry over.
  */
@@ -56,6 +66,7 @@ typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned
 			      CUstream, void **, void **);
 typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
 typedef CUresult (*free_fn)(CUdeviceptr);
+typedef CUresult (*meminfo_fn)(size_t *, size_t *);
 
 static double now(void)
 {
@@ -90,13 +101,31 @@ static double bench_launch(launch_fn f, int n)
 	return (now() - t0) / n;
 }
 
-static double bench_alloc(alloc_fn a, free_fn f, int n)
+static double bench_alloc_size(alloc_fn a, free_fn f, size_t size, int n)
 {
 	double t0 = now();
 	for (int i = 0; i < n; i++) {
 		CUdeviceptr p;
-		if (a(&p, 4096) != CUDA_SUCCESS || f(p) != CUDA_SUCCESS) {
+		if (a(&p, size) != CUDA_SUCCESS || f(p) != CUDA_SUCCESS) {
 			fprintf(stderr, "bench: alloc/free failed\n");
+			exit(1);
+		}
+	}
+	return (now() - t0) / n;
+}
+
+static double bench_alloc(alloc_fn a, free_fn f, int n)
+{
+	return bench_alloc_size(a, f, 4096, n);
+}
+
+static double bench_meminfo(meminfo_fn g, int n)
+{
+	double t0 = now();
+	for (int i = 0; i < n; i++) {
+		size_t fr, tot;
+		if (g(&fr, &tot) != CUDA_SUCCESS || tot == 0) {
+			fprintf(stderr, "bench: cuMemGetInfo_v2 failed\n");
 			exit(1);
 		}
 	}
@@ -380,6 +409,22 @@ int main(int argc, char **argv)
 	/* Many short rounds, alternating: on a shared machine the fastest of
 	 * each side comes from the quiet moments, which short rounds catch. */
 	const int nl = 10000, na = 4000, rounds = 300;
+
+	/* First, while this process holds nothing through the shim: a 1 MiB
+	 * pair with no lease (each allocation a grant, each free its return:
+	 * too large to keep), and cuMemGetInfo_v2. */
+	meminfo_fn g_real = sym(cuda, "cuMemGetInfo_v2"), g_shim = sym(shim, "cuMemGetInfo_v2");
+	const int nc = 500, ng = 2000;
+	bench_alloc_size(a_shim, f_shim, 1 << 20, 100), bench_meminfo(g_shim, 1000);
+	bench_alloc_size(a_real, f_real, 1 << 20, 100), bench_meminfo(g_real, 1000);
+	double cr = 1e18, cs = 1e18, gr = 1e18, gs = 1e18;
+	for (int r = 0; r < rounds; r++) {
+		double x;
+		if ((x = bench_alloc_size(a_real, f_real, 1 << 20, nc)) < cr) cr = x;
+		if ((x = bench_alloc_size(a_shim, f_shim, 1 << 20, nc)) < cs) cs = x;
+		if ((x = bench_meminfo(g_real, ng)) < gr) gr = x;
+		if ((x = bench_meminfo(g_shim, ng)) < gs) gs = x;
+	}
 	/* Warm both paths (lazy init, page faults), then measure. */
 	bench_launch(l_shim, 1000), bench_alloc(a_shim, f_shim, 1000);
 	bench_launch(l_real, 1000), bench_alloc(a_real, f_real, 1000);
@@ -394,6 +439,9 @@ int main(int argc, char **argv)
 	printf("shim bench (fake driver; fastest of %d rounds; memory limit 8 GiB, cores = 100)\n", rounds);
 	printf("  cuLaunchKernel        direct %8.1f ns   shim %8.1f ns   %+8.1f ns\n", lr, ls, ls - lr);
 	printf("  cuMemAlloc+cuMemFree  direct %8.1f ns   shim %8.1f ns   %+8.1f ns\n", ar, as, as - ar);
+	printf("  the same, 1 MiB, cold direct %8.1f ns   shim %8.1f ns   %+8.1f ns   (nothing else held)\n", cr, cs,
+	       cs - cr);
+	printf("  cuMemGetInfo_v2       direct %8.1f ns   shim %8.1f ns   %+8.1f ns\n", gr, gs, gs - gr);
 
 	/* ---- init_512: processes, on a fake machine of their own ---- */
 	snprintf(state, sizeof(state), "%s/state", tmpl);
@@ -439,10 +487,41 @@ int main(int argc, char **argv)
 	printf("  init, CPU a process   direct %8.0f ns   shim %8.0f ns   (start-up included)\n", rc, sc);
 	printf("  init, NVML calls only direct %8.0f ns   nvml %8.0f ns   (CPU in the window %.0f ns)\n", ir, in, nw);
 
+	/* start_own_<N>: the shim's start against the NVML floor's, CPU a
+	 * process in the window, N processes at once; 512 from the runs above. */
+	static const int own_n[] = {8, 64, NPROC};
+	double own_nvml[3] = {1e18, 1e18, nw}, own_shim[3] = {1e18, 1e18, sw};
+	for (int k = 0; k < 2; k++) {
+		nproc = own_n[k];
+		for (int r = 0; r < 5; r++) { /* cheap at these sizes: more rounds for quiet moments */
+			int64_t a50, a99;
+			snprintf(path, sizeof(path), "rm -f %s/region/usage", tmpl);
+			if (system(path) != 0)
+				return 1;
+			init_run(self, b, state, SHIM, &a50, &a99);
+			if (last_window_cpu < own_shim[k])
+				own_shim[k] = last_window_cpu;
+			init_run(self, b, state, NVML_ONLY, &a50, &a99);
+			if (last_window_cpu < own_nvml[k])
+				own_nvml[k] = last_window_cpu;
+		}
+	}
+	nproc = NPROC;
+	for (int k = 0; k < 3; k++)
+		printf("  start, %3d at once    nvml %8.0f ns   shim %8.0f ns   %+8.0f ns   (CPU a process in the window)\n",
+		       own_n[k], own_nvml[k], own_shim[k], own_shim[k] - own_nvml[k]);
+
 	line("alloc_free_quota", ar, as);
 	line("launch_cores100", lr, ls);
+	line("alloc_free_1m_cold", cr, cs);
+	line("meminfo", gr, gs);
 	line("init_512", ir, is);
 	line("init_512_nvml", ir, in);
+	for (int k = 0; k < 3; k++) {
+		char name[32];
+		snprintf(name, sizeof(name), "start_own_%d", own_n[k]);
+		line(name, own_nvml[k], own_shim[k]);
+	}
 	snprintf(path, sizeof(path), "rm -rf %s", tmpl);
 	if (system(path) != 0)
 		return 1;
