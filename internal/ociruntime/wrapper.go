@@ -24,8 +24,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/admission"
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
-	"github.com/nri-vgpu/nri-vgpu/internal/ledger"
 	"github.com/nri-vgpu/nri-vgpu/internal/pin"
 	"github.com/nri-vgpu/nri-vgpu/internal/version"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
@@ -218,7 +218,7 @@ func (w *Wrapper) create(a *Args) (undo func(), err error) {
 	}
 	lf := limits.LimitsFromAllocation(grant.Allocation, cfg.Limits.LogLevel)
 	var files oci.HostFiles
-	err = w.ledger().Update(func(s *ledger.State) error {
+	err = w.ledger().Update(func(s *admission.State) error {
 		w.sync(s)
 		if err := s.Check(id, grant.Reservations, grant.Capacity); err != nil {
 			return err
@@ -230,11 +230,11 @@ func (w *Wrapper) create(a *Args) (undo func(), err error) {
 			return err
 		}
 		files = f
-		s.Add(ledger.Entry{ID: id, Source: Source, Created: now.UTC(), RuntimeRoot: a.Root, GPUs: grant.Reservations})
+		s.Add(admission.Entry{ID: id, Source: Source, Created: now.UTC(), RuntimeRoot: a.Root, GPUs: grant.Reservations})
 		return nil
 	})
 	if err != nil {
-		var over *ledger.OversubscribedError
+		var over *admission.OversubscribedError
 		if !errors.As(err, &over) {
 			// A directory provisioned but not recorded (the ledger could
 			// not be written) is not accounted.
@@ -294,15 +294,15 @@ func (w *Wrapper) apply(spec *Spec, alloc *limits.Allocation, files oci.HostFile
 }
 
 // ledger is the node's ledger, logging to the runtime log.
-func (w *Wrapper) ledger() *ledger.Ledger {
-	l := ledger.New(w.Config.Paths.StateDir)
+func (w *Wrapper) ledger() *admission.Ledger {
+	l := admission.New(w.Config.Paths.StateDir)
 	l.Log = w.Log
 	return l
 }
 
 // sync reconciles the ledger with the host directories and logs what that
 // changed.
-func (w *Wrapper) sync(s *ledger.State) {
+func (w *Wrapper) sync(s *admission.State) {
 	res, err := s.Sync(w.Config, Source)
 	if err != nil {
 		// Without the directory listing the ledger is all there is; it
@@ -320,7 +320,7 @@ func (w *Wrapper) sync(s *ledger.State) {
 
 // release removes a container's host directory and ledger entry.
 func (w *Wrapper) release(id string) {
-	err := w.ledger().Update(func(s *ledger.State) error {
+	err := w.ledger().Update(func(s *admission.State) error {
 		if err := hoststate.Release(w.Config, id); err != nil {
 			return err
 		}
@@ -415,7 +415,7 @@ func Main(argv []string, stderr io.Writer) int {
 		// A broken config must not make existing containers unstoppable:
 		// kill, delete and state go to the default next runtime untouched.
 		// The host directories of containers deleted meanwhile are left to
-		// the ledger's reconciliation (ledger.State.Sync) at a later create.
+		// the ledger's reconciliation (admission.State.Sync) at a later create.
 		report(fmt.Errorf("%w (passing %q through to the default next runtime)", err, a.Verb))
 		cfg, passThrough = config.Default(), true
 	}

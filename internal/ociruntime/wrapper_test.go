@@ -19,9 +19,9 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/admission"
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate/hoststatetest"
-	"github.com/nri-vgpu/nri-vgpu/internal/ledger"
 	"github.com/nri-vgpu/nri-vgpu/internal/pin/pintest"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
@@ -274,11 +274,11 @@ func vgpuSpec(t *testing.T, e *testEnv, self string, env []string, visible strin
 
 // readLedger returns the ledger's content, read under its lock. The
 // sentinel error keeps Update from writing the content back.
-func readLedger(t *testing.T, e *testEnv) *ledger.State {
+func readLedger(t *testing.T, e *testEnv) *admission.State {
 	t.Helper()
 	errRead := errors.New("read only")
-	var s *ledger.State
-	if err := ledger.New(e.cfg.Paths.StateDir).Update(func(st *ledger.State) error { s = st; return errRead }); !errors.Is(err, errRead) {
+	var s *admission.State
+	if err := admission.New(e.cfg.Paths.StateDir).Update(func(st *admission.State) error { s = st; return errRead }); !errors.Is(err, errRead) {
 		t.Fatalf("reading the ledger: %v", err)
 	}
 	return s
@@ -482,7 +482,7 @@ func TestDeleteReleases(t *testing.T) {
 	if err := create("first"); err != nil {
 		t.Fatal(err)
 	}
-	var over *ledger.OversubscribedError
+	var over *admission.OversubscribedError
 	if err := create("second"); !errors.As(err, &over) {
 		t.Fatalf("second create while the first holds the GPU: %v", err)
 	}

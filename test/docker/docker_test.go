@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/admission"
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
-	"github.com/nri-vgpu/nri-vgpu/internal/ledger"
 	"github.com/nri-vgpu/nri-vgpu/internal/ociruntime"
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
 )
@@ -57,7 +57,7 @@ func checkReleased(t *testing.T) {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		dirs, _ := os.ReadDir(filepath.Join(env.runDir, hoststate.ContainersDirName))
-		s, err := ledger.New(env.state).Read()
+		s, err := admission.New(env.state).Read()
 		if err != nil {
 			t.Errorf("reading the ledger: %v", err)
 			return
@@ -204,7 +204,7 @@ func TestOversubscriptionRefused(t *testing.T) {
 	if got := strings.TrimSpace(docker(t, ctx, "inspect", "-f", "{{.State.Running}}", holder)); got != "true" {
 		t.Fatalf("holder after restart: running=%s", got)
 	}
-	s, err := ledger.New(env.state).Read()
+	s, err := admission.New(env.state).Read()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,13 +278,13 @@ func runWrapper(ctx context.Context, args ...string) (string, error) {
 
 // startHolder starts a detached vGPU container with a 1 GiB slice of GPU 0,
 // removed when the test ends, and returns its ID and ledger entry.
-func startHolder(t *testing.T, ctx context.Context, name string) (string, *ledger.Entry) {
+func startHolder(t *testing.T, ctx context.Context, name string) (string, *admission.Entry) {
 	t.Helper()
 	docker(t, ctx, "run", "-d", "--name", name, "--network", "none", "--runtime", runtimeName,
 		"-e", "NVIDIA_VISIBLE_DEVICES=0", "-e", "NRI_VGPU_MEMORY=1GiB", busyboxImage)
 	t.Cleanup(func() { _, _ = env.d.docker(context.Background(), "rm", "-f", name) })
 	id := strings.TrimSpace(docker(t, ctx, "inspect", "-f", "{{.Id}}", name))
-	s, err := ledger.New(env.state).Read()
+	s, err := admission.New(env.state).Read()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +309,7 @@ func TestRefusedDeleteKeepsReservation(t *testing.T) {
 	if strings.Contains(out, ociruntime.Name) {
 		t.Errorf("the wrapper added a message to runc's own: %s", out)
 	}
-	s, err := ledger.New(env.state).Read()
+	s, err := admission.New(env.state).Read()
 	if err != nil {
 		t.Fatal(err)
 	}

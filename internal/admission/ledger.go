@@ -11,7 +11,7 @@
 // (<run_dir>/containers/<id>/, see internal/hoststate), which State.Sync
 // reconciles it with on every change, so a lost or damaged file costs only
 // a rebuild.
-package ledger
+package admission
 
 import (
 	"encoding/json"
