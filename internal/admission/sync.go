@@ -13,8 +13,8 @@ import (
 
 // SyncResult says what Sync changed.
 type SyncResult struct {
-	// Added are containers found in a host directory but not in the ledger
-	// (prepared by another component, or a lost ledger file).
+	// Added are containers found in a host directory but not in the record
+	// (prepared by another component, or a lost record file).
 	Added []string
 	// Dropped are entries whose host directory is gone.
 	Dropped []string
@@ -49,7 +49,7 @@ func (s *State) Sync(cfg *config.Config, own string) (SyncResult, error) {
 	var res SyncResult
 	ids, err := hoststate.List(cfg)
 	if err != nil {
-		return res, fmt.Errorf("ledger: %w", err)
+		return res, fmt.Errorf("admission record: %w", err)
 	}
 	present := make(map[string]bool, len(ids))
 	for _, id := range ids {

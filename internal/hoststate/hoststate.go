@@ -6,7 +6,7 @@
 // Its lifecycle is provision → read → release: the NRI plugin and the
 // runtime wrapper Provision a container's directory (and get back the host
 // files its edits mount, see oci.Compute) and Release it when the container
-// goes; status, metrics and the runtime wrapper's ledger read the
+// goes; status, metrics and the runtime wrapper's admission record read the
 // directories through Open, List and ReadInfo; Sweep removes the
 // directories of containers that went away unseen.
 //

@@ -169,7 +169,7 @@ func describeGPUs(devices []gpu.Device) string {
 }
 
 // Grant is a resolved request: the allocation that pkg/oci turns into the
-// container's edits, what the ledger must reserve for it, and the capacity
+// container's edits, what the admission record must reserve for it, and the capacity
 // of each GPU it asks for.
 type Grant struct {
 	Allocation   *limits.Allocation

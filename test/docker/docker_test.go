@@ -51,7 +51,7 @@ func vgpuRun(vars []string, cmd ...string) []string {
 }
 
 // checkReleased checks, once a test's containers are gone, that every
-// container directory and ledger entry went with them (delete ran).
+// container directory and admission entry went with them (delete ran).
 func checkReleased(t *testing.T) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
@@ -59,14 +59,14 @@ func checkReleased(t *testing.T) {
 		dirs, _ := os.ReadDir(filepath.Join(env.runDir, hoststate.ContainersDirName))
 		s, err := admission.New(env.state).Read()
 		if err != nil {
-			t.Errorf("reading the ledger: %v", err)
+			t.Errorf("reading the admission record: %v", err)
 			return
 		}
 		if len(dirs) == 0 && len(s.Containers) == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Errorf("after the test's containers were removed: %d container directories and ledger entries %v remain", len(dirs), s.IDs())
+			t.Errorf("after the test's containers were removed: %d container directories and admission entries %v remain", len(dirs), s.IDs())
 			return
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -210,7 +210,7 @@ func TestOversubscriptionRefused(t *testing.T) {
 	}
 	id := strings.TrimSpace(docker(t, ctx, "inspect", "-f", "{{.Id}}", holder))
 	if e := s.Containers[id]; len(s.Containers) != 1 || e == nil || e.Source != ociruntime.Source || e.RuntimeRoot == "" {
-		t.Errorf("ledger with the holder running: %+v", s.Containers)
+		t.Errorf("admission record with the holder running: %+v", s.Containers)
 	}
 
 	docker(t, ctx, "rm", "-f", holder)
@@ -277,7 +277,7 @@ func runWrapper(ctx context.Context, args ...string) (string, error) {
 }
 
 // startHolder starts a detached vGPU container with a 1 GiB slice of GPU 0,
-// removed when the test ends, and returns its ID and ledger entry.
+// removed when the test ends, and returns its ID and admission entry.
 func startHolder(t *testing.T, ctx context.Context, name string) (string, *admission.Entry) {
 	t.Helper()
 	docker(t, ctx, "run", "-d", "--name", name, "--network", "none", "--runtime", runtimeName,
@@ -290,7 +290,7 @@ func startHolder(t *testing.T, ctx context.Context, name string) (string, *admis
 	}
 	e := s.Containers[id]
 	if e == nil || e.RuntimeRoot == "" {
-		t.Fatalf("ledger entry of %s: %+v", name, e)
+		t.Fatalf("admission entry of %s: %+v", name, e)
 	}
 	return id, e
 }
@@ -314,7 +314,7 @@ func TestRefusedDeleteKeepsReservation(t *testing.T) {
 		t.Fatal(err)
 	}
 	if s.Containers[id] == nil {
-		t.Errorf("the running container lost its ledger entry: %v", s.IDs())
+		t.Errorf("the running container lost its admission entry: %v", s.IDs())
 	}
 	for _, f := range []string{hoststate.LimitsFileName, hoststate.RegionDirName, hoststate.InfoFileName} {
 		if _, err := os.Stat(filepath.Join(env.runDir, hoststate.ContainersDirName, id, f)); err != nil {
@@ -344,8 +344,8 @@ func TestBrokenConfigStillStops(t *testing.T) {
 		}
 	})
 	id, _ := startHolder(t, ctx, "vgpu-stoppable")
-	// Another create reconciles the ledger while the holder runs, so that
-	// its state directory is known to the ledger.
+	// Another create reconciles the admission record while the holder runs, so that
+	// its state directory is known to the admission record.
 	docker(t, ctx, vgpuRun([]string{"NVIDIA_VISIBLE_DEVICES=1"}, "true")...)
 
 	if err := os.WriteFile(env.cfg, []byte("[runtime]\nnext = 3\n"), 0o644); err != nil {

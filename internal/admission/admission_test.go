@@ -166,7 +166,7 @@ func TestUpdateRoundTrip(t *testing.T) {
 	}
 	st, err := os.Stat(l.Path())
 	if err != nil || st.Mode().Perm() != 0o644 {
-		t.Errorf("ledger file: %v, mode %v", err, st.Mode())
+		t.Errorf("record file: %v, mode %v", err, st.Mode())
 	}
 
 	// A failing update writes nothing.
@@ -175,7 +175,7 @@ func TestUpdateRoundTrip(t *testing.T) {
 		t.Fatalf("Update error %v, want boom", err)
 	}
 	if s, _ := l.Read(); s.Containers["a"] == nil {
-		t.Error("a failed update changed the ledger")
+		t.Error("a failed update changed the record")
 	}
 	leftovers, _ := filepath.Glob(filepath.Join(dir, ".*tmp*"))
 	if len(leftovers) > 0 {
@@ -198,7 +198,7 @@ func TestDamagedFileIsRebuilt(t *testing.T) {
 				t.Fatal(err)
 			}
 			if len(s.Containers) != 0 {
-				t.Errorf("damaged ledger read as %+v, want empty", s.Containers)
+				t.Errorf("damaged record read as %+v, want empty", s.Containers)
 			}
 		})
 	}
@@ -245,7 +245,7 @@ func TestConcurrentAdmission(t *testing.T) {
 		t.Fatal(err)
 	}
 	if admitted != 10 || len(s.Containers) != 10 {
-		t.Errorf("admitted %d, ledger holds %d; want 10 and 10", admitted, len(s.Containers))
+		t.Errorf("admitted %d, record holds %d; want 10 and 10", admitted, len(s.Containers))
 	}
 }
 
