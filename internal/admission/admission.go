@@ -275,16 +275,6 @@ func (r *Record) Update(fn func(*State) error) error {
 	return r.write(d, s)
 }
 
-// Read returns the record's content as last written, under the lock.
-func (r *Record) Read() (*State, error) {
-	d, unlock, err := r.lock()
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	return r.read(d)
-}
-
 // lock opens the state directory and takes the lock; unlock releases both.
 // Nothing below the state directory is reached through a symbolic link: a
 // link planted at the lock file fails with an error naming it instead of

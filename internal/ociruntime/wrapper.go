@@ -277,17 +277,17 @@ func (w *Wrapper) apply(spec *Spec, alloc *limits.Allocation, files oci.HostFile
 	for _, warning := range edits.Warnings {
 		w.Log.Warn(warning, "container", id)
 	}
-	// The confinement (Contract 3) of the policy Docker wrote: its
-	// default profile, a --security-opt one, or none (unconfined).
-	confine := ModifierFunc(func(s *specs.Spec) error {
+	err = spec.Modify(func(s *specs.Spec) error {
+		// The confinement (Contract 3) of the policy Docker wrote: its
+		// default profile, a --security-opt one, or none (unconfined).
 		var own *specs.LinuxSeccomp
 		if s.Linux != nil {
 			own = s.Linux.Seccomp
 		}
 		edits.ConfineSeccomp(own)
-		return nil
+		return edits.ApplyToSpec(s)
 	})
-	if err := spec.Modify(Modifiers{confine, ModifierFunc(edits.ApplyToSpec)}); err != nil {
+	if err != nil {
 		return err
 	}
 	return spec.Flush()

@@ -50,6 +50,17 @@ func vgpuRun(vars []string, cmd ...string) []string {
 	return append(append(args, busyboxImage), cmd...)
 }
 
+// readRecord returns the wrapper's admission record, read under its lock as
+// the wrapper reads it; the sentinel error keeps Update from writing back.
+func readRecord() (*admission.State, error) {
+	errRead := errors.New("read only")
+	var s *admission.State
+	if err := admission.New(env.state).Update(func(st *admission.State) error { s = st; return errRead }); !errors.Is(err, errRead) {
+		return nil, err
+	}
+	return s, nil
+}
+
 // checkReleased checks, once a test's containers are gone, that every
 // container directory and admission entry went with them (delete ran).
 func checkReleased(t *testing.T) {
@@ -57,7 +68,7 @@ func checkReleased(t *testing.T) {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		dirs, _ := os.ReadDir(filepath.Join(env.runDir, hoststate.ContainersDirName))
-		s, err := admission.New(env.state).Read()
+		s, err := readRecord()
 		if err != nil {
 			t.Errorf("reading the admission record: %v", err)
 			return
@@ -204,7 +215,7 @@ func TestOversubscriptionRefused(t *testing.T) {
 	if got := strings.TrimSpace(docker(t, ctx, "inspect", "-f", "{{.State.Running}}", holder)); got != "true" {
 		t.Fatalf("holder after restart: running=%s", got)
 	}
-	s, err := admission.New(env.state).Read()
+	s, err := readRecord()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +295,7 @@ func startHolder(t *testing.T, ctx context.Context, name string) (string, *admis
 		"-e", "NVIDIA_VISIBLE_DEVICES=0", "-e", "NRI_VGPU_MEMORY=1GiB", busyboxImage)
 	t.Cleanup(func() { _, _ = env.d.docker(context.Background(), "rm", "-f", name) })
 	id := strings.TrimSpace(docker(t, ctx, "inspect", "-f", "{{.Id}}", name))
-	s, err := admission.New(env.state).Read()
+	s, err := readRecord()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +320,7 @@ func TestRefusedDeleteKeepsReservation(t *testing.T) {
 	if strings.Contains(out, ociruntime.Name) {
 		t.Errorf("the wrapper added a message to runc's own: %s", out)
 	}
-	s, err := admission.New(env.state).Read()
+	s, err := readRecord()
 	if err != nil {
 		t.Fatal(err)
 	}
