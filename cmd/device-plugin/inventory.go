@@ -61,18 +61,18 @@ func inventory(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg, err := config.LoadResolved(common.ConfigPath())
 	if err != nil {
-		logger.Error("cannot load the configuration", "error", err)
+		logger.Error("cannot load the configuration", "err", err)
 		return 1
 	}
 	backend, err := newBackend(cfg)
 	if err != nil {
-		logger.Error("cannot set up the GPU backend", "error", err)
+		logger.Error("cannot set up the GPU backend", "err", err)
 		return 1
 	}
 	defer backend.Close()
 	devs, err := backend.Devices()
 	if err != nil {
-		logger.Error("cannot list the GPUs", "backend", backend.Name(), "error", err)
+		logger.Error("cannot list the GPUs", "backend", backend.Name(), "err", err)
 		return 1
 	}
 	var events map[string]gpu.HealthEventTypes
@@ -80,7 +80,7 @@ func inventory(args []string, stdout, stderr io.Writer) int {
 		// Not fatal: the inventory itself is known; the log says why
 		// health_events is missing.
 		if events, err = h.HealthEventTypes(); err != nil {
-			logger.Error("cannot register health events; health_events left out", "error", err)
+			logger.Error("cannot register health events; health_events left out", "err", err)
 		}
 	}
 	out := make([]inventoryGPU, len(devs))
@@ -92,11 +92,11 @@ func inventory(args []string, stdout, stderr io.Writer) int {
 	}
 	b, err := json.MarshalIndent(out, "", "  ")
 	if err != nil {
-		logger.Error("cannot encode the inventory", "error", err)
+		logger.Error("cannot encode the inventory", "err", err)
 		return 1
 	}
 	if _, err := fmt.Fprintf(stdout, "%s\n", b); err != nil {
-		logger.Error("cannot print the inventory", "error", err)
+		logger.Error("cannot print the inventory", "err", err)
 		return 1
 	}
 	return 0

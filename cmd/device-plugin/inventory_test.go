@@ -139,7 +139,7 @@ func TestInventoryErrors(t *testing.T) {
 		say  string
 	}{
 		{"stray argument", []string{"inventory", "-config", path, "now"}, 2, `unexpected arguments ["now"]`},
-		{"NVML fails", []string{"inventory", "-config", path}, 1, `msg="cannot list the GPUs" backend=nvml error="NVML: counting GPUs: ERROR_UNKNOWN"`},
+		{"NVML fails", []string{"inventory", "-config", path}, 1, `msg="cannot list the GPUs" backend=nvml err="NVML: counting GPUs: ERROR_UNKNOWN"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			useMockNVML(t, nil, nvml.ERROR_UNKNOWN)

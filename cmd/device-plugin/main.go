@@ -74,7 +74,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reloadSig
 
 	cfg, err := config.LoadResolved(common.ConfigPath())
 	if err != nil {
-		logger.Error("cannot load the configuration", "error", err)
+		logger.Error("cannot load the configuration", "err", err)
 		return 1
 	}
 	logger.Info("starting", "program", name, "version", version.Version, "config", cmp.Or(cfg.Source, "(defaults)"),
@@ -82,18 +82,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reloadSig
 
 	backend, err := newBackend(cfg)
 	if err != nil {
-		logger.Error("cannot set up the GPU backend", "error", err)
+		logger.Error("cannot set up the GPU backend", "err", err)
 		return 1
 	}
 	defer backend.Close()
 
 	plugin, err := deviceplugin.New(deviceplugin.Options{Config: cfg, Backend: backend, Logger: logger})
 	if errors.Is(err, gpu.ErrNoDriver) {
-		logger.Error("no NVIDIA driver on this node; nothing to advertise. Install the driver, or set gpu.backend = \"simulated\" to test without GPUs", "error", err)
+		logger.Error("no NVIDIA driver on this node; nothing to advertise. Install the driver, or set gpu.backend = \"simulated\" to test without GPUs", "err", err)
 		return 1
 	}
 	if err != nil {
-		logger.Error("cannot start the device plugin", "error", err)
+		logger.Error("cannot start the device plugin", "err", err)
 		return 1
 	}
 
@@ -105,7 +105,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reloadSig
 		if err != nil {
 			// Not fatal: the probes fail and say so; the node's GPUs are
 			// still advertised.
-			logger.Error("health endpoint unavailable", "error", err)
+			logger.Error("health endpoint unavailable", "err", err)
 		} else {
 			logger.Info("serving health endpoints", "addr", srv.Addr().String())
 			defer func() {
@@ -120,7 +120,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reloadSig
 		RestartOnly: restartOnly, Applied: plugin.Refresh}.Run(ctx, reloadSig)
 
 	if err := plugin.Run(ctx); err != nil {
-		logger.Error("device plugin failed", "error", err)
+		logger.Error("device plugin failed", "err", err)
 		return 1
 	}
 	logger.Info("stopped")

@@ -69,7 +69,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, reloadSig <-chan 
 
 	cfg, err := config.LoadResolved(common.ConfigPath())
 	if err != nil {
-		logger.Error("cannot load the configuration", "error", err)
+		logger.Error("cannot load the configuration", "err", err)
 		return 1
 	}
 	logger.Info("starting", "program", name, "version", version.Version, "config", cmp.Or(cfg.Source, "(defaults)"),
@@ -85,25 +85,25 @@ func run(ctx context.Context, args []string, stderr io.Writer, reloadSig <-chan 
 		restCfg, err = rest.InClusterConfig()
 	}
 	if err != nil {
-		logger.Error("cannot configure the API server client", "error", err)
+		logger.Error("cannot configure the API server client", "err", err)
 		return 1
 	}
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
-		logger.Error("cannot create the API server client", "error", err)
+		logger.Error("cannot create the API server client", "err", err)
 		return 1
 	}
 
 	backend, err := gpu.New(cfg)
 	if err != nil {
-		logger.Error("cannot set up the GPU backend", "error", err)
+		logger.Error("cannot set up the GPU backend", "err", err)
 		return 1
 	}
 	defer backend.Close()
 
 	driver, err := dra.New(dra.Options{Config: cfg, Inventory: backend, NodeName: *nodeName, Logger: logger})
 	if err != nil {
-		logger.Error("cannot start the DRA driver", "error", err)
+		logger.Error("cannot start the DRA driver", "err", err)
 		return 1
 	}
 	defer common.ServeMetrics(driver.Ready, logger, driver.Collector())()
@@ -114,7 +114,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, reloadSig <-chan 
 
 	opts := dra.RunOptions{Client: client, Backend: backend, PluginDir: *pluginDir, RegistryDir: *registryDir}
 	if err := driver.Run(ctx, opts); err != nil {
-		logger.Error("DRA driver stopped", "error", err)
+		logger.Error("DRA driver stopped", "err", err)
 		return 1
 	}
 	logger.Info("stopped")

@@ -140,7 +140,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		if logOut != stderr {
 			// Started by containerd: stderr goes nowhere.
-			logger.Error("cannot load the configuration", "error", err)
+			logger.Error("cannot load the configuration", "err", err)
 		}
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 1
