@@ -34,8 +34,8 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/internal/allockey"
 	"github.com/nri-vgpu/nri-vgpu/internal/cdihook"
 	"github.com/nri-vgpu/nri-vgpu/internal/configure"
+	"github.com/nri-vgpu/nri-vgpu/internal/daemonflags"
 	"github.com/nri-vgpu/nri-vgpu/internal/health"
-	"github.com/nri-vgpu/nri-vgpu/internal/logging"
 	"github.com/nri-vgpu/nri-vgpu/internal/metrics"
 	"github.com/nri-vgpu/nri-vgpu/internal/nriplugin"
 	"github.com/nri-vgpu/nri-vgpu/internal/pin"
@@ -80,14 +80,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(fs.Output(), usage)
 		fs.PrintDefaults()
 	}
-	configPath := fs.String("config", "", "configuration `file` (default: $"+config.EnvPath+", else "+config.DefaultPath+")")
-	logLevel := fs.String("log-level", "info", "log `level`: debug, info, warn or error")
-	logFormat := fs.String("log-format", "text", "log `format`: text or json")
+	common := daemonflags.RegisterBase(fs, name)
 	metricsListen := fs.String("metrics-listen", "", "serve Prometheus metrics on this `host:port`, in place of metrics.listen of the configuration")
 	healthListen := fs.String("health-listen", "", "serve GET /healthz and /readyz (connected to the runtime) on this `host:port`; empty: off")
 	hookPath := fs.String("hook-path", "", "host `path` of the binary the container runtime runs as the pin hook of vGPU containers (nri-vgpu-hook), in place of paths.hook_path of the configuration")
 	hostProc := fs.String("host-proc", "/proc", "`directory` where the host's /proc is: the metrics map the GPU processes NVML reports, by host pid, to their containers")
-	showVersion := fs.Bool("version", false, "print the version and exit (as the version command does)")
+	// Not common.Parse: the arguments left are the command, and -version
+	// prints to stdout, as the version command does.
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return 0
@@ -104,7 +103,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(rest) > 0 {
 		cmd, rest = rest[0], rest[1:]
 	}
-	if *showVersion {
+	if common.VersionAsked() {
 		cmd = "version"
 	}
 	switch cmd {
@@ -130,13 +129,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if cmd == "" {
 		logOut = pluginLogSink(stderr, nriplugin.StartedByRuntime())
 	}
-	logger, err := logging.New(logOut, *logLevel, *logFormat)
+	logger, err := common.Logger(logOut)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
 	}
-	slog.SetDefault(logger)
-	cfg, err := config.LoadResolved(*configPath)
+	cfg, err := config.LoadResolved(common.ConfigPath())
 	if err != nil {
 		if logOut != stderr {
 			// Started by containerd: stderr goes nowhere.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
@@ -77,4 +78,23 @@ func TestLogger(t *testing.T) {
 	if _, err := c.Logger(io.Discard); err == nil || !strings.Contains(err.Error(), "loud") {
 		t.Errorf("Logger with -log-level loud: %v, want an error naming it", err)
 	}
+}
+
+// RegisterBase leaves -metrics-listen to the program, which may register a
+// flag of that name with a meaning of its own, and -version to its parsing.
+func TestRegisterBase(t *testing.T) {
+	fs := flag.NewFlagSet("prog", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c := RegisterBase(fs, "prog")
+	own := fs.String("metrics-listen", "", "the program's own metrics address")
+	if err := fs.Parse([]string{"-metrics-listen", ":9", "-version", "-config", "/etc/x.toml", "status"}); err != nil {
+		t.Fatal(err)
+	}
+	if *own != ":9" || c.MetricsListen() != "" {
+		t.Errorf("own -metrics-listen %q, MetricsListen() %q; want \":9\" and \"\"", *own, c.MetricsListen())
+	}
+	if !c.VersionAsked() || c.ConfigPath() != "/etc/x.toml" || !slices.Equal(fs.Args(), []string{"status"}) {
+		t.Errorf("VersionAsked() %v, ConfigPath() %q, args %q", c.VersionAsked(), c.ConfigPath(), fs.Args())
+	}
+	c.ServeMetrics(nil, nil)() // nothing to serve: no logger needed
 }
