@@ -13,6 +13,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/kubelettest"
+	"github.com/nri-vgpu/nri-vgpu/internal/syncbuf"
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/harness"
 )
 
@@ -41,7 +42,7 @@ func TestDaemonFakeNVMLHealth(t *testing.T) {
 	// Double-bit ECC events are listed but the driver refuses them, as with
 	// ECC turned off: only XIDs are watched.
 	cmd.Env = append(env, "FAKECUDA_XID="+xid, "FAKECUDA_NVML_EVENT_TYPES=0xa", "FAKECUDA_NVML_REFUSE_EVENTS=0x2")
-	var out syncBuffer
+	var out syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,30 +18,13 @@ import (
 
 	"github.com/nri-vgpu/nri-vgpu/internal/kubelettest"
 	"github.com/nri-vgpu/nri-vgpu/internal/promserver/promtooltest"
+	"github.com/nri-vgpu/nri-vgpu/internal/syncbuf"
 	"github.com/nri-vgpu/nri-vgpu/internal/version"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
 )
 
 const waitTimeout = 10 * time.Second
-
-// syncBuffer is the program's stderr, written by its goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // shortDir fits unix socket paths (108 bytes), unlike t.TempDir at times.
 func shortDir(t *testing.T) string {
@@ -79,7 +60,7 @@ func TestUsage(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			var out syncBuffer
+			var out syncbuf.Buffer
 			if code := run(context.Background(), tt.args, &out, &out, nil); code != tt.code {
 				t.Errorf("exit %d, want %d; output:\n%s", code, tt.code, out.String())
 			}
@@ -102,7 +83,7 @@ func TestNoDriver(t *testing.T) {
 	}
 	path := filepath.Join(dir, "config.toml")
 	writeConfig(t, path, fmt.Sprintf("[device_plugin]\nsocket_dir = %q\nfeature_file = \"\"\n[paths]\nstate_dir = %q\n[gpu]\nbackend = \"nvml\"\n", dir, dir))
-	var out syncBuffer
+	var out syncbuf.Buffer
 	if code := run(context.Background(), []string{"--config", path}, &out, &out, nil); code != 1 {
 		t.Fatalf("exit %d, want 1; output:\n%s", code, out.String())
 	}
@@ -144,7 +125,7 @@ minor = 0
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	reload := make(chan os.Signal, 1)
-	var out syncBuffer
+	var out syncbuf.Buffer
 	exit := make(chan int, 1)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -264,7 +245,7 @@ minor = 0
 	defer k.Stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out syncBuffer
+	var out syncbuf.Buffer
 	exit := make(chan int, 1)
 	addr := freeAddr(t)
 	go func() {

@@ -16,6 +16,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/kubelettest"
+	"github.com/nri-vgpu/nri-vgpu/internal/syncbuf"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 )
 
@@ -116,7 +117,7 @@ exec setpriv --no-new-privs --inh-caps=-all --bounding-set=-all -- "$@"`
 	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "--", "sh", "-ec", script, "sh",
 		dir, os.Args[0], "--config", path)
 	cmd.Env = append(os.Environ(), asProgram+"=1")
-	var out syncBuffer
+	var out syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -10,11 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/promserver/promtooltest"
+	"github.com/nri-vgpu/nri-vgpu/internal/syncbuf"
 	"github.com/nri-vgpu/nri-vgpu/internal/version"
 )
 
@@ -46,24 +46,6 @@ func TestUsage(t *testing.T) {
 			}
 		})
 	}
-}
-
-// syncBuffer is a bytes.Buffer for a log written while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // TestRunMetrics runs the driver with --metrics-listen against an API
@@ -107,7 +89,7 @@ memory = "16GiB"
 	ln.Close()
 
 	ctx, cancel := context.WithCancel(context.Background())
-	var out syncBuffer
+	var out syncbuf.Buffer
 	exit := make(chan int, 1)
 	go func() {
 		exit <- run(ctx, []string{"--config", cfg, "--node-name", "n", "--kubeconfig", kubeconfig,
