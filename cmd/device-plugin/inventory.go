@@ -7,7 +7,6 @@ import (
 	"io"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/daemonflags"
-	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
 )
 
@@ -54,15 +53,9 @@ func inventory(args []string, stdout, stderr io.Writer) int {
 	if code, done := common.Parse(fs, args, stderr); done {
 		return code
 	}
-	logger, err := common.Logger(stderr)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return 2
-	}
-	cfg, err := config.LoadResolved(common.ConfigPath())
-	if err != nil {
-		logger.Error("cannot load the configuration", "err", err)
-		return 1
+	logger, cfg, code := common.Setup(stderr)
+	if logger == nil {
+		return code
 	}
 	backend, err := newBackend(cfg)
 	if err != nil {

@@ -66,16 +66,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reloadSig
 	if code, done := common.Parse(fs, args, stderr); done {
 		return code
 	}
-	logger, err := common.Logger(stderr)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return 2
-	}
-
-	cfg, err := config.LoadResolved(common.ConfigPath())
-	if err != nil {
-		logger.Error("cannot load the configuration", "err", err)
-		return 1
+	logger, cfg, code := common.Setup(stderr)
+	if logger == nil {
+		return code
 	}
 	logger.Info("starting", "program", name, "version", version.Version, "config", cmp.Or(cfg.Source, "(defaults)"),
 		"resource", cfg.DevicePlugin.ResourceName, "backend", cfg.GPU.Backend, "socket_dir", cfg.DevicePlugin.SocketDir)

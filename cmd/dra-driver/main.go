@@ -61,16 +61,9 @@ func run(ctx context.Context, args []string, stderr io.Writer, reloadSig <-chan 
 		fmt.Fprintf(stderr, "%s: the node name is required: --node-name or $NODE_NAME\n", name)
 		return 2
 	}
-	logger, err := common.Logger(stderr)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return 2
-	}
-
-	cfg, err := config.LoadResolved(common.ConfigPath())
-	if err != nil {
-		logger.Error("cannot load the configuration", "err", err)
-		return 1
+	logger, cfg, code := common.Setup(stderr)
+	if logger == nil {
+		return code
 	}
 	logger.Info("starting", "program", name, "version", version.Version, "config", cmp.Or(cfg.Source, "(defaults)"),
 		"driver", cfg.DRA.DriverName, "node", *nodeName, "backend", cfg.GPU.Backend)
@@ -78,7 +71,10 @@ func run(ctx context.Context, args []string, stderr io.Writer, reloadSig <-chan 
 		logger.Warn("dra.enabled is false: no GPU of this node is published (the device plugin serves them)")
 	}
 
-	var restCfg *rest.Config
+	var (
+		restCfg *rest.Config
+		err     error
+	)
 	if *kubeconfig != "" {
 		restCfg, err = clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	} else {

@@ -93,6 +93,24 @@ func (c *Common) Logger(stderr io.Writer) (*slog.Logger, error) {
 	return logger, nil
 }
 
+// Setup builds the logger (see Logger) and loads the configuration -config
+// names, as each daemon does once its flags are parsed. When either fails,
+// it says why (a bad log flag on stderr, the configuration in the log) and
+// code is the exit status: 2 for the flag, 1 for the configuration.
+func (c *Common) Setup(stderr io.Writer) (logger *slog.Logger, cfg *config.Config, code int) {
+	logger, err := c.Logger(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", c.name, err)
+		return nil, nil, 2
+	}
+	cfg, err = config.LoadResolved(c.ConfigPath())
+	if err != nil {
+		logger.Error("cannot load the configuration", "err", err)
+		return nil, nil, 1
+	}
+	return logger, cfg, 0
+}
+
 // MetricsListen is -metrics-listen: empty for no metrics endpoint.
 func (c *Common) MetricsListen() string {
 	if c.metrics == nil {
