@@ -23,6 +23,7 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/internal/allockey"
 	"github.com/nri-vgpu/nri-vgpu/internal/bindings"
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
+	"github.com/nri-vgpu/nri-vgpu/internal/logging"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
@@ -190,7 +191,7 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 // createContainer reads verify → provision → apply: the allocation is
 // checked (signature, GPUs, replay), the container's host files are
 // provisioned, and the edits that mount them are computed and returned.
-func (p *Plugin) createContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+func (p *Plugin) createContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	start := time.Now()
 	if _, forged := pod.GetAnnotations()[limits.AnnotationKey]; forged {
 		p.log.Warn("allocation rejected", "container", ctr.GetId(), "name", ctr.GetName(), "pod", podName(pod), "err", ErrPodAnnotation)
@@ -201,6 +202,7 @@ func (p *Plugin) createContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	// whatever exemption its pod has.
 	if claim, devices, err := claimMarkers(ctr); err != nil || claim != "" {
 		log := p.log.With("container", ctr.GetId(), "name", ctr.GetName(), "pod", podName(pod))
+		ctx = logging.NewContext(ctx, log)
 		if err == nil && ok {
 			err = fmt.Errorf("%w: the container holds GPUs of claim %s and of the device plugin; a container may use one or the other", limits.ErrClaimRejected, claim)
 		}
@@ -208,7 +210,7 @@ func (p *Plugin) createContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 			log.Warn("claim rejected", "err", err)
 			return nil, nil, fmt.Errorf("nri-vgpu: %w", err)
 		}
-		adj, err := p.claimContainer(pod, ctr, claim, devices, log)
+		adj, err := p.claimContainer(ctx, pod, ctr, claim, devices)
 		return adj, nil, err
 	}
 	if !ok {
@@ -224,6 +226,7 @@ func (p *Plugin) createContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		return adj, nil, err
 	}
 	log := p.log.With("container", ctr.GetId(), "name", ctr.GetName(), "pod", podName(pod))
+	ctx = logging.NewContext(ctx, log)
 
 	uid := podUID(pod, ctr)
 	a, err := p.verify(value, uid)
@@ -251,7 +254,7 @@ func (p *Plugin) createContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		return nil, nil, fmt.Errorf("nri-vgpu: container %s: %w", ctr.GetId(), err)
 	}
 
-	adj, err := p.apply(a, files, pod, ctr, log)
+	adj, err := p.apply(ctx, a, files, pod, ctr)
 	if err != nil {
 		log.Error("cannot give the container its vGPUs", "err", err)
 		if rmErr := hoststate.Release(p.cfg, ctr.GetId()); rmErr != nil {
@@ -288,17 +291,17 @@ func (p *Plugin) verify(value, podUID string) (*limits.Allocation, error) {
 
 // apply computes the edits of a verified allocation whose host files were
 // provisioned at files, confinement included, as an adjustment of ctr.
-func (p *Plugin) apply(a *limits.Allocation, files oci.HostFiles, pod *api.PodSandbox, ctr *api.Container, log *slog.Logger) (*api.ContainerAdjustment, error) {
+func (p *Plugin) apply(ctx context.Context, a *limits.Allocation, files oci.HostFiles, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, error) {
 	files.Hook = p.hook
 	edits, err := oci.Compute(a, p.cfg, p.host, files)
 	if err != nil {
 		return nil, err
 	}
-	if err := p.confine(pod, ctr, edits, log); err != nil {
+	if err := p.confine(ctx, pod, ctr, edits); err != nil {
 		return nil, err
 	}
 	for _, w := range edits.Warnings {
-		log.Warn(w)
+		logging.FromContext(ctx).Warn(w)
 	}
 	p.recordDriverFiles(edits.DriverFiles)
 	adj := &api.ContainerAdjustment{}
