@@ -1,4 +1,4 @@
-package main
+package dra
 
 import (
 	"bytes"
@@ -40,9 +40,9 @@ func TestUsage(t *testing.T) {
 			t.Setenv("NODE_NAME", tt.env)
 			t.Setenv("KUBECONFIG", tt.kube)
 			var stderr bytes.Buffer
-			code := run(context.Background(), tt.args, &stderr, nil)
+			code := Main(context.Background(), tt.args, &stderr, nil)
 			if code != tt.code || !strings.Contains(stderr.String(), tt.want) {
-				t.Errorf("run(%q) = %d, stderr %q; want %d and %q", tt.args, code, stderr.String(), tt.code, tt.want)
+				t.Errorf("Main(%q) = %d, stderr %q; want %d and %q", tt.args, code, stderr.String(), tt.code, tt.want)
 			}
 		})
 	}
@@ -92,7 +92,7 @@ memory = "16GiB"
 	var out syncbuf.Buffer
 	exit := make(chan int, 1)
 	go func() {
-		exit <- run(ctx, []string{"--config", cfg, "--node-name", "n", "--kubeconfig", kubeconfig,
+		exit <- Main(ctx, []string{"--config", cfg, "--node-name", "n", "--kubeconfig", kubeconfig,
 			"--plugin-dir", filepath.Join(dir, "plugin"), "--registry-dir", dir, "--metrics-listen", addr}, &out, nil)
 	}()
 	defer func() {
