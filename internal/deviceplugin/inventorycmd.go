@@ -1,4 +1,4 @@
-package main
+package deviceplugin
 
 import (
 	"encoding/json"
@@ -36,20 +36,20 @@ type healthEventTyper interface {
 	HealthEventTypes() (map[string]gpu.HealthEventTypes, error)
 }
 
-// inventory is the inventory command: it prints the GPUs the configured
+// inventoryMain is the inventory command: it prints the GPUs the configured
 // backend sees, as a JSON array, and returns the exit status.
-func inventory(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet(name+" inventory", flag.ContinueOnError)
+func inventoryMain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet(ProgramName+" inventory", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: %s inventory [flags]\n\n"+
 			"Prints the GPUs of the configured gpu.backend as a JSON array, one object per GPU\n"+
 			"(index, uuid, name, memory_bytes, minor, pci_bus_id, healthy, and for NVML\n"+
 			"health_events: the event types the driver accepted and those it does not support),\n"+
-			"and exits. The backend is the daemon's own; its log goes to stderr.\n\n", name)
+			"and exits. The backend is the daemon's own; its log goes to stderr.\n\n", ProgramName)
 		fs.PrintDefaults()
 	}
-	common := daemonflags.Register(fs, name+" inventory")
+	common := daemonflags.Register(fs, ProgramName+" inventory")
 	if code, done := common.Parse(fs, args, stderr); done {
 		return code
 	}

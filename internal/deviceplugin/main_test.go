@@ -1,4 +1,4 @@
-package main
+package deviceplugin
 
 import (
 	"context"
@@ -24,19 +24,6 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
 )
 
-const waitTimeout = 10 * time.Second
-
-// shortDir fits unix socket paths (108 bytes), unlike t.TempDir at times.
-func shortDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "dpm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	return dir
-}
-
 func writeConfig(t *testing.T, path, body string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
@@ -54,14 +41,14 @@ func TestUsage(t *testing.T) {
 		{[]string{"--log-level", "loud"}, 2, `--log-level "loud"`},
 		{[]string{"--log-format", "xml"}, 2, `--log-format "xml"`},
 		{[]string{"extra"}, 2, `unexpected arguments ["extra"]`},
-		{[]string{"--version"}, 0, name + " " + version.Version},
+		{[]string{"--version"}, 0, ProgramName + " " + version.Version},
 		{[]string{"-h"}, 0, "-log-format"},
 		{[]string{"--config", "/nonexistent/config.toml"}, 1, "cannot load the configuration"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			var out syncbuf.Buffer
-			if code := run(context.Background(), tt.args, &out, &out, nil); code != tt.code {
+			if code := Main(context.Background(), tt.args, &out, &out, nil); code != tt.code {
 				t.Errorf("exit %d, want %d; output:\n%s", code, tt.code, out.String())
 			}
 			if !strings.Contains(out.String(), tt.out) {
@@ -84,7 +71,7 @@ func TestNoDriver(t *testing.T) {
 	path := filepath.Join(dir, "config.toml")
 	writeConfig(t, path, fmt.Sprintf("[device_plugin]\nsocket_dir = %q\nfeature_file = \"\"\n[paths]\nstate_dir = %q\n[gpu]\nbackend = \"nvml\"\n", dir, dir))
 	var out syncbuf.Buffer
-	if code := run(context.Background(), []string{"--config", path}, &out, &out, nil); code != 1 {
+	if code := Main(context.Background(), []string{"--config", path}, &out, &out, nil); code != 1 {
 		t.Fatalf("exit %d, want 1; output:\n%s", code, out.String())
 	}
 	if !strings.Contains(out.String(), "no NVIDIA driver on this node") {
@@ -134,7 +121,7 @@ minor = 0
 	healthAddr := ln.Addr().String()
 	ln.Close()
 	go func() {
-		exit <- run(ctx, []string{"--config", path, "--log-format", "json", "--health-listen", healthAddr}, &out, &out, reload)
+		exit <- Main(ctx, []string{"--config", path, "--log-format", "json", "--health-listen", healthAddr}, &out, &out, reload)
 	}()
 
 	wctx, wcancel := context.WithTimeout(context.Background(), waitTimeout)
@@ -249,7 +236,7 @@ minor = 0
 	exit := make(chan int, 1)
 	addr := freeAddr(t)
 	go func() {
-		exit <- run(ctx, []string{"--config", path, "--metrics-listen", addr, "--health-listen", addr}, &out, &out, nil)
+		exit <- Main(ctx, []string{"--config", path, "--metrics-listen", addr, "--health-listen", addr}, &out, &out, nil)
 	}()
 	defer func() {
 		cancel()

@@ -1,4 +1,4 @@
-package main
+package deviceplugin
 
 import (
 	"bufio"
@@ -27,7 +27,7 @@ const asProgram = "NRI_VGPU_TEST_RUN_DEVICE_PLUGIN"
 func TestMain(m *testing.M) {
 	if os.Getenv(asProgram) == "1" {
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-		code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, nil)
+		code := Main(ctx, os.Args[1:], os.Stdout, os.Stderr, nil)
 		stop()
 		os.Exit(code)
 	}

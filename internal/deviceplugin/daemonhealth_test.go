@@ -1,4 +1,4 @@
-package main
+package deviceplugin
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 
 	"github.com/nri-vgpu/nri-vgpu/internal/kubelettest"
 	"github.com/nri-vgpu/nri-vgpu/internal/syncbuf"
-	"github.com/nri-vgpu/nri-vgpu/test/e2e/harness"
+	fakedriver "github.com/nri-vgpu/nri-vgpu/test/e2e/harness"
 )
 
 // TestDaemonFakeNVMLHealth runs the daemon on the fake NVML of a fake
@@ -22,7 +22,7 @@ import (
 // accepted, ignores an application XID, and takes a GPU's slices away when
 // the driver reports a critical XID on it.
 func TestDaemonFakeNVMLHealth(t *testing.T) {
-	gpus := []harness.FakeGPU{
+	gpus := []fakedriver.FakeGPU{
 		{UUID: "GPU-5e1ec7ed-0000-4000-8000-00000000000a", Name: "NVIDIA H200", Memory: 140 << 30, SMs: 132, Minor: 0},
 		{UUID: "GPU-5e1ec7ed-0000-4000-8000-00000000000b", Name: "NVIDIA H200", Memory: 140 << 30, SMs: 132, Minor: 1},
 	}
