@@ -8,7 +8,6 @@
 //
 // The inventory command prints the GPUs the configured backend sees (the
 // daemon's own backend code) as JSON and exits, to compare with nvidia-smi.
-// The program is deviceplugin.Main.
 package main
 
 import (

@@ -6,7 +6,7 @@
 //
 // Signals: SIGTERM and SIGINT stop it cleanly (exit 0); SIGHUP reloads the
 // simulated GPU list from the configuration file. Prepared claims stay
-// prepared across restarts. The program is dra.Main.
+// prepared across restarts.
 package main
 
 import (

@@ -15,8 +15,6 @@
 //	nri-vgpu hook pin   (run by the container runtime: internal/pin)
 //	nvidia-cdi-hook ... (argv[0]; the hooks of generated driver edits:
 //	                    internal/cdihook)
-//
-// The program is nrivgpu.Main.
 package main
 
 import (
