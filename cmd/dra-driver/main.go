@@ -10,122 +10,19 @@
 package main
 
 import (
-	"cmp"
 	"context"
-	"flag"
-	"fmt"
-	"io"
 	"os"
 	"os/signal"
-	"reflect"
 	"syscall"
 
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-
-	"github.com/nri-vgpu/nri-vgpu/internal/daemonflags"
 	"github.com/nri-vgpu/nri-vgpu/internal/dra"
-	"github.com/nri-vgpu/nri-vgpu/internal/reload"
-	"github.com/nri-vgpu/nri-vgpu/internal/version"
-	"github.com/nri-vgpu/nri-vgpu/pkg/config"
-	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
 )
-
-const name = "nri-vgpu-dra-driver"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
-	code := run(ctx, os.Args[1:], os.Stderr, hup)
+	code := dra.Main(ctx, os.Args[1:], os.Stderr, hup)
 	stop()
 	os.Exit(code)
-}
-
-// run is the whole program; it returns the exit status: 0 after a clean
-// stop, 1 when it cannot serve, 2 for bad usage.
-func run(ctx context.Context, args []string, stderr io.Writer, reloadSig <-chan os.Signal) int {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	common := daemonflags.Register(fs, name)
-	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name (default: $NODE_NAME)")
-	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file (default: $KUBECONFIG); empty: the pod's service account")
-	pluginDir := fs.String("plugin-dir", "", "the driver's directory for its kubelet socket (default: /var/lib/kubelet/plugins/<driver name>)")
-	registryDir := fs.String("registry-dir", "", "the kubelet's plugin registration directory (default: /var/lib/kubelet/plugins_registry)")
-	if code, done := common.Parse(fs, args, stderr); done {
-		return code
-	}
-	if *nodeName == "" {
-		fmt.Fprintf(stderr, "%s: the node name is required: --node-name or $NODE_NAME\n", name)
-		return 2
-	}
-	logger, err := common.Logger(stderr)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return 2
-	}
-
-	cfg, err := config.LoadResolved(common.ConfigPath())
-	if err != nil {
-		logger.Error("cannot load the configuration", "error", err)
-		return 1
-	}
-	logger.Info("starting", "program", name, "version", version.Version, "config", cmp.Or(cfg.Source, "(defaults)"),
-		"driver", cfg.DRA.DriverName, "node", *nodeName, "backend", cfg.GPU.Backend)
-	if !cfg.DRA.Enabled {
-		logger.Warn("dra.enabled is false: no GPU of this node is published (the device plugin serves them)")
-	}
-
-	var restCfg *rest.Config
-	if *kubeconfig != "" {
-		restCfg, err = clientcmd.BuildConfigFromFlags("", *kubeconfig)
-	} else {
-		restCfg, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		logger.Error("cannot configure the API server client", "error", err)
-		return 1
-	}
-	client, err := kubernetes.NewForConfig(restCfg)
-	if err != nil {
-		logger.Error("cannot create the API server client", "error", err)
-		return 1
-	}
-
-	backend, err := gpu.New(cfg)
-	if err != nil {
-		logger.Error("cannot set up the GPU backend", "error", err)
-		return 1
-	}
-	defer backend.Close()
-
-	driver, err := dra.New(dra.Options{Config: cfg, Inventory: backend, NodeName: *nodeName, Logger: logger})
-	if err != nil {
-		logger.Error("cannot start the DRA driver", "error", err)
-		return 1
-	}
-	defer common.ServeMetrics(driver.Ready, logger, driver.Collector())()
-	// Health changes of reloaded simulated GPUs reach the driver as health
-	// events, which publish the slice again.
-	go reload.Watcher{ConfigPath: common.ConfigPath(), Current: cfg, Backend: backend, Logger: logger,
-		RestartOnly: restartOnly}.Run(ctx, reloadSig)
-
-	opts := dra.RunOptions{Client: client, Backend: backend, PluginDir: *pluginDir, RegistryDir: *registryDir}
-	if err := driver.Run(ctx, opts); err != nil {
-		logger.Error("DRA driver stopped", "error", err)
-		return 1
-	}
-	logger.Info("stopped")
-	return 0
-}
-
-// restartOnly names what a reload does not apply to the DRA driver.
-func restartOnly(current, next *config.Config) string {
-	if !reflect.DeepEqual(next.DRA, current.DRA) || !reflect.DeepEqual(next.DevicePlugin, current.DevicePlugin) ||
-		next.Paths != current.Paths || next.GPU.Backend != current.GPU.Backend {
-		return "dra, device_plugin, paths and gpu.backend"
-	}
-	return ""
 }

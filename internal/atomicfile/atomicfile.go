@@ -1,6 +1,6 @@
 // Package atomicfile replaces files so that a reader sees either the old
 // content or the new, never a partial file: the limits file the shim reads,
-// the runtime spec runc reads, the admission ledger, the runtime configs.
+// the runtime spec runc reads, the admission record, the runtime configs.
 package atomicfile
 
 import (

@@ -1,5 +1,5 @@
-// Package daemonflags holds the flags the node daemons (the device plugin and
-// the DRA driver) share, and what each of them does with them before serving:
+// Package daemonflags holds the flags the node daemons (the device plugin, the
+// DRA driver and the NRI plugin) share, and what each of them does with them before serving:
 // parse, answer -h and -version, refuse stray arguments, build the logger,
 // serve the metrics endpoint.
 package daemonflags
@@ -35,12 +35,22 @@ type Common struct {
 // Register adds -config, -log-level, -log-format, -version and
 // -metrics-listen to fs, for the program called name.
 func Register(fs *flag.FlagSet, name string) *Common {
+	c := RegisterBase(fs, name)
+	c.metrics = fs.String("metrics-listen", "", "serve GET /metrics, /healthz and /readyz on this `host:port`; empty: off")
+	return c
+}
+
+// RegisterBase adds -config, -log-level, -log-format and -version to fs, for
+// a program that serves its metrics its own way: the NRI plugin's
+// -metrics-listen stands in for metrics.listen of the configuration, and
+// its metrics come from the node's containers rather than from one
+// collector. MetricsListen is empty and ServeMetrics does nothing then.
+func RegisterBase(fs *flag.FlagSet, name string) *Common {
 	return &Common{
-		metrics:   fs.String("metrics-listen", "", "serve GET /metrics, /healthz and /readyz on this host:port; empty: off"),
 		name:      name,
-		config:    fs.String("config", "", "configuration file (default: $"+config.EnvPath+", else "+config.DefaultPath+")"),
-		logLevel:  fs.String("log-level", "info", "log level: debug, info, warn or error"),
-		logFormat: fs.String("log-format", "text", "log format: text or json"),
+		config:    fs.String("config", "", "configuration `file` (default: $"+config.EnvPath+", else "+config.DefaultPath+")"),
+		logLevel:  fs.String("log-level", "info", "log `level`: debug, info, warn or error"),
+		logFormat: fs.String("log-format", "text", "log `format`: text or json"),
 		version:   fs.Bool("version", false, "print the version and exit"),
 	}
 }
@@ -66,6 +76,9 @@ func (c *Common) Parse(fs *flag.FlagSet, args []string, stderr io.Writer) (code 
 	return 0, false
 }
 
+// VersionAsked is -version, for a program that parses fs itself.
+func (c *Common) VersionAsked() bool { return *c.version }
+
 // ConfigPath is -config: empty for the default.
 func (c *Common) ConfigPath() string { return *c.config }
 
@@ -80,8 +93,31 @@ func (c *Common) Logger(stderr io.Writer) (*slog.Logger, error) {
 	return logger, nil
 }
 
+// Setup builds the logger (see Logger) and loads the configuration -config
+// names, as each daemon does once its flags are parsed. When either fails,
+// it says why (a bad log flag on stderr, the configuration in the log) and
+// code is the exit status: 2 for the flag, 1 for the configuration.
+func (c *Common) Setup(stderr io.Writer) (logger *slog.Logger, cfg *config.Config, code int) {
+	logger, err := c.Logger(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", c.name, err)
+		return nil, nil, 2
+	}
+	cfg, err = config.LoadResolved(c.ConfigPath())
+	if err != nil {
+		logger.Error("cannot load the configuration", "err", err)
+		return nil, nil, 1
+	}
+	return logger, cfg, 0
+}
+
 // MetricsListen is -metrics-listen: empty for no metrics endpoint.
-func (c *Common) MetricsListen() string { return *c.metrics }
+func (c *Common) MetricsListen() string {
+	if c.metrics == nil {
+		return ""
+	}
+	return *c.metrics
+}
 
 // ShutdownTimeout bounds how long a stop waits for scrapes and probes in
 // flight.
@@ -94,11 +130,11 @@ const ShutdownTimeout = 2 * time.Second
 // bound is logged and not fatal: the daemon's work never depends on its
 // metrics.
 func (c *Common) ServeMetrics(ready health.Ready, logger *slog.Logger, cs ...prometheus.Collector) (stop func()) {
-	if *c.metrics == "" {
+	if c.MetricsListen() == "" {
 		return func() {}
 	}
 	reg := promserver.NewRegistry(append(cs, promserver.BuildInfo())...)
-	srv, err := promserver.Start(*c.metrics, "--metrics-listen", reg, ready, logger)
+	srv, err := promserver.Start(c.MetricsListen(), "--metrics-listen", reg, ready, logger)
 	if err != nil {
 		logger.Error("metrics endpoint unavailable", "err", err)
 		return func() {}

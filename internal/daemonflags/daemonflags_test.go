@@ -4,6 +4,10 @@ import (
 	"bytes"
 	"flag"
 	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -76,5 +80,60 @@ func TestLogger(t *testing.T) {
 	c.Parse(fs, []string{"-log-level", "loud"}, io.Discard)
 	if _, err := c.Logger(io.Discard); err == nil || !strings.Contains(err.Error(), "loud") {
 		t.Errorf("Logger with -log-level loud: %v, want an error naming it", err)
+	}
+}
+
+// RegisterBase leaves -metrics-listen to the program, which may register a
+// flag of that name with a meaning of its own, and -version to its parsing.
+func TestRegisterBase(t *testing.T) {
+	fs := flag.NewFlagSet("prog", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c := RegisterBase(fs, "prog")
+	own := fs.String("metrics-listen", "", "the program's own metrics address")
+	if err := fs.Parse([]string{"-metrics-listen", ":9", "-version", "-config", "/etc/x.toml", "status"}); err != nil {
+		t.Fatal(err)
+	}
+	if *own != ":9" || c.MetricsListen() != "" {
+		t.Errorf("own -metrics-listen %q, MetricsListen() %q; want \":9\" and \"\"", *own, c.MetricsListen())
+	}
+	if !c.VersionAsked() || c.ConfigPath() != "/etc/x.toml" || !slices.Equal(fs.Args(), []string{"status"}) {
+		t.Errorf("VersionAsked() %v, ConfigPath() %q, args %q", c.VersionAsked(), c.ConfigPath(), fs.Args())
+	}
+	c.ServeMetrics(nil, nil)() // nothing to serve: no logger needed
+}
+
+func TestSetup(t *testing.T) {
+	good := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(good, []byte("[limits]\nlog_level = \"info\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		args   []string
+		code   int
+		stderr string // a substring of what is said
+	}{
+		{"bad log level", []string{"-log-level", "loud"}, 2, `prog: --log-level "loud"`},
+		{"missing config", []string{"-config", filepath.Join(t.TempDir(), "none.toml")}, 1, "cannot load the configuration"},
+		{"good", []string{"-config", good}, 0, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			prev := slog.Default()
+			t.Cleanup(func() { slog.SetDefault(prev) })
+			fs := flag.NewFlagSet("prog", flag.ContinueOnError)
+			c := Register(fs, "prog")
+			if err := fs.Parse(tt.args); err != nil {
+				t.Fatal(err)
+			}
+			var stderr bytes.Buffer
+			logger, cfg, code := c.Setup(&stderr)
+			if code != tt.code || (code == 0) != (logger != nil && cfg != nil) || !strings.Contains(stderr.String(), tt.stderr) {
+				t.Errorf("Setup: code %d, logger %v, config %v, stderr %q; want code %d and %q", code, logger != nil, cfg != nil, stderr.String(), tt.code, tt.stderr)
+			}
+			if code == 0 && cfg.Source != good {
+				t.Errorf("config read from %q, want %q", cfg.Source, good)
+			}
+		})
 	}
 }

@@ -114,7 +114,7 @@ func (p *Plugin) stopFeatures() {
 	p.featuresOn = false
 	p.featuresWritten = nil
 	if err := os.Remove(p.cfg.FeatureFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		p.log.Warn("cannot remove the feature file; Node Feature Discovery keeps its labels", "path", p.cfg.FeatureFile, "error", err)
+		p.log.Warn("cannot remove the feature file; Node Feature Discovery keeps its labels", "path", p.cfg.FeatureFile, "err", err)
 		return
 	}
 	p.log.Info("removed the feature file", "path", p.cfg.FeatureFile)
@@ -137,7 +137,7 @@ func (p *Plugin) writeFeatures(inv *inventory) {
 	}
 	if err != nil {
 		if msg := err.Error(); msg != p.featuresErr {
-			p.log.Warn("cannot write the feature file; the node's GPU labels are not published", "path", p.cfg.FeatureFile, "error", err)
+			p.log.Warn("cannot write the feature file; the node's GPU labels are not published", "path", p.cfg.FeatureFile, "err", err)
 			p.featuresErr = msg
 		}
 		return

@@ -5,8 +5,9 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/nri-vgpu/nri-vgpu/internal/refusal"
 )
 
 // The reasons of nri_vgpu_device_plugin_allocation_refusals_total: a
@@ -47,24 +48,8 @@ var (
 	errUnknownSlice    = errors.New("unknown slice")
 )
 
-// refusal is an error answered to the kubelet, with its reason for the
-// refusal counter.
-type refusal struct {
-	reason string
-	err    error
-}
-
-func (r *refusal) Error() string { return r.err.Error() }
-func (r *refusal) Unwrap() error { return r.err }
-
-// GRPCStatus is the status of the error wrapped, so that the kubelet gets
-// its code and message unchanged.
-func (r *refusal) GRPCStatus() *status.Status {
-	s, _ := status.FromError(r.err)
-	return s
-}
-
-func refuse(reason string, err error) error { return &refusal{reason: reason, err: err} }
+// refuse returns err refused for reason, which the refusal counter counts.
+func refuse(reason string, err error) error { return refusal.New(reason, err) }
 
 // lookupReason is the refusal reason of an error of inventory.lookup.
 func lookupReason(err error) string {
@@ -80,12 +65,7 @@ func lookupReason(err error) string {
 
 // refusalReason is err's reason; an error that carries none is the
 // plugin's own failure.
-func refusalReason(err error) string {
-	if r, ok := errors.AsType[*refusal](err); ok {
-		return r.reason
-	}
-	return ReasonInternal
-}
+func refusalReason(err error) string { return refusal.Reason(err, ReasonInternal) }
 
 var gpuLabels = []string{"UUID", "gpu", "name"}
 

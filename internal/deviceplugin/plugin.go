@@ -207,7 +207,7 @@ func (p *Plugin) applyHealth(ev gpu.HealthEvent) {
 	p.events[ev.UUID] = ev
 	if err != nil {
 		// Keep the GPU list we have and apply the event to it.
-		p.log.Error("listing GPUs after a health event failed; applying the event to the previous list", "error", err)
+		p.log.Error("listing GPUs after a health event failed; applying the event to the previous list", "err", err)
 		devs = make([]gpu.Device, len(p.inv.gpus))
 		for i, g := range p.inv.gpus {
 			devs[i] = g.Device
@@ -276,7 +276,7 @@ func (p *Plugin) GetPreferredAllocation(_ context.Context, req *pluginapi.Prefer
 		ids, err := p.prefer(inv, creq)
 		if err != nil {
 			p.metrics.refusals.WithLabelValues(p.cfg.ResourceName, refusalReason(err)).Inc()
-			p.log.Warn("preferred allocation failed", "error", err)
+			p.log.Warn("preferred allocation failed", "err", err)
 			return nil, err
 		}
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
@@ -325,7 +325,7 @@ func (p *Plugin) prefer(inv *inventory, req *pluginapi.ContainerPreferredAllocat
 		seen[id] = true
 		i, slice, err := inv.lookup(id)
 		if err != nil {
-			p.log.Debug("ignoring an offered device that is not ours", "id", id, "error", err)
+			p.log.Debug("ignoring an offered device that is not ours", "id", id, "err", err)
 			continue
 		}
 		if !inv.gpus[i].Healthy {
@@ -374,7 +374,7 @@ func (p *Plugin) allocate(req *pluginapi.AllocateRequest) (*pluginapi.AllocateRe
 	for _, creq := range req.ContainerRequests {
 		a, err := p.allocation(inv, creq.DevicesIds)
 		if err != nil {
-			p.log.Warn("allocation refused", "devices", creq.DevicesIds, "error", err)
+			p.log.Warn("allocation refused", "devices", creq.DevicesIds, "err", err)
 			return nil, err
 		}
 		value, err := allocation.Sign(p.key, a)

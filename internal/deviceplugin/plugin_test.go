@@ -1,7 +1,6 @@
 package deviceplugin
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/nri-vgpu/nri-vgpu/internal/allockey"
 	"github.com/nri-vgpu/nri-vgpu/internal/kubelettest"
+	"github.com/nri-vgpu/nri-vgpu/internal/syncbuf"
 	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
@@ -61,25 +61,12 @@ func shortDir(t testing.TB) string {
 	return dir
 }
 
-// logBuffer collects the plugin's log and prints it if the test fails.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
+// testLogger returns a logger whose output the test prints if it fails.
 func testLogger(t testing.TB) *slog.Logger {
-	b := &logBuffer{}
+	b := &syncbuf.Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
-			b.mu.Lock()
-			defer b.mu.Unlock()
-			t.Logf("plugin log:\n%s", b.buf.String())
+			t.Logf("plugin log:\n%s", b.String())
 		}
 	})
 	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug}))

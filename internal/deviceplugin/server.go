@@ -46,7 +46,7 @@ func (p *Plugin) Run(ctx context.Context) error {
 	events := make(chan gpu.HealthEvent, 16)
 	wg.Go(func() {
 		if err := p.backend.WatchHealth(ctx, events); err != nil && ctx.Err() == nil {
-			p.log.Error("GPU health watch ended; health changes are no longer reported", "backend", p.backend.Name(), "error", err)
+			p.log.Error("GPU health watch ended; health changes are no longer reported", "backend", p.backend.Name(), "err", err)
 		}
 	})
 	wg.Go(func() {
@@ -130,7 +130,7 @@ func (p *Plugin) startServer() (*socketServer, error) {
 	go func() {
 		defer close(s.done)
 		if err := s.srv.Serve(lis); err != nil {
-			p.log.Error("device plugin server stopped", "socket", path, "error", err)
+			p.log.Error("device plugin server stopped", "socket", path, "err", err)
 		}
 	}()
 	p.log.Info("serving the device plugin API", "socket", path)
@@ -203,7 +203,7 @@ func (p *Plugin) supervise(ctx context.Context) error {
 	}
 	var dirEvents <-chan dirEvent
 	if w, err := newDirWatcher(p.dir); err != nil {
-		p.log.Warn("cannot watch socket_dir; polling it every second instead", "dir", p.dir, "error", err)
+		p.log.Warn("cannot watch socket_dir; polling it every second instead", "dir", p.dir, "err", err)
 	} else {
 		defer w.Close()
 		dirEvents = w.Events()
@@ -271,7 +271,7 @@ func (p *Plugin) supervise(ctx context.Context) error {
 					return nil
 				}
 				if err.Error() != lastErr {
-					p.log.Warn("registration with kubelet failed; retrying", "error", err)
+					p.log.Warn("registration with kubelet failed; retrying", "err", err)
 					lastErr = err.Error()
 				}
 				registered = false

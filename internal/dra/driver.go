@@ -20,6 +20,8 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
+	"github.com/nri-vgpu/nri-vgpu/internal/logging"
+	"github.com/nri-vgpu/nri-vgpu/internal/refusal"
 	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/draclaim"
@@ -131,10 +133,11 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	}
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	for _, claim := range claims {
-		devices, err := d.prepare(claim, gpus)
+		ctx := logging.NewContext(ctx, d.log.With("claim", claim.Namespace+"/"+claim.Name, "uid", claim.UID))
+		devices, err := d.prepare(ctx, claim, gpus)
 		if err != nil {
 			d.metrics.refusals.WithLabelValues(refusalReason(err)).Inc()
-			d.log.Warn("cannot prepare claim", "claim", claim.Namespace+"/"+claim.Name, "uid", claim.UID, "err", err)
+			logging.FromContext(ctx).Warn("cannot prepare claim", "err", err)
 			out[claim.UID] = kubeletplugin.PrepareResult{Err: fmt.Errorf("nri-vgpu: %w", err)}
 			continue
 		}
@@ -148,7 +151,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 // returns its devices. Preparing a claim again (the kubelet restarted, or
 // another pod shares the claim) only brings its pods up to date: its limits
 // file and region are mounted in running containers.
-func (d *Driver) prepare(claim *resourceapi.ResourceClaim, gpus []served) ([]kubeletplugin.Device, error) {
+func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim, gpus []served) ([]kubeletplugin.Device, error) {
 	uid := string(claim.UID)
 	id := hoststate.ClaimID(uid)
 	if !draclaim.ValidUID(uid) {
@@ -215,7 +218,7 @@ func (d *Driver) prepare(claim *resourceapi.ResourceClaim, gpus []served) ([]kub
 			ShareID:      r.ShareID,
 		})
 	}
-	d.log.Info("claim prepared", "claim", claim.Namespace+"/"+claim.Name, "uid", uid, "gpus", summary(info.GPUs), "pods", info.Claim.PodUIDs)
+	logging.FromContext(ctx).Info("claim prepared", "gpus", summary(info.GPUs), "pods", info.Claim.PodUIDs)
 	return devices, nil
 }
 
@@ -247,7 +250,7 @@ func (d *Driver) checkCapacity(info *hoststate.Info, gpus []served) error {
 		}
 		return nil
 	})
-	if _, ok := errors.AsType[*refusal](err); ok {
+	if _, ok := errors.AsType[*refusal.Error](err); ok {
 		return err
 	}
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nri-vgpu/nri-vgpu/internal/refusal"
 )
 
 // The reasons of nri_vgpu_dra_prepare_refusals_total: a fixed set
@@ -56,24 +58,10 @@ var RefusalReasons = []string{
 	ReasonStateConflict, ReasonUnaccountedClaim, ReasonHostState, ReasonInventory, ReasonInternal,
 }
 
-// refusal is an error a claim is refused with, with its reason for the
-// refusal counter.
-type refusal struct {
-	reason string
-	err    error
-}
+// refuse returns err refused for reason, which the refusal counter counts.
+func refuse(reason string, err error) error { return refusal.New(reason, err) }
 
-func (r *refusal) Error() string { return r.err.Error() }
-func (r *refusal) Unwrap() error { return r.err }
-
-func refuse(reason string, err error) error { return &refusal{reason: reason, err: err} }
-
-func refusalReason(err error) string {
-	if r, ok := errors.AsType[*refusal](err); ok {
-		return r.reason
-	}
-	return ReasonInternal
-}
+func refusalReason(err error) string { return refusal.Reason(err, ReasonInternal) }
 
 var gpuLabels = []string{"UUID", "gpu", "name"}
 

@@ -1,8 +1,13 @@
 // Package logging builds the slog loggers of the nri-vgpu daemons from their
-// --log-level and --log-format flags.
+// --log-level and --log-format flags, and carries a request's logger in its
+// context, as klog.NewContext and klog.FromContext do for Kubernetes
+// components: a handler puts the logger with the request's attributes (the
+// container, the claim) into the context, and what it calls takes it from
+// there.
 package logging
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -24,4 +29,19 @@ func New(w io.Writer, level, format string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+type contextKey struct{}
+
+// NewContext returns a copy of ctx that carries l.
+func NewContext(ctx context.Context, l *slog.Logger) context.Context {
+	return context.WithValue(ctx, contextKey{}, l)
+}
+
+// FromContext returns the logger ctx carries, else slog's default.
+func FromContext(ctx context.Context) *slog.Logger {
+	if l, ok := ctx.Value(contextKey{}).(*slog.Logger); ok && l != nil {
+		return l
+	}
+	return slog.Default()
 }

@@ -3,6 +3,7 @@ package logging
 import (
 	"bytes"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
 )
@@ -43,5 +44,21 @@ func TestNew(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+func TestContext(t *testing.T) {
+	var buf bytes.Buffer
+	l := slog.New(slog.NewTextHandler(&buf, nil)).With("container", "c1")
+	ctx := NewContext(t.Context(), l)
+	if got := FromContext(ctx); got != l {
+		t.Errorf("FromContext returned %p, want the logger put in, %p", got, l)
+	}
+	FromContext(ctx).Info("created")
+	if !strings.Contains(buf.String(), "msg=created container=c1") {
+		t.Errorf("log %q, want the request's attributes", buf.String())
+	}
+	if got := FromContext(t.Context()); got != slog.Default() {
+		t.Errorf("FromContext of a context without a logger = %p, want slog.Default()", got)
 	}
 }

@@ -146,13 +146,6 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// NewCollector returns a collector over cfg's run_dir and inv, without SM
-// utilisation (see NewCollectorWith); inv and logger may be nil (see
-// Options).
-func NewCollector(cfg *config.Config, inv Inventory, logger *slog.Logger) *Collector {
-	return NewCollectorWith(cfg, Options{Inventory: inv, Logger: logger})
-}
-
 // NewCollectorWith returns a collector over cfg's run_dir and what opts
 // gives.
 func NewCollectorWith(cfg *config.Config, opts Options) *Collector {

@@ -1,16 +1,17 @@
 package nriplugin
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"slices"
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
+	"github.com/nri-vgpu/nri-vgpu/internal/logging"
 	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/draclaim"
 )
@@ -19,7 +20,8 @@ import (
 // prepared: the marked devices of the claim, with the claim's limits file
 // and usage region, shared by every container of the claim. The claim must
 // have been prepared on this node by the driver, for this container's pod.
-func (p *Plugin) createWithClaim(pod *api.PodSandbox, ctr *api.Container, uid string, devices []string, log *slog.Logger) (*api.ContainerAdjustment, error) {
+func (p *Plugin) createWithClaim(ctx context.Context, pod *api.PodSandbox, ctr *api.Container, uid string, devices []string) (*api.ContainerAdjustment, error) {
+	log := logging.FromContext(ctx)
 	start := time.Now()
 	gpus, id, err := p.verifyClaim(podUID(pod, ctr), uid, devices)
 	if err != nil {
@@ -31,7 +33,7 @@ func (p *Plugin) createWithClaim(pod *api.PodSandbox, ctr *api.Container, uid st
 		log.Error("cannot read the claim's host files", "claim", uid, "err", err)
 		return nil, fmt.Errorf("nri-vgpu: claim %s: %w", uid, err)
 	}
-	adj, err := p.apply(gpus, files, pod, ctr, log)
+	adj, err := p.apply(ctx, gpus, files, pod, ctr)
 	if err != nil {
 		log.Error("cannot give the container its vGPUs", "claim", uid, "err", err)
 		return nil, fmt.Errorf("nri-vgpu: container %s: %w", ctr.GetId(), err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +12,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
+	"github.com/nri-vgpu/nri-vgpu/internal/logging"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
 )
@@ -144,7 +144,8 @@ func (p *Plugin) recordDriverFiles(df oci.DriverFiles) {
 // of its own policy, unless its namespace is exempt (nri.confinement_exempt)
 // or the runtime cannot apply it, in which case nri.confinement decides
 // between refusing the container and letting it run unconfined.
-func (p *Plugin) confine(pod *api.PodSandbox, ctr *api.Container, edits *oci.Edits, log *slog.Logger) error {
+func (p *Plugin) confine(ctx context.Context, pod *api.PodSandbox, ctr *api.Container, edits *oci.Edits) error {
+	log := logging.FromContext(ctx)
 	if p.cfg.NRI.ConfinementExemptFor(pod.GetNamespace()) {
 		log.Info("GPU container not confined: its namespace is exempt (nri.confinement_exempt)", "namespace", pod.GetNamespace())
 		return nil

@@ -24,6 +24,7 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/internal/allockey"
 	"github.com/nri-vgpu/nri-vgpu/internal/bindings"
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
+	"github.com/nri-vgpu/nri-vgpu/internal/logging"
 	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/draclaim"
@@ -171,8 +172,9 @@ func podName(pod *api.PodSandbox) string {
 // container that passes also loses the device plugin's gate mount
 // (allocation.GateContainerPath) and its claim markers, which would make the
 // runtime refuse it had nri-vgpu not seen it.
-func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	log := p.log.With("container", ctr.GetId(), "name", ctr.GetName(), "pod", podName(pod))
+	ctx = logging.NewContext(ctx, log)
 	req, err := readRequest(pod, ctr)
 	if err != nil {
 		log.Warn(rejectedWhat(err), "err", err)
@@ -181,11 +183,11 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	var adj *api.ContainerAdjustment
 	switch req.kind {
 	case requestClaim:
-		adj, err = p.createWithClaim(pod, ctr, req.claim, req.devices, log)
+		adj, err = p.createWithClaim(ctx, pod, ctr, req.claim, req.devices)
 	case requestAllocation:
-		adj, err = p.createWithAllocation(pod, ctr, req.allocation, log)
+		adj, err = p.createWithAllocation(ctx, pod, ctr, req.allocation)
 	default:
-		adj, err = p.hide(pod, ctr, log)
+		adj, err = p.hide(ctx, pod, ctr)
 	}
 	if err != nil {
 		return nil, nil, err
@@ -274,7 +276,8 @@ func rejectedWhat(err error) string {
 // createWithAllocation gives a container the GPUs of its signed allocation:
 // the allocation is verified (signature, GPUs, replay), the container's host
 // files are provisioned, and the edits that mount them are computed.
-func (p *Plugin) createWithAllocation(pod *api.PodSandbox, ctr *api.Container, value string, log *slog.Logger) (*api.ContainerAdjustment, error) {
+func (p *Plugin) createWithAllocation(ctx context.Context, pod *api.PodSandbox, ctr *api.Container, value string) (*api.ContainerAdjustment, error) {
+	log := logging.FromContext(ctx)
 	start := time.Now()
 	uid := podUID(pod, ctr)
 	a, err := p.verify(value, uid)
@@ -300,7 +303,7 @@ func (p *Plugin) createWithAllocation(pod *api.PodSandbox, ctr *api.Container, v
 		log.Error("cannot provision the container's host files", "err", err)
 		return nil, fmt.Errorf("nri-vgpu: container %s: %w", ctr.GetId(), err)
 	}
-	adj, err := p.apply(a.GPUs, files, pod, ctr, log)
+	adj, err := p.apply(ctx, a.GPUs, files, pod, ctr)
 	if err != nil {
 		log.Error("cannot give the container its vGPUs", "err", err)
 		if rmErr := p.state.Release(ctr.GetId()); rmErr != nil {
@@ -337,17 +340,17 @@ func (p *Plugin) verify(value, podUID string) (*allocation.Allocation, error) {
 
 // apply computes the edits of verified GPUs whose host files were
 // provisioned at files, confinement included, as an adjustment of ctr.
-func (p *Plugin) apply(gpus []allocation.GPU, files oci.HostFiles, pod *api.PodSandbox, ctr *api.Container, log *slog.Logger) (*api.ContainerAdjustment, error) {
+func (p *Plugin) apply(ctx context.Context, gpus []allocation.GPU, files oci.HostFiles, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, error) {
 	files.Hook = p.hook
 	edits, err := oci.Compute(gpus, p.cfg, p.host, files)
 	if err != nil {
 		return nil, err
 	}
-	if err := p.confine(pod, ctr, edits, log); err != nil {
+	if err := p.confine(ctx, pod, ctr, edits); err != nil {
 		return nil, err
 	}
 	for _, w := range edits.Warnings {
-		log.Warn(w)
+		logging.FromContext(ctx).Warn(w)
 	}
 	p.recordDriverFiles(edits.DriverFiles)
 	adj := &api.ContainerAdjustment{}
@@ -381,7 +384,8 @@ func exemptionString(e config.Exemption) string {
 // (privileged): they see every host device whatever is done here, node
 // agents (monitoring, the device plugin itself) run so, and a deny rule
 // would make the runtime refuse them.
-func (p *Plugin) hide(pod *api.PodSandbox, ctr *api.Container, log *slog.Logger) (*api.ContainerAdjustment, error) {
+func (p *Plugin) hide(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, error) {
+	log := logging.FromContext(ctx)
 	if e, exempt := p.cfg.NRI.ExemptionFor(pod.GetNamespace(), pod.GetRuntimeHandler()); exempt {
 		// Logged, since it is a trust decision.
 		log.Info("container exempt from hiding (nri.exempt): left as its runtime made it",

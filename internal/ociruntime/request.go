@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nri-vgpu/nri-vgpu/internal/ledger"
+	"github.com/nri-vgpu/nri-vgpu/internal/admission"
 	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
@@ -171,12 +171,12 @@ func describeGPUs(devices []gpu.Device) string {
 }
 
 // Grant is a resolved request: the allocation that pkg/oci turns into the
-// container's edits, what the ledger must reserve for it, and the capacity
+// container's edits, what the admission record must reserve for it, and the capacity
 // of each GPU it asks for.
 type Grant struct {
 	Allocation   *allocation.Allocation
-	Reservations []ledger.Reservation
-	Capacity     []ledger.Capacity
+	Reservations []admission.Reservation
+	Capacity     []admission.Capacity
 }
 
 // Resolve turns the request into limits on each of its GPUs:
@@ -213,7 +213,7 @@ func (r *Request) Resolve(devices []gpu.Device, cfg *config.Config, containerID 
 		CoresPolicy: policy,
 	}}
 	for _, d := range gpus {
-		c, err := ledger.CapacityOf(d.Index, d.UUID, d.Memory, cfg.DevicePlugin.MemoryScaling, cfg.DevicePlugin.CoresScaling)
+		c, err := admission.CapacityOf(d.Index, d.UUID, d.Memory, cfg.DevicePlugin.MemoryScaling, cfg.DevicePlugin.CoresScaling)
 		if err != nil {
 			return nil, fmt.Errorf("GPU %d (%s): %w", d.Index, d.UUID, err)
 		}
@@ -230,7 +230,7 @@ func (r *Request) Resolve(devices []gpu.Device, cfg *config.Config, containerID 
 		}
 		a := allocation.GPU{UUID: d.UUID, Minor: d.Minor, Memory: mem, Cores: cores}
 		g.Allocation.GPUs = append(g.Allocation.GPUs, a)
-		g.Reservations = append(g.Reservations, ledger.FromAllocated(a))
+		g.Reservations = append(g.Reservations, admission.FromAllocated(a))
 		g.Capacity = append(g.Capacity, c)
 	}
 	return g, nil

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nri-vgpu/nri-vgpu/internal/ledger"
+	"github.com/nri-vgpu/nri-vgpu/internal/admission"
 	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
@@ -104,8 +104,8 @@ func TestResolve(t *testing.T) {
 		cfg     *config.Config
 		gpus    []gpu.Device
 		want    []allocation.GPU
-		wantRes []ledger.Reservation
-		wantCap []ledger.Capacity
+		wantRes []admission.Reservation
+		wantCap []admission.Capacity
 		wantVar string
 		wantErr string
 	}{
@@ -113,14 +113,14 @@ func TestResolve(t *testing.T) {
 			name:    "whole GPU by index: all of its memory, not throttled",
 			req:     Request{Devices: []string{"1"}},
 			want:    []allocation.GPU{{UUID: uuid1, Minor: 1, Memory: 8 << 30, Cores: 100}},
-			wantRes: []ledger.Reservation{{UUID: uuid1, Memory: 8 << 30}},
-			wantCap: []ledger.Capacity{{Index: 1, UUID: uuid1, Memory: 8 << 30, Total: 8 << 30, Cores: 100}},
+			wantRes: []admission.Reservation{{UUID: uuid1, Memory: 8 << 30}},
+			wantCap: []admission.Capacity{{Index: 1, UUID: uuid1, Memory: 8 << 30, Total: 8 << 30, Cores: 100}},
 		},
 		{
 			name:    "memory and cores by UUID, any case",
 			req:     Request{Devices: []string{strings.ToLower(uuid0)}, Memory: "4GiB", Cores: "30%"},
 			want:    []allocation.GPU{{UUID: uuid0, Minor: 0, Memory: 4 << 30, Cores: 30}},
-			wantRes: []ledger.Reservation{{UUID: uuid0, Memory: 4 << 30, Cores: 30}},
+			wantRes: []admission.Reservation{{UUID: uuid0, Memory: 4 << 30, Cores: 30}},
 		},
 		{
 			name: "a percentage is of each GPU's own memory",
@@ -143,7 +143,7 @@ func TestResolve(t *testing.T) {
 			cfg:     scaled,
 			req:     Request{Devices: []string{"1"}, Memory: "10GiB", Cores: "50"},
 			want:    []allocation.GPU{{UUID: uuid1, Minor: 1, Memory: 10 << 30, Cores: 50}},
-			wantCap: []ledger.Capacity{{Index: 1, UUID: uuid1, Memory: 12 << 30, Total: 8 << 30, Cores: 200}},
+			wantCap: []admission.Capacity{{Index: 1, UUID: uuid1, Memory: 12 << 30, Total: 8 << 30, Cores: 200}},
 		},
 		{name: "more memory than the GPU has", req: Request{Devices: []string{"1"}, Memory: "9GiB"}, wantVar: EnvMemory, wantErr: "more than GPU 1"},
 		{name: "bad memory", req: Request{Devices: []string{"0"}, Memory: "4G"}, wantVar: EnvMemory, wantErr: "ambiguous unit"},

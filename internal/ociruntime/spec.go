@@ -15,32 +15,6 @@ import (
 // SpecFileName is the runtime spec inside an OCI bundle.
 const SpecFileName = "config.json"
 
-// Modifier is one edit of a container's runtime spec. Modifiers are small
-// values composed with Modifiers, so that each edit can be built and tested
-// on its own and the bundle is read and written once.
-type Modifier interface {
-	Modify(*specs.Spec) error
-}
-
-// ModifierFunc adapts a function to Modifier.
-type ModifierFunc func(*specs.Spec) error
-
-// Modify implements Modifier.
-func (f ModifierFunc) Modify(s *specs.Spec) error { return f(s) }
-
-// Modifiers applies its elements in order and stops at the first error.
-type Modifiers []Modifier
-
-// Modify implements Modifier.
-func (ms Modifiers) Modify(s *specs.Spec) error {
-	for _, m := range ms {
-		if err := m.Modify(s); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // Spec is the runtime spec of a bundle, loaded to be modified and written
 // back.
 type Spec struct {
@@ -84,8 +58,8 @@ func (s *Spec) Env() []string {
 	return s.spec.Process.Env
 }
 
-// Modify applies m to the loaded spec; nothing is written until Flush.
-func (s *Spec) Modify(m Modifier) error { return m.Modify(s.spec) }
+// Modify edits the loaded spec with fn; nothing is written until Flush.
+func (s *Spec) Modify(fn func(*specs.Spec) error) error { return fn(s.spec) }
 
 // Flush writes the spec back atomically: to a temporary file in the bundle
 // with the original file's mode and owner, then renamed over it, so that

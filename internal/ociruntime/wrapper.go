@@ -1,13 +1,13 @@
 // Package ociruntime is nri-vgpu-runtime, the OCI runtime wrapper that gives
 // Docker containers their vGPU (Contract 6 of the design). Docker runs it
 // with runc's command line; on create it reads the container's request from
-// its environment, admits it against the node's ledger, provisions its host
+// its environment, admits it against the node's admission record, provisions its host
 // files (internal/hoststate), applies the same edits as the NRI plugin
 // (pkg/oci) to the bundle's config.json, and execs the next runtime with
 // the command line unchanged. Every other verb goes straight to the next
 // runtime, except the delete of a container this wrapper prepared: that
 // runs the next runtime as a child, and releases the container's host
-// directory and ledger entry once the runtime has deleted it.
+// directory and admission entry once the runtime has deleted it.
 package ociruntime
 
 import (
@@ -24,8 +24,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/admission"
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
-	"github.com/nri-vgpu/nri-vgpu/internal/ledger"
 	"github.com/nri-vgpu/nri-vgpu/internal/pin"
 	"github.com/nri-vgpu/nri-vgpu/internal/version"
 	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
@@ -177,7 +177,7 @@ func listGPUs(cfg *config.Config) ([]gpu.Device, error) {
 // started; nil (and no error) for a container that asks for none, whose
 // bundle is left as it is. It reads verify → provision → apply: the request
 // is resolved against the node's GPUs, admitted and provisioned under the
-// ledger's lock, and the edits that mount the provisioned files are applied
+// admission record's lock, and the edits that mount the provisioned files are applied
 // to the bundle.
 func (w *Wrapper) create(a *Args) (undo func(), err error) {
 	id := a.ContainerID
@@ -215,7 +215,7 @@ func (w *Wrapper) create(a *Args) (undo func(), err error) {
 	}
 	lf := grant.Allocation.Limits(cfg.Limits.LogLevel)
 	var files oci.HostFiles
-	err = w.ledger().Update(func(s *ledger.State) error {
+	err = w.record().Update(func(s *admission.State) error {
 		w.sync(s)
 		if err := s.Check(id, grant.Reservations, grant.Capacity); err != nil {
 			return err
@@ -227,13 +227,13 @@ func (w *Wrapper) create(a *Args) (undo func(), err error) {
 			return err
 		}
 		files = f
-		s.Add(ledger.Entry{ID: id, Source: hoststate.SourceRuntime, Created: now.UTC(), RuntimeRoot: a.Root, GPUs: grant.Reservations})
+		s.Add(admission.Entry{ID: id, Source: hoststate.SourceRuntime, Created: now.UTC(), RuntimeRoot: a.Root, GPUs: grant.Reservations})
 		return nil
 	})
 	if err != nil {
-		var over *ledger.OversubscribedError
+		var over *admission.OversubscribedError
 		if !errors.As(err, &over) {
-			// A directory provisioned but not recorded (the ledger could
+			// A directory provisioned but not recorded (the record could
 			// not be written) is not accounted.
 			if rmErr := w.state().Release(id); rmErr != nil {
 				w.Log.Warn("cannot remove the container directory", "container", id, "err", rmErr)
@@ -274,25 +274,25 @@ func (w *Wrapper) apply(spec *Spec, gpus []allocation.GPU, files oci.HostFiles, 
 	for _, warning := range edits.Warnings {
 		w.Log.Warn(warning, "container", id)
 	}
-	// The confinement (Contract 3) of the policy Docker wrote: its
-	// default profile, a --security-opt one, or none (unconfined).
-	confine := ModifierFunc(func(s *specs.Spec) error {
+	err = spec.Modify(func(s *specs.Spec) error {
+		// The confinement (Contract 3) of the policy Docker wrote: its
+		// default profile, a --security-opt one, or none (unconfined).
 		var own *specs.LinuxSeccomp
 		if s.Linux != nil {
 			own = s.Linux.Seccomp
 		}
 		edits.ConfineSeccomp(own)
-		return nil
+		return edits.ApplyToSpec(s)
 	})
-	if err := spec.Modify(Modifiers{confine, ModifierFunc(edits.ApplyToSpec)}); err != nil {
+	if err != nil {
 		return err
 	}
 	return spec.Flush()
 }
 
-// ledger is the node's ledger, logging to the runtime log.
-func (w *Wrapper) ledger() *ledger.Ledger {
-	l := ledger.New(w.Config.Paths.StateDir)
+// record is the node's admission record, logging to the runtime log.
+func (w *Wrapper) record() *admission.Record {
+	l := admission.New(w.Config.Paths.StateDir)
 	l.Log = w.Log
 	return l
 }
@@ -300,27 +300,27 @@ func (w *Wrapper) ledger() *ledger.Ledger {
 // state is the node's container records.
 func (w *Wrapper) state() *hoststate.Store { return hoststate.New(w.Config) }
 
-// sync reconciles the ledger with the host directories and logs what that
+// sync reconciles the admission record with the host directories and logs what that
 // changed.
-func (w *Wrapper) sync(s *ledger.State) {
+func (w *Wrapper) sync(s *admission.State) {
 	res, err := s.Sync(w.Config, hoststate.SourceRuntime)
 	if err != nil {
-		// Without the directory listing the ledger is all there is; it
+		// Without the directory listing the record is all there is; it
 		// errs on the side of refusing.
-		w.Log.Warn("cannot reconcile the ledger with the container directories", "err", err)
+		w.Log.Warn("cannot reconcile the admission record with the container directories", "err", err)
 		return
 	}
 	if len(res.Added)+len(res.Dropped)+len(res.Gone) > 0 {
-		w.Log.Info("ledger reconciled", "added", res.Added, "dropped", res.Dropped, "gone", res.Gone)
+		w.Log.Info("admission record reconciled", "added", res.Added, "dropped", res.Dropped, "gone", res.Gone)
 	}
 	for _, err := range res.Errors {
 		w.Log.Warn("cannot remove the directory of a gone container", "err", err)
 	}
 }
 
-// release removes a container's host directory and ledger entry.
+// release removes a container's host directory and admission entry.
 func (w *Wrapper) release(id string) {
-	err := w.ledger().Update(func(s *ledger.State) error {
+	err := w.record().Update(func(s *admission.State) error {
 		if err := w.state().Release(id); err != nil {
 			return err
 		}
@@ -415,7 +415,7 @@ func Main(argv []string, stderr io.Writer) int {
 		// A broken config must not make existing containers unstoppable:
 		// kill, delete and state go to the default next runtime untouched.
 		// The host directories of containers deleted meanwhile are left to
-		// the ledger's reconciliation (ledger.State.Sync) at a later create.
+		// the admission record's reconciliation (admission.State.Sync) at a later create.
 		report(fmt.Errorf("%w (passing %q through to the default next runtime)", err, a.Verb))
 		cfg, passThrough = config.Default(), true
 	}

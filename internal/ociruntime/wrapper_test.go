@@ -19,9 +19,9 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/admission"
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate/hoststatetest"
-	"github.com/nri-vgpu/nri-vgpu/internal/ledger"
 	"github.com/nri-vgpu/nri-vgpu/internal/pin/pintest"
 	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
@@ -273,14 +273,14 @@ func vgpuSpec(t *testing.T, e *testEnv, self string, env []string, visible strin
 	return data
 }
 
-// readLedger returns the ledger's content, read under its lock. The
+// readRecord returns the admission record's content, read under its lock. The
 // sentinel error keeps Update from writing the content back.
-func readLedger(t *testing.T, e *testEnv) *ledger.State {
+func readRecord(t *testing.T, e *testEnv) *admission.State {
 	t.Helper()
 	errRead := errors.New("read only")
-	var s *ledger.State
-	if err := ledger.New(e.cfg.Paths.StateDir).Update(func(st *ledger.State) error { s = st; return errRead }); !errors.Is(err, errRead) {
-		t.Fatalf("reading the ledger: %v", err)
+	var s *admission.State
+	if err := admission.New(e.cfg.Paths.StateDir).Update(func(st *admission.State) error { s = st; return errRead }); !errors.Is(err, errRead) {
+		t.Fatalf("reading the admission record: %v", err)
 	}
 	return s
 }
@@ -386,9 +386,9 @@ func TestCreate(t *testing.T) {
 				if err != nil || info.Source != hoststate.SourceRuntime || info.ID != ctrID {
 					t.Errorf("container.json %+v: %v", info, err)
 				}
-				entry := readLedger(t, e).Containers[ctrID]
+				entry := readRecord(t, e).Containers[ctrID]
 				if entry == nil || entry.RuntimeRoot != form.root || entry.Source != hoststate.SourceRuntime || len(entry.GPUs) != len(r.want) {
-					t.Errorf("ledger entry %+v", entry)
+					t.Errorf("admission entry %+v", entry)
 				}
 			})
 		}
@@ -463,8 +463,8 @@ func TestCreateRefused(t *testing.T) {
 			if _, err := os.Stat(hoststate.ContainerDir(e.cfg, ctrID)); !os.IsNotExist(err) {
 				t.Errorf("container directory left for a refused container: %v", err)
 			}
-			if got := readLedger(t, e).IDs(); !slices.Equal(got, []string{"holder"}) {
-				t.Errorf("ledger holds %v, want only the holder", got)
+			if got := readRecord(t, e).IDs(); !slices.Equal(got, []string{"holder"}) {
+				t.Errorf("admission record holds %v, want only the holder", got)
 			}
 		})
 	}
@@ -483,7 +483,7 @@ func TestDeleteReleases(t *testing.T) {
 	if err := create("first"); err != nil {
 		t.Fatal(err)
 	}
-	var over *ledger.OversubscribedError
+	var over *admission.OversubscribedError
 	if err := create("second"); !errors.As(err, &over) {
 		t.Fatalf("second create while the first holds the GPU: %v", err)
 	}
@@ -557,13 +557,13 @@ func TestDeleteRefused(t *testing.T) {
 				t.Fatal("the next runtime's delete was exec'd: the wrapper cannot see its result")
 			}
 			_, statErr := os.Stat(hoststate.ContainerDir(e.cfg, ctrID))
-			s := readLedger(t, e)
+			s := readRecord(t, e)
 			if tt.released {
 				if !os.IsNotExist(statErr) || len(s.Containers) != 0 {
-					t.Errorf("container not released: directory %v, ledger %v", statErr, s.IDs())
+					t.Errorf("container not released: directory %v, admission record %v", statErr, s.IDs())
 				}
 			} else if statErr != nil || s.Containers[ctrID] == nil {
-				t.Errorf("a container the runtime did not delete was released: directory %v, ledger %v", statErr, s.IDs())
+				t.Errorf("a container the runtime did not delete was released: directory %v, admission record %v", statErr, s.IDs())
 			}
 		})
 	}
@@ -670,8 +670,8 @@ func TestExecFailureReleases(t *testing.T) {
 	if _, err := os.Stat(hoststate.ContainerDir(e.cfg, ctrID)); !os.IsNotExist(err) {
 		t.Errorf("container directory after a failed exec: %v", err)
 	}
-	if s := readLedger(t, e); len(s.Containers) != 0 {
-		t.Errorf("ledger after a failed exec: %v", s.IDs())
+	if s := readRecord(t, e); len(s.Containers) != 0 {
+		t.Errorf("admission record after a failed exec: %v", s.IDs())
 	}
 }
 
@@ -699,8 +699,8 @@ func TestComputeFailureReleases(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(e.cfg.Paths.RunDir, "containers", ctrID)); !os.IsNotExist(err) {
 		t.Errorf("container directory after a failed create: %v", err)
 	}
-	if s := readLedger(t, e); len(s.Containers) != 0 {
-		t.Errorf("ledger after a failed create: %v", s.IDs())
+	if s := readRecord(t, e); len(s.Containers) != 0 {
+		t.Errorf("admission record after a failed create: %v", s.IDs())
 	}
 }
 

@@ -48,7 +48,7 @@ func (w Watcher) Run(ctx context.Context, sig <-chan os.Signal) {
 func (w Watcher) Once() bool {
 	cfg, err := config.LoadResolved(w.ConfigPath)
 	if err != nil {
-		w.Logger.Error("reload: keeping the running configuration", "error", err)
+		w.Logger.Error("reload: keeping the running configuration", "err", err)
 		return false
 	}
 	if w.RestartOnly != nil {
@@ -62,13 +62,13 @@ func (w Watcher) Once() bool {
 		return false
 	}
 	if err := gpu.ValidateSimulated(cfg.GPU.Simulated); err != nil {
-		w.Logger.Error("reload: invalid gpu.simulated; keeping the running GPUs", "error", err)
+		w.Logger.Error("reload: invalid gpu.simulated; keeping the running GPUs", "err", err)
 		return false
 	}
 	sim.Update(cfg.GPU.Simulated)
 	if w.Applied != nil {
 		if err := w.Applied(); err != nil {
-			w.Logger.Error("reload: re-reading the GPUs failed", "error", err)
+			w.Logger.Error("reload: re-reading the GPUs failed", "err", err)
 			return false
 		}
 	}

@@ -201,21 +201,6 @@ func (d *Dir) EnsureDir(rel string, perm fs.FileMode) (*Dir, error) {
 	return sub, nil
 }
 
-// Chmod sets the mode of the file or directory rel below d, through a
-// descriptor: a symbolic link at rel fails with ErrSymlink and its target
-// keeps its mode.
-func (d *Dir) Chmod(rel string, perm fs.FileMode) error {
-	f, err := d.Open(rel, unix.O_RDONLY|unix.O_NONBLOCK, 0)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := unix.Fchmod(int(f.Fd()), uint32(perm.Perm())); err != nil {
-		return &fs.PathError{Op: "chmod", Path: d.Join(rel), Err: err}
-	}
-	return nil
-}
-
 // CreateTemp creates a new file with mode 0600 in the directory dirRel below
 // d ("." for d itself), named by pattern with its last "*" replaced by a
 // random string, and returns it with its path relative to d.

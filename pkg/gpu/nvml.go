@@ -225,7 +225,7 @@ func pciBusID(p nvml.PciInfo) string {
 	if err != nil {
 		// Only cosmetic: keep what the driver said rather than failing
 		// the inventory.
-		slog.Warn("NVML reported an unexpected PCI bus id", "bus_id", raw, "error", err)
+		slog.Warn("NVML reported an unexpected PCI bus id", "bus_id", raw, "err", err)
 		return raw
 	}
 	return id
@@ -266,7 +266,7 @@ func (n *NVML) WatchHealth(ctx context.Context, events chan<- HealthEvent) error
 	}
 	defer func() {
 		if ret := set.Free(); ret != nvml.SUCCESS {
-			slog.Warn("NVML: freeing the event set failed", "error", ret)
+			slog.Warn("NVML: freeing the event set failed", "err", ret)
 		}
 	}()
 
@@ -305,7 +305,7 @@ func (n *NVML) WatchHealth(ctx context.Context, events chan<- HealthEvent) error
 			// observed, no GPU can be trusted.
 			if !waitFailing {
 				waitFailing = true
-				slog.Error("NVML: waiting for events failed; marking every GPU unhealthy", "error", ret)
+				slog.Error("NVML: waiting for events failed; marking every GPU unhealthy", "err", ret)
 				if !w.report(w.allUUIDs(), fmt.Sprintf("NVML event wait failed: %v", ret)) {
 					return nil
 				}
@@ -354,7 +354,7 @@ func register(d nvmlDevice, set nvml.EventSet) (HealthEventTypes, string) {
 	case nvml.ERROR_NOT_SUPPORTED:
 		supported = 0
 	default:
-		slog.Error("NVML: getting the supported event types failed; marking the GPU unhealthy", "gpu", d.UUID, "error", ret)
+		slog.Error("NVML: getting the supported event types failed; marking the GPU unhealthy", "gpu", d.UUID, "err", ret)
 		return types, fmt.Sprintf("health events unavailable: %v", ret)
 	}
 	for _, t := range healthEventTypes {
@@ -368,7 +368,7 @@ func register(d nvmlDevice, set nvml.EventSet) (HealthEventTypes, string) {
 		case nvml.ERROR_NOT_SUPPORTED:
 			types.Unsupported = append(types.Unsupported, t.name)
 		default:
-			slog.Error("NVML: registering for health events failed; marking the GPU unhealthy", "gpu", d.UUID, "type", t.name, "error", ret)
+			slog.Error("NVML: registering for health events failed; marking the GPU unhealthy", "gpu", d.UUID, "type", t.name, "err", ret)
 			return types, fmt.Sprintf("health events unavailable: registering %s: %v", t.name, ret)
 		}
 	}
@@ -452,7 +452,7 @@ func (w *nvmlWatch) handle(ev nvml.EventData) bool {
 		// handle, on which GetUUID fails; so does a GPU that fell off
 		// the bus. Either way no GPU can be singled out.
 		slog.Error("GPU error on a GPU that cannot be identified; marking every GPU unhealthy",
-			"reason", reason, "error", ret)
+			"reason", reason, "err", ret)
 		return w.report(w.allUUIDs(), reason)
 	}
 	if !slices.ContainsFunc(w.devs, func(d nvmlDevice) bool { return d.UUID == uuid }) {

@@ -1,7 +1,6 @@
 package gpu
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +17,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+
+	"github.com/nri-vgpu/nri-vgpu/internal/syncbuf"
 )
 
 const a100Memory = 40 << 30 // dgxa100 mock: A100-SXM4-40GB
@@ -529,7 +530,7 @@ func TestNVMLRegistersHealthEvents(t *testing.T) {
 	n.eventTimeout = 5 * time.Millisecond
 	t.Cleanup(func() { _ = n.Close() })
 
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	prev := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
 	t.Cleanup(func() { slog.SetDefault(prev) })
@@ -578,25 +579,6 @@ func TestNVMLRegistersHealthEvents(t *testing.T) {
 			t.Errorf("HealthEventTypes[GPU %d] = %+v, want %+v", i, got[uuid(i)], want)
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the logger's writes from the
-// watching goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestNVMLEventSetCreateFails(t *testing.T) {

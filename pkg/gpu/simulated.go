@@ -141,7 +141,7 @@ func (s *Simulated) Devices() ([]Device, error) {
 func (s *Simulated) Update(gpus []config.SimulatedGPU) {
 	devs, err := simulatedDevices(gpus)
 	if err != nil {
-		slog.Error("ignoring invalid simulated GPU configuration; keeping the previous GPUs", "error", err)
+		slog.Error("ignoring invalid simulated GPU configuration; keeping the previous GPUs", "err", err)
 		return
 	}
 	s.mu.Lock()

@@ -1,5 +1,5 @@
 /*
- * Memory quota (issue items 2 and 5): every counted allocation reserves its
+ * Memory quota: every counted allocation reserves its
  * size in the usage region *before* the driver is called and gives it back
  * if the driver fails, so two processes can never both pass the limit. Over
  * the quota the caller gets CUDA_ERROR_OUT_OF_MEMORY, which every framework

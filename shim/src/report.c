@@ -1,5 +1,5 @@
 /*
- * Reported memory (issue item 3, Contract 7): inside a vGPU container, per
+ * Reported memory (Contract 7): inside a vGPU container, per
  * GPU, total = min(limit, real total), used = what the container's processes
  * hold (from the ledger: all of them, not just the caller), free =
  * min(total - used, real free), saturating, and never more than this process

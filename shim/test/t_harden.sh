@@ -1,5 +1,7 @@
-# Tests of faults a review found in the shim's newer code (sourced by run.sh; uses its helpers
-# and those of t_nvmlprocs.sh and t_pools.sh).
+# Tests of paths around the quota: forged host pid claims, a memory pool past
+# the limit, limits without a host pid, multicast on an unknown device, graph
+# node changes, a claim taken after the program read the limits (sourced by
+# run.sh; uses its helpers and those of t_nvmlprocs.sh and t_pools.sh).
 
 # forge_claim KIND CLAIMER HOSTPID NAME — a process that takes one read lock of length 1 on the
 # read-only limits file where pid CLAIMER's host pid claim would be (2^62 + CLAIMER * 2^32 +

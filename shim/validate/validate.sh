@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks libvgpu-shim.so on a real NVIDIA GPU (issue item 10), with PyTorch and
+# Checks libvgpu-shim.so on a real NVIDIA GPU, with PyTorch and
 # nvidia-smi. Needs: an NVIDIA driver, nvidia-smi, Python with torch (CUDA).
 # Uses the override paths (NRI_VGPU_LIMITS / NRI_VGPU_REGION_DIR), so it must
 # not run where /run/nri-vgpu/limits exists. Prints one PASS/FAIL line per check

@@ -32,7 +32,8 @@ func escapeResults(out string) map[string]string {
 // TestTenantCannotEscapeThePreload: in a Docker GPU container, with Docker's
 // default seccomp profile and with seccomp=unconfined, every escape is
 // refused with EPERM; the same container under runc alone (unconfined)
-// runs the review's attack and chroot.
+// runs the escapes: a bind mount over /etc/ld.so.preload in a user and
+// mount namespace of its own, and chroot.
 func TestTenantCannotEscapeThePreload(t *testing.T) {
 	ctx := setup(t)
 	vars := []string{"NVIDIA_VISIBLE_DEVICES=0", "NRI_VGPU_MEMORY=1GiB"}

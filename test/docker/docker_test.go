@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nri-vgpu/nri-vgpu/internal/admission"
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
-	"github.com/nri-vgpu/nri-vgpu/internal/ledger"
 	"github.com/nri-vgpu/nri-vgpu/internal/ociruntime"
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
 )
@@ -50,23 +50,34 @@ func vgpuRun(vars []string, cmd ...string) []string {
 	return append(append(args, busyboxImage), cmd...)
 }
 
+// readRecord returns the wrapper's admission record, read under its lock as
+// the wrapper reads it; the sentinel error keeps Update from writing back.
+func readRecord() (*admission.State, error) {
+	errRead := errors.New("read only")
+	var s *admission.State
+	if err := admission.New(env.state).Update(func(st *admission.State) error { s = st; return errRead }); !errors.Is(err, errRead) {
+		return nil, err
+	}
+	return s, nil
+}
+
 // checkReleased checks, once a test's containers are gone, that every
-// container directory and ledger entry went with them (delete ran).
+// container directory and admission entry went with them (delete ran).
 func checkReleased(t *testing.T) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		dirs, _ := os.ReadDir(filepath.Join(env.runDir, hoststate.ContainersDirName))
-		s, err := ledger.New(env.state).Read()
+		s, err := readRecord()
 		if err != nil {
-			t.Errorf("reading the ledger: %v", err)
+			t.Errorf("reading the admission record: %v", err)
 			return
 		}
 		if len(dirs) == 0 && len(s.Containers) == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Errorf("after the test's containers were removed: %d container directories and ledger entries %v remain", len(dirs), s.IDs())
+			t.Errorf("after the test's containers were removed: %d container directories and admission entries %v remain", len(dirs), s.IDs())
 			return
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -204,13 +215,13 @@ func TestOversubscriptionRefused(t *testing.T) {
 	if got := strings.TrimSpace(docker(t, ctx, "inspect", "-f", "{{.State.Running}}", holder)); got != "true" {
 		t.Fatalf("holder after restart: running=%s", got)
 	}
-	s, err := ledger.New(env.state).Read()
+	s, err := readRecord()
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := strings.TrimSpace(docker(t, ctx, "inspect", "-f", "{{.Id}}", holder))
 	if e := s.Containers[id]; len(s.Containers) != 1 || e == nil || e.Source != hoststate.SourceRuntime || e.RuntimeRoot == "" {
-		t.Errorf("ledger with the holder running: %+v", s.Containers)
+		t.Errorf("admission record with the holder running: %+v", s.Containers)
 	}
 
 	docker(t, ctx, "rm", "-f", holder)
@@ -277,20 +288,20 @@ func runWrapper(ctx context.Context, args ...string) (string, error) {
 }
 
 // startHolder starts a detached vGPU container with a 1 GiB slice of GPU 0,
-// removed when the test ends, and returns its ID and ledger entry.
-func startHolder(t *testing.T, ctx context.Context, name string) (string, *ledger.Entry) {
+// removed when the test ends, and returns its ID and admission entry.
+func startHolder(t *testing.T, ctx context.Context, name string) (string, *admission.Entry) {
 	t.Helper()
 	docker(t, ctx, "run", "-d", "--name", name, "--network", "none", "--runtime", runtimeName,
 		"-e", "NVIDIA_VISIBLE_DEVICES=0", "-e", "NRI_VGPU_MEMORY=1GiB", busyboxImage)
 	t.Cleanup(func() { _, _ = env.d.docker(context.Background(), "rm", "-f", name) })
 	id := strings.TrimSpace(docker(t, ctx, "inspect", "-f", "{{.Id}}", name))
-	s, err := ledger.New(env.state).Read()
+	s, err := readRecord()
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := s.Containers[id]
 	if e == nil || e.RuntimeRoot == "" {
-		t.Fatalf("ledger entry of %s: %+v", name, e)
+		t.Fatalf("admission entry of %s: %+v", name, e)
 	}
 	return id, e
 }
@@ -309,12 +320,12 @@ func TestRefusedDeleteKeepsReservation(t *testing.T) {
 	if strings.Contains(out, ociruntime.Name) {
 		t.Errorf("the wrapper added a message to runc's own: %s", out)
 	}
-	s, err := ledger.New(env.state).Read()
+	s, err := readRecord()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if s.Containers[id] == nil {
-		t.Errorf("the running container lost its ledger entry: %v", s.IDs())
+		t.Errorf("the running container lost its admission entry: %v", s.IDs())
 	}
 	for _, f := range []string{hoststate.LimitsFileName, hoststate.RegionDirName, hoststate.InfoFileName} {
 		if _, err := os.Stat(filepath.Join(env.runDir, hoststate.ContainersDirName, id, f)); err != nil {
@@ -344,8 +355,8 @@ func TestBrokenConfigStillStops(t *testing.T) {
 		}
 	})
 	id, _ := startHolder(t, ctx, "vgpu-stoppable")
-	// Another create reconciles the ledger while the holder runs, so that
-	// its state directory is known to the ledger.
+	// Another create reconciles the admission record while the holder runs, so that
+	// its state directory is known to the admission record.
 	docker(t, ctx, vgpuRun([]string{"NVIDIA_VISIBLE_DEVICES=1"}, "true")...)
 
 	if err := os.WriteFile(env.cfg, []byte("[runtime]\nnext = 3\n"), 0o644); err != nil {

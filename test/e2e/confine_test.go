@@ -19,7 +19,7 @@ import (
 
 // escapes are the tenant's ways to run a program without the preload: a new
 // user and mount namespace in which a bind mount hides /etc/ld.so.preload
-// (the outside review's attack), a mount namespace alone, another root
+// (an escape that needs no privilege), a mount namespace alone, another root
 // (chroot, with containerd's default CAP_SYS_CHROOT, over a copy of the
 // image), a mount of its own, and a bind mount straight over the preload.
 // Each line of the script's output is "<name> rc=<exit status> <output>".
@@ -91,9 +91,9 @@ func testTenantCannotEscapeThePreload(t *testing.T, containerd string) {
 	if !strings.Contains(gpuRes["seccomp"], "Seccomp:\t2") && !strings.Contains(gpuRes["seccomp"], "Seccomp: 2") {
 		t.Errorf("GPU container: %s, want a seccomp filter", gpuRes["seccomp"])
 	}
-	// Without a GPU: no confinement. The review's attack works there, and
-	// chroot with the default CAP_SYS_CHROOT; a mount needs a user
-	// namespace (no CAP_SYS_ADMIN), which is what the attack takes.
+	// Without a GPU: no confinement. The user namespace's bind mount works
+	// there, and chroot with the default CAP_SYS_CHROOT; a mount needs a
+	// user namespace (no CAP_SYS_ADMIN), which is what that escape takes.
 	for _, name := range []string{"unshare-Urm-bind", "unshare-Urm", "chroot"} {
 		if !strings.HasPrefix(plainRes[name], "rc=0 ") {
 			t.Errorf("root in the container without a GPU: %s: %q, want it to work (the test would prove nothing)", name, plainRes[name])

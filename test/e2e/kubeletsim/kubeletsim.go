@@ -223,7 +223,7 @@ func (k *Kubelet) watch(r *resource, reg *kubelettest.Registration) {
 			k.notifyLocked()
 			k.mu.Unlock()
 			k.log.Info("ListAndWatch ended; devices are unhealthy until the plugin registers again",
-				"resource", r.name, "error", err)
+				"resource", r.name, "err", err)
 			return
 		}
 		r.devices, r.order = map[string]*pluginapi.Device{}, nil

@@ -7,11 +7,11 @@ import (
 	"io"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/deviceplugin"
+	"github.com/nri-vgpu/nri-vgpu/internal/syncbuf"
 	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
@@ -22,24 +22,6 @@ const (
 	uuid0 = "GPU-4a7b3c1e-9d2f-4e8a-b6c5-1f0e2d3c4b5a"
 	uuid1 = "GPU-8e1c3f5a-0d2b-4c6e-9f71-2a3b4c5d6e7f"
 )
-
-// syncBuffer is an io.Writer that the program and the test share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // node is nri-vgpu's real device plugin on two simulated GPUs (16 GiB split
 // in 4, 32 GiB split in 8), serving in a temporary socket directory.
@@ -93,7 +75,7 @@ func startDevicePlugin(t *testing.T) *node {
 }
 
 // waitOutput waits until out contains want.
-func waitOutput(t *testing.T, out *syncBuffer, want string) {
+func waitOutput(t *testing.T, out *syncbuf.Buffer, want string) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !strings.Contains(out.String(), want) {
@@ -111,7 +93,7 @@ func TestWatchPrintsPluginsAndUpdates(t *testing.T) {
 	n := startDevicePlugin(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out, errOut syncBuffer
+	var out, errOut syncbuf.Buffer
 	code := make(chan int, 1)
 	go func() { code <- run(ctx, []string{"--socket-dir", n.dir}, &out, &errOut) }()
 
@@ -148,7 +130,7 @@ func TestWatchPrintsPluginsAndUpdates(t *testing.T) {
 // (binpack) and prints the decoded, signed allocation the plugin returned.
 func TestAllocatePrintsTheAllocation(t *testing.T) {
 	n := startDevicePlugin(t)
-	var out, errOut syncBuffer
+	var out, errOut syncbuf.Buffer
 	if c := run(context.Background(), []string{"--socket-dir", n.dir, "--allocate", "2", "--wait", "20s"}, &out, &errOut); c != 0 {
 		t.Fatalf("exit status %d; stderr: %s\nstdout: %s", c, errOut.String(), out.String())
 	}

@@ -30,7 +30,7 @@ func (l *list) Set(v string) error { *l = append(*l, v); return nil }
 
 func main() {
 	if err := run(os.Args[1:]); err != nil {
-		slog.Error("mkimage failed", "error", err)
+		slog.Error("mkimage failed", "err", err)
 		os.Exit(1)
 	}
 }

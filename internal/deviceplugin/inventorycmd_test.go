@@ -1,4 +1,4 @@
-package main
+package deviceplugin
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ import (
 
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
-	"github.com/nri-vgpu/nri-vgpu/test/e2e/harness"
+	fakedriver "github.com/nri-vgpu/nri-vgpu/test/e2e/harness"
 )
 
 // mockGPU is one GPU of the go-nvml mock behind the inventory.
@@ -77,7 +77,7 @@ func TestInventoryNVMLMock(t *testing.T) {
 			nvml.EventTypeXidCriticalError},
 	}, nvml.SUCCESS)
 	var stdout, stderr bytes.Buffer
-	if code := run(t.Context(), []string{"inventory", "--config", filepath.Join(t.TempDir(), "absent.toml")}, &stdout, &stderr, nil); code != 1 {
+	if code := Main(t.Context(), []string{"inventory", "--config", filepath.Join(t.TempDir(), "absent.toml")}, &stdout, &stderr, nil); code != 1 {
 		t.Fatalf("a missing --config file: exit %d, want 1; stderr:\n%s", code, stderr.String())
 	}
 	stdout.Reset()
@@ -85,7 +85,7 @@ func TestInventoryNVMLMock(t *testing.T) {
 	t.Setenv(config.EnvPath, "")
 	path := filepath.Join(t.TempDir(), "config.toml")
 	writeConfig(t, path, "[gpu]\nbackend = \"nvml\"\n")
-	if code := run(t.Context(), []string{"inventory", "-config", path}, &stdout, &stderr, nil); code != 0 {
+	if code := Main(t.Context(), []string{"inventory", "-config", path}, &stdout, &stderr, nil); code != 0 {
 		t.Fatalf("exit %d, want 0; stderr:\n%s", code, stderr.String())
 	}
 	want := `[
@@ -139,12 +139,12 @@ func TestInventoryErrors(t *testing.T) {
 		say  string
 	}{
 		{"stray argument", []string{"inventory", "-config", path, "now"}, 2, `unexpected arguments ["now"]`},
-		{"NVML fails", []string{"inventory", "-config", path}, 1, `msg="cannot list the GPUs" backend=nvml error="NVML: counting GPUs: ERROR_UNKNOWN"`},
+		{"NVML fails", []string{"inventory", "-config", path}, 1, `msg="cannot list the GPUs" backend=nvml err="NVML: counting GPUs: ERROR_UNKNOWN"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			useMockNVML(t, nil, nvml.ERROR_UNKNOWN)
 			var stdout, stderr bytes.Buffer
-			if code := run(t.Context(), tt.args, &stdout, &stderr, nil); code != tt.code {
+			if code := Main(t.Context(), tt.args, &stdout, &stderr, nil); code != tt.code {
 				t.Errorf("exit %d, want %d; stderr:\n%s", code, tt.code, stderr.String())
 			}
 			if !strings.Contains(stderr.String(), tt.say) {
@@ -170,7 +170,7 @@ pci_bus_id = "0000:3a:00.0"
 healthy = false
 `)
 	var stdout, stderr bytes.Buffer
-	if code := run(t.Context(), []string{"inventory", "-config", path}, &stdout, &stderr, nil); code != 0 {
+	if code := Main(t.Context(), []string{"inventory", "-config", path}, &stdout, &stderr, nil); code != 0 {
 		t.Fatalf("exit %d; stderr:\n%s", code, stderr.String())
 	}
 	var got []map[string]any
@@ -189,7 +189,7 @@ healthy = false
 // that directory and the environment of a child process (the test binary
 // as the program, see TestMain) that sees exactly those GPUs: the fake NVML
 // keeps its GPUs for a process's life, so each run is a child.
-func fakeDriverNode(t *testing.T, gpus []harness.FakeGPU) (libDir string, env []string) {
+func fakeDriverNode(t *testing.T, gpus []fakedriver.FakeGPU) (libDir string, env []string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("making the driver root's device nodes needs root")
@@ -198,12 +198,12 @@ func fakeDriverNode(t *testing.T, gpus []harness.FakeGPU) (libDir string, env []
 		t.Skip("this machine's loader finds a real libnvidia-ml.so.1, which would come first")
 	}
 	build := t.TempDir()
-	if err := harness.BuildFakeDriver("../../shim", build); err != nil {
+	if err := fakedriver.BuildFakeDriver("../../shim", build); err != nil {
 		t.Fatal(err)
 	}
 	root := t.TempDir()
-	r := harness.FakeDriverRoot{LibDir: "/usr/local/nvidia/lib64", Version: "580.159.04", ShimBuild: build, GPUs: gpus}
-	if err := harness.MakeFakeDriverRoot(root, r); err != nil {
+	r := fakedriver.FakeDriverRoot{LibDir: "/usr/local/nvidia/lib64", Version: "580.159.04", ShimBuild: build, GPUs: gpus}
+	if err := fakedriver.MakeFakeDriverRoot(root, r); err != nil {
 		t.Fatal(err)
 	}
 	env = append([]string{asProgram + "=1"}, r.Env()...)
@@ -219,7 +219,7 @@ func fakeDriverNode(t *testing.T, gpus []harness.FakeGPU) (libDir string, env []
 // NVML is the fake driver under its real file names in a driver root's
 // library dir: only driver.library_dirs finds it.
 func TestInventoryFakeDriverRoot(t *testing.T) {
-	libDir, env := fakeDriverNode(t, []harness.FakeGPU{
+	libDir, env := fakeDriverNode(t, []fakedriver.FakeGPU{
 		{UUID: "GPU-5e1ec7ed-0000-4000-8000-000000000001", Name: "NVIDIA H200", Memory: 143771 << 20, SMs: 132, Minor: 2},
 		{UUID: "GPU-5e1ec7ed-0000-4000-8000-000000000002", Name: "NVIDIA H200", Memory: 143771 << 20, SMs: 132, Minor: 7},
 	})

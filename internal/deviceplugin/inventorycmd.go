@@ -1,4 +1,4 @@
-package main
+package deviceplugin
 
 import (
 	"encoding/json"
@@ -7,7 +7,6 @@ import (
 	"io"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/daemonflags"
-	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
 )
 
@@ -37,42 +36,36 @@ type healthEventTyper interface {
 	HealthEventTypes() (map[string]gpu.HealthEventTypes, error)
 }
 
-// inventory is the inventory command: it prints the GPUs the configured
+// inventoryMain is the inventory command: it prints the GPUs the configured
 // backend sees, as a JSON array, and returns the exit status.
-func inventory(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet(name+" inventory", flag.ContinueOnError)
+func inventoryMain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet(ProgramName+" inventory", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: %s inventory [flags]\n\n"+
 			"Prints the GPUs of the configured gpu.backend as a JSON array, one object per GPU\n"+
 			"(index, uuid, name, memory_bytes, minor, pci_bus_id, healthy, and for NVML\n"+
 			"health_events: the event types the driver accepted and those it does not support),\n"+
-			"and exits. The backend is the daemon's own; its log goes to stderr.\n\n", name)
+			"and exits. The backend is the daemon's own; its log goes to stderr.\n\n", ProgramName)
 		fs.PrintDefaults()
 	}
-	common := daemonflags.Register(fs, name+" inventory")
+	common := daemonflags.Register(fs, ProgramName+" inventory")
 	if code, done := common.Parse(fs, args, stderr); done {
 		return code
 	}
-	logger, err := common.Logger(stderr)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return 2
-	}
-	cfg, err := config.LoadResolved(common.ConfigPath())
-	if err != nil {
-		logger.Error("cannot load the configuration", "error", err)
-		return 1
+	logger, cfg, code := common.Setup(stderr)
+	if logger == nil {
+		return code
 	}
 	backend, err := newBackend(cfg)
 	if err != nil {
-		logger.Error("cannot set up the GPU backend", "error", err)
+		logger.Error("cannot set up the GPU backend", "err", err)
 		return 1
 	}
 	defer backend.Close()
 	devs, err := backend.Devices()
 	if err != nil {
-		logger.Error("cannot list the GPUs", "backend", backend.Name(), "error", err)
+		logger.Error("cannot list the GPUs", "backend", backend.Name(), "err", err)
 		return 1
 	}
 	var events map[string]gpu.HealthEventTypes
@@ -80,7 +73,7 @@ func inventory(args []string, stdout, stderr io.Writer) int {
 		// Not fatal: the inventory itself is known; the log says why
 		// health_events is missing.
 		if events, err = h.HealthEventTypes(); err != nil {
-			logger.Error("cannot register health events; health_events left out", "error", err)
+			logger.Error("cannot register health events; health_events left out", "err", err)
 		}
 	}
 	out := make([]inventoryGPU, len(devs))
@@ -92,11 +85,11 @@ func inventory(args []string, stdout, stderr io.Writer) int {
 	}
 	b, err := json.MarshalIndent(out, "", "  ")
 	if err != nil {
-		logger.Error("cannot encode the inventory", "error", err)
+		logger.Error("cannot encode the inventory", "err", err)
 		return 1
 	}
 	if _, err := fmt.Fprintf(stdout, "%s\n", b); err != nil {
-		logger.Error("cannot print the inventory", "error", err)
+		logger.Error("cannot print the inventory", "err", err)
 		return 1
 	}
 	return 0

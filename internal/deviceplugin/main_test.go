@@ -1,7 +1,6 @@
-package main
+package deviceplugin
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,41 +18,11 @@ import (
 
 	"github.com/nri-vgpu/nri-vgpu/internal/kubelettest"
 	"github.com/nri-vgpu/nri-vgpu/internal/promserver/promtooltest"
+	"github.com/nri-vgpu/nri-vgpu/internal/syncbuf"
 	"github.com/nri-vgpu/nri-vgpu/internal/version"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
 )
-
-const waitTimeout = 10 * time.Second
-
-// syncBuffer is the program's stderr, written by its goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// shortDir fits unix socket paths (108 bytes), unlike t.TempDir at times.
-func shortDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "dpm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	return dir
-}
 
 func writeConfig(t *testing.T, path, body string) {
 	t.Helper()
@@ -73,14 +41,14 @@ func TestUsage(t *testing.T) {
 		{[]string{"--log-level", "loud"}, 2, `--log-level "loud"`},
 		{[]string{"--log-format", "xml"}, 2, `--log-format "xml"`},
 		{[]string{"extra"}, 2, `unexpected arguments ["extra"]`},
-		{[]string{"--version"}, 0, name + " " + version.Version},
+		{[]string{"--version"}, 0, ProgramName + " " + version.Version},
 		{[]string{"-h"}, 0, "-log-format"},
 		{[]string{"--config", "/nonexistent/config.toml"}, 1, "cannot load the configuration"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			var out syncBuffer
-			if code := run(context.Background(), tt.args, &out, &out, nil); code != tt.code {
+			var out syncbuf.Buffer
+			if code := Main(context.Background(), tt.args, &out, &out, nil); code != tt.code {
 				t.Errorf("exit %d, want %d; output:\n%s", code, tt.code, out.String())
 			}
 			if !strings.Contains(out.String(), tt.out) {
@@ -102,8 +70,8 @@ func TestNoDriver(t *testing.T) {
 	}
 	path := filepath.Join(dir, "config.toml")
 	writeConfig(t, path, fmt.Sprintf("[device_plugin]\nsocket_dir = %q\nfeature_file = \"\"\n[paths]\nstate_dir = %q\n[gpu]\nbackend = \"nvml\"\n", dir, dir))
-	var out syncBuffer
-	if code := run(context.Background(), []string{"--config", path}, &out, &out, nil); code != 1 {
+	var out syncbuf.Buffer
+	if code := Main(context.Background(), []string{"--config", path}, &out, &out, nil); code != 1 {
 		t.Fatalf("exit %d, want 1; output:\n%s", code, out.String())
 	}
 	if !strings.Contains(out.String(), "no NVIDIA driver on this node") {
@@ -144,7 +112,7 @@ minor = 0
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	reload := make(chan os.Signal, 1)
-	var out syncBuffer
+	var out syncbuf.Buffer
 	exit := make(chan int, 1)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -153,7 +121,7 @@ minor = 0
 	healthAddr := ln.Addr().String()
 	ln.Close()
 	go func() {
-		exit <- run(ctx, []string{"--config", path, "--log-format", "json", "--health-listen", healthAddr}, &out, &out, reload)
+		exit <- Main(ctx, []string{"--config", path, "--log-format", "json", "--health-listen", healthAddr}, &out, &out, reload)
 	}()
 
 	wctx, wcancel := context.WithTimeout(context.Background(), waitTimeout)
@@ -264,11 +232,11 @@ minor = 0
 	defer k.Stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out syncBuffer
+	var out syncbuf.Buffer
 	exit := make(chan int, 1)
 	addr := freeAddr(t)
 	go func() {
-		exit <- run(ctx, []string{"--config", path, "--metrics-listen", addr, "--health-listen", addr}, &out, &out, nil)
+		exit <- Main(ctx, []string{"--config", path, "--metrics-listen", addr, "--health-listen", addr}, &out, &out, nil)
 	}()
 	defer func() {
 		cancel()

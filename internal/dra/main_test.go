@@ -1,4 +1,4 @@
-package main
+package dra
 
 import (
 	"bytes"
@@ -10,11 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/promserver/promtooltest"
+	"github.com/nri-vgpu/nri-vgpu/internal/syncbuf"
 	"github.com/nri-vgpu/nri-vgpu/internal/version"
 )
 
@@ -40,30 +40,12 @@ func TestUsage(t *testing.T) {
 			t.Setenv("NODE_NAME", tt.env)
 			t.Setenv("KUBECONFIG", tt.kube)
 			var stderr bytes.Buffer
-			code := run(context.Background(), tt.args, &stderr, nil)
+			code := Main(context.Background(), tt.args, &stderr, nil)
 			if code != tt.code || !strings.Contains(stderr.String(), tt.want) {
-				t.Errorf("run(%q) = %d, stderr %q; want %d and %q", tt.args, code, stderr.String(), tt.code, tt.want)
+				t.Errorf("Main(%q) = %d, stderr %q; want %d and %q", tt.args, code, stderr.String(), tt.code, tt.want)
 			}
 		})
 	}
-}
-
-// syncBuffer is a bytes.Buffer for a log written while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // TestRunMetrics runs the driver with --metrics-listen against an API
@@ -107,10 +89,10 @@ memory = "16GiB"
 	ln.Close()
 
 	ctx, cancel := context.WithCancel(context.Background())
-	var out syncBuffer
+	var out syncbuf.Buffer
 	exit := make(chan int, 1)
 	go func() {
-		exit <- run(ctx, []string{"--config", cfg, "--node-name", "n", "--kubeconfig", kubeconfig,
+		exit <- Main(ctx, []string{"--config", cfg, "--node-name", "n", "--kubeconfig", kubeconfig,
 			"--plugin-dir", filepath.Join(dir, "plugin"), "--registry-dir", dir, "--metrics-listen", addr}, &out, nil)
 	}()
 	defer func() {

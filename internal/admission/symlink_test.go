@@ -1,4 +1,4 @@
-package ledger
+package admission
 
 import (
 	"errors"
@@ -31,10 +31,10 @@ func TestLockFileLinkIsNotFollowed(t *testing.T) {
 	}
 }
 
-// A link planted at the ledger file is not read through (its target's
+// A link planted at the record file is not read through (its target's
 // entries are not counted) and is replaced by the next write; the target
 // keeps its content and mode.
-func TestLedgerFileLinkIsReplaced(t *testing.T) {
+func TestRecordFileLinkIsReplaced(t *testing.T) {
 	target := filepath.Join(t.TempDir(), "forged.json")
 	forged := `{"version": 1, "containers": {"forged": {"gpus": [{"uuid": "` + uuid0 + `", "memory": 1}]}}}`
 	if err := os.WriteFile(target, []byte(forged), 0o600); err != nil {
@@ -54,10 +54,10 @@ func TestLedgerFileLinkIsReplaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(seen) != 0 {
-		t.Errorf("the update saw %v through the link, want an empty ledger", seen)
+		t.Errorf("the update saw %v through the link, want an empty record", seen)
 	}
 	if st, err := os.Lstat(l.Path()); err != nil || !st.Mode().IsRegular() {
-		t.Errorf("ledger file after the update: %v (%v), want a regular file in place of the link", st.Mode(), err)
+		t.Errorf("record file after the update: %v (%v), want a regular file in place of the link", st.Mode(), err)
 	}
 	if data, err := os.ReadFile(target); err != nil || string(data) != forged {
 		t.Errorf("link target = %q (%v), want it unchanged", data, err)

@@ -1,4 +1,4 @@
-package main
+package deviceplugin
 
 import (
 	"context"
@@ -13,7 +13,8 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/kubelettest"
-	"github.com/nri-vgpu/nri-vgpu/test/e2e/harness"
+	"github.com/nri-vgpu/nri-vgpu/internal/syncbuf"
+	fakedriver "github.com/nri-vgpu/nri-vgpu/test/e2e/harness"
 )
 
 // TestDaemonFakeNVMLHealth runs the daemon on the fake NVML of a fake
@@ -21,7 +22,7 @@ import (
 // accepted, ignores an application XID, and takes a GPU's slices away when
 // the driver reports a critical XID on it.
 func TestDaemonFakeNVMLHealth(t *testing.T) {
-	gpus := []harness.FakeGPU{
+	gpus := []fakedriver.FakeGPU{
 		{UUID: "GPU-5e1ec7ed-0000-4000-8000-00000000000a", Name: "NVIDIA H200", Memory: 140 << 30, SMs: 132, Minor: 0},
 		{UUID: "GPU-5e1ec7ed-0000-4000-8000-00000000000b", Name: "NVIDIA H200", Memory: 140 << 30, SMs: 132, Minor: 1},
 	}
@@ -41,7 +42,7 @@ func TestDaemonFakeNVMLHealth(t *testing.T) {
 	// Double-bit ECC events are listed but the driver refuses them, as with
 	// ECC turned off: only XIDs are watched.
 	cmd.Env = append(env, "FAKECUDA_XID="+xid, "FAKECUDA_NVML_EVENT_TYPES=0xa", "FAKECUDA_NVML_REFUSE_EVENTS=0x2")
-	var out syncBuffer
+	var out syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package ledger
+package admission
 
 import (
 	"errors"
@@ -13,8 +13,8 @@ import (
 
 // SyncResult says what Sync changed.
 type SyncResult struct {
-	// Added are containers found in a host directory but not in the ledger
-	// (prepared by another component, or a lost ledger file).
+	// Added are containers found in a host directory but not in the record
+	// (prepared by another component, or a lost record file).
 	Added []string
 	// Dropped are entries whose host directory is gone.
 	Dropped []string
@@ -68,7 +68,7 @@ func (s *State) Sync(cfg *config.Config, own hoststate.Source) (SyncResult, erro
 		return nil
 	})
 	if err != nil {
-		return res, fmt.Errorf("ledger: %w", err)
+		return res, fmt.Errorf("admission record: %w", err)
 	}
 	for _, id := range s.IDs() {
 		if !present[id] {

@@ -1,4 +1,4 @@
-package main
+package nrivgpu
 
 import (
 	"bytes"
@@ -36,7 +36,7 @@ const envRunMain = "NRI_VGPU_TEST_RUN_MAIN"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(envRunMain) == "1" {
-		main()
+		os.Exit(Main(os.Args, os.Stdout, os.Stderr))
 	}
 	// One process-wide NRI logger for every test, set before any runtime or
 	// plugin goroutine reads it.

@@ -1,4 +1,4 @@
-package main
+package deviceplugin
 
 import (
 	"bufio"
@@ -16,6 +16,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/kubelettest"
+	"github.com/nri-vgpu/nri-vgpu/internal/syncbuf"
 	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 )
 
@@ -26,7 +27,7 @@ const asProgram = "NRI_VGPU_TEST_RUN_DEVICE_PLUGIN"
 func TestMain(m *testing.M) {
 	if os.Getenv(asProgram) == "1" {
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-		code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, nil)
+		code := Main(ctx, os.Args[1:], os.Stdout, os.Stderr, nil)
 		stop()
 		os.Exit(code)
 	}
@@ -116,7 +117,7 @@ exec setpriv --no-new-privs --inh-caps=-all --bounding-set=-all -- "$@"`
 	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "--", "sh", "-ec", script, "sh",
 		dir, os.Args[0], "--config", path)
 	cmd.Env = append(os.Environ(), asProgram+"=1")
-	var out syncBuffer
+	var out syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

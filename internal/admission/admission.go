@@ -1,8 +1,9 @@
-// Package ledger is the node's account of the GPU memory and SM time that the
-// runtime wrapper has promised to live containers. Docker has no device
-// plugin to hand out slices, so the wrapper admits each request against this
-// account instead, and refuses one that would promise a GPU more than
-// memory_scaling × its memory or cores_scaling × 100 percent of its SM time.
+// Package admission is the Docker runtime wrapper's admission record: the
+// node's account of the GPU memory and SM time that the wrapper has promised
+// to live containers. Docker has no device plugin to hand out slices, so the
+// wrapper admits each request against this account instead, and refuses one
+// that would promise a GPU more than memory_scaling × its memory or
+// cores_scaling × 100 percent of its SM time.
 //
 // The account is a JSON file under state_dir, read and rewritten under an
 // exclusive flock on a separate lock file (the data file is replaced by
@@ -11,7 +12,7 @@
 // (<run_dir>/containers/<id>/, see internal/hoststate), which State.Sync
 // reconciles it with on every change, so a lost or damaged file costs only
 // a rebuild.
-package ledger
+package admission
 
 import (
 	"encoding/json"
@@ -39,13 +40,15 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/pkg/quantity"
 )
 
-// File names under state_dir.
+// File names under state_dir. They keep the name the record had before the
+// package was called admission, so that an upgraded wrapper finds the
+// record, and the lock, that the previous release kept.
 const (
 	FileName = "runtime-ledger.json"
 	LockName = "runtime-ledger.lock"
 )
 
-// Version is the format version of the ledger file.
+// Version is the format version of the record file.
 const Version = 1
 
 // DefaultLockTimeout bounds the wait for the lock. Holders only read a few
@@ -127,7 +130,7 @@ func CapacityOf(index int, uuid string, totalMemory uint64, memoryScaling, cores
 	return Capacity{Index: index, UUID: uuid, Memory: whole.Memory, Total: totalMemory, Cores: int(cores.Int64())}, nil
 }
 
-// State is the content of the ledger file.
+// State is the content of the record file.
 type State struct {
 	Version    int               `json:"version"`
 	Containers map[string]*Entry `json:"containers"`
@@ -148,7 +151,7 @@ func (s *State) Remove(id string) bool {
 	return ok
 }
 
-// IDs returns the containers in the ledger, sorted.
+// IDs returns the containers in the record, sorted.
 func (s *State) IDs() []string {
 	return slices.Sorted(maps.Keys(s.Containers))
 }
@@ -240,70 +243,60 @@ func (e *OversubscribedError) Error() string {
 	return "not enough GPU capacity left: " + strings.Join(parts, "; ")
 }
 
-// Ledger is the ledger file of one state directory.
-type Ledger struct {
+// Record is the admission record of one state directory.
+type Record struct {
 	dir string
 	// LockTimeout bounds the wait for the lock (DefaultLockTimeout if 0).
 	LockTimeout time.Duration
-	// Log receives warnings about a damaged ledger file (nothing if nil).
+	// Log receives warnings about a damaged record file (nothing if nil).
 	Log *slog.Logger
 }
 
-// New returns the ledger kept in stateDir.
-func New(stateDir string) *Ledger { return &Ledger{dir: stateDir} }
+// New returns the admission record kept in stateDir.
+func New(stateDir string) *Record { return &Record{dir: stateDir} }
 
-// Path is the ledger file.
-func (l *Ledger) Path() string { return filepath.Join(l.dir, FileName) }
+// Path is the record file.
+func (r *Record) Path() string { return filepath.Join(r.dir, FileName) }
 
-// Update locks the ledger, reads it and calls fn with its content; when fn
+// Update locks the record, reads it and calls fn with its content; when fn
 // returns nil the content is written back (atomically) before the lock is
 // released. fn runs with the lock held, so what it checks and what it
 // records cannot be interleaved with another process's Update.
-func (l *Ledger) Update(fn func(*State) error) error {
-	d, unlock, err := l.lock()
+func (r *Record) Update(fn func(*State) error) error {
+	d, unlock, err := r.lock()
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	s, err := l.read(d)
+	s, err := r.read(d)
 	if err != nil {
 		return err
 	}
 	if err := fn(s); err != nil {
 		return err
 	}
-	return l.write(d, s)
-}
-
-// Read returns the ledger's content as last written, under the lock.
-func (l *Ledger) Read() (*State, error) {
-	d, unlock, err := l.lock()
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	return l.read(d)
+	return r.write(d, s)
 }
 
 // lock opens the state directory and takes the lock; unlock releases both.
 // Nothing below the state directory is reached through a symbolic link: a
 // link planted at the lock file fails with an error naming it instead of
 // having root create or open its target.
-func (l *Ledger) lock() (d *safepath.Dir, unlock func(), err error) {
-	if err := os.MkdirAll(l.dir, 0o755); err != nil {
-		return nil, nil, fmt.Errorf("ledger: state directory: %w", err)
+func (r *Record) lock() (d *safepath.Dir, unlock func(), err error) {
+	if err := os.MkdirAll(r.dir, 0o755); err != nil {
+		return nil, nil, fmt.Errorf("admission record: state directory: %w", err)
 	}
-	d, err = safepath.OpenDir(l.dir)
+	d, err = safepath.OpenDir(r.dir)
 	if err != nil {
-		return nil, nil, fmt.Errorf("ledger: state directory: %w", err)
+		return nil, nil, fmt.Errorf("admission record: state directory: %w", err)
 	}
 	path := d.Join(LockName)
 	f, err := d.Open(LockName, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		d.Close()
-		return nil, nil, fmt.Errorf("ledger: lock file: %w", err)
+		return nil, nil, fmt.Errorf("admission record: lock file: %w", err)
 	}
-	timeout := l.LockTimeout
+	timeout := r.LockTimeout
 	if timeout <= 0 {
 		timeout = DefaultLockTimeout
 	}
@@ -316,12 +309,12 @@ func (l *Ledger) lock() (d *safepath.Dir, unlock func(), err error) {
 		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
 			f.Close()
 			d.Close()
-			return nil, nil, fmt.Errorf("ledger: lock %s: %w", path, err)
+			return nil, nil, fmt.Errorf("admission record: lock %s: %w", path, err)
 		}
 		if time.Now().After(deadline) {
 			f.Close()
 			d.Close()
-			return nil, nil, fmt.Errorf("ledger: %s is still locked by another process after %s", path, timeout)
+			return nil, nil, fmt.Errorf("admission record: %s is still locked by another process after %s", path, timeout)
 		}
 		time.Sleep(wait)
 	}
@@ -329,23 +322,23 @@ func (l *Ledger) lock() (d *safepath.Dir, unlock func(), err error) {
 	return d, func() { f.Close(); d.Close() }, nil
 }
 
-// maxFileSize bounds what is read of the ledger file: an entry takes a few
+// maxFileSize bounds what is read of the record file: an entry takes a few
 // hundred bytes, so this holds tens of thousands of containers.
 const maxFileSize = 16 << 20
 
-// read parses the ledger file. A missing file is an empty ledger; so is a
-// damaged one (logged), since callers rebuild the ledger from the host
+// read parses the record file. A missing file is an empty record; so is a
+// damaged one (logged), since callers rebuild the record from the host
 // directories anyway and a broken cache must not block every container. A
 // symbolic link, or anything but a regular file, in the file's place counts
 // as damage: it is not followed, and the next write replaces it.
-func (l *Ledger) read(d *safepath.Dir) (*State, error) {
+func (r *Record) read(d *safepath.Dir) (*State, error) {
 	data, err := d.ReadFile(FileName, maxFileSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return newState(), nil
 	}
 	damaged := errors.Is(err, safepath.ErrSymlink) || errors.Is(err, safepath.ErrNotRegular) || errors.Is(err, safepath.ErrTooLarge)
 	if err != nil && !damaged {
-		return nil, fmt.Errorf("ledger: %w", err)
+		return nil, fmt.Errorf("admission record: %w", err)
 	}
 	s := newState()
 	if err == nil {
@@ -355,8 +348,8 @@ func (l *Ledger) read(d *safepath.Dir) (*State, error) {
 		err = fmt.Errorf("version %d, want %d", s.Version, Version)
 	}
 	if err != nil {
-		if l.Log != nil {
-			l.Log.Warn("ledger file is damaged; rebuilding it from the container directories", "path", l.Path(), "err", err)
+		if r.Log != nil {
+			r.Log.Warn("admission record is damaged; rebuilding it from the container directories", "path", r.Path(), "err", err)
 		}
 		return newState(), nil
 	}
@@ -373,14 +366,14 @@ func (l *Ledger) read(d *safepath.Dir) (*State, error) {
 	return s, nil
 }
 
-func (l *Ledger) write(d *safepath.Dir, s *State) error {
+func (r *Record) write(d *safepath.Dir, s *State) error {
 	s.Version = Version
 	data, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
-		return fmt.Errorf("ledger: %w", err)
+		return fmt.Errorf("admission record: %w", err)
 	}
 	if err := atomicfile.WriteIn(d, FileName, append(data, '\n'), 0o644); err != nil {
-		return fmt.Errorf("ledger: %w", err)
+		return fmt.Errorf("admission record: %w", err)
 	}
 	return nil
 }
