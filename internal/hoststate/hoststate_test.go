@@ -265,7 +265,7 @@ func TestProvisionRemovesWhatItMade(t *testing.T) {
 func TestReaderErrors(t *testing.T) {
 	cfg := newConfig(t)
 	if _, err := New(cfg).Info(ctrID); !errors.Is(err, ErrNotFound) || !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("ReadInfo before anything was provisioned = %v, want ErrNotFound and fs.ErrNotExist", err)
+		t.Errorf("Info before anything was provisioned = %v, want ErrNotFound and fs.ErrNotExist", err)
 	}
 	if _, err := New(cfg).Provision(&Info{ID: "other"}, (&allocation.Allocation{GPUs: []allocation.GPU{gpu0}}).Limits("")); err != nil {
 		t.Fatal(err)

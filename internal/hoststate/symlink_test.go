@@ -140,7 +140,7 @@ func TestReleaseFollowsNoLink(t *testing.T) {
 }
 
 // Readers do not follow a link at a container's directory either.
-func TestReadInfoFollowsNoLink(t *testing.T) {
+func TestInfoFollowsNoLink(t *testing.T) {
 	cfg := newConfig(t)
 	target := t.TempDir()
 	if err := os.WriteFile(filepath.Join(target, InfoFileName), []byte(`{"id":"forged"}`), 0o644); err != nil {
