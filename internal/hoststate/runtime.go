@@ -28,10 +28,11 @@ type Runtime struct {
 	// containers (NRI's seccomp adjustment); Reason says why not.
 	Confinement bool   `json:"confinement"`
 	Reason      string `json:"reason,omitempty"`
-	// Policy is nri.confinement when the runtime connected: what happens to
-	// a GPU container the runtime cannot confine.
-	Policy    string    `json:"policy"`
-	Connected time.Time `json:"connected"`
+	// ConfinementPolicy is nri.confinement when the runtime connected: what
+	// happens to a GPU container the runtime cannot confine. Its JSON name
+	// stays "policy", which earlier releases wrote and read.
+	ConfinementPolicy string    `json:"policy"`
+	Connected         time.Time `json:"connected"`
 	// DriverFiles says how GPU containers get the driver's files:
 	// driver.injection as resolved on the node (oci.DriverFiles.Source),
 	// when the runtime connected and again whenever it changes.

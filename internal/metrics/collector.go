@@ -287,7 +287,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		if rt.Confinement {
 			v = 1
 		}
-		ch <- prometheus.MustNewConstMetric(confinementAvailable, prometheus.GaugeValue, v, rt.Name, rt.Version, rt.NRIVersion, rt.Policy)
+		ch <- prometheus.MustNewConstMetric(confinementAvailable, prometheus.GaugeValue, v, rt.Name, rt.Version, rt.NRIVersion, rt.ConfinementPolicy)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		s.fail(SourceRunDir, "runtime.json", err)
 	}

@@ -24,9 +24,9 @@ func TestConfinementAvailable(t *testing.T) {
 		rt   hoststate.Runtime
 		want string
 	}{
-		{hoststate.Runtime{Name: "containerd", Version: "v1.7.35", NRIVersion: "v0.8.0", Reason: "old", Policy: "required"},
+		{hoststate.Runtime{Name: "containerd", Version: "v1.7.35", NRIVersion: "v0.8.0", Reason: "old", ConfinementPolicy: "required"},
 			`nri_vgpu_confinement_available{nri_version="v0.8.0",policy="required",runtime="containerd",runtime_version="v1.7.35"} 0` + "\n"},
-		{hoststate.Runtime{Name: "containerd", Version: "v2.4.2", NRIVersion: "v0.12.3", Confinement: true, Policy: "best-effort"},
+		{hoststate.Runtime{Name: "containerd", Version: "v2.4.2", NRIVersion: "v0.12.3", Confinement: true, ConfinementPolicy: "best-effort"},
 			`nri_vgpu_confinement_available{nri_version="v0.12.3",policy="best-effort",runtime="containerd",runtime_version="v2.4.2"} 1` + "\n"},
 	} {
 		if err := hoststate.WriteRuntime(cfg, &tt.rt); err != nil {

@@ -52,7 +52,7 @@ func realisticNode(t *testing.T, cfg *config.Config) (Inventory, utilization.Sou
 	regiontest.WriteV2(t, regionPath(cfg, id), []region.DeviceUsage{{UUID: uuidB, Limit: 8 * gib, Used: 1 * gib, Cores: 25, Peak: 2 * gib, ThrottledNs: 40_000}},
 		[]region.ProcessUsage{{PID: 7, HostPID: 6007, StartTime: 3, Used: []uint64{1 * gib}, Launches: []uint64{40}}})
 	if err := hoststate.WriteRuntime(cfg, &hoststate.Runtime{Name: "containerd", Version: "v2.4.2", NRIVersion: "v0.12.3",
-		Confinement: true, Policy: "required"}); err != nil {
+		Confinement: true, ConfinementPolicy: "required"}); err != nil {
 		t.Fatal(err)
 	}
 	return twoA100s, &fakeSource{samples: []utilization.Sample{

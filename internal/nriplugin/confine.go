@@ -82,7 +82,7 @@ func (p *Plugin) Configure(_ context.Context, _, runtime, version string) (api.E
 	record := &hoststate.Runtime{
 		Name: runtime, Version: version, NRIVersion: nriVersion,
 		Confinement: rt.confines, Reason: rt.reason,
-		Policy: p.cfg.NRI.Confinement, Connected: time.Now().UTC(),
+		ConfinementPolicy: p.cfg.NRI.Confinement, Connected: time.Now().UTC(),
 	}
 	// Written under p.mu, as recordDriverFiles writes, so that neither
 	// write undoes the other.

@@ -199,7 +199,7 @@ func TestConfigureDecidesByRuntime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rt.Confinement || rt.NRIVersion != "v0.8.0" || !strings.Contains(rt.Reason, "containerd 1.7.35+unknown (NRI v0.8.0) does not apply NRI seccomp adjustments") || rt.Policy != "required" {
+	if rt.Confinement || rt.NRIVersion != "v0.8.0" || !strings.Contains(rt.Reason, "containerd 1.7.35+unknown (NRI v0.8.0) does not apply NRI seccomp adjustments") || rt.ConfinementPolicy != "required" {
 		t.Errorf("runtime.json for containerd 1.7.35 = %+v", rt)
 	}
 	ann, _ := sign(t, h.key, gpu0)

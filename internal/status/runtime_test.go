@@ -18,14 +18,14 @@ func TestStatusSaysWhetherContainersAreConfined(t *testing.T) {
 		rt   hoststate.Runtime
 		want string
 	}{
-		{"containerd 2.4", hoststate.Runtime{Name: "containerd", Version: "v2.4.2", NRIVersion: "v0.12.3", Confinement: true, Policy: "best-effort"},
+		{"containerd 2.4", hoststate.Runtime{Name: "containerd", Version: "v2.4.2", NRIVersion: "v0.12.3", Confinement: true, ConfinementPolicy: "best-effort"},
 			"runtime containerd v2.4.2 (NRI v0.12.3): GPU containers are confined\n"},
-		{"containerd 1.7, best-effort", hoststate.Runtime{Name: "containerd", Version: "v1.7.35", NRIVersion: "v0.8.0", Reason: "too old", Policy: "best-effort"},
+		{"containerd 1.7, best-effort", hoststate.Runtime{Name: "containerd", Version: "v1.7.35", NRIVersion: "v0.8.0", Reason: "too old", ConfinementPolicy: "best-effort"},
 			"runtime containerd v1.7.35 (NRI v0.8.0): confinement unavailable: too old; GPU containers run WITHOUT the confinement (nri.confinement = \"best-effort\")\n"},
-		{"containerd 1.7, required", hoststate.Runtime{Name: "containerd", Version: "v1.7.35", NRIVersion: "v0.8.0", Reason: "too old", Policy: "required"},
+		{"containerd 1.7, required", hoststate.Runtime{Name: "containerd", Version: "v1.7.35", NRIVersion: "v0.8.0", Reason: "too old", ConfinementPolicy: "required"},
 			"runtime containerd v1.7.35 (NRI v0.8.0): confinement unavailable: too old; GPU containers are REFUSED (nri.confinement = \"required\")\n"},
 		// Where the driver's files come from, as the plugin recorded it.
-		{"generated driver files", hoststate.Runtime{Name: "containerd", Version: "v2.4.2", NRIVersion: "v0.12.3", Confinement: true, Policy: "best-effort",
+		{"generated driver files", hoststate.Runtime{Name: "containerd", Version: "v2.4.2", NRIVersion: "v0.12.3", Confinement: true, ConfinementPolicy: "best-effort",
 			DriverFiles: "generated from driver root / (NVIDIA CDI library; driver 580.159.04; libraries in /usr/local/nvidia/lib64)"},
 			"runtime containerd v2.4.2 (NRI v0.12.3): GPU containers are confined\n" +
 				"driver files: generated from driver root / (NVIDIA CDI library; driver 580.159.04; libraries in /usr/local/nvidia/lib64)\n\n"},

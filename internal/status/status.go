@@ -270,7 +270,7 @@ func confinementLine(rt *hoststate.Runtime) string {
 		return "GPU containers are confined"
 	}
 	what := "GPU containers run WITHOUT the confinement (nri.confinement = \"best-effort\")"
-	if rt.Policy == config.ConfinementRequired {
+	if rt.ConfinementPolicy == config.ConfinementRequired {
 		what = "GPU containers are REFUSED (nri.confinement = \"required\")"
 	}
 	return "confinement unavailable: " + rt.Reason + "; " + what
