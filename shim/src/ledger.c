@@ -224,6 +224,8 @@ static int32_t slot = -1;                   /* the slot our ranges belong to; -1
 static char path[4096];                     /* to reopen in a fork child */
 static uint64_t leased[VGPU_MAX_DEVICES];   /* lease our locks say, per GPU: the sum of the stretches */
 static uint64_t held[VGPU_MAX_DEVICES];     /* held bytes our locks say, per GPU */
+/* The least and the most held[] said since vgpu_ledger_held_mark (see there). */
+static uint64_t held_least[VGPU_MAX_DEVICES], held_most[VGPU_MAX_DEVICES];
 static uint64_t util[VGPU_MAX_DEVICES];     /* SM use our locks say, per GPU, percent */
 static uint64_t owed[VGPU_MAX_DEVICES];     /* our debt per GPU: counted by force, in no stretch */
 static uint64_t owed_pub[VGPU_MAX_DEVICES]; /* the debt our locks say (flag included when > 0) */
@@ -322,6 +324,8 @@ void vgpu_ledger_init(int limits_fd, const char *limits_path)
 	 * this; writing it would fault in 16 pages for nothing. */
 	memset(leased, 0, sizeof(leased));
 	memset(held, 0, sizeof(held));
+	memset(held_least, 0, sizeof(held_least));
+	memset(held_most, 0, sizeof(held_most));
 	claimed_hp = 0;
 	claim_seen_ns = 0;
 }
@@ -352,6 +356,8 @@ static void after_fork(void)
 	 * file, through /proc (the path may name another file by now). */
 	memset(leased, 0, sizeof(leased));
 	memset(held, 0, sizeof(held));
+	memset(held_least, 0, sizeof(held_least));
+	memset(held_most, 0, sizeof(held_most));
 	memset(util, 0, sizeof(util));
 	memset(owed, 0, sizeof(owed));
 	memset(owed_pub, 0, sizeof(owed_pub));
@@ -387,6 +393,33 @@ uint64_t vgpu_ledger_held(int d)
 int32_t vgpu_ledger_claimed(void)
 {
 	return claimed_hp;
+}
+
+/*
+ * Whether another process reading our held report on GPU d since the last
+ * vgpu_ledger_held_mark(d) may have read bytes. A reader sees the values it
+ * went through, and more: a change moves the high range and the low range
+ * one after the other, and a reader's scan queries them one after the other,
+ * so it may pair the high part of one value with the low part of another.
+ * Whatever it read lies between the least value's high part and the most
+ * value's high part plus a whole low range.
+ */
+int vgpu_ledger_held_seen(int d, uint64_t bytes)
+{
+	uint64_t low = ((uint64_t)1 << HELD.unit) - 1;
+	if (d < 0 || d >= VGPU_MAX_DEVICES)
+		return 0;
+	return bytes >= (held_least[d] & ~low) && bytes <= (held_most[d] | low);
+}
+
+/* Starts what vgpu_ledger_held_seen(d) answers for afresh: from what our
+ * locks say now and also (what this process last wrote elsewhere). */
+void vgpu_ledger_held_mark(int d, uint64_t also)
+{
+	if (d < 0 || d >= VGPU_MAX_DEVICES)
+		return;
+	held_least[d] = held[d] < also ? held[d] : also;
+	held_most[d] = held[d] > also ? held[d] : also;
 }
 
 /* ---- slots ----------------------------------------------------------------------------- */
@@ -1143,7 +1176,16 @@ void vgpu_ledger_publish_util(int idx, unsigned percent)
 
 int vgpu_ledger_publish_held(int idx, uint64_t bytes)
 {
-	return publish(&HELD, held, idx, bytes);
+	int rc = publish(&HELD, held, idx, bytes);
+	/* What a reader may have seen on the way: a change that failed half-way
+	 * was visible for a moment too. */
+	if (idx >= 0 && idx < VGPU_MAX_DEVICES && bytes <= MAX_BYTES) {
+		if (bytes < held_least[idx])
+			held_least[idx] = bytes;
+		if (bytes > held_most[idx])
+			held_most[idx] = bytes;
+	}
+	return rc;
 }
 
 /*

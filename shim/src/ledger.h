@@ -59,6 +59,12 @@ int vgpu_ledger_claim_host_pid(int32_t hp);
 /* What our locks publish now: held bytes on limits index d; the host pid claimed (0: none). */
 uint64_t vgpu_ledger_held(int d);
 int32_t vgpu_ledger_claimed(void);
+/* Whether another process reading our held report on d since the last mark
+ * may have read bytes (a rebuild of the region writes what it read into our
+ * slot); the mark, at each write of our slot, from what our locks say and
+ * also. Caller holds the process's mutex. */
+int vgpu_ledger_held_seen(int d, uint64_t bytes);
+void vgpu_ledger_held_mark(int d, uint64_t also);
 /* Calls fn for each (pid, bytes held) another process publishes on idx, under its pid
  * here; a process this pid namespace cannot see is not named (its bytes are still
  * in vgpu_ledger_others_held). */

@@ -158,6 +158,15 @@ static uint64_t chunk(int idx, uint64_t limit)
 	return c < LEASE_MIN ? 0 : c;
 }
 
+/* The most a chunk on idx may be (0: none). */
+static uint64_t chunk_cap(int idx)
+{
+	uint64_t limit = vgpu.limits.gpu[idx].memory, c = LEASE_MAX;
+	if (limit && c > limit / LEASE_FRACTION)
+		c = limit / LEASE_FRACTION;
+	return c < LEASE_MIN ? 0 : c;
+}
+
 /*
  * More lease for bytes on idx, under the thread mutex: the ledger takes it
  * from the container's pool (ledger.c), where two processes can never both
@@ -291,14 +300,30 @@ void vgpu_quota_release(int idx, uint64_t bytes)
 	if (bytes == 0 || idx < 0 || idx >= VGPU_MAX_DEVICES)
 		return;
 	int64_t a = __atomic_add_fetch(&avail[idx], (int64_t)bytes, __ATOMIC_SEQ_CST);
-	/* Far more unused than the process asks for at a time (a large free):
-	 * back to the container now, where another process may be waiting. */
-	if (unlikely((uint64_t)a > 2 * __atomic_load_n(&grant[idx], __ATOMIC_RELAXED) + LEASE_MIN)) {
+	/* What was just freed stays leased, up to what a chunk may be: a process
+	 * that frees and allocates the same size again (a buffer per step) then
+	 * allocates inside its lease, and the keeper gives it back within a
+	 * period of quiet. Beyond that and twice the last chunk (a large free),
+	 * the rest goes back to the container now, where another process may be
+	 * waiting. */
+	uint64_t g = __atomic_load_n(&grant[idx], __ATOMIC_RELAXED), cap = chunk_cap(idx);
+	uint64_t keep = bytes < cap ? bytes : cap;
+	if (keep < g)
+		keep = g;
+	if (unlikely((uint64_t)a > (keep > 2 * g + LEASE_MIN ? keep : 2 * g + LEASE_MIN))) {
 		vgpu_ledger_lock();
-		trim_locked(idx, grant[idx]);
+		trim_locked(idx, keep);
 		vgpu_quota_publish_held(idx, own_of(idx));
+		if (!keeper_state && __atomic_load_n(&avail[idx], __ATOMIC_SEQ_CST) > 0)
+			vgpu_quota_keeper_start(); /* kept some: the keeper gives it back */
 		vgpu_ledger_unlock();
 		vgpu_region_report(idx);
+	} else if (unlikely(!__atomic_load_n(&keeper_state, __ATOMIC_SEQ_CST))) {
+		/* Kept, with no keeper yet to give it back (the first grant takes no chunk). */
+		vgpu_ledger_lock();
+		if (__atomic_load_n(&avail[idx], __ATOMIC_SEQ_CST) > 0)
+			vgpu_quota_keeper_start();
+		vgpu_ledger_unlock();
 	}
 	if (unlikely(__atomic_load_n(&keeper_state, __ATOMIC_SEQ_CST) == 2))
 		keeper_kick();

@@ -417,6 +417,7 @@ static void write_own_slot_locked(void)
 	for (int d = 0; d < VGPU_MAX_DEVICES; d++) {
 		s->used[d] = shown[d];
 		s->launches[d] = __atomic_load_n(&launches[d], __ATOMIC_RELAXED);
+		vgpu_ledger_held_mark(d, shown[d]); /* the others' rebuilds read what the ledger says from here on */
 	}
 	__atomic_store_n(&s->pid, me, __ATOMIC_RELEASE);
 }
@@ -693,9 +694,12 @@ static int attach_locked(void)
 }
 
 /*
- * Whether our slot says what we wrote there, or what the ledger says for us:
- * another process's rebuild (sync_locked) writes that when our report waited
- * for the lock, and it is no damage. Taken as ours then. Caller holds the lock.
+ * Whether our slot says what we wrote there, or what the ledger said for us
+ * at some moment since: another process's rebuild (sync_locked) writes what
+ * it read there when our report waited for the lock, and it is no damage.
+ * Not only what the ledger says now: our report may have changed again
+ * since that rebuild read it (a grant, then a free, both reports left to
+ * the keeper). Taken as ours then. Caller holds the lock.
  */
 static int own_slot_ok(void)
 {
@@ -704,11 +708,13 @@ static int own_slot_ok(void)
 	if (s->pid != self || s->start_time != start_time() || (hp != slot_hp && hp != vgpu_ledger_claimed()))
 		return 0;
 	for (int d = 0; d < VGPU_MAX_DEVICES; d++)
-		if (s->used[d] != shown[d] && (d >= vgpu.limits.ngpu || s->used[d] != vgpu_ledger_held(d)))
+		if (s->used[d] != shown[d] && (d >= vgpu.limits.ngpu || !vgpu_ledger_held_seen(d, s->used[d])))
 			return 0;
 	slot_hp = hp;
-	for (int d = 0; d < VGPU_MAX_DEVICES; d++)
+	for (int d = 0; d < VGPU_MAX_DEVICES; d++) {
 		shown[d] = s->used[d];
+		vgpu_ledger_held_mark(d, shown[d]);
+	}
 	return 1;
 }
 

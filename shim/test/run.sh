@@ -717,6 +717,78 @@ test_slot_rebuilt_ahead() {
 	wait $a $c
 }
 
+test_slot_rebuilt_then_changed() {
+	# As above, and then the process's report changes again before it gets to its slot (a free
+	# after the grant, both reports left to its keeper while the lock is held): at its next
+	# report its slot holds what the ledger said for it in between, which is no tampering either.
+	setup $((64 * MiB))
+	LD_PRELOAD=$SHIM timeout 60 "$PROG" init alloc:1MiB touch:"$T/c" waitfile:"$T/go2" alloc:1MiB \
+		touch:"$T/c2" waitfile:"$T/end" >"$T/out.c" 2>"$T/err.c" &
+	local c=$!
+	LD_PRELOAD=$SHIM timeout 60 "$PROG" init alloc:1MiB touch:"$T/a" waitfile:"$T/go" alloc:2MiB \
+		touch:"$T/b" waitfile:"$T/go3" free touch:"$T/b2" waitfile:"$T/go4" alloc:1MiB touch:"$T/b3" \
+		waitfile:"$T/end" >"$T/out.a" 2>"$T/err.a" &
+	local a=$!
+	waitfor "$T/c" $c && waitfor "$T/a" $a || return 1
+	write_locker "$T/region/usage" 120 &
+	local lk=$! p
+	waitfor "$T/region/usage.locked" $lk || return 1
+	touch "$T/go"
+	waitfor "$T/b" $a || { kill $lk; return 1; }
+	p=$(pgrep -P $a)
+	kill -STOP "$p"
+	kill -9 $lk
+	wait $lk 2>/dev/null || true
+	rm -f "$T/region/usage.locked"
+	sleep 1.1 # the other's last rebuild is a second old: its next report rebuilds
+	touch "$T/go2"
+	waitfor "$T/c2" $c || { kill -CONT "$p"; return 1; }
+	write_locker "$T/region/usage" 120 &
+	lk=$!
+	waitfor "$T/region/usage.locked" $lk || { kill -CONT "$p"; return 1; }
+	kill -CONT "$p"
+	touch "$T/go3"
+	waitfor "$T/b2" $a || { kill $lk; return 1; }
+	sleep 0.3 # its keeper publishes the free in the ledger; the region waits for the lock
+	kill -9 $lk
+	wait $lk 2>/dev/null || true
+	touch "$T/go4" # its next report checks its slot
+	waitfor "$T/b3" $a || return 1
+	for i in $(seq 60); do [ "$(used)" = $((4 * MiB)) ] && break; sleep 0.05; done
+	expect "region used" "$(used)" $((4 * MiB))
+	expect "stderr of the process whose slot was rebuilt ahead of it" "$(cat "$T/err.a")" ""
+	touch "$T/end"
+	wait $a $c
+}
+
+test_exit_beside_stopped_holder() {
+	# A process stopped while it holds the region's lock does not hold up the others' exits:
+	# one with a slot and memory held exits (its slot left to the next rebuild) within a second.
+	setup $((64 * MiB))
+	LD_PRELOAD=$SHIM timeout 10 "$PROG" init alloc:8MiB touch:"$T/a" waitfile:"$T/go" >"$T/out" 2>"$T/err" &
+	local a=$! st t0 t1 rc=0
+	waitfor "$T/a" $a || { cat "$T/out" "$T/err"; return 1; }
+	expect "slots" "$(slots)" 1
+	python3 - "$T/region/usage" <<-'EOF' &
+		import fcntl, os, signal, struct, sys
+		fd = os.open(sys.argv[1], os.O_RDWR)
+		fcntl.fcntl(fd, 38, struct.pack('hhqqi4x', fcntl.F_WRLCK, 0, 0, 0, 0))  # F_OFD_SETLKW
+		open(sys.argv[1] + '.locked', 'w').close()
+		os.kill(os.getpid(), signal.SIGSTOP)
+	EOF
+	st=$!
+	waitfor "$T/region/usage.locked" $st || return 1
+	t0=$(date +%s%N)
+	touch "$T/go"
+	wait $a || rc=$?
+	t1=$(date +%s%N)
+	kill -9 $st
+	wait $st 2>/dev/null || true
+	expect "its exit status (124: still there after 10 s)" $rc 0
+	expect "exit within a second" "$((t1 - t0 < 1000000000))" 1 || { echo "    took $(((t1 - t0) / 1000000)) ms"; return 1; }
+	run init alloc:64MiB alloc:1:2 # its memory went with it
+}
+
 test_hostpid_from_proc() {
 	# A process of another pid namespace that sees this namespace's /proc (and has no NVML to
 	# ask) records its pid here (the outermost NSpid entry) as its host pid; with a /proc of
@@ -1462,6 +1534,8 @@ t 16_racers test_16_racers
 t sigkill_mid_allocation test_sigkill_mid_allocation
 t nvml_absent_no_search test_nvml_absent_no_search
 t slot_rebuilt_ahead test_slot_rebuilt_ahead
+t slot_rebuilt_then_changed test_slot_rebuilt_then_changed
+t exit_beside_stopped_holder test_exit_beside_stopped_holder
 t hostpid_from_proc test_hostpid_from_proc
 t region_lock_held test_region_lock_held
 t region_truncated_in_use test_region_truncated_in_use

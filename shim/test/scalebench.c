@@ -8,7 +8,8 @@
  *   BENCH <name> <base_ns> <measured_ns> <ratio>
  *
  *   grant_<N>  N = 8, 64, 512: one grant, a 1 MiB cuMemAlloc_v2 by a process
- *              that holds no lease (its previous one went back with its
+ *              that holds no lease (its previous one went back after its
+ *              free, by its keeper: the granter waits RETURN_MS after each
  *              free), so the ledger takes a new stretch of the pool; ns, the
  *              median of a round. Base: the process alone in its container;
  *              measured: with N - 1 other processes of its container idle,
@@ -56,14 +57,20 @@
 
 #define UUID "GPU-11111111-2222-3333-4444-555555555555"
 #define MAXPROC 512
-#define GRANTS 41     /* grants a round, the median kept */
-#define ROUNDS 30     /* rounds a side */
+#define GRANTS 5      /* grants a round, the median kept */
+#define ROUNDS 12     /* rounds a side */
+/* After each grant's free, the granter waits this long: a free keeps what it
+ * freed leased, and only the keeper (within a 0.1 s period) gives it back, so
+ * that the next allocation is a grant again. */
+#define RETURN_MS 250
 #define SETTLE_MS 600 /* after the holders start: their keepers give unused lease back, then park */
 #define IDLE_SETTLE_MS 1500
 #define IDLE_S 2
 #define IDLE_WINDOWS 2
 #define BUSY_NS 100000 /* a process using more than this a second is counted as busy (human line) */
 #define ANSWER_S 180 /* a child that says nothing for this long has failed */
+
+static void sleep_ms(int ms);
 
 typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
 typedef CUresult (*free_fn)(CUdeviceptr);
@@ -183,6 +190,7 @@ static int child(char **argv)
 					say(out, who, FAILED, 0);
 					return 1;
 				}
+				sleep_ms(RETURN_MS);
 			}
 			qsort(t, GRANTS, sizeof(t[0]), cmp_d);
 			if (say(out, who, (int64_t)t[GRANTS / 2], (int64_t)(sum / GRANTS)) != 0)
