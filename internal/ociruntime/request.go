@@ -170,10 +170,10 @@ func describeGPUs(devices []gpu.Device) string {
 	return strings.Join(parts, ", ")
 }
 
-// Grant is a resolved request: the allocation that pkg/oci turns into the
+// Decision is what the wrapper decides for a request: the allocation that pkg/oci turns into the
 // container's edits, what the admission record must reserve for it, and the capacity
 // of each GPU it asks for.
-type Grant struct {
+type Decision struct {
 	Allocation   *allocation.Allocation
 	Reservations []admission.Reservation
 	Capacity     []admission.Capacity
@@ -190,7 +190,7 @@ type Grant struct {
 //
 // Limits are written even for a whole GPU, so that usage is reported.
 // The allocation ID is derived from the container ID.
-func (r *Request) Resolve(devices []gpu.Device, cfg *config.Config, containerID string, now time.Time) (*Grant, error) {
+func (r *Request) Resolve(devices []gpu.Device, cfg *config.Config, containerID string, now time.Time) (*Decision, error) {
 	gpus, err := r.GPUs(devices)
 	if err != nil {
 		return nil, err
@@ -206,7 +206,7 @@ func (r *Request) Resolve(devices []gpu.Device, cfg *config.Config, containerID 
 		return nil, err
 	}
 	sum := sha256.Sum256([]byte(containerID))
-	g := &Grant{Allocation: &allocation.Allocation{
+	g := &Decision{Allocation: &allocation.Allocation{
 		V:           allocation.Version,
 		ID:          hex.EncodeToString(sum[:16]),
 		Issued:      now.Unix(),

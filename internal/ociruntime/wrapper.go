@@ -201,23 +201,23 @@ func (w *Wrapper) create(a *Args) (undo func(), err error) {
 		return nil, fmt.Errorf("list the node's GPUs for %s: %w", EnvDevices, err)
 	}
 	now := w.Now()
-	grant, err := req.Resolve(devices, cfg, id, now)
+	dec, err := req.Resolve(devices, cfg, id, now)
 	if err != nil {
 		return nil, err
 	}
 
 	info := &hoststate.Info{
 		ID:           id,
-		AllocationID: grant.Allocation.ID,
-		GPUs:         grant.Allocation.GPUs,
+		AllocationID: dec.Allocation.ID,
+		GPUs:         dec.Allocation.GPUs,
 		Source:       hoststate.SourceRuntime,
 		Created:      now.UTC(),
 	}
-	lf := grant.Allocation.Limits(cfg.Limits.LogLevel)
+	lf := dec.Allocation.Limits(cfg.Limits.LogLevel)
 	var files oci.HostFiles
 	err = w.record().Update(func(s *admission.State) error {
 		w.sync(s)
-		if err := s.Check(id, grant.Reservations, grant.Capacity); err != nil {
+		if err := s.Check(id, dec.Reservations, dec.Capacity); err != nil {
 			return err
 		}
 		// Provisioned under the lock: a concurrent create's Sync must not
@@ -227,7 +227,7 @@ func (w *Wrapper) create(a *Args) (undo func(), err error) {
 			return err
 		}
 		files = f
-		s.Add(admission.Entry{ID: id, Source: hoststate.SourceRuntime, Created: now.UTC(), RuntimeRoot: a.Root, GPUs: grant.Reservations})
+		s.Add(admission.Entry{ID: id, Source: hoststate.SourceRuntime, Created: now.UTC(), RuntimeRoot: a.Root, GPUs: dec.Reservations})
 		return nil
 	})
 	if err != nil {
@@ -243,11 +243,11 @@ func (w *Wrapper) create(a *Args) (undo func(), err error) {
 	}
 	undo = func() { w.release(id) }
 
-	if err := w.apply(spec, grant.Allocation.GPUs, files, id); err != nil {
+	if err := w.apply(spec, dec.Allocation.GPUs, files, id); err != nil {
 		undo()
 		return nil, err
 	}
-	for _, g := range grant.Allocation.GPUs {
+	for _, g := range dec.Allocation.GPUs {
 		w.Log.Info("vGPU container", "container", id, "gpu", g.UUID,
 			"memory", quantity.FormatBytes(g.Memory), "cores", g.Cores, "cores_policy", lf.CoresPolicy)
 	}

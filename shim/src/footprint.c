@@ -241,7 +241,7 @@ static int measure(int idx, CUcontext ctx, int *over_out)
 			total[idx] = target;
 			/* Not in the ledger (no slot to publish it in): the others cannot
 			 * see it, so a new context is undone as if past the limit. */
-			int unrecorded = vgpu_quota_reserve_force(idx, target - fp) != 0;
+			int unrecorded = vgpu_quota_charge_force(idx, target - fp) != 0;
 			uint64_t limit = vgpu.limits.gpu[idx].memory;
 			over = (limit && vgpu_quota_used(idx) > limit) || (unrecorded && ctx);
 			grew = 1;
@@ -249,7 +249,7 @@ static int measure(int idx, CUcontext ctx, int *over_out)
 	} else if (target < fp) {
 		shrink(idx, fp - target);
 		total[idx] = target;
-		vgpu_quota_release(idx, fp - target);
+		vgpu_quota_uncharge(idx, fp - target);
 	}
 	pthread_mutex_unlock(&mu);
 	if (over_out)
@@ -285,8 +285,8 @@ int vgpu_fp_ctx_created(CUcontext ctx, CUdevice dev)
 	if (idx < 0 || idx >= VGPU_MAX_DEVICES)
 		return 0;
 	if (!handle(idx)) {
-		/* Nothing can measure it: the bound, admitted like an allocation. */
-		if (vgpu_quota_reserve(idx, VGPU_FP_BOUND) != 0)
+		/* Nothing can measure it: the bound, charged like an allocation. */
+		if (vgpu_quota_charge(idx, VGPU_FP_BOUND) != 0)
 			return 1;
 		pthread_mutex_lock(&mu);
 		struct ent *e = entry(ctx, idx, 1);
@@ -320,7 +320,7 @@ void vgpu_fp_ctx_gone(CUcontext ctx)
 		memset(e, 0, sizeof(*e));
 	}
 	for (int d = 0; d < VGPU_MAX_DEVICES; d++)
-		vgpu_quota_release(d, back[d]);
+		vgpu_quota_uncharge(d, back[d]);
 	pthread_mutex_unlock(&mu);
 }
 
@@ -389,7 +389,7 @@ static uint64_t limit_bytes(int which, size_t value, CUdevice dev)
 	return value > UINT64_MAX / threads ? UINT64_MAX : (uint64_t)value * threads;
 }
 
-int vgpu_fp_limit_admit(CUlimit limit, size_t value, struct vgpu_fp_limit *l)
+int vgpu_fp_limit_charge(CUlimit limit, size_t value, struct vgpu_fp_limit *l)
 {
 	static CUresult (*get)(size_t *, CUlimit);
 	memset(l, 0, sizeof(*l));
@@ -422,7 +422,7 @@ int vgpu_fp_limit_admit(CUlimit limit, size_t value, struct vgpu_fp_limit *l)
 		delta = want - now > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)(want - now);
 	else
 		delta = -(int64_t)(now - want < charged ? now - want : charged);
-	if (delta > 0 && vgpu_mem_admit_index(idx, (uint64_t)delta) != GO_COUNTED) {
+	if (delta > 0 && vgpu_mem_charge_index(idx, (uint64_t)delta) != GO_COUNTED) {
 		LOGI("cuCtxSetLimit(%d, %zu) refused: %lld bytes more than the value in force, counted from the "
 		     "value asked as the driver's own memory cannot be measured (host pid unknown, or NVML unusable)",
 		     (int)limit, value, (long long)delta);
@@ -438,7 +438,7 @@ void vgpu_fp_limit_settle(CUresult rc, const struct vgpu_fp_limit *l)
 		return;
 	if (rc != CUDA_SUCCESS) {
 		if (l->delta > 0)
-			vgpu_quota_release(l->idx, (uint64_t)l->delta);
+			vgpu_quota_uncharge(l->idx, (uint64_t)l->delta);
 		return;
 	}
 	uint64_t back = 0;
@@ -461,5 +461,5 @@ void vgpu_fp_limit_settle(CUresult rc, const struct vgpu_fp_limit *l)
 		total[l->idx] -= back;
 	}
 	pthread_mutex_unlock(&mu);
-	vgpu_quota_release(l->idx, back);
+	vgpu_quota_uncharge(l->idx, back);
 }

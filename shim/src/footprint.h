@@ -31,7 +31,7 @@ struct vgpu_fp_limit {
 	int64_t delta; /* bytes reserved (> 0) or to give back (< 0) once the call succeeds */
 };
 /* 0 (l filled, maybe with nothing to do), or -1: the growth does not fit the quota (said). */
-int vgpu_fp_limit_admit(CUlimit limit, size_t value, struct vgpu_fp_limit *l);
+int vgpu_fp_limit_charge(CUlimit limit, size_t value, struct vgpu_fp_limit *l);
 void vgpu_fp_limit_settle(CUresult rc, const struct vgpu_fp_limit *l);
 
 #endif

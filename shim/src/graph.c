@@ -424,9 +424,9 @@ static void follow_pool(int dev)
 	for (int tries = 0; tries < 16; tries++) {
 		uint64_t old = __atomic_exchange_n(&charged[dev], r, __ATOMIC_ACQ_REL);
 		if (r > old)
-			vgpu_quota_reserve_force(idx, r - old); /* the driver has it already */
+			vgpu_quota_charge_force(idx, r - old); /* the driver has it already */
 		else if (r < old)
-			vgpu_quota_release(idx, old - r);
+			vgpu_quota_uncharge(idx, old - r);
 		if (mem_attr(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &now) != CUDA_SUCCESS || now == r)
 			return;
 		r = now;
@@ -437,7 +437,7 @@ static void give_back_est(struct vgpu_graph_backing *b)
 {
 	for (int i = 0; i < VGPU_MAX_DEVICES; i++)
 		if (b->est[i])
-			vgpu_quota_release(i, b->est[i]);
+			vgpu_quota_uncharge(i, b->est[i]);
 	memset(b->est, 0, sizeof(b->est));
 }
 
@@ -476,7 +476,7 @@ static int back_begin(const struct gexec *x, struct vgpu_graph_backing *b)
 		uint64_t est = x->need[d] > spare ? x->need[d] - spare : 0;
 		if (!est)
 			continue;
-		int rc = vgpu_quota_reserve(idx, est);
+		int rc = vgpu_quota_charge(idx, est);
 		if (rc != 0) {
 			if (rc == VGPU_OVER_QUOTA)
 				LOGW("GPU memory quota exceeded on %s: a CUDA graph needs %llu more bytes of graph "

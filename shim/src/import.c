@@ -74,7 +74,7 @@
 VGPU_EXPORT CUresult cuImportExternalMemory(CUexternalMemory *ext, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *desc)
 {
 	uint64_t bytes = desc ? desc->size : 0;
-	int idx, go = vgpu_mem_admit_current(bytes, &idx);
+	int idx, go = vgpu_mem_charge_current(bytes, &idx);
 	if (go == GO_REFUSE)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	CUresult rc = NEXT(cuImportExternalMemory)(ext, desc);
@@ -88,7 +88,7 @@ static CUresult do_destroy(void *a)
 
 VGPU_EXPORT CUresult cuDestroyExternalMemory(CUexternalMemory ext)
 {
-	return vgpu_mem_release(TRACK_EXTMEM, (uint64_t)(uintptr_t)ext, do_destroy, &ext);
+	return vgpu_mem_uncharge(TRACK_EXTMEM, (uint64_t)(uintptr_t)ext, do_destroy, &ext);
 }
 
 /* ---- IPC-imported memory ------------------------------------------------------------------------ */
@@ -132,7 +132,7 @@ static CUresult ipc_opened(CUresult rc, CUdeviceptr *p, int kind, CUresult (*und
 			     (unsigned long long)*p);
 		return rc;
 	}
-	int go = vgpu_mem_admit_index(idx, bytes);
+	int go = vgpu_mem_charge_index(idx, bytes);
 	if (go == GO_REFUSE) {
 		undo(*p);
 		*p = 0;
@@ -165,7 +165,7 @@ static CUresult do_ipc_close(void *a)
 
 VGPU_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p)
 {
-	return vgpu_mem_release(TRACK_IPC, p, do_ipc_close, &p);
+	return vgpu_mem_uncharge(TRACK_IPC, p, do_ipc_close, &p);
 }
 
 /* ---- pool pointers imported from another process ----------------------------------------------- */
@@ -247,7 +247,7 @@ int vgpu_vmm_import_map_begin(uint64_t h, uint64_t size, int *idx)
 	if (!__atomic_load_n(&vimps, __ATOMIC_RELAXED) || !vimp_take(h, idx))
 		return GO_FORWARD;
 	/* Off the list while the driver maps: a second map of h meanwhile is not charged twice. */
-	int go = vgpu_mem_admit_index(*idx, size);
+	int go = vgpu_mem_charge_index(*idx, size);
 	if (go != GO_COUNTED)
 		vimp_put(h, *idx);
 	return go;
@@ -261,7 +261,7 @@ void vgpu_vmm_import_map_end(uint64_t h, CUresult rc, int go, uint64_t size, int
 	vgpu_cu_ctx_get_current(&ctx);
 	if (rc == CUDA_SUCCESS && vgpu_track_add(TRACK_HANDLE, h, size, idx, vgpu_ctx_owner(ctx)) == 0)
 		return;
-	vgpu_quota_release(idx, size);
+	vgpu_quota_uncharge(idx, size);
 	if (rc != CUDA_SUCCESS)
 		vimp_put(h, idx);
 }
@@ -320,7 +320,7 @@ static void holder_gone(uint64_t h)
 {
 	struct vgpu_tracked t;
 	if (vgpu_track_handle_adjust(h, 0, -1, &t) == 1)
-		vgpu_quota_release(t.idx, t.bytes); /* released meanwhile: this was its last holder */
+		vgpu_quota_uncharge(t.idx, t.bytes); /* released meanwhile: this was its last holder */
 }
 
 /* After a successful bind of handle mem: it now has one more holder. */

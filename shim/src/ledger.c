@@ -33,7 +33,7 @@
  * first extends its last stretch, a new process starts at a random place.
  * Only a nearly full pool makes it walk from lock to lock.
  *
- * Memory the driver has already handed out (vgpu_quota_reserve_force) is counted
+ * Memory the driver has already handed out (vgpu_quota_charge_force) is counted
  * whether or not it fits: from the whole pool first, and what the pool
  * cannot take goes to the GPU's overflow interval, taken the same way. While
  * any process holds overflow the pool has room past the limit, so a grant is

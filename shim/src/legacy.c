@@ -18,7 +18,7 @@
 
 VGPU_EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytes)
 {
-	int idx, go = vgpu_mem_admit_current(bytes, &idx);
+	int idx, go = vgpu_mem_charge_current(bytes, &idx);
 	if (go == GO_REFUSE)
 		return REFUSED;
 	CUresult rc = NEXT(cuMemAlloc)(dptr, bytes);
@@ -31,7 +31,7 @@ VGPU_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pitch, 
 	/* As cuMemAllocPitch_v2: a bound first (pitch alignment is at most 512
 	 * bytes), then the real pitch x height. */
 	uint64_t est = ((uint64_t)width + 511) / 512 * 512 * height;
-	int idx, go = vgpu_mem_admit_current(est, &idx);
+	int idx, go = vgpu_mem_charge_current(est, &idx);
 	if (go == GO_REFUSE)
 		return REFUSED;
 	CUresult rc = NEXT(cuMemAllocPitch)(dptr, pitch, width, height, elem);
@@ -41,14 +41,14 @@ VGPU_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pitch, 
 		return vgpu_mem_settle(rc, go, TRACK_PTR, dptr ? *dptr : 0, est, idx);
 	uint64_t real = (uint64_t)*pitch * height;
 	if (real > est) {
-		if (vgpu_mem_admit_index(idx, real - est) != GO_COUNTED) {
-			vgpu_quota_release(idx, est);
+		if (vgpu_mem_charge_index(idx, real - est) != GO_COUNTED) {
+			vgpu_quota_uncharge(idx, est);
 			NEXT(cuMemFree)(*dptr);
 			*dptr = 0;
 			return REFUSED;
 		}
 	} else {
-		vgpu_quota_release(idx, est - real);
+		vgpu_quota_uncharge(idx, est - real);
 	}
 	return vgpu_mem_settle(rc, go, TRACK_PTR, *dptr, real, idx);
 }
@@ -60,13 +60,13 @@ static CUresult do_free(void *a)
 
 VGPU_EXPORT CUresult cuMemFree(CUdeviceptr_v1 p)
 {
-	return vgpu_mem_release(TRACK_PTR, p, do_free, &p);
+	return vgpu_mem_uncharge(TRACK_PTR, p, do_free, &p);
 }
 
 VGPU_EXPORT CUresult cuArrayCreate(CUarray *arr, const CUDA_ARRAY_DESCRIPTOR_v1 *a)
 {
 	uint64_t bytes = a ? vgpu_array_bytes(a->Width, a->Height, 0, a->Format, a->NumChannels) : 0;
-	int idx, go = vgpu_mem_admit_current(bytes, &idx);
+	int idx, go = vgpu_mem_charge_current(bytes, &idx);
 	if (go == GO_REFUSE)
 		return REFUSED;
 	CUresult rc = NEXT(cuArrayCreate)(arr, a);
@@ -76,7 +76,7 @@ VGPU_EXPORT CUresult cuArrayCreate(CUarray *arr, const CUDA_ARRAY_DESCRIPTOR_v1 
 VGPU_EXPORT CUresult cuArray3DCreate(CUarray *arr, const CUDA_ARRAY3D_DESCRIPTOR_v1 *a)
 {
 	uint64_t bytes = a ? vgpu_array_bytes(a->Width, a->Height, a->Depth, a->Format, a->NumChannels) : 0;
-	int idx, go = vgpu_mem_admit_current(bytes, &idx);
+	int idx, go = vgpu_mem_charge_current(bytes, &idx);
 	if (go == GO_REFUSE)
 		return REFUSED;
 	CUresult rc = NEXT(cuArray3DCreate)(arr, a);

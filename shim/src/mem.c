@@ -1,7 +1,8 @@
 /*
- * Memory quota: every counted allocation reserves its
- * size in the usage region *before* the driver is called and gives it back
- * if the driver fails, so two processes can never both pass the limit. Over
+ * Memory quota: every counted allocation is charged its size against the
+ * quota (quota.c, decided from the ledger) *before* the driver is called and
+ * gives it back if the driver fails, so two processes can never both pass
+ * the limit. Over
  * the quota the caller gets CUDA_ERROR_OUT_OF_MEMORY, which every framework
  * handles (a -1 would not be), and one log line.
  */
@@ -27,7 +28,7 @@
 #include "real.h"
 #include "track.h"
 
-/* ---- admission ------------------------------------------------------------------ */
+/* ---- charge --------------------------------------------------------------------- */
 
 static void over_quota(int idx, uint64_t bytes)
 {
@@ -36,15 +37,15 @@ static void over_quota(int idx, uint64_t bytes)
 	     (unsigned long long)vgpu.limits.gpu[idx].memory);
 }
 
-/* Reserves bytes on idx for an allocation of asked bytes: 0, or -1 after
- * saying why (an unrecorded reservation is reported once, where it failed). */
-static int reserve_or_reclaim(int idx, uint64_t bytes, uint64_t asked)
+/* Charges bytes on idx for an allocation of asked bytes: 0, or -1 after
+ * saying why (an unrecorded charge is reported once, where it failed). */
+static int charge_or_reclaim(int idx, uint64_t bytes, uint64_t asked)
 {
-	int rc = vgpu_quota_reserve(idx, bytes);
+	int rc = vgpu_quota_charge(idx, bytes);
 	/* Stream-ordered pools may hold freed memory for reuse: they give it
 	 * back before anything is refused (pool.c). */
 	if (rc == VGPU_OVER_QUOTA && vgpu_pool_reclaim(idx))
-		rc = vgpu_quota_reserve(idx, bytes);
+		rc = vgpu_quota_charge(idx, bytes);
 	if (rc == VGPU_OVER_QUOTA)
 		over_quota(idx, asked);
 	return rc == 0 ? 0 : -1;
@@ -68,10 +69,10 @@ static int admit_index(int idx, uint64_t bytes)
 		return GO_REFUSE;
 	}
 	vgpu_fp_poll(); /* footprint growth since the last measure, if one is due */
-	return reserve_or_reclaim(idx, bytes, bytes) == 0 ? GO_COUNTED : GO_REFUSE;
+	return charge_or_reclaim(idx, bytes, bytes) == 0 ? GO_COUNTED : GO_REFUSE;
 }
 
-int vgpu_mem_admit_current(uint64_t bytes, int *idx)
+int vgpu_mem_charge_current(uint64_t bytes, int *idx)
 {
 	vgpu_init();
 	*idx = vgpu.mode == VGPU_ENFORCE ? vgpu_current_index(NULL) : -1;
@@ -93,7 +94,7 @@ static CUresult settle_in(CUresult rc, int go, int kind, uint64_t key, uint64_t 
 	if (go != GO_COUNTED)
 		return rc;
 	if (rc != CUDA_SUCCESS || vgpu_track_add(kind, key, bytes, idx, ctx) != 0)
-		vgpu_quota_release(idx, bytes);
+		vgpu_quota_uncharge(idx, bytes);
 	return rc;
 }
 
@@ -103,7 +104,7 @@ CUresult vgpu_mem_settle(CUresult rc, int go, int kind, uint64_t key, uint64_t b
 }
 
 /* Gives back what a successful free/release/destroy of key released. */
-CUresult vgpu_mem_release(int kind, uint64_t key, CUresult (*call)(void *), void *arg)
+CUresult vgpu_mem_uncharge(int kind, uint64_t key, CUresult (*call)(void *), void *arg)
 {
 	struct vgpu_tracked t;
 	/* Untrack first: once the driver has freed the address, another thread may
@@ -118,7 +119,7 @@ CUresult vgpu_mem_release(int kind, uint64_t key, CUresult (*call)(void *), void
 	CUresult rc = call(arg);
 	if (had) {
 		if (rc == CUDA_SUCCESS)
-			vgpu_quota_release(t.idx, t.bytes);
+			vgpu_quota_uncharge(t.idx, t.bytes);
 		else
 			vgpu_track_add(kind, key, t.bytes, t.idx, t.ctx);
 	}
@@ -131,7 +132,7 @@ CUresult vgpu_mem_release(int kind, uint64_t key, CUresult (*call)(void *), void
 
 VGPU_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes)
 {
-	int idx, go = vgpu_mem_admit_current(bytes, &idx);
+	int idx, go = vgpu_mem_charge_current(bytes, &idx);
 	if (go == GO_REFUSE)
 		return REFUSED;
 	CUresult rc = NEXT(cuMemAlloc_v2)(dptr, bytes);
@@ -140,7 +141,7 @@ VGPU_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes)
 
 VGPU_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned flags)
 {
-	int idx, go = vgpu_mem_admit_current(bytes, &idx);
+	int idx, go = vgpu_mem_charge_current(bytes, &idx);
 	if (go == GO_REFUSE)
 		return REFUSED;
 	CUresult rc = NEXT(cuMemAllocManaged)(dptr, bytes, flags);
@@ -153,26 +154,26 @@ VGPU_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t
 	/* Reserve a bound first (pitch alignment is at most 512 bytes on every
 	 * GPU we know of), then settle on the real pitch × height. */
 	uint64_t est = ((uint64_t)width + 511) / 512 * 512 * height;
-	int idx, go = vgpu_mem_admit_current(est, &idx);
+	int idx, go = vgpu_mem_charge_current(est, &idx);
 	if (go == GO_REFUSE)
 		return REFUSED;
 	CUresult rc = NEXT(cuMemAllocPitch_v2)(dptr, pitch, width, height, elem);
 	if (go != GO_COUNTED)
 		return rc;
 	if (rc != CUDA_SUCCESS) {
-		vgpu_quota_release(idx, est);
+		vgpu_quota_uncharge(idx, est);
 		return rc;
 	}
 	uint64_t real = (uint64_t)*pitch * height;
 	if (real > est) {
-		if (reserve_or_reclaim(idx, real - est, real) != 0) {
-			vgpu_quota_release(idx, est);
+		if (charge_or_reclaim(idx, real - est, real) != 0) {
+			vgpu_quota_uncharge(idx, est);
 			NEXT(cuMemFree_v2)(*dptr);
 			*dptr = 0;
 			return REFUSED;
 		}
 	} else {
-		vgpu_quota_release(idx, est - real);
+		vgpu_quota_uncharge(idx, est - real);
 	}
 	return vgpu_mem_settle(rc, go, TRACK_PTR, *dptr, real, idx);
 }
@@ -192,7 +193,7 @@ VGPU_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes, CUstream s
 	if (vgpu_graph_capturing(s, 0))
 		return NEXT(cuMemAllocAsync)(dptr, bytes, s);
 	struct vgpu_pool_op op;
-	if (vgpu_pool_admit(NULL, s, bytes, &op) == GO_REFUSE)
+	if (vgpu_pool_charge(NULL, s, bytes, &op) == GO_REFUSE)
 		return REFUSED;
 	return vgpu_pool_settle(NEXT(cuMemAllocAsync)(dptr, bytes, s), &op, dptr);
 }
@@ -202,7 +203,7 @@ VGPU_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUstr
 	if (vgpu_graph_capturing(s, 1))
 		return NEXT(cuMemAllocAsync_ptsz)(dptr, bytes, s);
 	struct vgpu_pool_op op;
-	if (vgpu_pool_admit(NULL, s, bytes, &op) == GO_REFUSE)
+	if (vgpu_pool_charge(NULL, s, bytes, &op) == GO_REFUSE)
 		return REFUSED;
 	return vgpu_pool_settle(NEXT(cuMemAllocAsync_ptsz)(dptr, bytes, s), &op, dptr);
 }
@@ -212,7 +213,7 @@ VGPU_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes, CU
 	if (vgpu_graph_capturing(s, 0))
 		return NEXT(cuMemAllocFromPoolAsync)(dptr, bytes, pool, s);
 	struct vgpu_pool_op op;
-	if (vgpu_pool_admit(pool, s, bytes, &op) == GO_REFUSE)
+	if (vgpu_pool_charge(pool, s, bytes, &op) == GO_REFUSE)
 		return REFUSED;
 	return vgpu_pool_settle(NEXT(cuMemAllocFromPoolAsync)(dptr, bytes, pool, s), &op, dptr);
 }
@@ -223,7 +224,7 @@ VGPU_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t byte
 	if (vgpu_graph_capturing(s, 1))
 		return NEXT(cuMemAllocFromPoolAsync_ptsz)(dptr, bytes, pool, s);
 	struct vgpu_pool_op op;
-	if (vgpu_pool_admit(pool, s, bytes, &op) == GO_REFUSE)
+	if (vgpu_pool_charge(pool, s, bytes, &op) == GO_REFUSE)
 		return REFUSED;
 	return vgpu_pool_settle(NEXT(cuMemAllocFromPoolAsync_ptsz)(dptr, bytes, pool, s), &op, dptr);
 }
@@ -251,7 +252,7 @@ static CUresult release_ptr(CUdeviceptr p, CUresult (*call)(void *), void *arg)
 	struct vgpu_pool_free f;
 	if (vgpu_pool_free_begin(p, &f))
 		return vgpu_pool_free_end(call(arg), &f);
-	return vgpu_mem_release(TRACK_PTR, p, call, arg);
+	return vgpu_mem_uncharge(TRACK_PTR, p, call, arg);
 }
 
 VGPU_EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
@@ -310,7 +311,7 @@ VGPU_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h)
 		vgpu_vmm_import_release(h);
 	if (r == 1) {
 		if (rc == CUDA_SUCCESS)
-			vgpu_quota_release(t.idx, t.bytes);
+			vgpu_quota_uncharge(t.idx, t.bytes);
 		else
 			vgpu_track_add(TRACK_HANDLE, h, t.bytes, t.idx, t.ctx);
 	} else if (r == 0 && rc != CUDA_SUCCESS) {
@@ -347,7 +348,7 @@ VGPU_EXPORT CUresult cuMemUnmap(CUdeviceptr va, size_t size)
 		uint64_t freed[VGPU_MAX_DEVICES] = {0};
 		vgpu_track_unmap(va, size, freed);
 		for (int d = 0; d < VGPU_MAX_DEVICES; d++)
-			vgpu_quota_release(d, freed[d]);
+			vgpu_quota_uncharge(d, freed[d]);
 	}
 	return rc;
 }
@@ -413,7 +414,7 @@ static uint64_t mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *a, unsigned levels)
 VGPU_EXPORT CUresult cuArrayCreate_v2(CUarray *arr, const CUDA_ARRAY_DESCRIPTOR *a)
 {
 	uint64_t bytes = a ? vgpu_array_bytes(a->Width, a->Height, 0, a->Format, a->NumChannels) : 0;
-	int idx, go = vgpu_mem_admit_current(bytes, &idx);
+	int idx, go = vgpu_mem_charge_current(bytes, &idx);
 	if (go == GO_REFUSE)
 		return REFUSED;
 	CUresult rc = NEXT(cuArrayCreate_v2)(arr, a);
@@ -429,7 +430,7 @@ VGPU_EXPORT CUresult cuArray3DCreate_v2(CUarray *arr, const CUDA_ARRAY3D_DESCRIP
 	uint64_t bytes = a && !(a->Flags & ARRAY_NO_MEMORY)
 				 ? vgpu_array_bytes(a->Width, a->Height, a->Depth, a->Format, a->NumChannels)
 				 : 0;
-	int idx, go = vgpu_mem_admit_current(bytes, &idx);
+	int idx, go = vgpu_mem_charge_current(bytes, &idx);
 	if (go == GO_REFUSE)
 		return REFUSED;
 	CUresult rc = NEXT(cuArray3DCreate_v2)(arr, a);
@@ -443,7 +444,7 @@ static CUresult do_array_destroy(void *a)
 
 VGPU_EXPORT CUresult cuArrayDestroy(CUarray arr)
 {
-	CUresult rc = vgpu_mem_release(TRACK_ARRAY, (uint64_t)(uintptr_t)arr, do_array_destroy, &arr);
+	CUresult rc = vgpu_mem_uncharge(TRACK_ARRAY, (uint64_t)(uintptr_t)arr, do_array_destroy, &arr);
 	if (rc == CUDA_SUCCESS)
 		vgpu_array_maps_gone(arr);
 	return rc;
@@ -453,7 +454,7 @@ VGPU_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *m, const CUDA_ARRA
 					    unsigned levels)
 {
 	uint64_t bytes = a && !(a->Flags & ARRAY_NO_MEMORY) ? mipmap_bytes(a, levels) : 0;
-	int idx, go = vgpu_mem_admit_current(bytes, &idx);
+	int idx, go = vgpu_mem_charge_current(bytes, &idx);
 	if (go == GO_REFUSE)
 		return REFUSED;
 	CUresult rc = NEXT(cuMipmappedArrayCreate)(m, a, levels);
@@ -467,7 +468,7 @@ static CUresult do_mipmap_destroy(void *a)
 
 VGPU_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray m)
 {
-	CUresult rc = vgpu_mem_release(TRACK_MIPMAP, (uint64_t)(uintptr_t)m, do_mipmap_destroy, &m);
+	CUresult rc = vgpu_mem_uncharge(TRACK_MIPMAP, (uint64_t)(uintptr_t)m, do_mipmap_destroy, &m);
 	if (rc == CUDA_SUCCESS)
 		vgpu_array_maps_gone(m);
 	return rc;
@@ -813,7 +814,7 @@ VGPU_EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx g)
 
 /* ---- for the hooks in other files (mem.h) ------------------------------------------------ */
 
-int vgpu_mem_admit_index(int idx, uint64_t bytes)
+int vgpu_mem_charge_index(int idx, uint64_t bytes)
 {
 	vgpu_init();
 	return admit_index(vgpu.mode == VGPU_ENFORCE ? idx : -1, bytes);

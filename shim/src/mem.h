@@ -1,4 +1,4 @@
-/* mem.c: the admission and release steps of the allocation hooks, for those
+/* mem.c: the charge and uncharge steps of the allocation hooks, for those
  * kept in files of their own (legacy.c, pool.c, import.c, footprint.c); the
  * context that owns an allocation. */
 #ifndef VGPU_MEM_H
@@ -8,20 +8,20 @@
 
 #include "common.h"
 
-/* What an admission decided: forward uncounted, counted (bytes reserved:
+/* What a charge decided: forward uncounted, counted (bytes reserved:
  * the caller must track them or give them back), or refuse. */
 enum { GO_FORWARD, GO_COUNTED, GO_REFUSE };
 
 /* Decides an allocation of bytes on the current context's device; *idx gets
  * its limits index. */
-int vgpu_mem_admit_current(uint64_t bytes, int *idx);
+int vgpu_mem_charge_current(uint64_t bytes, int *idx);
 /* Decides an allocation of bytes on limits index idx (vgpu_device_index). */
-int vgpu_mem_admit_index(int idx, uint64_t bytes);
+int vgpu_mem_charge_index(int idx, uint64_t bytes);
 /* After the driver call: tracks key (kind from track.h) under the current
  * context on success, gives the reservation back on failure; returns rc. */
 CUresult vgpu_mem_settle(CUresult rc, int go, int kind, uint64_t key, uint64_t bytes, int idx);
 /* Frees key through call(arg) and gives back what it held when that succeeds. */
-CUresult vgpu_mem_release(int kind, uint64_t key, CUresult (*call)(void *), void *arg);
+CUresult vgpu_mem_uncharge(int kind, uint64_t key, CUresult (*call)(void *), void *arg);
 /* Bytes an array of w x h x d elements of CUarray_format fmt takes (counted). */
 uint64_t vgpu_array_bytes(size_t w, size_t h, size_t d, int fmt, unsigned ch);
 /* The context that owns memory allocated while ctx is current: for the

@@ -95,7 +95,7 @@ VGPU_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
 	 * the value asked, before the call (footprint.c). OUT_OF_MEMORY is what
 	 * the driver itself returns when it cannot reserve a limit. */
 	struct vgpu_fp_limit l;
-	if (vgpu_fp_limit_admit(limit, value, &l) != 0)
+	if (vgpu_fp_limit_charge(limit, value, &l) != 0)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	CUresult rc = NEXT(cuCtxSetLimit)(limit, value);
 	vgpu_fp_limit_settle(rc, &l);

@@ -192,9 +192,9 @@ static void refresh(int i, const uint64_t *value, uint64_t done)
 		/* Grown past what was reserved for it: already handed out, so counted. */
 		LOGD("memory pool on %s reserves %llu bytes more than reserved ahead", vgpu.limits.gpu[idx].uuid,
 		     (unsigned long long)(after - before));
-		vgpu_quota_reserve_force(idx, after - before);
+		vgpu_quota_charge_force(idx, after - before);
 	} else if (after < before) {
-		vgpu_quota_release(idx, before - after);
+		vgpu_quota_uncharge(idx, before - after);
 	}
 }
 
@@ -213,7 +213,7 @@ static void retire_if_done(int i)
 	}
 	pthread_mutex_unlock(&mu);
 	if (bytes && idx >= 0)
-		vgpu_quota_release(idx, bytes);
+		vgpu_quota_uncharge(idx, bytes);
 }
 
 int vgpu_pool_reclaim(int idx)
@@ -337,10 +337,10 @@ int vgpu_stream_index(CUstream s, CUdevice *dev)
  * space in the pool drift apart (alignment, reuse policies, fragmentation):
  * the driver may still grow the pool, and that growth is charged when seen,
  * so it can carry the container past its limit. From then on no pool
- * allocation is admitted until frees bring the usage back: the overshoot is
+ * allocation is charged until frees bring the usage back: the overshoot is
  * one growth of the allocations in flight at that moment, not unbounded.
  * Exactly at the limit a pool still serves from what it holds (a pool that
- * grew to the quota by admitted growth keeps working, as PyTorch's does).
+ * grew to the quota by charged growth keeps working, as PyTorch's does).
  */
 static int past_limit(int idx)
 {
@@ -350,12 +350,12 @@ static int past_limit(int idx)
 	return !(vgpu_pool_reclaim(idx) && vgpu_quota_used(idx) <= limit);
 }
 
-int vgpu_pool_admit(CUmemoryPool pool, CUstream s, uint64_t bytes, struct vgpu_pool_op *op)
+int vgpu_pool_charge(CUmemoryPool pool, CUstream s, uint64_t bytes, struct vgpu_pool_op *op)
 {
 	vgpu_init();
 	*op = (struct vgpu_pool_op){.go = GO_FORWARD, .slot = -1, .idx = -1};
 	if (vgpu.mode != VGPU_ENFORCE)
-		return op->go = vgpu_mem_admit_index(-1, bytes);
+		return op->go = vgpu_mem_charge_index(-1, bytes);
 	CUdevice sdev = -1;
 	int sidx = vgpu_stream_index(s, &sdev);
 	if (sidx == -2)
@@ -383,7 +383,7 @@ int vgpu_pool_admit(CUmemoryPool pool, CUstream s, uint64_t bytes, struct vgpu_p
 		pthread_mutex_unlock(&mu);
 		op->idx = idx;
 		op->bytes = bytes;
-		return op->go = vgpu_mem_admit_index(idx, bytes);
+		return op->go = vgpu_mem_charge_index(idx, bytes);
 	}
 	struct pool *p = &pools[i];
 	uint64_t held = p->observed + p->inflight;
@@ -396,7 +396,7 @@ int vgpu_pool_admit(CUmemoryPool pool, CUstream s, uint64_t bytes, struct vgpu_p
 	*op = (struct vgpu_pool_op){.go = GO_COUNTED, .slot = i, .idx = idx, .bytes = bytes};
 	int refuse;
 	if (need) {
-		refuse = vgpu_mem_admit_index(idx, need) != GO_COUNTED;
+		refuse = vgpu_mem_charge_index(idx, need) != GO_COUNTED;
 	} else if ((refuse = past_limit(idx))) {
 		LOGW("GPU memory quota exceeded on %s: %llu bytes requested from a memory pool, %llu of %llu in use by "
 		     "the container", vgpu.limits.gpu[idx].uuid, (unsigned long long)bytes,
@@ -428,7 +428,7 @@ CUresult vgpu_pool_settle(CUresult rc, struct vgpu_pool_op *op, CUdeviceptr *dpt
 		return rc;
 	if (op->slot < 0) {
 		if (rc != CUDA_SUCCESS || !dptr || ptr_add(*dptr, -1, op->idx, op->bytes) != 0)
-			vgpu_quota_release(op->idx, op->bytes);
+			vgpu_quota_uncharge(op->idx, op->bytes);
 		return rc;
 	}
 	if (rc != CUDA_SUCCESS || !dptr || ptr_add(*dptr, op->slot, op->idx, op->bytes) != 0) {
@@ -455,11 +455,11 @@ CUresult vgpu_pool_free_end(CUresult rc, const struct vgpu_pool_free *f)
 {
 	if (rc != CUDA_SUCCESS) {
 		if (ptr_add(f->p, f->slot, f->idx, f->bytes) != 0 && f->slot < 0)
-			vgpu_quota_release(f->idx, f->bytes);
+			vgpu_quota_uncharge(f->idx, f->bytes);
 		return rc;
 	}
 	if (f->slot < 0) {
-		vgpu_quota_release(f->idx, f->bytes);
+		vgpu_quota_uncharge(f->idx, f->bytes);
 		return rc;
 	}
 	/* The block goes back to the pool, which keeps it up to its release
@@ -506,7 +506,7 @@ void vgpu_pool_ctx_gone(CUcontext ctx)
 		struct ptr *e = gone;
 		gone = e->next;
 		if (e->slot < 0) {
-			vgpu_quota_release(e->idx, e->bytes);
+			vgpu_quota_uncharge(e->idx, e->bytes);
 		} else {
 			pthread_mutex_lock(&mu);
 			struct pool *p = &pools[e->slot];

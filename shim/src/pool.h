@@ -6,7 +6,7 @@
 
 #include "common.h"
 
-/* An allocation from a pool between its admission and the driver's answer. */
+/* An allocation from a pool between its charge and the driver's answer. */
 struct vgpu_pool_op {
 	int go;        /* GO_FORWARD, GO_COUNTED or GO_REFUSE (mem.h) */
 	int slot;      /* the pool's entry; -1: counted per allocation */
@@ -24,7 +24,7 @@ struct vgpu_pool_free {
 
 /* Decides an allocation of bytes from pool (NULL: the current pool of the
  * stream's device, as cuMemAllocAsync) on stream s; returns op->go. */
-int vgpu_pool_admit(CUmemoryPool pool, CUstream s, uint64_t bytes, struct vgpu_pool_op *op);
+int vgpu_pool_charge(CUmemoryPool pool, CUstream s, uint64_t bytes, struct vgpu_pool_op *op);
 /* After the driver call: records *dptr on success; returns rc. */
 CUresult vgpu_pool_settle(CUresult rc, struct vgpu_pool_op *op, CUdeviceptr *dptr);
 /* Before a free of p: 1 (and *f) when p came from a pool, forgotten until vgpu_pool_free_end. */

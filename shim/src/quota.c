@@ -268,12 +268,12 @@ static int reserve(int idx, uint64_t bytes, int force)
 	}
 }
 
-int vgpu_quota_reserve(int idx, uint64_t bytes)
+int vgpu_quota_charge(int idx, uint64_t bytes)
 {
 	return reserve(idx, bytes, 0);
 }
 
-int vgpu_quota_reserve_force(int idx, uint64_t bytes)
+int vgpu_quota_charge_force(int idx, uint64_t bytes)
 {
 	return reserve(idx, bytes, 1);
 }
@@ -295,7 +295,7 @@ static void keeper_kick(void)
 		futex(&keeper_state, FUTEX_WAKE_PRIVATE, 1);
 }
 
-void vgpu_quota_release(int idx, uint64_t bytes)
+void vgpu_quota_uncharge(int idx, uint64_t bytes)
 {
 	if (bytes == 0 || idx < 0 || idx >= VGPU_MAX_DEVICES)
 		return;

@@ -8,12 +8,12 @@
  * VGPU_UNRECORDED (the ledger cannot take it; logged once by the callee). */
 #define VGPU_OVER_QUOTA (-1)
 #define VGPU_UNRECORDED (-2)
-int vgpu_quota_reserve(int idx, uint64_t bytes);
+int vgpu_quota_charge(int idx, uint64_t bytes);
 /* Counts bytes even past the limit (memory the driver already handed out): 0, or
  * VGPU_UNRECORDED when the ledger could not record it (counted by this process only). */
-int vgpu_quota_reserve_force(int idx, uint64_t bytes);
+int vgpu_quota_charge_force(int idx, uint64_t bytes);
 /* Gives back bytes reserved earlier (saturating). */
-void vgpu_quota_release(int idx, uint64_t bytes);
+void vgpu_quota_uncharge(int idx, uint64_t bytes);
 /* Bytes the whole container holds on idx (this process's own count plus what
  * the ledger shows the others hold); the limit when that cannot be measured. */
 uint64_t vgpu_quota_used(int idx);

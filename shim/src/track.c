@@ -221,7 +221,7 @@ void vgpu_track_drop_ctx(CUcontext ctx)
 		}
 	pthread_mutex_unlock(&mu);
 	for (int d = 0; d < VGPU_MAX_DEVICES; d++)
-		vgpu_quota_release(d, freed[d]);
+		vgpu_quota_uncharge(d, freed[d]);
 }
 
 static void after_fork(void)
