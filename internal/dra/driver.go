@@ -14,6 +14,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
@@ -65,6 +66,10 @@ type Driver struct {
 	// the kubelet has registered the driver.
 	helper  atomic.Pointer[kubeletplugin.Helper]
 	metrics *collector
+
+	// statusClient writes the quota of each prepared claim into its status
+	// (status.go); set by Run before the kubelet can call.
+	statusClient kubernetes.Interface
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -142,6 +147,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 			continue
 		}
 		d.metrics.prepares.Inc()
+		d.writeStatus(ctx, claim, gpus)
 		out[claim.UID] = kubeletplugin.PrepareResult{Devices: devices}
 	}
 	return out, nil

@@ -61,6 +61,7 @@ func (d *Driver) Run(ctx context.Context, opts RunOptions) error {
 	if opts.RegistryDir != "" {
 		pluginOpts = append(pluginOpts, kubeletplugin.RegistrarDirectoryPath(opts.RegistryDir))
 	}
+	d.statusClient = opts.Client
 	helper, err := kubeletplugin.Start(ctx, d, pluginOpts...)
 	if err != nil {
 		return fmt.Errorf("dra driver: start the kubelet plugin: %w", err)
