@@ -381,9 +381,18 @@ func TestChartDRADriver(t *testing.T) {
 			allowed[res] = append(allowed[res], r.Verbs...)
 		}
 	}
-	for res, verb := range map[string]string{"resourceclaims": "get", "resourceslices": "create", "nodes": "get"} {
+	for res, verb := range map[string]string{"resourceclaims": "get", "resourceslices": "create", "nodes": "get",
+		"resourceclaims/status": "patch", "resourceclaims/driver": "associated-node:patch"} {
 		if !slices.Contains(allowed[res], verb) {
 			t.Errorf("the role does not allow %s on %s: %v", verb, res, allowed)
+		}
+	}
+	// The driver may write the status.devices entries of its own name
+	// only, and only from a pod on the claim's node.
+	for _, r := range m.clusterRoles[0].Rules {
+		if slices.Contains(r.Resources, "resourceclaims/driver") &&
+			(!slices.Equal(r.ResourceNames, []string{"vgpu.example.com"}) || !slices.Equal(r.Verbs, []string{"associated-node:patch"})) {
+			t.Errorf("the rule on resourceclaims/driver is %+v, want associated-node:patch of vgpu.example.com only", r)
 		}
 	}
 
