@@ -4,12 +4,14 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -18,6 +20,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+	"k8s.io/client-go/util/jsonpath"
 
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/harness"
@@ -117,6 +121,10 @@ func testDRAClaimPodUnderTheKubelet(t *testing.T, containerd string) {
 		}
 	}
 	checkQuota(id)
+	t.Run("quota in the claim's status", func(t *testing.T) {
+		checkClaimStatus(t, ctx, n.k, claimName, draDeviceName(1),
+			`{"apiVersion":"nri-vgpu.io/v1","kind":"GPUQuota","uuid":"`+draGPU.UUID+`","memory":6442450944,"cores":30,"coresPolicy":"hard"}`)
+	})
 	claimDir := filepath.Join(n.runDir, "containers", "claim-"+string(created.UID))
 	if _, err := os.Stat(filepath.Join(claimDir, "limits")); err != nil {
 		t.Fatalf("the claim's host state: %v", err)
@@ -226,5 +234,75 @@ func sharedClaimPair(t *testing.T, ctx context.Context, n *clusterNode, gpuUUID 
 	// nothing free, and gets nothing more.
 	for _, id := range []string{mainID, secondID} {
 		n.cudaprog(t, ctx, id, env, "direct", "init", "info:0:6GiB", "nvml:0:6GiB:6GiB:0", "alloc:1MiB:2")
+	}
+}
+
+// checkClaimStatus checks that the prepared claim name of one GPU carries,
+// in its status.devices, one entry of the driver for its allocation result
+// (same device and shareID) whose data is the JSON object want, and that
+// the README's kubectl jsonpath reads the entry's device, memory and cores.
+func checkClaimStatus(t *testing.T, ctx context.Context, k *harness.Cluster, name, device, want string) {
+	t.Helper()
+	claim, err := k.Client.ResourceV1().ResourceClaims(podNamespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claim.Status.Allocation == nil || len(claim.Status.Allocation.Devices.Results) != 1 {
+		t.Fatalf("claim %s: allocation %+v, want one device", name, claim.Status.Allocation)
+	}
+	r := claim.Status.Allocation.Devices.Results[0]
+	if r.Device != device || r.ShareID == nil {
+		t.Fatalf("claim %s allocated %s share %v, want a share of %s", name, r.Device, r.ShareID, device)
+	}
+	var mine []resourceapi.AllocatedDeviceStatus
+	for _, d := range claim.Status.Devices {
+		if d.Driver == draDriver {
+			mine = append(mine, d)
+		}
+	}
+	if len(mine) != 1 {
+		t.Fatalf("claim %s: status.devices of %s = %+v, want one entry", name, draDriver, mine)
+	}
+	e := mine[0]
+	if e.Pool != k.NodeName || e.Device != device || e.ShareID == nil || *e.ShareID != string(*r.ShareID) {
+		t.Errorf("status entry %s/%s share %v, want %s/%s share %s", e.Pool, e.Device, e.ShareID, k.NodeName, device, *r.ShareID)
+	}
+	if e.Data == nil {
+		t.Fatalf("status entry of %s has no data", device)
+	}
+	var got, exp map[string]any
+	if err := json.Unmarshal(e.Data.Raw, &got); err != nil {
+		t.Fatalf("status data %s: %v", e.Data.Raw, err)
+	}
+	if err := json.Unmarshal([]byte(want), &exp); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, exp) {
+		t.Errorf("status data = %s, want %s", e.Data.Raw, want)
+	}
+
+	// What kubectl -o jsonpath prints, with the README's expression: on
+	// the claim's JSON decoded as kubectl decodes it (integers as int64).
+	raw, err := k.Client.ResourceV1().RESTClient().Get().Namespace(podNamespace).Resource("resourceclaims").Name(name).DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var obj map[string]any
+	if err := utiljson.Unmarshal(raw, &obj); err != nil {
+		t.Fatal(err)
+	}
+	jp := jsonpath.New("readme")
+	if err := jp.Parse(`{range .status.devices[?(@.driver=="gpu.nri-vgpu.io")]}{.device}{"\t"}{.data.memory}{"\t"}{.data.cores}{"\n"}{end}`); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := jp.Execute(&out, obj); err != nil {
+		t.Fatal(err)
+	}
+	var memory, cores float64
+	memory, _ = exp["memory"].(float64)
+	cores, _ = exp["cores"].(float64)
+	if line := fmt.Sprintf("%s\t%.0f\t%.0f\n", device, memory, cores); out.String() != line {
+		t.Errorf("jsonpath printed %q, want %q", out.String(), line)
 	}
 }

@@ -13,11 +13,15 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/harness"
@@ -66,6 +70,13 @@ func TestHelmChartDRADriver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Prepare wants the shim library where the config says; nothing loads
+	// it here.
+	shim := filepath.Join(dir, "libvgpu-shim.so")
+	if err := os.WriteFile(shim, []byte("\x7fELF"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	config = []byte(strings.Replace(string(config), "[paths]\n", fmt.Sprintf("[paths]\nshim_path = %q\n", shim), 1))
 	values, err := yaml.Marshal(map[string]any{
 		"image":     map[string]any{"repository": chartImageRepo, "tag": chartImageTag, "pullPolicy": "Never"},
 		"config":    string(config),
@@ -113,9 +124,21 @@ func TestHelmChartDRADriver(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The driver's pod would have the account's token.
+	// The driver's pod has the account's token, bound to the pod, which
+	// names the pod's node: no kubelet runs the pod, the test hands its
+	// token to the driver.
+	driverPod, err := k.Client.CoreV1().Pods("kube-system").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-node", Namespace: "kube-system"},
+		Spec: corev1.PodSpec{ServiceAccountName: name, NodeName: k.NodeName,
+			Containers: []corev1.Container{{Name: "dra-driver", Image: chartImageRepo + ":" + chartImageTag}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	tr, err := k.Client.CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, name,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(3600))}}, metav1.CreateOptions{})
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(3600)),
+			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: driverPod.Name, UID: driverPod.UID}}},
+		metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("a token of %s: %v", name, err)
 	}
@@ -149,6 +172,53 @@ current-context: e2e
 	slices.Sort(want)
 	s.waitSlice(t, ctx, want)
 	testKubectlPluginDRA(t, ctx, s)
+
+	t.Run("quota in the claim's status", func(t *testing.T) {
+		s.claimPod(t, ctx, "status", "4Gi", "25")
+		p := s.waitScheduled(t, ctx, "status")
+		uuid := ""
+		for i := range testGPUs {
+			if draDeviceName(i) == p.device {
+				uuid = testGPUs[i].UUID
+			}
+		}
+		claim, err := k.Client.ResourceV1().ResourceClaims(podNamespace).Get(ctx, "status", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The kubelet's call, played by the test.
+		ref := &drapb.Claim{Namespace: claim.Namespace, Name: claim.Name, Uid: string(claim.UID)}
+		plugin := draPluginClient(t, filepath.Join(dir, "plugin", "dra.sock"))
+		resp, err := plugin.NodePrepareResources(ctx, &drapb.NodePrepareResourcesRequest{Claims: []*drapb.Claim{ref}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := resp.Claims[string(claim.UID)]; r == nil || r.Error != "" {
+			t.Fatalf("NodePrepareResources: %+v", resp.Claims)
+		}
+		defer func() {
+			resp, err := plugin.NodeUnprepareResources(ctx, &drapb.NodeUnprepareResourcesRequest{Claims: []*drapb.Claim{ref}})
+			if err != nil || resp.Claims[string(claim.UID)] == nil || resp.Claims[string(claim.UID)].Error != "" {
+				t.Errorf("NodeUnprepareResources: %+v, %v", resp, err)
+			}
+		}()
+		if log, _ := os.ReadFile(s.log); strings.Contains(string(log), "cannot write the claim's quota") {
+			t.Errorf("the driver could not write the claim's status:\n%s", harness.Tail(s.log, 10))
+		}
+		checkClaimStatus(t, ctx, k, "status", p.device,
+			`{"apiVersion":"nri-vgpu.io/v1","kind":"GPUQuota","uuid":"`+uuid+`","memory":4294967296,"cores":25,"coresPolicy":"hard"}`)
+	})
+}
+
+// draPluginClient is the kubelet's side of a DRA driver's socket.
+func draPluginClient(t *testing.T, socket string) drapb.DRAPluginClient {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return drapb.NewDRAPluginClient(conn)
 }
 
 // canList reports whether the bearer of token may list resource (core
