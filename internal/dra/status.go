@@ -52,8 +52,9 @@ const statusTimeout = 10 * time.Second
 // the entries of the claim's other drivers are left alone, and with the
 // claim's UID, so that a claim deleted and made again under its name is
 // not written. A failure is logged and not returned: the quota is enforced
-// on the node either way, and the next prepare of the claim writes it
-// again. No client (a driver not started by Run): nothing is written.
+// on the node either way, and a later prepare of the claim, if the kubelet
+// makes one, writes it again. No client (a driver not started by Run):
+// nothing is written.
 func (d *Driver) writeStatus(ctx context.Context, claim *resourceapi.ResourceClaim, gpus []served) {
 	if d.statusClient == nil {
 		return
