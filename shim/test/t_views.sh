@@ -1,6 +1,8 @@
-# Views (src/quota.c): what cuMemGetInfo and NVML's memory figures report of the other
-# processes comes from the process's last measurement of the ledger, at most a keeper period
-# old, while every decision measures afresh. Sourced by run.sh.
+# Readers of the ledger. Views (src/quota.c): what cuMemGetInfo and NVML's memory figures
+# report of the other processes comes from the process's last measurement of the ledger, at
+# most a keeper period old, while every decision measures afresh. The SM limiter's host pids
+# (src/limiter.c): enumerated again only when the samples name a process not known at the
+# last enumeration, or a second on. Sourced by run.sh.
 
 # fcntl_between LOG M1 M2 — fcntl and fstat calls the traced program's first thread made between
 # its opens of the files M1 and M2 (strace -f -o LOG: each line starts with the thread's id).
@@ -88,7 +90,29 @@ test_view_pool_decision_fresh() {
 	return $r
 }
 
+test_sm_hostpids_enumerated_rarely() {
+	# A process launching flat out at a 50 % share, NVML sampling every 20 ms (each of the
+	# watcher's ticks sees fresh samples): it alone in its container, and no other process on
+	# the GPU, its watcher enumerates the container's host pid claims (the first query of each
+	# enumeration: below) at its start and then once a second, not at every
+	# tick; the share still holds. Each enumeration asks once for the part of the claims' ranges
+	# below the first claim, which starts where the ranges start and holds none.
+	command -v strace >/dev/null || { echo "    info: strace missing, skipped"; return 0; }
+	setup $GiB 50 hard
+	FAKECUDA_SAMPLE_MS=20 LD_PRELOAD=$SHIM timeout 60 strace -f -o "$T/trace" -e trace=fcntl \
+		"$PROG" init launchfor:2:0:1 >"$T/out" 2>"$T/err" || { cat "$T/out" "$T/err"; return 1; }
+	local n
+	n=$(grep -c "F_OFD_GETLK, {l_type=F_UNLCK, l_whence=SEEK_SET, l_start=$((1 << 62))," "$T/trace" || true)
+	echo "    info: $n enumerations of the host pid claims in 2 s of launches"
+	if [ "$n" -lt 1 ] || [ "$n" -gt 4 ]; then
+		echo "    host pid claims enumerated $n times in 2 s (want 1 to 4)"
+		return 1
+	fi
+	share_in "$T/out" 40 60
+}
+
 t view_loop_no_syscall test_view_loop_no_syscall
 t view_catches_up test_view_catches_up
 t view_refusal_fresh test_view_refusal_fresh
 t view_pool_decision_fresh test_view_pool_decision_fresh
+t sm_hostpids_enumerated_rarely test_sm_hostpids_enumerated_rarely
