@@ -20,7 +20,7 @@ test_view_loop_no_syscall() {
 	# A program that asks for free memory in a loop (a framework planning each step) makes no
 	# system call for it: the view is measured at most once a keeper period, not per call (each
 	# measurement is a few queries of the limits file, more with every process in the container).
-	command -v strace >/dev/null || { echo "    info: strace missing, skipped"; return 0; }
+	command -v strace >/dev/null || { echo "    strace is missing (hack/deps.sh installs it)"; return 1; }
 	setup $GiB
 	LD_PRELOAD=$SHIM timeout 60 strace -f -o "$T/trace" -e trace=fcntl,fstat,newfstatat,openat \
 		"$PROG" init alloc:1MiB info:1023MiB:1GiB touch:"$T/m1" infoloop:2000 touch:"$T/m2" \
@@ -97,7 +97,7 @@ test_sm_hostpids_enumerated_rarely() {
 	# enumeration: below) at its start and then once a second, not at every
 	# tick; the share still holds. Each enumeration asks once for the part of the claims' ranges
 	# below the first claim, which starts where the ranges start and holds none.
-	command -v strace >/dev/null || { echo "    info: strace missing, skipped"; return 0; }
+	command -v strace >/dev/null || { echo "    strace is missing (hack/deps.sh installs it)"; return 1; }
 	setup $GiB 50 hard
 	FAKECUDA_SAMPLE_MS=20 LD_PRELOAD=$SHIM timeout 60 strace -f -o "$T/trace" -e trace=fcntl \
 		"$PROG" init launchfor:2:0:1 >"$T/out" 2>"$T/err" || { cat "$T/out" "$T/err"; return 1; }
