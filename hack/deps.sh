@@ -25,6 +25,8 @@
 #   python3     python3 runs with what the shim tests import (test-shim)
 #                                                                     python3
 #   patch       patch applies a unified diff (test-go)                  patch
+#   strace      strace follows a program's threads and counts their system
+#               calls (test-shim)                                      strace
 #   debootstrap debootstrap knows the test roots' suite (test-packages)
 #                                                                debootstrap
 #   rpm         rpm initialises and queries a root (test-packages)        rpm
@@ -181,6 +183,11 @@ check_python3() {
 	[ "$(python3 -c 'import fcntl, os, struct, sys, time; print(struct.calcsize("q"))')" = 8 ]
 }
 
+check_strace() {
+	NEED=strace
+	strace -f -o /dev/null -e trace=fcntl true
+}
+
 check_patch() {
 	local d=$tmp/patch
 	mkdir -p "$d"
@@ -280,7 +287,7 @@ check_libseccomp() {
 	[ "$("$d/probe")" = 2 ]
 }
 
-checks=(ca_bundle go_modules c_shared cgo_race make git libfuzzer python3 patch debootstrap rpm dpkg_deb lintian rpmlint runc busybox docker libseccomp)
+checks=(ca_bundle go_modules c_shared cgo_race make git libfuzzer python3 patch strace debootstrap rpm dpkg_deb lintian rpmlint runc busybox docker libseccomp)
 
 # run_checks sets failed to the checks that fail, needed to the packages
 # they ask for and need_of[check] to each one's.

@@ -80,6 +80,9 @@
  * of 15 ms at a 30 % share is charged in full. */
 #define PERIOD_NS 50000000ll
 #define TICK_NS 20000000ll /* the watcher's cadence: NVML, the rate, the refill */
+#define HOSTPIDS_NS 1000000000ll    /* the container's host pids are enumerated again after this long, */
+#define HOSTPIDS_MIN_NS 100000000ll /* and at most this often */
+#define FOREIGN_MAX 64              /* other containers' processes remembered from the last enumeration */
 /* A refill later than this was not delayed but stopped (SIGSTOP, a frozen
  * cgroup): the time beyond it is not owed, or a resumed process would launch
  * seconds of banked work at once. */
@@ -261,13 +264,51 @@ static int measure(int idx, struct bucket *b, unsigned *mine, unsigned *all)
 	 * container can look busier than it is, never idler). A process whose
 	 * host pid is unknown is left out rather than matched by its namespace
 	 * pid, which may be another container's process in NVML's numbering. */
-	static struct vgpu_hp_set claimed, hidden;
+	/* Enumerating the claims is a query per claim, each a walk of the lock
+	 * list: it grows with the number of processes in the container, and the
+	 * watcher ticks every TICK_NS. The claims change only as processes start
+	 * and exit, so a GPU's enumeration is kept while every process the
+	 * samples name was known at it (ours, or another container's), up to
+	 * HOSTPIDS_NS: a process that has started since is seen at the first
+	 * sample naming it (HOSTPIDS_MIN_NS after the last enumeration at the
+	 * latest). Kept for HOSTPIDS_MIN_NS at least (a GPU where new
+	 * processes keep appearing), and no longer than that while processes of
+	 * other pid namespaces publish their SM use (a figure of every period). A
+	 * failed enumeration is not kept. */
+	static struct {
+		struct vgpu_hp_set claimed, hidden;
+		unsigned util, nforeign;
+		unsigned foreign[FOREIGN_MAX]; /* sampled at the enumeration, not the container's */
+		int64_t at; /* CLOCK_MONOTONIC_COARSE of the enumeration; 0: none */
+	} hp[VGPU_MAX_DEVICES];
+	struct vgpu_hp_set *claimed = &hp[idx].claimed, *hidden = &hp[idx].hidden;
 	unsigned hidden_util = 0, own = 0;
 	int32_t self = vgpu_host_pid();
-	if (vgpu_ledger_reader() != 0 || vgpu_ledger_host_pids(idx, &claimed, &hidden, &hidden_util) != 0) {
-		claimed.n = hidden.n = hidden.all = 0;
-		claimed.all = 1; /* cannot tell: count everything as ours, throttle rather than not */
+	int64_t t = vgpu_coarse_ns(), age = hp[idx].at ? t - hp[idx].at : INT64_MAX;
+	int known = age < HOSTPIDS_NS && !hidden->n && !hidden->all;
+	for (unsigned k = 0; known && k < np; k++) {
+		unsigned p = per[k].pid, f = 0;
+		if ((self && p == (unsigned)self) || vgpu_hp_set_has(claimed, p))
+			continue;
+		while (f < hp[idx].nforeign && hp[idx].foreign[f] != p)
+			f++;
+		known = f < hp[idx].nforeign;
+	}
+	if (age < HOSTPIDS_MIN_NS || known) {
+		hidden_util = hp[idx].util;
+	} else if (vgpu_ledger_reader() != 0 || vgpu_ledger_host_pids(idx, claimed, hidden, &hidden_util) != 0) {
+		claimed->n = hidden->n = hidden->all = 0;
+		claimed->all = 1; /* cannot tell: count everything as ours, throttle rather than not */
 		hidden_util = 0;
+		hp[idx].at = 0;
+	} else {
+		hp[idx].util = hidden_util;
+		hp[idx].at = t;
+		hp[idx].nforeign = 0;
+		for (unsigned k = 0; k < np && hp[idx].nforeign < FOREIGN_MAX; k++)
+			if (!(self && per[k].pid == (unsigned)self) && !vgpu_hp_set_has(claimed, per[k].pid) &&
+			    !vgpu_hp_set_has(hidden, per[k].pid))
+				hp[idx].foreign[hp[idx].nforeign++] = per[k].pid;
 	}
 	/* The container's processes in other pid namespaces (the containers of a
 	 * pod sharing a claim) count with what they publish, not with samples:
@@ -278,10 +319,10 @@ static int measure(int idx, struct bucket *b, unsigned *mine, unsigned *all)
 		int is_self = self && per[k].pid == (unsigned)self;
 		if (is_self)
 			own = util;
-		else if (!hidden.all && vgpu_hp_set_has(&hidden, per[k].pid))
+		else if (!hidden->all && vgpu_hp_set_has(hidden, per[k].pid))
 			continue; /* (too many to keep: counted from samples too, twice rather than not) */
 		*all += util;
-		if (is_self || vgpu_hp_set_has(&claimed, per[k].pid))
+		if (is_self || vgpu_hp_set_has(claimed, per[k].pid))
 			*mine += util;
 	}
 	*mine += hidden_util;

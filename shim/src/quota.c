@@ -67,6 +67,14 @@ static uint64_t lease[VGPU_MAX_DEVICES];  /* what this process leases */
 static int64_t avail[VGPU_MAX_DEVICES];   /* the unused part: the lock-free path takes from it */
 static uint64_t grant[VGPU_MAX_DEVICES];  /* the last chunk granted */
 static uint64_t unled[VGPU_MAX_DEVICES];  /* counted in lease[] but not in the ledger: forced while it failed */
+/* Bumped at each grant, return and refusal of lease: a view (below) taken
+ * before it is measured again. */
+static uint64_t changes[VGPU_MAX_DEVICES];
+
+static void changed(int idx)
+{
+	__atomic_add_fetch(&changes[idx], 1, __ATOMIC_SEQ_CST);
+}
 
 static uint64_t own_of(int idx)
 {
@@ -122,6 +130,7 @@ static void trim_locked(int idx, uint64_t keep_at_most)
 					      __ATOMIC_RELAXED));
 	uint64_t give = (uint64_t)a - keep_at_most;
 	give_back_locked(idx, give);
+	changed(idx);
 	__atomic_store_n(&lease[idx], lease[idx] - give, __ATOMIC_RELEASE);
 }
 
@@ -245,6 +254,7 @@ static int reserve(int idx, uint64_t bytes, int force)
 		int granted = 0;
 		vgpu_ledger_lock();
 		int rc = grow_locked(idx, bytes, force, &short_by, &granted);
+		changed(idx); /* a grant, or a refusal: the next view measures again */
 		/* The report: what we hold, in the ledger (our slot is taken
 		 * there the first time) without the region's lock, so that the
 		 * container's processes do not queue behind each other's system
@@ -422,20 +432,83 @@ uint64_t vgpu_quota_leased(int idx)
 	return __atomic_load_n(&lease[idx], __ATOMIC_RELAXED);
 }
 
-/* The others' leases and held reports on idx: 0, or -1 with errno. Quota
- * checks outside a grant (a new context's footprint, a pool's reclaim) read
- * this too. */
-static int others_of(int idx, uint64_t *leased, uint64_t *held)
+/*
+ * Views. Measuring the others enumerates their locks, one query a lock
+ * found (two queries a process at least, each a walk of the kernel's lock
+ * list): it grows with the number of processes. A quota decision outside a
+ * grant (a new context's footprint, a pool's reclaim: vgpu_quota_usage)
+ * measures every time. A report (cuMemGetInfo, NVML's memory figures,
+ * Contract 7) answers from the last measurement this process took, when it
+ * is less than VIEW_NS old and this process has taken, returned or been
+ * refused no lease since (each such change bumps changes[idx]): the others'
+ * held reports are up to a keeper period old themselves, so a view of that
+ * age says nothing older than they do, a program that asks in a loop makes
+ * no system call, and the enumeration costs a process at most one per
+ * VIEW_NS. The process's own part is always exact (own_of). The snapshot
+ * lives in this process's memory and is filled only from the ledger's
+ * locks, never from the usage region.
+ */
+#define VIEW_NS (KEEP_NS - 10000000ll) /* so that with the coarse clock's tick (at most 10 ms) it is a keeper period */
+
+static struct view {
+	unsigned seq;       /* odd while written: a reader that sees it measures itself */
+	uint64_t leased, held; /* the others', as measured */
+	uint64_t changes;   /* changes[idx] before the measurement */
+	int64_t at;         /* CLOCK_MONOTONIC_COARSE before the measurement; 0: none */
+} views[VGPU_MAX_DEVICES];
+static pthread_mutex_t view_mu = PTHREAD_MUTEX_INITIALIZER; /* one writer at a time */
+
+/* The snapshot of idx when it is fresh enough to answer a report: 1, else 0. */
+static int view_get(int idx, uint64_t *leased, uint64_t *held)
 {
-	if (vgpu_ledger_reader() != 0)
-		return -1;
-	return vgpu_ledger_others(idx, leased) != 0 || vgpu_ledger_others_held(idx, held) != 0 ? -1 : 0;
+	struct view *v = &views[idx];
+	unsigned s = __atomic_load_n(&v->seq, __ATOMIC_ACQUIRE);
+	if (s & 1)
+		return 0;
+	uint64_t l = __atomic_load_n(&v->leased, __ATOMIC_RELAXED), h = __atomic_load_n(&v->held, __ATOMIC_RELAXED);
+	uint64_t c = __atomic_load_n(&v->changes, __ATOMIC_RELAXED);
+	int64_t at = __atomic_load_n(&v->at, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	if (__atomic_load_n(&v->seq, __ATOMIC_RELAXED) != s || !at ||
+	    c != __atomic_load_n(&changes[idx], __ATOMIC_SEQ_CST) || vgpu_coarse_ns() - at >= VIEW_NS)
+		return 0;
+	*leased = l;
+	*held = h;
+	return 1;
 }
 
-int vgpu_quota_usage(int idx, uint64_t *used, uint64_t *committed)
+static void view_put(int idx, uint64_t c, int64_t at, uint64_t leased, uint64_t held)
+{
+	if (pthread_mutex_trylock(&view_mu) != 0)
+		return; /* another thread is writing one, no older than ours */
+	struct view *v = &views[idx];
+	__atomic_store_n(&v->seq, v->seq + 1, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	__atomic_store_n(&v->leased, leased, __ATOMIC_RELAXED);
+	__atomic_store_n(&v->held, held, __ATOMIC_RELAXED);
+	__atomic_store_n(&v->changes, c, __ATOMIC_RELAXED);
+	__atomic_store_n(&v->at, at, __ATOMIC_RELAXED);
+	__atomic_store_n(&v->seq, v->seq + 1, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&view_mu);
+}
+
+/* The others' leases and held reports on idx, measured now (and kept as the
+ * view): 0, or -1 with errno. */
+static int others_of(int idx, uint64_t *leased, uint64_t *held)
+{
+	uint64_t c = __atomic_load_n(&changes[idx], __ATOMIC_SEQ_CST);
+	int64_t at = vgpu_coarse_ns();
+	if (vgpu_ledger_reader() != 0 || vgpu_ledger_others(idx, leased) != 0 ||
+	    vgpu_ledger_others_held(idx, held) != 0)
+		return -1;
+	view_put(idx, c, at, *leased, *held);
+	return 0;
+}
+
+static int usage(int idx, int view, uint64_t *used, uint64_t *committed)
 {
 	uint64_t mine = own_of(idx), held = 0, leased = 0;
-	if (others_of(idx, &leased, &held) != 0) {
+	if (!(view && view_get(idx, &leased, &held)) && others_of(idx, &leased, &held) != 0) {
 		/* Unknown: report the slice as full rather than invite allocations. */
 		uint64_t limit = vgpu.limits.gpu[idx].memory;
 		*used = *committed = limit > mine ? limit : mine;
@@ -444,6 +517,16 @@ int vgpu_quota_usage(int idx, uint64_t *used, uint64_t *committed)
 	*used = vgpu_sat_add(mine, held);
 	*committed = vgpu_sat_add(mine, leased);
 	return 0;
+}
+
+int vgpu_quota_usage(int idx, uint64_t *used, uint64_t *committed)
+{
+	return usage(idx, 0, used, committed);
+}
+
+int vgpu_quota_view(int idx, uint64_t *used, uint64_t *committed)
+{
+	return usage(idx, 1, used, committed);
 }
 
 uint64_t vgpu_quota_used(int idx)
@@ -471,6 +554,10 @@ static void after_fork(void)
 	memset(grant, 0, sizeof(grant));
 	memset(unled, 0, sizeof(unled));
 	memset(kept, 0, sizeof(kept));
+	/* The parent is one of the others now: the child's views measure afresh. */
+	memset(changes, 0, sizeof(changes));
+	memset(views, 0, sizeof(views));
+	pthread_mutex_init(&view_mu, NULL);
 	keeper_state = 0; /* the parent's keeper thread is not the child's */
 }
 VGPU_LIFECYCLE(quota, .order = VGPU_ORDER_QUOTA, .after_fork = after_fork, .at_exit = at_exit);

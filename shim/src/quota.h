@@ -19,8 +19,13 @@ void vgpu_quota_uncharge(int idx, uint64_t bytes);
 uint64_t vgpu_quota_used(int idx);
 /* used as above, and committed: this process's own count plus the others'
  * leases, what this process cannot have. 0, or -1 (both the limit) when the
- * ledger cannot be measured. */
+ * ledger cannot be measured. Measured now: for decisions. */
 int vgpu_quota_usage(int idx, uint64_t *used, uint64_t *committed);
+/* The same for reports (Contract 7): the others' part may come from this
+ * process's last measurement of the ledger, when it is under a keeper period
+ * old and this process took, returned and was refused no lease since; its
+ * own part is exact. Never for a decision. */
+int vgpu_quota_view(int idx, uint64_t *used, uint64_t *committed);
 /* Bytes this process holds on idx, by its own count: its counted allocations plus its
  * counted context footprint (footprint.c subtracts the latter), nothing leased ahead. */
 uint64_t vgpu_quota_held(int idx);

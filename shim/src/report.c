@@ -31,7 +31,7 @@ static int slice_of(int idx, uint64_t real_total, uint64_t real_free, struct sli
 		return 0;
 	s->total = limit < real_total ? limit : real_total;
 	uint64_t committed;
-	vgpu_quota_usage(idx, &s->used, &committed);
+	vgpu_quota_view(idx, &s->used, &committed);
 	s->free = s->total > committed ? s->total - committed : 0;
 	uint64_t room = s->total > s->used ? s->total - s->used : 0;
 	s->leased = room - (s->free < room ? s->free : room);

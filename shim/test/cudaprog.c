@@ -1244,6 +1244,18 @@ static void run(int argc, char **argv)
 			printf("info free=%zu total=%zu\n", f, t);
 			check_val("cuMemGetInfo free", f, a[1]);
 			check_val("cuMemGetInfo total", t, a[2]);
+		} else if (!strcmp(op, "infoloop")) {
+			/* infoloop:N — N cuMemGetInfo calls in a row; prints how long they took, ms. */
+			struct timespec t0, t1;
+			int calls = atoi(a[1]);
+			clock_gettime(CLOCK_MONOTONIC, &t0);
+			for (int i = 0; i < calls; i++) {
+				size_t f = 0, t = 0;
+				check_rc("cuMemGetInfo", api.MemGetInfo(&f, &t), NULL);
+			}
+			clock_gettime(CLOCK_MONOTONIC, &t1);
+			printf("infoloop ms=%lld\n",
+			       (long long)((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000));
 		} else if (!strcmp(op, "nvmlfork")) {
 			nvml_fork_race(atoi(a[1]));
 		} else if (!strcmp(op, "infonull")) {

@@ -1593,6 +1593,7 @@ t fuzz_limits_parser test_fuzz_limits_parser
 . "$HERE/t_limiter2.sh"
 . "$HERE/t_gaps.sh"
 . "$HERE/t_hotpath.sh"
+. "$HERE/t_views.sh"
 . "$HERE/t_harden.sh"
 . "$HERE/t_slots.sh"
 . "$HERE/t_nvmlown.sh"
