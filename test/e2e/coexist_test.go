@@ -234,3 +234,29 @@ func testNextToAMIGDevicePlugin(t *testing.T, containerd string) {
 		}
 	})
 }
+
+// TestPodCDIAnnotationIsRemoved: where the runtime copies pod annotations
+// into the container's spec (pod_annotations), a CDI request the tenant
+// wrote on its pod is removed before a CDI-mode runtime could act on it; the
+// pod's other annotations still pass.
+func TestPodCDIAnnotationIsRemoved(t *testing.T) {
+	forEachContainerd(t, testPodCDIAnnotationIsRemoved)
+}
+
+func testPodCDIAnnotationIsRemoved(t *testing.T, containerd string) {
+	v := startVGPU(t, containerd, vgpuOptions{containerd: harness.Options{PodAnnotations: []string{"*/*"}}})
+	ctx := testContext(t, 3*time.Minute)
+	const key = "cdi.k8s.io/tenant"
+	for _, n := range []int{0, 1} {
+		pod := gpuPod(fmt.Sprintf("cdi-%d", n), n)
+		pod.Annotations = map[string]string{key: "nvidia.com/gpu=all", "example.com/team": "ml"}
+		rp := v.mustRun(t, ctx, pod)
+		ann := v.runtimeSpec(t, ctx, rp.ContainerID("main")).Annotations
+		if ann["example.com/team"] != "ml" {
+			t.Fatalf("pod annotations are not passed through (%v): the test would prove nothing", ann)
+		}
+		if got, ok := ann[key]; ok {
+			t.Errorf("pod asking for %d slices: the container's spec keeps %s = %q", n, key, got)
+		}
+	}
+}
