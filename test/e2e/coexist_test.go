@@ -34,13 +34,27 @@ const (
 	migResource   = "nvidia.com/mig-1g.18gb"
 	migDeviceID   = "MIG-e2e00000-0000-4000-8000-0000000000a1"
 	migPluginSock = "nvidia-mig.sock"
+	migCDIDevice  = "nvidia.com/mig=e2e-0"
 )
+
+// migCDISpec is the CDI spec of the MIG device: its capability node.
+const migCDISpec = `cdiVersion: "0.6.0"
+kind: nvidia.com/mig
+devices:
+- name: e2e-0
+  containerEdits:
+    deviceNodes:
+    - path: /dev/nvidia-caps/nvidia-cap%d
+      hostPath: %s
+      permissions: rw
+`
 
 // migPlugin is the second device plugin of the node, in the part that
 // matters here: it serves one MIG device of the GPU in MIG mode and its
-// Allocate answers as NVIDIA's device plugin does with device specs: the
-// parent GPU's node, the control node and the MIG device's capability node,
-// plus its NVIDIA_VISIBLE_DEVICES.
+// Allocate answers as NVIDIA's device plugin does: device specs for the
+// parent GPU's node and the control node, a CDI device (resolved by
+// containerd from its CDI spec directory) for the MIG device's capability
+// node, and its NVIDIA_VISIBLE_DEVICES.
 type migPlugin struct {
 	pluginapi.UnimplementedDevicePluginServer
 	devRoot string
@@ -62,12 +76,13 @@ func (p *migPlugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) 
 	resp := &pluginapi.AllocateResponse{}
 	for range req.GetContainerRequests() {
 		var specs []*pluginapi.DeviceSpec
-		for _, n := range []string{"nvidiactl", fmt.Sprintf("nvidia%d", migGPUMinor), fmt.Sprintf("nvidia-caps/nvidia-cap%d", migCapsMinor)} {
+		for _, n := range []string{"nvidiactl", fmt.Sprintf("nvidia%d", migGPUMinor)} {
 			specs = append(specs, &pluginapi.DeviceSpec{HostPath: filepath.Join(p.devRoot, "dev", n), ContainerPath: "/dev/" + n, Permissions: "rw"})
 		}
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{
-			Devices: specs,
-			Envs:    map[string]string{"NVIDIA_VISIBLE_DEVICES": migDeviceID},
+			Devices:    specs,
+			CdiDevices: []*pluginapi.CDIDevice{{Name: migCDIDevice}},
+			Envs:       map[string]string{"NVIDIA_VISIBLE_DEVICES": migDeviceID},
 		})
 	}
 	return resp, nil
@@ -94,6 +109,10 @@ func startMIGPlugin(t *testing.T, ctx context.Context, v *vgpu) {
 		if err := os.Chmod(n.path, 0o666); err != nil {
 			t.Fatal(err)
 		}
+	}
+	capNode := filepath.Join(caps, fmt.Sprintf("nvidia-cap%d", migCapsMinor))
+	if err := os.WriteFile(filepath.Join(v.c.Dir, "cdi", "nvidia-mig.yaml"), []byte(fmt.Sprintf(migCDISpec, migCapsMinor, capNode)), 0o644); err != nil {
+		t.Fatal(err)
 	}
 	lis, err := net.Listen("unix", filepath.Join(v.socketDir, migPluginSock))
 	if err != nil {
