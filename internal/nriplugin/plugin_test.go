@@ -597,3 +597,30 @@ func TestPinHookFromConfig(t *testing.T) {
 		t.Errorf("pin hook = %+v, want /opt/nri-vgpu/bin/nri-vgpu hook pin", h)
 	}
 }
+
+// The NRI plugin's inventory, which its metrics read, lists the GPUs in MIG
+// mode apart from those it shares, opening the backend on first use.
+func TestBackendInventoryServedElsewhere(t *testing.T) {
+	cfg := newConfig(t)
+	mig := simulated("GPU-99999999-0000-4000-8000-0000000000ff", 7)
+	mig.MIG = true
+	cfg.GPU.Simulated = append(cfg.GPU.Simulated, mig)
+	inv := NewBackendInventory(cfg)
+	t.Cleanup(func() { _ = inv.Close() })
+	elsewhere, err := inv.ServedElsewhere()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(elsewhere) != 1 || elsewhere[0].UUID != mig.UUID || !elsewhere[0].MIG {
+		t.Errorf("ServedElsewhere = %+v, want the GPU in MIG mode alone", elsewhere)
+	}
+	devs, err := inv.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range devs {
+		if d.UUID == mig.UUID {
+			t.Errorf("Devices lists the GPU in MIG mode: %+v", d)
+		}
+	}
+}
