@@ -16,6 +16,9 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/harness"
@@ -88,8 +91,10 @@ func (p *migPlugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) 
 	return resp, nil
 }
 
-// startMIGPlugin makes the MIG GPU's nodes under the node's dev root,
-// serves migPlugin in the kubelet's socket directory and registers it.
+// startMIGPlugin makes the MIG GPU's nodes under the node's dev root and
+// its CDI spec in containerd's CDI directory, serves migPlugin in the
+// kubelet's device-plugin directory and registers it with the kubelet
+// listening there.
 func startMIGPlugin(t *testing.T, ctx context.Context, v *vgpu) {
 	t.Helper()
 	caps := filepath.Join(v.devRoot, "dev", "nvidia-caps")
@@ -122,7 +127,7 @@ func startMIGPlugin(t *testing.T, ctx context.Context, v *vgpu) {
 	pluginapi.RegisterDevicePluginServer(srv, &migPlugin{devRoot: v.devRoot})
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient("unix://"+v.kubelet.SocketPath(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("unix://"+filepath.Join(v.socketDir, kubeletsim.SocketName), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,9 +136,6 @@ func startMIGPlugin(t *testing.T, ctx context.Context, v *vgpu) {
 		Version: pluginapi.Version, Endpoint: migPluginSock, ResourceName: migResource,
 	}); err != nil {
 		t.Fatalf("registering the MIG device plugin: %v", err)
-	}
-	if err := v.kubelet.WaitForDevices(ctx, migResource, 1); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -153,6 +155,9 @@ func testNextToAMIGDevicePlugin(t *testing.T, containerd string) {
 		migGPUUUID, uint64(141<<30), migGPUMinor)})
 	ctx := testContext(t, 4*time.Minute)
 	startMIGPlugin(t, ctx, v)
+	if err := v.kubelet.WaitForDevices(ctx, migResource, 1); err != nil {
+		t.Fatal(err)
+	}
 
 	t.Run("device plugin leaves the MIG GPU out", func(t *testing.T) {
 		devs := v.kubelet.Devices(resourceName)
@@ -278,4 +283,80 @@ func testPodCDIAnnotationIsRemoved(t *testing.T, containerd string) {
 			t.Errorf("pod asking for %d slices: the container's spec keeps %s = %q", n, key, got)
 		}
 	}
+}
+
+// TestClusterNextToAMIGDevicePlugin is TestNextToAMIGDevicePlugin's pods on
+// a real kubelet and scheduler: the pod asking for the MIG resource keeps
+// the nodes the second plugin gives it, the tenant whose spec sets
+// NVIDIA_VISIBLE_DEVICES=all gets none, and the node's nvidia.com/gpu
+// capacity holds no slice of the GPU in MIG mode.
+func TestClusterNextToAMIGDevicePlugin(t *testing.T) {
+	forEachKubernetes(t, testClusterNextToAMIGDevicePlugin)
+}
+
+func testClusterNextToAMIGDevicePlugin(t *testing.T, version string) {
+	n := startClusterNode(t, version, vgpuOptions{extraConfig: fmt.Sprintf(
+		"\n[[gpu.simulated]]\nuuid = %q\nname = \"NVIDIA H200\"\nmemory = %d\nminor = %d\nmig = true\n",
+		migGPUUUID, uint64(141<<30), migGPUMinor)})
+	ctx := testContext(t, 6*time.Minute)
+	total := int64(splitCount * len(testGPUs))
+	if capacity := n.waitAllocatable(t, ctx, total); capacity != total {
+		t.Errorf("capacity %s = %d, want %d (no slice of the GPU in MIG mode)", resourceName, capacity, total)
+	}
+	startMIGPlugin(t, ctx, n.vgpu)
+	if err := waitFor(ctx, 60*time.Second, func() bool {
+		node, err := n.k.Client.CoreV1().Nodes().Get(ctx, n.k.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		q := node.Status.Allocatable[migResource]
+		return q.Value() == 1
+	}); err != nil {
+		t.Fatalf("the node never had one %s allocatable", migResource)
+	}
+
+	migPod := podSpec("mig-user", harness.BusyboxImage, 0)
+	migPod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{migResource: *resource.NewQuantity(1, resource.DecimalSI)}
+	migID := n.runPod(t, ctx, migPod)
+	tenantPod := podSpec("tenant", harness.BusyboxImage, 0)
+	tenantPod.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}}
+	tenantID := n.runPod(t, ctx, tenantPod)
+
+	stderrOf := func(t *testing.T, id string, script string) string {
+		t.Helper()
+		res, err := n.c.Exec(ctx, id, "/bin/sh", "-c", script)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Stderr
+	}
+	const allowed, denied = "No such device or address", "Operation not permitted"
+	t.Run("MIG pod keeps its device", func(t *testing.T) {
+		for _, p := range []string{"/dev/nvidiactl", fmt.Sprintf("/dev/nvidia%d", migGPUMinor), fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", migCapsMinor)} {
+			if got := stderrOf(t, migID, "cat "+p); !strings.Contains(got, allowed) {
+				t.Errorf("opening %s: %q; want ENXIO (the other plugin's grant, kept)", p, got)
+			}
+		}
+		if got := strings.TrimSpace(n.sh(t, ctx, migID, "echo $NVIDIA_VISIBLE_DEVICES")); got != "void" {
+			t.Errorf("NVIDIA_VISIBLE_DEVICES = %q, want void", got)
+		}
+		for _, g := range testGPUs {
+			if got := stderrOf(t, migID, fmt.Sprintf("mknod /tmp/g%d c 195 %d && cat /tmp/g%d", g.Minor, g.Minor, g.Minor)); !strings.Contains(got, denied) {
+				t.Errorf("the MIG pod opening a node of GPU %d it made: %q; want EPERM", g.Minor, got)
+			}
+		}
+	})
+	t.Run("tenant with NVIDIA_VISIBLE_DEVICES=all gets no GPU", func(t *testing.T) {
+		if got := strings.TrimSpace(n.sh(t, ctx, tenantID, "echo $NVIDIA_VISIBLE_DEVICES")); got != "void" {
+			t.Errorf("NVIDIA_VISIBLE_DEVICES = %q, want void", got)
+		}
+		if out := n.sh(t, ctx, tenantID, "ls /dev"); strings.Contains(out, "nvidia") {
+			t.Errorf("the tenant has NVIDIA nodes: %s", out)
+		}
+		for _, mm := range [][2]int{{195, 0}, {195, migGPUMinor}, {migCapsMajor, migCapsMinor}} {
+			if got := stderrOf(t, tenantID, fmt.Sprintf("mknod /tmp/n c %d %d; cat /tmp/n; rm -f /tmp/n", mm[0], mm[1])); !strings.Contains(got, denied) {
+				t.Errorf("the tenant opening %d:%d it made: %q; want EPERM", mm[0], mm[1], got)
+			}
+		}
+	})
 }
