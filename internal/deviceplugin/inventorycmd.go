@@ -1,10 +1,12 @@
 package deviceplugin
 
 import (
+	"cmp"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/daemonflags"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
@@ -25,6 +27,9 @@ type inventoryGPU struct {
 	// "00000000:07:00.0").
 	PCIBusID string `json:"pci_bus_id"`
 	Healthy  bool   `json:"healthy"`
+	// ServedElsewhere is "MIG mode" for a GPU in MIG mode, which another
+	// plugin serves and the daemon never advertises; absent otherwise.
+	ServedElsewhere string `json:"served_elsewhere,omitempty"`
 	// HealthEvents is what the driver said when the GPU's health events
 	// were registered; NVML backend only.
 	HealthEvents *gpu.HealthEventTypes `json:"health_events,omitempty"`
@@ -44,8 +49,9 @@ func inventoryMain(args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: %s inventory [flags]\n\n"+
 			"Prints the GPUs of the configured gpu.backend as a JSON array, one object per GPU\n"+
-			"(index, uuid, name, memory_bytes, minor, pci_bus_id, healthy, and for NVML\n"+
-			"health_events: the event types the driver accepted and those it does not support),\n"+
+			"(index, uuid, name, memory_bytes, minor, pci_bus_id, healthy, served_elsewhere for a\n"+
+			"GPU in MIG mode, and for NVML health_events: the event types the driver accepted\n"+
+			"and those it does not support),\n"+
 			"and exits. The backend is the daemon's own; its log goes to stderr.\n\n", ProgramName)
 		fs.PrintDefaults()
 	}
@@ -68,6 +74,15 @@ func inventoryMain(args []string, stdout, stderr io.Writer) int {
 		logger.Error("cannot list the GPUs", "backend", backend.Name(), "err", err)
 		return 1
 	}
+	if l, ok := backend.(gpu.ElsewhereLister); ok {
+		elsewhere, err := l.ServedElsewhere()
+		if err != nil {
+			logger.Error("cannot list the GPUs in MIG mode", "backend", backend.Name(), "err", err)
+			return 1
+		}
+		devs = append(devs, elsewhere...)
+		slices.SortStableFunc(devs, func(a, b gpu.Device) int { return cmp.Compare(a.Index, b.Index) })
+	}
 	var events map[string]gpu.HealthEventTypes
 	if h, ok := backend.(healthEventTyper); ok {
 		// Not fatal: the inventory itself is known; the log says why
@@ -79,6 +94,9 @@ func inventoryMain(args []string, stdout, stderr io.Writer) int {
 	out := make([]inventoryGPU, len(devs))
 	for i, d := range devs {
 		out[i] = inventoryGPU{Index: d.Index, UUID: d.UUID, Name: d.Name, MemoryBytes: d.Memory, Minor: d.Minor, PCIBusID: d.PCIBusID, Healthy: d.Healthy}
+		if d.MIG {
+			out[i].ServedElsewhere = "MIG mode"
+		}
 		if e, ok := events[d.UUID]; ok {
 			out[i].HealthEvents = &e
 		}

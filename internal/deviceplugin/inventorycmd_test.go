@@ -168,6 +168,12 @@ memory = "16GiB"
 minor = 4
 pci_bus_id = "0000:3a:00.0"
 healthy = false
+[[gpu.simulated]]
+uuid = "GPU-bbbb"
+name = "Sim"
+memory = "16GiB"
+minor = 5
+mig = true
 `)
 	var stdout, stderr bytes.Buffer
 	if code := Main(t.Context(), []string{"inventory", "-config", path}, &stdout, &stderr, nil); code != 0 {
@@ -178,7 +184,10 @@ healthy = false
 		t.Fatalf("%v in %s", err, stdout.String())
 	}
 	want := []map[string]any{{"index": 0.0, "uuid": "GPU-aaaa", "name": "Sim", "memory_bytes": 17179869184.0,
-		"minor": 4.0, "pci_bus_id": "0000:3a:00.0", "healthy": false}}
+		"minor": 4.0, "pci_bus_id": "0000:3a:00.0", "healthy": false},
+		// The GPU in MIG mode is listed, saying it is served elsewhere.
+		{"index": 1.0, "uuid": "GPU-bbbb", "name": "Sim", "memory_bytes": 17179869184.0,
+			"minor": 5.0, "pci_bus_id": "0000:06:00.0", "healthy": true, "served_elsewhere": "MIG mode"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("inventory %v, want %v", got, want)
 	}

@@ -220,6 +220,24 @@ func TestListAndWatch(t *testing.T) {
 	}
 }
 
+// A GPU in MIG mode is served elsewhere: never advertised, never allocated.
+func TestListAndWatchLeavesMIGGPUs(t *testing.T) {
+	mig := simGPU(uuidB, "NVIDIA A100", 40*gib, 1)
+	mig.MIG = true
+	cfg := testConfig(shortDir(t), simGPU(uuidA, "Tesla T4", 16*gib, 0), mig)
+	cfg.DevicePlugin.SplitCount = 2
+	h := start(t, cfg)
+	if got, want := deviceIDs(h.nextList(h.reg)), ids(uuidA, 0, 2); !slices.Equal(got, want) {
+		t.Errorf("devices = %v, want %v (the GPU in MIG mode left out)", got, want)
+	}
+	_, err := h.plugin.Allocate(context.Background(), &pluginapi.AllocateRequest{
+		ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids(uuidB, 0, 1)}},
+	})
+	if err == nil {
+		t.Errorf("Allocate of a slice of the GPU in MIG mode %s succeeded", uuidB)
+	}
+}
+
 // GPUs handed to the DRA driver are not advertised as slices: a GPU is
 // served one way or the other (Contract 8).
 func TestListAndWatchLeavesDRAGPUs(t *testing.T) {

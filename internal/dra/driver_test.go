@@ -500,3 +500,35 @@ func TestPrepareCapacityFailsClosed(t *testing.T) {
 		})
 	}
 }
+
+// A GPU in MIG mode is served elsewhere: the ResourceSlice leaves it out.
+func TestResourcesLeaveMIGGPUs(t *testing.T) {
+	cfg := draConfig()
+	cfg.GPU.Backend = config.BackendSimulated
+	cfg.GPU.Simulated = []config.SimulatedGPU{
+		{UUID: uuidA, Name: "NVIDIA A100-SXM4-40GB", Memory: config.Bytes(40 * gib), Minor: 0},
+		{UUID: uuidB, Name: "NVIDIA A100-SXM4-40GB", Memory: config.Bytes(40 * gib), Minor: 1, MIG: true},
+	}
+	sim, err := gpu.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sim.Close() })
+	d, err := New(Options{Config: cfg, Inventory: sim, NodeName: node, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := d.Resources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range res.Pools[node].Slices {
+		for _, dev := range s.Devices {
+			names = append(names, dev.Name)
+		}
+	}
+	if want := []string{devA}; !slices.Equal(names, want) {
+		t.Errorf("published devices = %v, want %v (the GPU in MIG mode left out)", names, want)
+	}
+}

@@ -105,6 +105,10 @@ var (
 		"1 when the container runtime applies the confinement of GPU containers (NRI seccomp adjustment, containerd 2.2 and later), 0 when it cannot or nri-vgpu cannot tell; absent until the NRI plugin first connected. policy is nri.confinement: what happens to a GPU container that cannot be confined.",
 		[]string{"runtime", "runtime_version", "nri_version", "policy"}, nil)
 
+	gpuServedElsewhere = prometheus.NewDesc("nri_vgpu_gpu_served_elsewhere_info",
+		"Always 1: one series per GPU of the node that nri-vgpu leaves to another plugin and never advertises; reason is \"MIG mode\".",
+		append(append([]string(nil), gpuLabels...), "reason"), nil)
+
 	buildInfo = prometheus.NewDesc("nri_vgpu_build_info",
 		"Always 1; the version label is that of the running build.", []string{"version"}, nil)
 )
@@ -181,7 +185,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		gpuMemoryTotal, gpuMemoryAllocated, gpuMemoryUsed, gpuSMAllocated, gpuSMUtilization,
 		ctrMemoryLimit, ctrMemoryUsed, ctrMemoryPeak, ctrSMLimit, ctrSMUtilization, ctrSMShareUtilization,
 		ctrSMThrottled, ctrLaunches, ctrRegionSuspect, ctrProcesses,
-		claimPodInfo, buildInfo, confinementAvailable,
+		claimPodInfo, buildInfo, confinementAvailable, gpuServedElsewhere,
 	} {
 		ch <- d
 	}
@@ -282,6 +286,15 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	ch <- c.buildInfo
+	if l, ok := c.inv.(gpu.ElsewhereLister); ok {
+		// Not a scrape error of its own: the inventory's source counts
+		// a backend that cannot be read, and these GPUs are only shown.
+		if devs, err := l.ServedElsewhere(); err == nil {
+			for _, d := range devs {
+				ch <- prometheus.MustNewConstMetric(gpuServedElsewhere, prometheus.GaugeValue, 1, d.UUID, strconv.Itoa(d.Index), d.Name, "MIG mode")
+			}
+		}
+	}
 	if rt, err := hoststate.ReadRuntime(c.cfg); err == nil {
 		v := 0.0
 		if rt.Confinement {

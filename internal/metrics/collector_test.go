@@ -518,3 +518,29 @@ nri_vgpu_claim_pod_info{claim="shared",namespace="ml",pod="p3"} 1
 		t.Error(err)
 	}
 }
+
+// A GPU in MIG mode has its served-elsewhere series and none of the GPU
+// series of those nri-vgpu shares.
+func TestCollectServedElsewhere(t *testing.T) {
+	cfg := testConfig(t)
+	sim, err := gpu.NewSimulated([]config.SimulatedGPU{
+		{UUID: uuidA, Name: "NVIDIA A100-SXM4-40GB", Memory: 40 << 30, Minor: 0},
+		{UUID: uuidB, Name: "NVIDIA H200", Memory: 141 << 30, Minor: 1, MIG: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sim.Close() })
+	c := NewCollector(cfg, sim, slog.New(slog.DiscardHandler))
+	want := `
+# HELP nri_vgpu_gpu_served_elsewhere_info Always 1: one series per GPU of the node that nri-vgpu leaves to another plugin and never advertises; reason is "MIG mode".
+# TYPE nri_vgpu_gpu_served_elsewhere_info gauge
+nri_vgpu_gpu_served_elsewhere_info{UUID="` + uuidB + `",gpu="1",name="NVIDIA H200",reason="MIG mode"} 1
+# HELP nri_vgpu_gpu_memory_total_bytes Total memory of the GPU, from the GPU inventory.
+# TYPE nri_vgpu_gpu_memory_total_bytes gauge
+nri_vgpu_gpu_memory_total_bytes{UUID="` + uuidA + `",gpu="0",name="NVIDIA A100-SXM4-40GB"} 42949672960
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "nri_vgpu_gpu_served_elsewhere_info", "nri_vgpu_gpu_memory_total_bytes"); err != nil {
+		t.Error(err)
+	}
+}

@@ -12,13 +12,14 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
 )
 
-// monitoring is a container as the NVIDIA runtime hands it on for a
-// dcgm-exporter-like pod: its image's NVIDIA_VISIBLE_DEVICES=all and the
-// GPU nodes with their allow rules, no allocation of ours.
+// monitoring is a container of a dcgm-exporter-like pod as nri-vgpu sees
+// it: its image's NVIDIA_VISIBLE_DEVICES=all and allow rules for the GPU
+// nodes, no allocation of ours. The nodes themselves are not in its spec:
+// there they would be another plugin's grant, which is kept (see
+// TestGrantedDevicesAreKept); the NVIDIA runtime adds them after NRI.
 func monitoring(id string, p *api.PodSandbox) *api.Container {
 	c := container(id, p, "")
 	for minor := int64(0); minor <= 1; minor++ {
-		c.Linux.Devices = append(c.Linux.Devices, &api.LinuxDevice{Path: fmt.Sprintf("/dev/nvidia%d", minor), Type: "c", Major: 195, Minor: minor})
 		c.Linux.Resources.Devices = append(c.Linux.Resources.Devices,
 			&api.LinuxDeviceCgroup{Allow: true, Type: "c", Major: api.Int64(int64(195)), Minor: api.Int64(minor), Access: "rw"})
 	}

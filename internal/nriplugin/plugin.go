@@ -192,6 +192,17 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	if err != nil {
 		return nil, nil, err
 	}
+	if _, exempt := p.cfg.NRI.ExemptionFor(pod.GetNamespace(), pod.GetRuntimeHandler()); !exempt {
+		// A CDI request the tenant wrote on its pod would give it any
+		// device a CDI runtime knows, past the limits and the hiding.
+		for _, key := range podCDIRequests(pod, ctr) {
+			if adj == nil {
+				adj = &api.ContainerAdjustment{}
+			}
+			log.Warn("CDI request copied from the pod's annotations removed", "annotation", key)
+			adj.RemoveAnnotation(key)
+		}
+	}
 	for _, dest := range req.gates {
 		if adj == nil {
 			adj = &api.ContainerAdjustment{}
@@ -403,14 +414,65 @@ func (p *Plugin) hide(ctx context.Context, pod *api.PodSandbox, ctr *api.Contain
 		log.Debug("container allowed every device (privileged): GPUs not hidden")
 		return nil, nil
 	}
-	edits, err := oci.Hide(p.host)
+	granted := grantedDevices(ctr)
+	edits, err := oci.Hide(p.host, granted)
 	if err != nil {
 		log.Error("cannot hide GPUs", "err", err)
 		return nil, fmt.Errorf("nri-vgpu: container %s: %w", ctr.GetId(), err)
 	}
+	if len(granted) > 0 || len(ctr.GetCDIDevices()) > 0 {
+		paths := make([]string, len(granted))
+		for i, d := range granted {
+			paths[i] = d.Path
+		}
+		cdi := make([]string, 0, len(ctr.GetCDIDevices()))
+		for _, d := range ctr.GetCDIDevices() {
+			cdi = append(cdi, d.GetName())
+		}
+		log.Info("device nodes another plugin gave the container are kept; other GPUs hidden",
+			"devices", paths, "cdi_devices", cdi)
+	}
 	adj := &api.ContainerAdjustment{}
 	edits.ApplyToAdjustment(adj, ctr.GetMounts())
 	return adj, nil
+}
+
+// grantedDevices are the device nodes already in the container's spec when
+// nri-vgpu sees it: what kubelet asked the runtime for (a device plugin's
+// DeviceSpecs, a DRA driver's or a device plugin's CDI devices, which the
+// runtime resolves before NRI). A pod spec has no way to add a device node,
+// so these are another plugin's grant, never the tenant's own request.
+func grantedDevices(ctr *api.Container) []specs.LinuxDevice {
+	var out []specs.LinuxDevice
+	for _, d := range ctr.GetLinux().GetDevices() {
+		out = append(out, d.ToOCI())
+	}
+	return out
+}
+
+// CDIAnnotationPrefix starts the annotations that request CDI devices
+// (cdi.k8s.io/<name>: "vendor.com/class=device,...").
+const CDIAnnotationPrefix = "cdi.k8s.io/"
+
+// podCDIRequests are the container's CDI annotations that its pod carries
+// too, with the same value: the runtime copied them from the pod (a
+// pod_annotations pattern of containerd's runtime), where the tenant wrote
+// them. kubelet never copies a pod's annotations to its containers, and
+// containerd resolves CDI annotations only from what kubelet sent; a CDI
+// runtime (nvidia-container-runtime in CDI mode) would act on these.
+func podCDIRequests(pod *api.PodSandbox, ctr *api.Container) []string {
+	var keys []string
+	podAnn := pod.GetAnnotations()
+	for k, v := range ctr.GetAnnotations() {
+		if !strings.HasPrefix(k, CDIAnnotationPrefix) {
+			continue
+		}
+		if pv, ok := podAnn[k]; ok && pv == v {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // RemoveContainer deletes the container's host directory.

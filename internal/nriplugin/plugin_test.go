@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
+	"github.com/nri-vgpu/nri-vgpu/pkg/config"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci/ocitest"
@@ -192,19 +194,16 @@ func TestContainerWithoutAllocationIsStripped(t *testing.T) {
 	h := newHarness(t, newConfig(t))
 	p := pod("sb1", "uid-1")
 	c := container("plain", p, "")
-	// The container arrives with a GPU node of its own (another plugin, a
-	// device mapping): the deny rules must take it away.
-	c.Linux.Devices = []*api.LinuxDevice{{Path: "/dev/nvidia0", Type: "c", Major: 195, Minor: 0}}
+	// The runtime allowed a GPU node without putting it in the spec (a
+	// device-cgroup rule of its own): the deny rules must take it away.
 	c.Linux.Resources.Devices = append(c.Linux.Resources.Devices, &api.LinuxDeviceCgroup{Allow: true, Type: "c", Major: api.Int64(int64(195)), Minor: api.Int64(int64(0)), Access: "rw"})
 	adj, err := h.create(p, c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := specFor(t, adj)
-	s.Linux.Resources.Devices = append([]specs.LinuxDeviceCgroup{
-		{Allow: false, Access: "rwm"},
-		{Allow: true, Type: "c", Major: i64(195), Minor: i64(0), Access: "rw"},
-	}, s.Linux.Resources.Devices...)
+	// The container's own rules come before the plugin's.
+	s.Linux.Resources.Devices = append(c.Linux.Resources.ToOCI().Devices, s.Linux.Resources.Devices[2:]...)
 	if got := envOf(s, oci.EnvVisibleDevices); got != "void" {
 		t.Errorf("%s = %q, want void", oci.EnvVisibleDevices, got)
 	}
@@ -221,6 +220,92 @@ func TestContainerWithoutAllocationIsStripped(t *testing.T) {
 	}
 	if ids := recordIDs(h.cfg); len(ids) != 0 {
 		t.Errorf("host directories created for a container without allocation: %v", ids)
+	}
+}
+
+// TestGrantedDevicesAreKept: a container that another plugin gave a MIG
+// device (its nodes in the spec, with their allow rules, as the runtime
+// makes it from a device plugin's DeviceSpecs or a CDI device) keeps those
+// nodes, while its own NVIDIA_VISIBLE_DEVICES=all (the pod spec's, which
+// cannot be told from a device plugin's) becomes void and every other GPU
+// stays denied.
+func TestGrantedDevicesAreKept(t *testing.T) {
+	h := newHarness(t, newConfig(t))
+	p := pod("sb1", "uid-1")
+	c := container("mig", p, "")
+	granted := []*api.LinuxDevice{
+		{Path: "/dev/nvidia1", Type: "c", Major: 195, Minor: 1},
+		{Path: "/dev/nvidiactl", Type: "c", Major: 195, Minor: 255},
+	}
+	c.Linux.Devices = granted
+	for _, d := range granted {
+		c.Linux.Resources.Devices = append(c.Linux.Resources.Devices, &api.LinuxDeviceCgroup{Allow: true, Type: "c", Major: api.Int64(d.Major), Minor: api.Int64(d.Minor), Access: "rw"})
+	}
+	c.CDIDevices = []*api.CDIDevice{{Name: "nvidia.com/mig=1:0"}}
+	adj, err := h.create(p, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := specFor(t, adj)
+	s.Linux.Resources.Devices = append(c.Linux.Resources.ToOCI().Devices, s.Linux.Resources.Devices[2:]...)
+	if got := envOf(s, oci.EnvVisibleDevices); got != "void" {
+		t.Errorf("%s = %q, want void", oci.EnvVisibleDevices, got)
+	}
+	for _, mm := range [][2]int64{{195, 1}, {195, 255}} {
+		if got := access(t, s, mm[0], mm[1]); got != "rw" {
+			t.Errorf("granted node %d:%d: access %q, want rw", mm[0], mm[1], got)
+		}
+	}
+	for _, mm := range [][2]int64{{195, 0}, {195, 9}, {ocitest.UVMMajor, 0}} {
+		if got := access(t, s, mm[0], mm[1]); strings.ContainsAny(got, "rw") {
+			t.Errorf("node %d:%d nobody granted: access %q, want none", mm[0], mm[1], got)
+		}
+	}
+	for _, gone := range adj.GetLinux().GetDevices() {
+		if gone.GetPath() == "-/dev/nvidia1" || gone.GetPath() == "-/dev/nvidiactl" {
+			t.Errorf("granted node %s removed", strings.TrimPrefix(gone.GetPath(), "-"))
+		}
+	}
+}
+
+// TestPodCDIRequestsRemoved: a CDI annotation the runtime copied from the
+// pod (written by the tenant) is removed, from a container that asked for
+// nothing and from a vGPU container alike; one kubelet set on the container
+// alone (a device plugin's) stays, and an exempt pod keeps everything.
+func TestPodCDIRequestsRemoved(t *testing.T) {
+	const key = "cdi.k8s.io/tenant"
+	cfg := newConfig(t)
+	cfg.NRI.Exempt = []config.Exemption{{Namespace: "gpu-operator"}}
+	h := newHarness(t, cfg)
+	ann, _ := sign(t, h.key, gpu0)
+	tests := []struct {
+		name, namespace, allocation string
+		onPod                       bool
+		wantRemoved                 bool
+	}{
+		{"copied from the pod", "ml", "", true, true},
+		{"copied from the pod, vGPU container", "ml", ann, true, true},
+		{"the container's own (kubelet)", "ml", "", false, false},
+		{"exempt pod", "gpu-operator", "", true, false},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := pod(fmt.Sprintf("sbc%d", i), fmt.Sprintf("uid-c%d", i))
+			p.Namespace = tt.namespace
+			if tt.onPod {
+				p.Annotations = map[string]string{key: "nvidia.com/gpu=all"}
+			}
+			c := container(fmt.Sprintf("cdi%d", i), p, tt.allocation)
+			c.Annotations[key] = "nvidia.com/gpu=all"
+			adj, err := h.create(p, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, removed := adj.GetAnnotations()["-"+key]
+			if removed != tt.wantRemoved {
+				t.Errorf("annotation %s removed = %v, want %v (adjustment annotations %v)", key, removed, tt.wantRemoved, adj.GetAnnotations())
+			}
+		})
 	}
 }
 
@@ -510,5 +595,32 @@ func TestPinHookFromConfig(t *testing.T) {
 	}
 	if h := hooks[len(hooks)-1]; h.Path != "/opt/nri-vgpu/bin/nri-vgpu" || !slices.Equal(h.Args, []string{"/opt/nri-vgpu/bin/nri-vgpu", "hook", "pin"}) {
 		t.Errorf("pin hook = %+v, want /opt/nri-vgpu/bin/nri-vgpu hook pin", h)
+	}
+}
+
+// The NRI plugin's inventory, which its metrics read, lists the GPUs in MIG
+// mode apart from those it shares, opening the backend on first use.
+func TestBackendInventoryServedElsewhere(t *testing.T) {
+	cfg := newConfig(t)
+	mig := simulated("GPU-99999999-0000-4000-8000-0000000000ff", 7)
+	mig.MIG = true
+	cfg.GPU.Simulated = append(cfg.GPU.Simulated, mig)
+	inv := NewBackendInventory(cfg)
+	t.Cleanup(func() { _ = inv.Close() })
+	elsewhere, err := inv.ServedElsewhere()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(elsewhere) != 1 || elsewhere[0].UUID != mig.UUID || !elsewhere[0].MIG {
+		t.Errorf("ServedElsewhere = %+v, want the GPU in MIG mode alone", elsewhere)
+	}
+	devs, err := inv.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range devs {
+		if d.UUID == mig.UUID {
+			t.Errorf("Devices lists the GPU in MIG mode: %+v", d)
+		}
 	}
 }

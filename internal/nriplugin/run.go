@@ -175,6 +175,29 @@ func (i *BackendInventory) Devices() ([]gpu.Device, error) {
 	return devs, nil
 }
 
+// ServedElsewhere implements gpu.ElsewhereLister: the GPUs in MIG mode, for
+// the metrics.
+func (i *BackendInventory) ServedElsewhere() ([]gpu.Device, error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.b == nil {
+		b, err := gpu.New(i.cfg)
+		if err != nil {
+			return nil, fmt.Errorf("GPU backend %q: %w", i.cfg.GPU.Backend, err)
+		}
+		i.b = b
+	}
+	l, ok := i.b.(gpu.ElsewhereLister)
+	if !ok {
+		return nil, nil
+	}
+	devs, err := l.ServedElsewhere()
+	if err != nil {
+		return nil, fmt.Errorf("GPU backend %q: %w", i.cfg.GPU.Backend, err)
+	}
+	return devs, nil
+}
+
 // Close closes the backend.
 func (i *BackendInventory) Close() error {
 	i.mu.Lock()

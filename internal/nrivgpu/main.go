@@ -262,10 +262,16 @@ func runStatus(cfg *config.Config, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "%s status: GPU inventory unavailable, listing GPUs by UUID only: %v\n", name, err)
 	} else {
 		devices, err = b.Devices()
-		b.Close()
 		if err != nil {
 			fmt.Fprintf(stderr, "%s status: GPU inventory unavailable, listing GPUs by UUID only: %v\n", name, err)
+		} else if l, ok := b.(gpu.ElsewhereLister); ok {
+			elsewhere, err := l.ServedElsewhere()
+			if err != nil {
+				fmt.Fprintf(stderr, "%s status: cannot list the GPUs served elsewhere (MIG mode): %v\n", name, err)
+			}
+			devices = append(devices, elsewhere...)
 		}
+		b.Close()
 	}
 	report, err := status.Collect(cfg, devices, status.RegionUsage)
 	if err != nil {

@@ -43,12 +43,20 @@ type Report struct {
 
 // GPU is one physical GPU and the containers holding slices of it.
 type GPU struct {
-	Index      *int        `json:"index,omitempty"` // nil when the GPU is not in the inventory
-	UUID       string      `json:"uuid"`
-	Name       string      `json:"name,omitempty"`
-	Memory     uint64      `json:"memory,omitempty"` // total bytes
-	Containers []Container `json:"containers"`
+	Index  *int   `json:"index,omitempty"` // nil when the GPU is not in the inventory
+	UUID   string `json:"uuid"`
+	Name   string `json:"name,omitempty"`
+	Memory uint64 `json:"memory,omitempty"` // total bytes
+	// ServedElsewhere says why nri-vgpu does not share the GPU, for one it
+	// leaves to another plugin: ServedElsewhereMIG. Empty for the GPUs
+	// nri-vgpu serves.
+	ServedElsewhere string      `json:"servedElsewhere,omitempty"`
+	Containers      []Container `json:"containers"`
 }
+
+// ServedElsewhereMIG is GPU.ServedElsewhere for a GPU in MIG mode: NVIDIA's
+// device plugin or DRA driver serves its MIG devices.
+const ServedElsewhereMIG = "MIG mode"
 
 // Container is one container's share of a GPU.
 type Container struct {
@@ -82,8 +90,9 @@ type Container struct {
 type UsageFunc func(r *hoststate.Record) (*region.Usage, error)
 
 // Collect builds the report from run_dir. devices is the node's inventory
-// (nil when it cannot be read: GPUs then appear by UUID only); usage may be
-// nil, leaving memory in use unknown.
+// (nil when it cannot be read: GPUs then appear by UUID only), the GPUs in
+// MIG mode (gpu.Device.MIG, served elsewhere) included; usage may be nil,
+// leaving memory in use unknown.
 func Collect(cfg *config.Config, devices []gpu.Device, usage UsageFunc) (*Report, error) {
 	r := &Report{}
 	if rt, err := hoststate.ReadRuntime(cfg); err == nil {
@@ -105,9 +114,14 @@ func Collect(cfg *config.Config, devices []gpu.Device, usage UsageFunc) (*Report
 		if cs == nil {
 			cs = []Container{} // "containers": [] in JSON, not null
 		}
-		r.GPUs = append(r.GPUs, GPU{Index: &idx, UUID: d.UUID, Name: d.Name, Memory: d.Memory, Containers: cs})
+		g := GPU{Index: &idx, UUID: d.UUID, Name: d.Name, Memory: d.Memory, Containers: cs}
+		if d.MIG {
+			g.ServedElsewhere = ServedElsewhereMIG
+		}
+		r.GPUs = append(r.GPUs, g)
 		delete(held, d.UUID)
 	}
+	slices.SortStableFunc(r.GPUs, func(a, b GPU) int { return cmp.Compare(*a.Index, *b.Index) })
 	// GPUs named by limits files but not in the inventory (gone, or the
 	// inventory could not be read), by UUID.
 	for _, uuid := range slices.Sorted(maps.Keys(held)) {
@@ -211,6 +225,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 		used := 0
 		for _, c := range g.Containers {
 			used += c.Slices
+		}
+		if g.ServedElsewhere != "" && len(g.Containers) == 0 {
+			fmt.Fprintf(bw, "GPU %s  %s  %s  %s  served elsewhere (%s): not shared by nri-vgpu\n", idx, g.UUID, cmp.Or(g.Name, "(not in the inventory)"), total, g.ServedElsewhere)
+			continue
 		}
 		fmt.Fprintf(bw, "GPU %s  %s  %s  %s  containers: %d  slices in use: %d\n", idx, g.UUID, cmp.Or(g.Name, "(not in the inventory)"), total, len(g.Containers), used)
 		if len(g.Containers) == 0 {

@@ -185,3 +185,45 @@ func TestRegionUsage(t *testing.T) {
 		t.Errorf("RegionUsage of a broken region = %v, want an error other than not-exist", err)
 	}
 }
+
+// TestCollectServedElsewhere: a GPU in MIG mode is listed, in index order,
+// as served elsewhere, and not as a GPU with free slices.
+func TestCollectServedElsewhere(t *testing.T) {
+	cfg := config.Default()
+	cfg.Paths.RunDir = hoststatetest.RunDir(t)
+	cfg.Paths.ShimPath = filepath.Join(t.TempDir(), "libvgpu-shim.so")
+	if err := os.WriteFile(cfg.Paths.ShimPath, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	prepare(t, cfg, "c1", "ml/a", allocation.GPU{UUID: uuidB, Slices: 1, Memory: 4 << 30, Cores: 10})
+	devices := []gpu.Device{
+		{Index: 1, UUID: uuidB, Name: "NVIDIA A100-SXM4-40GB", Memory: 40 << 30},
+		// As runStatus passes them: the GPUs served elsewhere after the others.
+		{Index: 0, UUID: uuidA, Name: "NVIDIA H200", Memory: 141 << 30, MIG: true},
+	}
+	r, err := Collect(cfg, devices, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.GPUs) != 2 || r.GPUs[0].UUID != uuidA || r.GPUs[0].ServedElsewhere != "MIG mode" || r.GPUs[1].ServedElsewhere != "" {
+		t.Fatalf("GPUs = %+v, want A (MIG mode) then B", r.GPUs)
+	}
+	var table bytes.Buffer
+	if err := r.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	want := "GPU 0  " + uuidA + "  NVIDIA H200  141GiB  served elsewhere (MIG mode): not shared by nri-vgpu\n"
+	if !strings.HasPrefix(table.String(), want) {
+		t.Errorf("table does not start with %q:\n%s", want, table.String())
+	}
+	if strings.Count(table.String(), "slices in use") != 1 {
+		t.Errorf("the GPU in MIG mode is shown with slices:\n%s", table.String())
+	}
+	var js bytes.Buffer
+	if err := r.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(js.String(), `"servedElsewhere": "MIG mode"`) {
+		t.Errorf("JSON lacks servedElsewhere:\n%s", js.String())
+	}
+}

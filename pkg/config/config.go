@@ -109,6 +109,10 @@ type SimulatedGPU struct {
 	Minor    int    `toml:"minor"`
 	PCIBusID string `toml:"pci_bus_id"` // optional; derived from the minor when empty
 	Healthy  *bool  `toml:"healthy"`    // default true
+	// MIG puts the GPU in MIG mode: served elsewhere (NVIDIA's device
+	// plugin or DRA driver serves its MIG devices), so nri-vgpu never
+	// advertises it and only shows it in status.
+	MIG bool `toml:"mig"`
 }
 
 // IsHealthy reports the configured health (true when unset).

@@ -25,6 +25,10 @@ type Device struct {
 	Minor    int    // minor number of /dev/nvidia<minor>
 	PCIBusID string // normalized, lower case: "0000:07:00.0"
 	Healthy  bool
+	// MIG is set for a GPU in MIG mode: it is served elsewhere (its MIG
+	// devices are NVIDIA's device plugin's or DRA driver's), so it is
+	// listed by ServedElsewhere and never by Devices.
+	MIG bool
 }
 
 // HealthEvent reports that a GPU's health changed (or, for NVML, that a
@@ -49,6 +53,16 @@ type Backend interface {
 	WatchHealth(ctx context.Context, events chan<- HealthEvent) error
 	// Close releases the backend. Running WatchHealth calls return.
 	Close() error
+}
+
+// ElsewhereLister is implemented by the backends that know of GPUs nri-vgpu
+// does not serve. Both backends implement it.
+type ElsewhereLister interface {
+	// ServedElsewhere lists, by index, the GPUs in MIG mode: another
+	// plugin (NVIDIA's device plugin or DRA driver) serves their MIG
+	// devices, so nri-vgpu neither advertises nor allocates them, and
+	// shows them as served elsewhere where it lists the node's GPUs.
+	ServedElsewhere() ([]Device, error)
 }
 
 // ErrNoDriver is wrapped by the errors of the NVML backend when the NVIDIA

@@ -37,8 +37,8 @@ const noDriverHint = `(is the NVIDIA driver installed? for a machine without GPU
 
 // NVML is the backend for real GPUs. It loads libnvidia-ml.so.1 on first use
 // (go-nvml dlopens it at Init), so binaries start on machines without the
-// driver. GPUs in MIG mode are skipped with a warning: MIG partitions are out
-// of scope.
+// driver. GPUs in MIG mode are served elsewhere: Devices leaves them out,
+// ServedElsewhere lists them (MIG partitions are another plugin's).
 //
 // The inventory is read once, at the first successful call: NVML's device
 // set does not change while it is initialized. Health changes are recorded
@@ -56,6 +56,7 @@ type NVML struct {
 	initialized bool // lib.Init succeeded; Close must call lib.Shutdown
 	closed      bool
 	devices     []nvmlDevice // nil until enumerated
+	elsewhere   []Device     // the GPUs in MIG mode, read with devices
 	done        chan struct{}
 	watchers    sync.WaitGroup
 }
@@ -65,7 +66,10 @@ type nvmlDevice struct {
 	handle nvml.Device
 }
 
-var _ Backend = (*NVML)(nil)
+var (
+	_ Backend         = (*NVML)(nil)
+	_ ElsewhereLister = (*NVML)(nil)
+)
 
 // NewNVML returns an NVML backend on lib, a mock in tests. Nothing is
 // loaded until the first call.
@@ -97,6 +101,17 @@ func (n *NVML) Devices() ([]Device, error) {
 	return out, nil
 }
 
+// ServedElsewhere lists the GPUs in MIG mode, by NVML index. If the driver
+// cannot be found, the error wraps ErrNoDriver.
+func (n *NVML) ServedElsewhere() ([]Device, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.readyLocked(); err != nil {
+		return nil, err
+	}
+	return slices.Clone(n.elsewhere), nil
+}
+
 // readyLocked initializes NVML and enumerates the devices if that has not
 // been done yet. A failure is not remembered: a later call tries again, so a
 // driver that is installed after the process started is picked up.
@@ -119,11 +134,11 @@ func (n *NVML) readyLocked() error {
 		n.initialized = true
 	}
 	if n.devices == nil {
-		devs, err := n.enumerate()
+		devs, elsewhere, err := n.enumerate()
 		if err != nil {
 			return err
 		}
-		n.devices = devs
+		n.devices, n.elsewhere = devs, elsewhere
 	}
 	return nil
 }
@@ -143,53 +158,65 @@ func initError(ret nvml.Return) error {
 	}
 }
 
-func (n *NVML) enumerate() ([]nvmlDevice, error) {
+// enumerate reads every GPU: those nri-vgpu serves, and those in MIG mode,
+// served elsewhere.
+func (n *NVML) enumerate() ([]nvmlDevice, []Device, error) {
 	count, ret := n.lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
-		return nil, fmt.Errorf("NVML: counting GPUs: %w", ret)
+		return nil, nil, fmt.Errorf("NVML: counting GPUs: %w", ret)
 	}
 	devs := make([]nvmlDevice, 0, count)
+	elsewhere := []Device{}
 	for i := range count {
 		h, ret := n.lib.DeviceGetHandleByIndex(i)
 		if ret != nvml.SUCCESS {
-			return nil, fmt.Errorf("NVML: GPU %d: getting its handle: %w", i, ret)
+			return nil, nil, fmt.Errorf("NVML: GPU %d: getting its handle: %w", i, ret)
 		}
 		d, err := describe(i, h)
 		if err != nil {
-			return nil, fmt.Errorf("NVML: GPU %d: %w", i, err)
+			return nil, nil, fmt.Errorf("NVML: GPU %d: %w", i, err)
 		}
-		if d == nil {
+		if d.MIG {
+			slog.Warn("GPU in MIG mode: served elsewhere (its MIG devices are another plugin's), not shared by nri-vgpu; disable MIG to share it",
+				"index", i, "uuid", d.UUID)
+			elsewhere = append(elsewhere, d.Device)
 			continue
 		}
 		devs = append(devs, *d)
 	}
-	return devs, nil
+	return devs, elsewhere, nil
 }
 
-// describe reads what the inventory needs about one GPU; it returns nil for a
-// GPU that is skipped (MIG mode).
+// describe reads what the inventory needs about one GPU, and whether it is
+// in MIG mode (the current mode: a pending change takes effect only after a
+// GPU reset).
 func describe(index int, h nvml.Device) (*nvmlDevice, error) {
 	uuid, ret := h.GetUUID()
 	if ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("getting its UUID: %w", ret)
 	}
-	mig, _, ret := h.GetMigMode()
+	current, _, ret := h.GetMigMode()
+	var mig bool
 	switch {
 	case ret == nvml.ERROR_NOT_SUPPORTED:
 		// Not MIG-capable.
 	case ret != nvml.SUCCESS:
 		return nil, fmt.Errorf("%s: getting its MIG mode: %w", uuid, ret)
-	case mig == nvml.DEVICE_MIG_ENABLE:
-		slog.Warn("skipping GPU in MIG mode: MIG partitions are not supported; disable MIG to share this GPU",
-			"index", index, "uuid", uuid)
-		return nil, nil
+	default:
+		mig = current == nvml.DEVICE_MIG_ENABLE
 	}
 	name, ret := h.GetName()
 	if ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("%s: getting its name: %w", uuid, ret)
 	}
 	mem, ret := h.GetMemoryInfo()
-	if ret != nvml.SUCCESS {
+	switch {
+	case ret == nvml.SUCCESS:
+	case mig:
+		// Only shown, never shared: the size is not worth failing the
+		// whole inventory for.
+		mem = nvml.Memory{}
+	default:
 		return nil, fmt.Errorf("%s: getting its memory size: %w", uuid, ret)
 	}
 	minor, ret := h.GetMinorNumber()
@@ -209,6 +236,7 @@ func describe(index int, h nvml.Device) (*nvmlDevice, error) {
 			Minor:    minor,
 			PCIBusID: pciBusID(pci),
 			Healthy:  true,
+			MIG:      mig,
 		},
 		handle: h,
 	}, nil

@@ -114,6 +114,33 @@ func TestNVMLSkipsMIG(t *testing.T) {
 	if want := []int{0, 1, 3, 4, 5, 6, 7}; !slices.Equal(idx, want) {
 		t.Errorf("indices: got %v, want %v", idx, want)
 	}
+
+	// The GPU in MIG mode is served elsewhere: listed there, with what
+	// status shows of it, even though its memory size cannot be read.
+	dgxDevice(srv, 2).GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_NOT_SUPPORTED }
+	n2 := NewNVML(srv)
+	t.Cleanup(func() { _ = n2.Close() })
+	elsewhere, err := n2.ServedElsewhere()
+	if err != nil {
+		t.Fatalf("ServedElsewhere: %v", err)
+	}
+	want := []Device{{Index: 2, UUID: dgxDevice(srv, 2).UUID, Name: "Mock NVIDIA A100-SXM4-40GB", Minor: 2, PCIBusID: "0000:0c:00.0", Healthy: true, MIG: true}}
+	if !slices.Equal(elsewhere, want) {
+		t.Errorf("ServedElsewhere:\n got %+v\nwant %+v", elsewhere, want)
+	}
+	// A pending change to MIG mode is not the current mode: served here.
+	srv3 := newDGX(t)
+	dgxDevice(srv3, 4).GetMigModeFunc = func() (int, int, nvml.Return) {
+		return nvml.DEVICE_MIG_DISABLE, nvml.DEVICE_MIG_ENABLE, nvml.SUCCESS
+	}
+	n3 := NewNVML(srv3)
+	t.Cleanup(func() { _ = n3.Close() })
+	if got, err := n3.ServedElsewhere(); err != nil || len(got) != 0 {
+		t.Errorf("ServedElsewhere with a pending MIG change = %+v, %v; want none", got, err)
+	}
+	if got, err := n3.Devices(); err != nil || len(got) != 8 {
+		t.Errorf("Devices with a pending MIG change: %d GPUs, %v; want all 8", len(got), err)
+	}
 }
 
 func TestNVMLInitErrors(t *testing.T) {

@@ -15,10 +15,12 @@ import (
 const maxMinor = 254
 
 // Simulated is the backend for machines without NVIDIA GPUs: the GPUs are
-// described in config ([[gpu.simulated]]). It is safe for concurrent use.
+// described in config ([[gpu.simulated]]). An entry with mig = true is a GPU
+// in MIG mode: listed by ServedElsewhere, never by Devices. It is safe for
+// concurrent use.
 type Simulated struct {
 	mu       sync.Mutex
-	devices  []Device
+	devices  []Device // every configured GPU, MIG mode included
 	watchers map[*simWatcher]struct{}
 	closed   bool
 	done     chan struct{}
@@ -32,7 +34,10 @@ type simWatcher struct {
 	notify chan struct{} // capacity 1: "the queue is not empty"
 }
 
-var _ Backend = (*Simulated)(nil)
+var (
+	_ Backend         = (*Simulated)(nil)
+	_ ElsewhereLister = (*Simulated)(nil)
+)
 
 // NewSimulated returns a backend with the given GPUs; see ValidateSimulated
 // for what is rejected.
@@ -109,6 +114,7 @@ func simulatedDevices(gpus []config.SimulatedGPU) ([]Device, error) {
 			Minor:    g.Minor,
 			PCIBusID: bus,
 			Healthy:  g.IsHealthy(),
+			MIG:      g.MIG,
 		})
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -120,15 +126,29 @@ func simulatedDevices(gpus []config.SimulatedGPU) ([]Device, error) {
 // Name returns "simulated".
 func (s *Simulated) Name() string { return "simulated" }
 
-// Devices lists the GPUs in configuration order.
+// Devices lists the GPUs not in MIG mode, in configuration order.
 func (s *Simulated) Devices() ([]Device, error) {
+	return s.list(false)
+}
+
+// ServedElsewhere lists the GPUs in MIG mode (mig = true), in configuration
+// order.
+func (s *Simulated) ServedElsewhere() ([]Device, error) {
+	return s.list(true)
+}
+
+func (s *Simulated) list(mig bool) ([]Device, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, ErrClosed
 	}
-	out := make([]Device, len(s.devices))
-	copy(out, s.devices)
+	out := []Device{}
+	for _, d := range s.devices {
+		if d.MIG == mig {
+			out = append(out, d)
+		}
+	}
 	return out, nil
 }
 
@@ -149,12 +169,21 @@ func (s *Simulated) Update(gpus []config.SimulatedGPU) {
 	if s.closed {
 		return
 	}
+	// Events are about the GPUs Devices lists: one that went into MIG
+	// mode is gone from it, one that left MIG mode is new.
 	old := make(map[string]Device, len(s.devices))
 	for _, d := range s.devices {
-		old[d.UUID] = d
+		if !d.MIG {
+			old[d.UUID] = d
+		}
 	}
 	var events []HealthEvent
+	toMIG := map[string]bool{}
 	for _, d := range devs {
+		if d.MIG {
+			toMIG[d.UUID] = true
+			continue
+		}
 		prev, ok := old[d.UUID]
 		delete(old, d.UUID)
 		switch {
@@ -167,7 +196,11 @@ func (s *Simulated) Update(gpus []config.SimulatedGPU) {
 	// Removed GPUs, in their former order.
 	for _, d := range s.devices {
 		if _, gone := old[d.UUID]; gone {
-			events = append(events, HealthEvent{UUID: d.UUID, Healthy: false, Reason: "removed from the simulated configuration"})
+			reason := "removed from the simulated configuration"
+			if toMIG[d.UUID] {
+				reason = "put in MIG mode: served elsewhere"
+			}
+			events = append(events, HealthEvent{UUID: d.UUID, Healthy: false, Reason: reason})
 		}
 	}
 	s.devices = devs

@@ -48,6 +48,56 @@ func TestNewSimulated(t *testing.T) {
 	}
 }
 
+func TestSimulatedMIG(t *testing.T) {
+	mig := simGPU("GPU-mig", 1)
+	mig.MIG = true
+	s, err := NewSimulated([]config.SimulatedGPU{simGPU("GPU-a", 0), mig, simGPU("GPU-c", 2)})
+	if err != nil {
+		t.Fatalf("NewSimulated: %v", err)
+	}
+	devs, err := s.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var uuids []string
+	for _, d := range devs {
+		uuids = append(uuids, d.UUID)
+	}
+	if want := []string{"GPU-a", "GPU-c"}; !slices.Equal(uuids, want) {
+		t.Errorf("Devices = %v, want %v (the GPU in MIG mode left out)", uuids, want)
+	}
+	elsewhere, err := s.ServedElsewhere()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Device{{Index: 1, UUID: "GPU-mig", Name: "Simulated A100", Memory: 16 << 30, Minor: 1, PCIBusID: "0000:02:00.0", Healthy: true, MIG: true}}
+	if !slices.Equal(elsewhere, want) {
+		t.Errorf("ServedElsewhere:\n got %+v\nwant %+v", elsewhere, want)
+	}
+
+	// A reload that puts GPU-a in MIG mode takes it away from the
+	// consumers of Devices, as a removal would.
+	events := make(chan HealthEvent, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = s.WatchHealth(ctx, events) }()
+	waitWatchers(t, s, 1)
+	a := simGPU("GPU-a", 0)
+	a.MIG = true
+	s.Update([]config.SimulatedGPU{a, mig, simGPU("GPU-c", 2)})
+	select {
+	case ev := <-events:
+		if want := (HealthEvent{UUID: "GPU-a", Healthy: false, Reason: "put in MIG mode: served elsewhere"}); ev != want {
+			t.Errorf("event = %+v, want %+v", ev, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event for the GPU put in MIG mode")
+	}
+	if devs, _ := s.Devices(); len(devs) != 1 || devs[0].UUID != "GPU-c" {
+		t.Errorf("Devices after the reload = %+v, want GPU-c only", devs)
+	}
+}
+
 func TestValidateSimulated(t *testing.T) {
 	tests := []struct {
 		name string

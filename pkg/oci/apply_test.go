@@ -103,7 +103,7 @@ func TestAppliersAgree(t *testing.T) {
 			e.cfg.Driver.Injection = config.InjectionNVIDIARuntime
 			return Compute(gpus(gpu1), e.cfg, e.host, testFiles)
 		}},
-		{"hide", func(e env) (*Edits, error) { return Hide(e.host) }},
+		{"hide", func(e env) (*Edits, error) { return Hide(e.host, nil) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

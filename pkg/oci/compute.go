@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -178,7 +179,15 @@ func PinHook(bin string) specs.Hook {
 // injects nothing), the host's NVIDIA device nodes removed, and device-cgroup
 // rules denying every NVIDIA major and node. The deny rules are what holds on
 // NRI, which does not pass the removal of a device on to the runtime.
-func Hide(host Host) (*Edits, error) {
+//
+// granted are the device nodes already in the container's spec: another
+// plugin's grant (a device plugin's DeviceSpecs, the device nodes of a CDI
+// device the runtime resolved), since a pod spec cannot add a device node.
+// Each stays: it is neither removed nor denied, by its container path and by
+// its major:minor (a MIG device's /dev/nvidia-caps node, the parent GPU's
+// node). The wildcard denies do not take back their allow rules, which the
+// runtime put before these.
+func Hide(host Host, granted []specs.LinuxDevice) (*Edits, error) {
 	e := &Edits{}
 	e.setEnv(EnvVisibleDevices, "void")
 	majors, err := host.NVIDIAMajors()
@@ -189,6 +198,15 @@ func Hide(host Host) (*Edits, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hide GPUs: %w", err)
 	}
+	type number struct{ major, minor int64 }
+	keptNumbers := map[number]bool{}
+	keptPaths := map[string]bool{}
+	for _, g := range granted {
+		if g.Type == "c" {
+			keptNumbers[number{g.Major, g.Minor}] = true
+		}
+		keptPaths[path.Clean(g.Path)] = true
+	}
 	for _, m := range majors {
 		major := m
 		e.DeviceRules = append(e.DeviceRules, specs.LinuxDeviceCgroup{Allow: false, Type: "c", Major: &major, Access: accessDeny})
@@ -197,8 +215,12 @@ func Hide(host Host) (*Edits, error) {
 	// cgroup keeps exceptions per exact major:minor), so deny each node too.
 	for _, d := range nodes {
 		major, minor := d.Major, d.Minor
-		e.DeviceRules = append(e.DeviceRules, specs.LinuxDeviceCgroup{Allow: false, Type: "c", Major: &major, Minor: &minor, Access: accessDeny})
-		e.RemoveDevices = append(e.RemoveDevices, d.Path)
+		if !keptNumbers[number{major, minor}] {
+			e.DeviceRules = append(e.DeviceRules, specs.LinuxDeviceCgroup{Allow: false, Type: "c", Major: &major, Minor: &minor, Access: accessDeny})
+		}
+		if !keptNumbers[number{major, minor}] && !keptPaths[d.Path] {
+			e.RemoveDevices = append(e.RemoveDevices, d.Path)
+		}
 	}
 	return e, nil
 }

@@ -386,7 +386,7 @@ func TestHide(t *testing.T) {
 	if err := os.WriteFile(e.host.ProcDevices, []byte(procDevices), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	edits, err := Hide(e.host)
+	edits, err := Hide(e.host, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,6 +417,44 @@ func TestHide(t *testing.T) {
 	}
 	if len(edits.Devices) != 0 || len(edits.Mounts) != 0 {
 		t.Errorf("Hide adds devices %v / mounts %v", edits.Devices, edits.Mounts)
+	}
+}
+
+// TestHideKeepsGrantedNodes: the nodes another plugin put in the container's
+// spec (a MIG device: its parent GPU's node mapped elsewhere, the control
+// node and its /dev/nvidia-caps node) are neither removed nor denied; every
+// other NVIDIA node still is.
+func TestHideKeepsGrantedNodes(t *testing.T) {
+	e := newEnv(t, config.InjectionAuto, false, ocitest.StandardNodes)
+	granted := []specs.LinuxDevice{
+		{Path: "/dev/nvidia0", Type: "c", Major: 195, Minor: 1}, // host /dev/nvidia1, mapped as nvidia0
+		{Path: "/dev/nvidiactl", Type: "c", Major: 195, Minor: 255},
+		{Path: "/dev/nvidia-caps/nvidia-cap1", Type: "c", Major: 510, Minor: 1},
+		{Path: "/dev/fuse", Type: "c", Major: 10, Minor: 229}, // not NVIDIA's: no effect
+	}
+	edits, err := Hide(e.host, granted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := envValue(edits.Env, EnvVisibleDevices); v != "void" {
+		t.Errorf("%s = %q, want void: the environment cannot tell a grant from the pod spec", EnvVisibleDevices, v)
+	}
+	var denied []string
+	for _, r := range edits.DeviceRules {
+		if r.Minor != nil {
+			denied = append(denied, fmt.Sprintf("%d:%d", *r.Major, *r.Minor))
+		}
+	}
+	slices.Sort(denied)
+	want := []string{"195:0", "195:254", fmt.Sprintf("%d:0", ocitest.UVMMajor), fmt.Sprintf("%d:1", ocitest.UVMMajor)}
+	slices.Sort(want)
+	if !slices.Equal(denied, want) {
+		t.Errorf("per-node denies = %v, want %v (never the granted 195:1, 195:255, 510:1)", denied, want)
+	}
+	// /dev/nvidia0 is the container's path of the granted GPU: kept too.
+	wantRemoved := []string{"/dev/nvidia-modeset", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}
+	if !slices.Equal(edits.RemoveDevices, wantRemoved) {
+		t.Errorf("RemoveDevices = %v, want %v", edits.RemoveDevices, wantRemoved)
 	}
 }
 

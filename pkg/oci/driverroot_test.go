@@ -106,7 +106,7 @@ func TestComputeDriverRootUnset(t *testing.T) {
 // path in containers.
 func TestHideDriverRoot(t *testing.T) {
 	e := newDriverRootEnv(t, operatorDriverRoot)
-	edits, err := Hide(e.host)
+	edits, err := Hide(e.host, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

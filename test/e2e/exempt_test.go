@@ -20,9 +20,11 @@ const operatorNamespace = "gpu-operator"
 // TestExemptMonitoringPodNextToTenants: with [[nri.exempt]] namespace =
 // "gpu-operator", a monitoring pod there (dcgm-exporter: image with
 // NVIDIA_VISIBLE_DEVICES=all, every GPU node given to it as the NVIDIA
-// runtime would) keeps every GPU, unedited; a tenant pod given exactly the
-// same in another namespace sees none; a tenant GPU pod on the same node is
-// still held to its slice.
+// runtime would) keeps every GPU, unedited; a tenant pod with the same
+// image in another namespace sees none, not even a GPU node it makes
+// itself (device nodes in its spec would be another plugin's grant, kept:
+// TestNextToAMIGDevicePlugin); a tenant GPU pod on the same node is still
+// held to its slice.
 func TestExemptMonitoringPodNextToTenants(t *testing.T) {
 	forEachContainerd(t, testExemptMonitoringPodNextToTenants)
 }
@@ -45,7 +47,9 @@ func testExemptMonitoringPodNextToTenants(t *testing.T, containerd string) {
 		return pod
 	}
 	monitor := v.mustRun(t, ctx, allGPUs("dcgm-exporter", operatorNamespace))
-	tenant := v.mustRun(t, ctx, allGPUs("tenant", "default"))
+	tenantPod := gpuPod("tenant", 0)
+	tenantPod.Containers[0].Image = cudaLikeImage
+	tenant := v.mustRun(t, ctx, tenantPod)
 	limited := v.mustRun(t, ctx, gpuPod("tenant-gpu", 1))
 
 	// open says how opening a fake GPU node ends: ENXIO once the device
@@ -83,16 +87,16 @@ func testExemptMonitoringPodNextToTenants(t *testing.T, containerd string) {
 		if got := strings.TrimSpace(v.sh(t, ctx, id, "echo $NVIDIA_VISIBLE_DEVICES")); got != "void" {
 			t.Errorf("NVIDIA_VISIBLE_DEVICES = %q, want void", got)
 		}
-		if dropsNRIDeviceRules(t, containerd) {
-			// Documented: this NRI drops deny rules, so a node handed to
-			// the container directly stays open (README, "Enable in
-			// containerd").
-			t.Logf("containerd %s drops NRI's device rules: the nodes given directly stay open", containerd)
-			return
+		if out := v.sh(t, ctx, id, "ls /dev"); strings.Contains(out, "nvidia") {
+			t.Errorf("the tenant has NVIDIA nodes: %s", out)
 		}
 		for _, g := range testGPUs {
-			if got := open(id, g.Minor); !strings.Contains(got, "Operation not permitted") {
-				t.Errorf("opening /dev/nvidia%d: %q; want EPERM (denied)", g.Minor, got)
+			res, err := v.c.Exec(ctx, id, "/bin/sh", "-c", fmt.Sprintf("mknod /tmp/gpu%d c 195 %d && cat /tmp/gpu%d", g.Minor, g.Minor, g.Minor))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(res.Stderr, "Operation not permitted") {
+				t.Errorf("opening a node of GPU %d the tenant made: %q; want EPERM (denied)", g.Minor, res.Stderr)
 			}
 		}
 	})
