@@ -18,7 +18,7 @@ import (
 // RunOptions are what Run needs besides the driver.
 type RunOptions struct {
 	Client  kubernetes.Interface
-	Backend gpu.Backend // its health events republish the slice
+	Backend gpu.Backend // its health events republish the slice, tainting or untainting the GPU
 	// PluginDir and RegistryDir override the kubelet's directories
 	// (kubeletplugin.KubeletPluginsDir/<driver name> and
 	// kubeletplugin.KubeletRegistryDir); empty: the defaults.
@@ -102,7 +102,7 @@ func (d *Driver) Run(ctx context.Context, opts RunOptions) error {
 	if opts.Backend != nil {
 		go func() {
 			if err := opts.Backend.WatchHealth(ctx, events); err != nil {
-				d.log.Warn("GPU health is not watched; unhealthy GPUs stay published", "err", err)
+				d.log.Warn("GPU health is not watched; a GPU turning unhealthy is tainted at the next periodic publication only", "err", err)
 			}
 		}()
 	}
@@ -121,6 +121,7 @@ func (d *Driver) Run(ctx context.Context, opts RunOptions) error {
 		case ev := <-events:
 			d.log.Warn("GPU health changed; publishing the slice again", "uuid", ev.UUID, "healthy", ev.Healthy, "reason", ev.Reason)
 			d.countHealthChange(ev, health)
+			d.healthEvent(ev)
 			publish()
 		case <-tick.C:
 			publish()
