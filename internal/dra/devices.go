@@ -107,8 +107,10 @@ func servedGPUs(cfg *config.Config, devs []gpu.Device) ([]served, error) {
 
 // Devices is what the driver publishes in its ResourceSlice for devs: one
 // device per served GPU, which allows multiple allocations, each consuming
-// memory and cores (Contract 8). A request that names neither capacity
-// takes the GPU whole; one that names only memory takes all of its SM time.
+// memory and cores (Contract 8). A capacity a request does not name is one
+// slice's (Contract 1): the claim the scheduler makes for a pod asking for
+// `nvidia.com/gpu: 1` through a DeviceClass's extendedResourceName names
+// none, and gets what a device-plugin slice gets.
 // An unhealthy GPU carries the taint TaintUnhealthy, with what unhealthy
 // says of it (keyed by UUID; a GPU missing there has no known reason and
 // the taint is added now).
@@ -132,14 +134,14 @@ func Devices(cfg *config.Config, devs []gpu.Device, unhealthy map[string]Unhealt
 				CapacityMemory: {
 					Value: *bytesQuantity(g.Memory),
 					RequestPolicy: &resourceapi.CapacityRequestPolicy{
-						Default:    bytesQuantity(g.Memory),
+						Default:    bytesQuantity(g.MinMemory),
 						ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: bytesQuantity(g.MinMemory)},
 					},
 				},
 				CapacityCores: {
 					Value: *resource.NewQuantity(int64(g.Cores), resource.DecimalSI),
 					RequestPolicy: &resourceapi.CapacityRequestPolicy{
-						Default: resource.NewQuantity(maxCores, resource.DecimalSI),
+						Default: resource.NewQuantity(int64(g.MinCores), resource.DecimalSI),
 						ValidRange: &resourceapi.CapacityRequestPolicyRange{
 							Min:  resource.NewQuantity(int64(g.MinCores), resource.DecimalSI),
 							Max:  resource.NewQuantity(maxCores, resource.DecimalSI),

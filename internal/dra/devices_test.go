@@ -47,13 +47,14 @@ func TestDevices(t *testing.T) {
 			devs: []gpu.Device{gpuA, gpuB},
 			want: map[string]map[string]capacity{
 				"gpu-8e1c3f5a-0d2b-4c6e-9f71-2a3b4c5d6e7f": {
-					// 40 GiB / 10 = 4 GiB; 100 % / 10 = 10 %.
-					"memory": {value: "40Gi", def: "40Gi", min: "4Gi"},
-					"cores":  {value: "100", def: "100", min: "10", max: "100"},
+					// 40 GiB / 10 = 4 GiB; 100 % / 10 = 10 %: a request
+					// naming neither takes one slice.
+					"memory": {value: "40Gi", def: "4Gi", min: "4Gi"},
+					"cores":  {value: "100", def: "10", min: "10", max: "100"},
 				},
 				"gpu-4a7b3c1e-9d2f-4e8a-b6c5-1f0e2d3c4b5a": {
-					"memory": {value: "16Gi", def: "16Gi", min: "1638Mi"}, // 16384 MiB / 10, rounded down to a MiB
-					"cores":  {value: "100", def: "100", min: "10", max: "100"},
+					"memory": {value: "16Gi", def: "1638Mi", min: "1638Mi"}, // 16384 MiB / 10, rounded down to a MiB
+					"cores":  {value: "100", def: "10", min: "10", max: "100"},
 				},
 			},
 		},
@@ -69,8 +70,8 @@ func TestDevices(t *testing.T) {
 				"gpu-4a7b3c1e-9d2f-4e8a-b6c5-1f0e2d3c4b5a": {
 					// 1.5 × 16 GiB = 24 GiB, a quarter of it 6 GiB;
 					// 200 % shared, at most 100 % per claim, 50 % per slice.
-					"memory": {value: "24Gi", def: "24Gi", min: "6Gi"},
-					"cores":  {value: "200", def: "100", min: "50", max: "100"},
+					"memory": {value: "24Gi", def: "6Gi", min: "6Gi"},
+					"cores":  {value: "200", def: "50", min: "50", max: "100"},
 				},
 			},
 		},
@@ -80,8 +81,8 @@ func TestDevices(t *testing.T) {
 			devs:   []gpu.Device{gpuA, gpuB},
 			want: map[string]map[string]capacity{
 				"gpu-4a7b3c1e-9d2f-4e8a-b6c5-1f0e2d3c4b5a": {
-					"memory": {value: "16Gi", def: "16Gi", min: "1638Mi"},
-					"cores":  {value: "100", def: "100", min: "10", max: "100"},
+					"memory": {value: "16Gi", def: "1638Mi", min: "1638Mi"},
+					"cores":  {value: "100", def: "10", min: "10", max: "100"},
 				},
 			},
 		},

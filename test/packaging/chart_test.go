@@ -427,3 +427,16 @@ func TestChartDRAUnhealthyTaintEffect(t *testing.T) {
 		t.Errorf("an unknown effect renders (err %v):\n%.300s", err, out)
 	}
 }
+
+// draDriver.extendedResourceName names the extended resource the
+// DeviceClass serves; empty (the default), the class serves none.
+func TestChartDRAExtendedResourceName(t *testing.T) {
+	m := render(t, "--set", "draDriver.enabled=true")
+	if len(m.deviceClasses) != 1 || m.deviceClasses[0].Spec.ExtendedResourceName != nil {
+		t.Errorf("by default the DeviceClass serves an extended resource: %+v", m.deviceClasses)
+	}
+	m = render(t, "--set", "draDriver.enabled=true", "--set", "draDriver.extendedResourceName=nvidia.com/gpu")
+	if len(m.deviceClasses) != 1 || m.deviceClasses[0].Spec.ExtendedResourceName == nil || *m.deviceClasses[0].Spec.ExtendedResourceName != "nvidia.com/gpu" {
+		t.Errorf("DeviceClass %+v, want extendedResourceName nvidia.com/gpu", m.deviceClasses)
+	}
+}
