@@ -69,6 +69,9 @@ type Driver struct {
 
 	healthMu  sync.Mutex
 	unhealthy map[string]Unhealthy // by UUID: the GPUs published with a taint
+	// leaveOutUnhealthy is set where the API server would drop a device's
+	// taints (see taintsDropped): an unhealthy GPU is not published there.
+	leaveOutUnhealthy atomic.Bool
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -113,6 +116,9 @@ func (d *Driver) Resources() (resourceslice.DriverResources, error) {
 	devs, err := d.inv.Devices()
 	if err != nil {
 		return resourceslice.DriverResources{}, fmt.Errorf("dra driver: list the node's GPUs: %w", err)
+	}
+	if d.leaveOutUnhealthy.Load() {
+		devs = slices.DeleteFunc(slices.Clone(devs), func(g gpu.Device) bool { return !g.Healthy })
 	}
 	published, err := Devices(d.cfg, devs, d.noteHealth(devs))
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	utilversion "k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
@@ -60,6 +61,10 @@ func (d *Driver) Run(ctx context.Context, opts RunOptions) error {
 	pluginOpts = append(pluginOpts, kubeletplugin.PluginDataDirectoryPath(pluginDir))
 	if opts.RegistryDir != "" {
 		pluginOpts = append(pluginOpts, kubeletplugin.RegistrarDirectoryPath(opts.RegistryDir))
+	}
+	if dropped, version := taintsDropped(opts.Client); dropped {
+		d.log.Warn("the API server drops device taints; an unhealthy GPU is left out of the ResourceSlice instead of tainted", "version", version)
+		d.leaveOutUnhealthy.Store(true)
 	}
 	helper, err := kubeletplugin.Start(ctx, d, pluginOpts...)
 	if err != nil {
@@ -168,4 +173,20 @@ func (d *Driver) countHealthChange(ev gpu.HealthEvent, last map[string]bool) {
 			return
 		}
 	}
+}
+
+// taintsDropped reports whether the API server is older than 1.36, whose
+// DRADeviceTaints is off by default: it drops a device's taints on write,
+// so a tainted GPU would look healthy to the scheduler. A version that
+// cannot be read or parsed counts as newer. It returns the version read.
+func taintsDropped(client kubernetes.Interface) (bool, string) {
+	info, err := client.Discovery().ServerVersion()
+	if err != nil {
+		return false, ""
+	}
+	v, err := utilversion.ParseGeneric(info.GitVersion)
+	if err != nil {
+		return false, info.GitVersion
+	}
+	return v.LessThan(utilversion.MajorMinor(1, 36)), info.GitVersion
 }

@@ -13,6 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/version"
+	fakediscovery "k8s.io/client-go/discovery/fake"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
@@ -66,6 +68,8 @@ func TestRunRepublishesOnHealthEvents(t *testing.T) {
 	d.inv = backend
 	const nodeUID = types.UID("0a1b2c3d-0000-4000-8000-000000000001")
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, UID: nodeUID}})
+	// An API server that keeps device taints.
+	client.Discovery().(*fakediscovery.FakeDiscovery).FakedServerVersion = &version.Info{GitVersion: "v1.37.2"}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -136,4 +140,49 @@ func TestRunRepublishesOnHealthEvents(t *testing.T) {
 	backend.setHealthy(uuidB, true)
 	events <- gpu.HealthEvent{UUID: uuidB, Healthy: true, Reason: "recovered"}
 	published(map[string]string{devA: "", devB: ""})
+}
+
+// Before 1.36 the API server drops a device's taints (DRADeviceTaints is off
+// by default): there an unhealthy GPU is left out of the slice, as the only
+// way to keep new claims off it; from 1.36 on it is published, tainted.
+func TestTaintsDropped(t *testing.T) {
+	for _, tt := range []struct {
+		version string
+		want    bool
+	}{
+		{"v1.34.1", true},
+		{"v1.35.4-gke.100", true},
+		{"v1.36.0", false},
+		{"v1.37.2", false},
+		{"not a version", false},
+	} {
+		client := fake.NewClientset()
+		client.Discovery().(*fakediscovery.FakeDiscovery).FakedServerVersion = &version.Info{GitVersion: tt.version}
+		if got, _ := taintsDropped(client); got != tt.want {
+			t.Errorf("taintsDropped(%s) = %v, want %v", tt.version, got, tt.want)
+		}
+	}
+
+	d, _ := newDriver(t)
+	sick := gpuB
+	sick.Healthy = false
+	d.inv = staticInventory{gpuA, sick}
+	for _, leaveOut := range []bool{false, true} {
+		d.leaveOutUnhealthy.Store(leaveOut)
+		res, err := d.Resources()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, dev := range res.Pools[node].Slices[0].Devices {
+			names = append(names, dev.Name)
+		}
+		want := []string{devA, devB}
+		if leaveOut {
+			want = []string{devA}
+		}
+		if !slices.Equal(names, want) {
+			t.Errorf("taints dropped %v: published %v, want %v", leaveOut, names, want)
+		}
+	}
 }
