@@ -8,9 +8,12 @@ package dra
 
 import (
 	"fmt"
+	"strings"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
@@ -29,6 +32,17 @@ const (
 	AttributeIndex = "index"
 	AttributeMinor = "minor"
 )
+
+// TaintUnhealthy is the key of the taint an unhealthy GPU is published
+// with; its value is the reason, its effect dra.unhealthy_taint_effect.
+const TaintUnhealthy = "nri-vgpu.io/unhealthy"
+
+// Unhealthy is what the driver knows of a GPU's ill health: why, and
+// since when (the taint's TimeAdded, which stays while the GPU does).
+type Unhealthy struct {
+	Reason string // as the GPU backend said it; "" when unknown
+	Since  time.Time
+}
 
 // DeviceName is the name a GPU is published under (draclaim.DeviceName).
 func DeviceName(uuid string) (string, error) { return draclaim.DeviceName(uuid) }
@@ -53,14 +67,15 @@ type served struct {
 // MaxCores is the most SM time one claim receives on a GPU.
 func (s served) MaxCores() int { return min(s.Cores, 100) }
 
-// servedGPUs returns the GPUs of devs that the driver serves (config.DRA) and
-// that are healthy, in devs' order.
+// servedGPUs returns the GPUs of devs that the driver serves (config.DRA),
+// healthy or not, in devs' order: an unhealthy GPU stays published with a
+// taint, and the claims already on it can still be prepared.
 func servedGPUs(cfg *config.Config, devs []gpu.Device) ([]served, error) {
 	dp := cfg.DevicePlugin
 	var out []served
 	names := map[string]string{}
 	for _, d := range devs {
-		if !cfg.DRA.Serves(d.UUID) || !d.Healthy {
+		if !cfg.DRA.Serves(d.UUID) {
 			continue
 		}
 		name, err := DeviceName(d.UUID)
@@ -92,9 +107,14 @@ func servedGPUs(cfg *config.Config, devs []gpu.Device) ([]served, error) {
 
 // Devices is what the driver publishes in its ResourceSlice for devs: one
 // device per served GPU, which allows multiple allocations, each consuming
-// memory and cores (Contract 8). A request that names neither capacity
-// takes the GPU whole; one that names only memory takes all of its SM time.
-func Devices(cfg *config.Config, devs []gpu.Device) ([]resourceapi.Device, error) {
+// memory and cores (Contract 8). A capacity a request does not name is one
+// slice's (Contract 1): the claim the scheduler makes for a pod asking for
+// `nvidia.com/gpu: 1` through a DeviceClass's extendedResourceName names
+// none, and gets what a device-plugin slice gets.
+// An unhealthy GPU carries the taint TaintUnhealthy, with what unhealthy
+// says of it (keyed by UUID; a GPU missing there has no known reason and
+// the taint is added now).
+func Devices(cfg *config.Config, devs []gpu.Device, unhealthy map[string]Unhealthy) ([]resourceapi.Device, error) {
 	gpus, err := servedGPUs(cfg, devs)
 	if err != nil {
 		return nil, err
@@ -114,14 +134,14 @@ func Devices(cfg *config.Config, devs []gpu.Device) ([]resourceapi.Device, error
 				CapacityMemory: {
 					Value: *bytesQuantity(g.Memory),
 					RequestPolicy: &resourceapi.CapacityRequestPolicy{
-						Default:    bytesQuantity(g.Memory),
+						Default:    bytesQuantity(g.MinMemory),
 						ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: bytesQuantity(g.MinMemory)},
 					},
 				},
 				CapacityCores: {
 					Value: *resource.NewQuantity(int64(g.Cores), resource.DecimalSI),
 					RequestPolicy: &resourceapi.CapacityRequestPolicy{
-						Default: resource.NewQuantity(maxCores, resource.DecimalSI),
+						Default: resource.NewQuantity(int64(g.MinCores), resource.DecimalSI),
 						ValidRange: &resourceapi.CapacityRequestPolicyRange{
 							Min:  resource.NewQuantity(int64(g.MinCores), resource.DecimalSI),
 							Max:  resource.NewQuantity(maxCores, resource.DecimalSI),
@@ -132,8 +152,35 @@ func Devices(cfg *config.Config, devs []gpu.Device) ([]resourceapi.Device, error
 			},
 			AllowMultipleAllocations: ptr.To(true),
 		})
+		if !g.Healthy {
+			u, ok := unhealthy[g.UUID]
+			if !ok {
+				u.Since = time.Now()
+			}
+			out[len(out)-1].Taints = []resourceapi.DeviceTaint{{
+				Key:       TaintUnhealthy,
+				Value:     taintValue(u.Reason),
+				Effect:    resourceapi.DeviceTaintEffect(cfg.DRA.UnhealthyTaintEffect),
+				TimeAdded: &metav1.Time{Time: u.Since.Truncate(time.Second)},
+			}}
+		}
 	}
 	return out, nil
+}
+
+// taintValue is reason as a taint's value, which must be a label value:
+// at most 63 letters, digits, '-', '_' or '.', starting and ending with a
+// letter or digit. Every other character becomes '-': "XID 79" is
+// "XID-79".
+func taintValue(reason string) string {
+	v := []byte(reason)
+	for i, c := range v {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			v[i] = '-'
+		}
+	}
+	s := string(v[:min(len(v), 63)])
+	return strings.TrimFunc(s, func(r rune) bool { return r == '-' || r == '_' || r == '.' })
 }
 
 func bytesQuantity(b uint64) *resource.Quantity {

@@ -3,6 +3,7 @@ package dra
 import (
 	"strings"
 	"testing"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -46,13 +47,14 @@ func TestDevices(t *testing.T) {
 			devs: []gpu.Device{gpuA, gpuB},
 			want: map[string]map[string]capacity{
 				"gpu-8e1c3f5a-0d2b-4c6e-9f71-2a3b4c5d6e7f": {
-					// 40 GiB / 10 = 4 GiB; 100 % / 10 = 10 %.
-					"memory": {value: "40Gi", def: "40Gi", min: "4Gi"},
-					"cores":  {value: "100", def: "100", min: "10", max: "100"},
+					// 40 GiB / 10 = 4 GiB; 100 % / 10 = 10 %: a request
+					// naming neither takes one slice.
+					"memory": {value: "40Gi", def: "4Gi", min: "4Gi"},
+					"cores":  {value: "100", def: "10", min: "10", max: "100"},
 				},
 				"gpu-4a7b3c1e-9d2f-4e8a-b6c5-1f0e2d3c4b5a": {
-					"memory": {value: "16Gi", def: "16Gi", min: "1638Mi"}, // 16384 MiB / 10, rounded down to a MiB
-					"cores":  {value: "100", def: "100", min: "10", max: "100"},
+					"memory": {value: "16Gi", def: "1638Mi", min: "1638Mi"}, // 16384 MiB / 10, rounded down to a MiB
+					"cores":  {value: "100", def: "10", min: "10", max: "100"},
 				},
 			},
 		},
@@ -68,8 +70,8 @@ func TestDevices(t *testing.T) {
 				"gpu-4a7b3c1e-9d2f-4e8a-b6c5-1f0e2d3c4b5a": {
 					// 1.5 × 16 GiB = 24 GiB, a quarter of it 6 GiB;
 					// 200 % shared, at most 100 % per claim, 50 % per slice.
-					"memory": {value: "24Gi", def: "24Gi", min: "6Gi"},
-					"cores":  {value: "200", def: "100", min: "50", max: "100"},
+					"memory": {value: "24Gi", def: "6Gi", min: "6Gi"},
+					"cores":  {value: "200", def: "50", min: "50", max: "100"},
 				},
 			},
 		},
@@ -79,8 +81,8 @@ func TestDevices(t *testing.T) {
 			devs:   []gpu.Device{gpuA, gpuB},
 			want: map[string]map[string]capacity{
 				"gpu-4a7b3c1e-9d2f-4e8a-b6c5-1f0e2d3c4b5a": {
-					"memory": {value: "16Gi", def: "16Gi", min: "1638Mi"},
-					"cores":  {value: "100", def: "100", min: "10", max: "100"},
+					"memory": {value: "16Gi", def: "1638Mi", min: "1638Mi"},
+					"cores":  {value: "100", def: "10", min: "10", max: "100"},
 				},
 			},
 		},
@@ -89,16 +91,6 @@ func TestDevices(t *testing.T) {
 			change: func(c *config.Config) { c.DRA.Enabled = false },
 			devs:   []gpu.Device{gpuA, gpuB},
 			want:   map[string]map[string]capacity{},
-		},
-		{
-			name: "an unhealthy GPU is left out",
-			devs: []gpu.Device{gpuA, {Index: 1, UUID: uuidB, Name: "Tesla T4", Memory: 16 * gib, Minor: 1, Healthy: false}},
-			want: map[string]map[string]capacity{
-				"gpu-8e1c3f5a-0d2b-4c6e-9f71-2a3b4c5d6e7f": {
-					"memory": {value: "40Gi", def: "40Gi", min: "4Gi"},
-					"cores":  {value: "100", def: "100", min: "10", max: "100"},
-				},
-			},
 		},
 	}
 	for _, tt := range tests {
@@ -110,7 +102,7 @@ func TestDevices(t *testing.T) {
 			if err := cfg.Validate(); err != nil {
 				t.Fatal(err)
 			}
-			got, err := Devices(cfg, tt.devs)
+			got, err := Devices(cfg, tt.devs, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -162,7 +154,7 @@ func checkCapacity(t *testing.T, what string, got resourceapi.DeviceCapacity, wa
 }
 
 func TestDevicesAttributes(t *testing.T) {
-	got, err := Devices(draConfig(), []gpu.Device{gpuB})
+	got, err := Devices(draConfig(), []gpu.Device{gpuB}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,12 +176,68 @@ func TestDevicesAttributes(t *testing.T) {
 func TestDevicesErrors(t *testing.T) {
 	cfg := draConfig()
 	cfg.DevicePlugin.CoresScaling = 0.005
-	if _, err := Devices(cfg, []gpu.Device{gpuA}); err == nil || !strings.Contains(err.Error(), "less than 1 % of SM time") {
+	if _, err := Devices(cfg, []gpu.Device{gpuA}, nil); err == nil || !strings.Contains(err.Error(), "less than 1 % of SM time") {
 		t.Errorf("cores_scaling 0.005: %v, want an error about SM time", err)
 	}
 	clash := gpuB
 	clash.UUID = "GPU-8E1C3F5A-0D2B-4C6E-9F71-2A3B4C5D6E7F" // gpuA's in upper case
-	if _, err := Devices(draConfig(), []gpu.Device{gpuA, clash}); err == nil || !strings.Contains(err.Error(), "would both be published as") {
+	if _, err := Devices(draConfig(), []gpu.Device{gpuA, clash}, nil); err == nil || !strings.Contains(err.Error(), "would both be published as") {
 		t.Errorf("two GPUs with one device name: %v, want an error naming both", err)
+	}
+}
+
+// An unhealthy GPU stays published, whole, with a taint whose value is the
+// backend's reason made a label value and whose effect is the configured
+// one; a healthy GPU has none.
+func TestDevicesTaintUnhealthy(t *testing.T) {
+	since := time.Date(2026, 11, 29, 4, 5, 6, 700_000_000, time.UTC)
+	sick := gpuB
+	sick.Healthy = false
+	for _, effect := range []string{"NoSchedule", "NoExecute"} {
+		t.Run(effect, func(t *testing.T) {
+			cfg := draConfig()
+			cfg.DRA.UnhealthyTaintEffect = effect
+			got, err := Devices(cfg, []gpu.Device{gpuA, sick}, map[string]Unhealthy{uuidB: {Reason: "XID 79: GPU fell off the bus", Since: since}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 2 {
+				t.Fatalf("%d devices published, want both GPUs", len(got))
+			}
+			if got[0].Name != devA || len(got[0].Taints) != 0 {
+				t.Errorf("healthy %s: taints %+v, want none", got[0].Name, got[0].Taints)
+			}
+			if got[1].Name != devB || len(got[1].Taints) != 1 {
+				t.Fatalf("unhealthy %s: taints %+v, want one", got[1].Name, got[1].Taints)
+			}
+			taint := got[1].Taints[0]
+			if taint.Key != "nri-vgpu.io/unhealthy" || taint.Value != "XID-79--GPU-fell-off-the-bus" || string(taint.Effect) != effect {
+				t.Errorf("taint %s=%s:%s, want nri-vgpu.io/unhealthy=XID-79--GPU-fell-off-the-bus:%s", taint.Key, taint.Value, taint.Effect, effect)
+			}
+			// Whole seconds, as the API server keeps them: a republished
+			// slice then equals the stored one.
+			if want := time.Date(2026, 11, 29, 4, 5, 6, 0, time.UTC); taint.TimeAdded == nil || !taint.TimeAdded.Time.Equal(want) {
+				t.Errorf("timeAdded %v, want %v", taint.TimeAdded, want)
+			}
+			if mem := got[1].Capacity["memory"].Value; mem.Cmp(resource.MustParse("16Gi")) != 0 {
+				t.Errorf("unhealthy GPU's memory capacity %s, want all 16Gi: its claims keep their share", mem.String())
+			}
+		})
+	}
+}
+
+func TestTaintValue(t *testing.T) {
+	for _, tt := range []struct{ reason, want string }{
+		{"XID 79", "XID-79"},
+		{"", ""},
+		{" (double-bit ECC error) ", "double-bit-ECC-error"},
+		{"health changed in the simulated configuration", "health-changed-in-the-simulated-configuration"},
+		{strings.Repeat("x", 70), strings.Repeat("x", 63)},
+		{strings.Repeat("x", 62) + " y", strings.Repeat("x", 62)},
+		{"GPU é", "GPU"},
+	} {
+		if got := taintValue(tt.reason); got != tt.want {
+			t.Errorf("taintValue(%q) = %q, want %q", tt.reason, got, tt.want)
+		}
 	}
 }

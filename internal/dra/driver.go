@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -70,6 +71,11 @@ type Driver struct {
 	// statusClient writes the quota of each prepared claim into its status
 	// (status.go); set by Run before the kubelet can call.
 	statusClient kubernetes.Interface
+	healthMu  sync.Mutex
+	unhealthy map[string]Unhealthy // by UUID: the GPUs published with a taint
+	// leaveOutUnhealthy is set where the API server would drop a device's
+	// taints (see taintsDropped): an unhealthy GPU is not published there.
+	leaveOutUnhealthy atomic.Bool
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -93,7 +99,8 @@ func New(opts Options) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dra driver: CDI directory %s: %w", opts.Config.DRA.CDIDir, err)
 	}
-	d := &Driver{cfg: opts.Config, state: hoststate.New(opts.Config), inv: opts.Inventory, pool: opts.NodeName, log: log, cdi: cache}
+	d := &Driver{cfg: opts.Config, state: hoststate.New(opts.Config), inv: opts.Inventory, pool: opts.NodeName, log: log, cdi: cache,
+		unhealthy: map[string]Unhealthy{}}
 	d.metrics = newCollector(d)
 	return d, nil
 }
@@ -114,7 +121,10 @@ func (d *Driver) Resources() (resourceslice.DriverResources, error) {
 	if err != nil {
 		return resourceslice.DriverResources{}, fmt.Errorf("dra driver: list the node's GPUs: %w", err)
 	}
-	published, err := Devices(d.cfg, devs)
+	if d.leaveOutUnhealthy.Load() {
+		devs = slices.DeleteFunc(slices.Clone(devs), func(g gpu.Device) bool { return !g.Healthy })
+	}
+	published, err := Devices(d.cfg, devs, d.noteHealth(devs))
 	if err != nil {
 		return resourceslice.DriverResources{}, fmt.Errorf("dra driver: %w", err)
 	}
@@ -123,6 +133,38 @@ func (d *Driver) Resources() (resourceslice.DriverResources, error) {
 			d.pool: {Slices: []resourceslice.Slice{{Devices: published}}},
 		},
 	}, nil
+}
+
+// noteHealth records when each GPU of devs was first seen unhealthy, so that
+// its taint keeps its TimeAdded from one publication to the next, forgets
+// the GPUs that are healthy again, and returns a copy of the record.
+func (d *Driver) noteHealth(devs []gpu.Device) map[string]Unhealthy {
+	d.healthMu.Lock()
+	defer d.healthMu.Unlock()
+	for _, g := range devs {
+		if g.Healthy {
+			delete(d.unhealthy, g.UUID)
+		} else if _, ok := d.unhealthy[g.UUID]; !ok {
+			d.unhealthy[g.UUID] = Unhealthy{Since: time.Now()}
+		}
+	}
+	return maps.Clone(d.unhealthy)
+}
+
+// healthEvent records the reason of an unhealthy event; the GPU's taint
+// keeps the time it was first seen unhealthy.
+func (d *Driver) healthEvent(ev gpu.HealthEvent) {
+	if ev.Healthy {
+		return
+	}
+	d.healthMu.Lock()
+	defer d.healthMu.Unlock()
+	u, ok := d.unhealthy[ev.UUID]
+	if !ok {
+		u.Since = time.Now()
+	}
+	u.Reason = ev.Reason
+	d.unhealthy[ev.UUID] = u
 }
 
 // PrepareResourceClaims prepares each claim (see prepare); a claim that
@@ -379,7 +421,7 @@ func (d *Driver) HandleError(_ context.Context, err error, msg string) {
 }
 
 // WatchHealthStatus: health reaches the scheduler through the
-// ResourceSlice (an unhealthy GPU leaves it), not through the kubelet.
+// ResourceSlice (an unhealthy GPU is tainted there), not through the kubelet.
 func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
 	return kubeletplugin.ErrHealthNotSupported
 }

@@ -163,6 +163,16 @@ func TestPrepare(t *testing.T) {
 			want: []limits.GPULimit{{UUID: uuidA, Memory: 8 * gib, Cores: 100}},
 		},
 		{
+			// The scheduler's claim for two containers each asking for
+			// nvidia.com/gpu: 1, both placed on one GPU at its default of
+			// one slice: the claim's quota there is two slices.
+			name: "two containers' extended resource requests on one GPU add up",
+			results: []resourceapi.DeviceRequestAllocationResult{
+				result("container-0-request-0", devA, "4Gi", "10"), result("container-1-request-0", devA, "4Gi", "10"),
+			},
+			want: []limits.GPULimit{{UUID: uuidA, Memory: 8 * gib, Cores: 20}},
+		},
+		{
 			name: "another driver's device in the claim is not ours",
 			results: []resourceapi.DeviceRequestAllocationResult{
 				{Request: "nic", Driver: "net.example.com", Pool: node, Device: "eth1"},

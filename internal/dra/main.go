@@ -35,6 +35,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer, reloadSig <-chan
 	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file (default: $KUBECONFIG); empty: the pod's service account")
 	pluginDir := fs.String("plugin-dir", "", "the driver's directory for its kubelet socket (default: /var/lib/kubelet/plugins/<driver name>)")
 	registryDir := fs.String("registry-dir", "", "the kubelet's plugin registration directory (default: /var/lib/kubelet/plugins_registry)")
+	taintEffect := fs.String("unhealthy-taint-effect", "", "the effect of an unhealthy GPU's taint, NoSchedule or NoExecute, over dra.unhealthy_taint_effect (default: the configuration's)")
 	if code, done := common.Parse(fs, args, stderr); done {
 		return code
 	}
@@ -42,9 +43,16 @@ func Main(ctx context.Context, args []string, stderr io.Writer, reloadSig <-chan
 		fmt.Fprintf(stderr, "%s: the node name is required: --node-name or $NODE_NAME\n", ProgramName)
 		return 2
 	}
+	if e := *taintEffect; e != "" && e != config.TaintEffectNoSchedule && e != config.TaintEffectNoExecute {
+		fmt.Fprintf(stderr, "%s: --unhealthy-taint-effect must be %s or %s, not %q\n", ProgramName, config.TaintEffectNoSchedule, config.TaintEffectNoExecute, e)
+		return 2
+	}
 	logger, cfg, code := common.Setup(stderr)
 	if logger == nil {
 		return code
+	}
+	if *taintEffect != "" {
+		cfg.DRA.UnhealthyTaintEffect = *taintEffect
 	}
 	logger.Info("starting", "program", ProgramName, "version", version.Version, "config", cmp.Or(cfg.Source, "(defaults)"),
 		"driver", cfg.DRA.DriverName, "node", *nodeName, "backend", cfg.GPU.Backend)
@@ -87,7 +95,13 @@ func Main(ctx context.Context, args []string, stderr io.Writer, reloadSig <-chan
 	// Health changes of reloaded simulated GPUs reach the driver as health
 	// events, which publish the slice again.
 	go reload.Watcher{ConfigPath: common.ConfigPath(), Current: cfg, Backend: backend, Logger: logger,
-		RestartOnly: reloadRestartOnly}.Run(ctx, reloadSig)
+		RestartOnly: func(current, next *config.Config) string {
+			// The flag stands over the file at each reload as at start.
+			if *taintEffect != "" {
+				next.DRA.UnhealthyTaintEffect = *taintEffect
+			}
+			return reloadRestartOnly(current, next)
+		}}.Run(ctx, reloadSig)
 
 	opts := RunOptions{Client: client, Backend: backend, PluginDir: *pluginDir, RegistryDir: *registryDir}
 	if err := driver.Run(ctx, opts); err != nil {

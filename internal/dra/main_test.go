@@ -31,6 +31,7 @@ func TestUsage(t *testing.T) {
 		{"stray argument", []string{"--node-name", "n", "extra"}, "", "", 2, `unexpected arguments ["extra"]`},
 		{"version", []string{"--version"}, "", "", 0, "nri-vgpu-dra-driver "},
 		{"bad config", []string{"--node-name", "n", "--config", "/nonexistent/config.toml"}, "", "", 1, "cannot load the configuration"},
+		{"bad taint effect", []string{"--node-name", "n", "--config", "/dev/null", "--unhealthy-taint-effect", "NoExecut"}, "", "", 2, `--unhealthy-taint-effect must be NoSchedule or NoExecute, not "NoExecut"`},
 		{"node name from the environment, bad kubeconfig", []string{"--config", "/dev/null", "--kubeconfig", "/nonexistent"}, "n", "", 1, "cannot configure the API server client"},
 		// As the packaged unit starts it: both from the environment.
 		{"kubeconfig from the environment", []string{"--config", "/dev/null"}, "n", "/nonexistent/kubelet.conf", 1, "/nonexistent/kubelet.conf"},

@@ -69,7 +69,7 @@ var (
 	descRegistered = prometheus.NewDesc("nri_vgpu_dra_registered",
 		"1 while the kubelet has registered the DRA driver, else 0.", nil, nil)
 	descGPUHealthy = prometheus.NewDesc("nri_vgpu_dra_gpu_healthy",
-		"1 while the GPU served through DRA is healthy (published in the ResourceSlice), 0 while unhealthy (left out of it).",
+		"1 while the GPU served through DRA is healthy, 0 while unhealthy (published in the ResourceSlice with the taint nri-vgpu.io/unhealthy).",
 		gpuLabels, nil)
 )
 

@@ -209,7 +209,7 @@ func TestMetricsRun(t *testing.T) {
 	events <- gpu.HealthEvent{UUID: uuidB, Healthy: false, Reason: "XID 79 again"}
 	waitFor("publications", publications, 3)
 	compareMetrics(t, reg, `
-# HELP nri_vgpu_dra_gpu_healthy 1 while the GPU served through DRA is healthy (published in the ResourceSlice), 0 while unhealthy (left out of it).
+# HELP nri_vgpu_dra_gpu_healthy 1 while the GPU served through DRA is healthy, 0 while unhealthy (published in the ResourceSlice with the taint nri-vgpu.io/unhealthy).
 # TYPE nri_vgpu_dra_gpu_healthy gauge
 nri_vgpu_dra_gpu_healthy{UUID="`+uuidA+`",gpu="0",name="NVIDIA A100-SXM4-40GB"} 1
 nri_vgpu_dra_gpu_healthy{UUID="`+uuidB+`",gpu="1",name="Tesla T4"} 0

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	utilversion "k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
@@ -18,7 +19,7 @@ import (
 // RunOptions are what Run needs besides the driver.
 type RunOptions struct {
 	Client  kubernetes.Interface
-	Backend gpu.Backend // its health events republish the slice
+	Backend gpu.Backend // its health events republish the slice, tainting or untainting the GPU
 	// PluginDir and RegistryDir override the kubelet's directories
 	// (kubeletplugin.KubeletPluginsDir/<driver name> and
 	// kubeletplugin.KubeletRegistryDir); empty: the defaults.
@@ -62,6 +63,10 @@ func (d *Driver) Run(ctx context.Context, opts RunOptions) error {
 		pluginOpts = append(pluginOpts, kubeletplugin.RegistrarDirectoryPath(opts.RegistryDir))
 	}
 	d.statusClient = opts.Client
+	if dropped, version := taintsDropped(opts.Client); dropped {
+		d.log.Warn("the API server drops device taints; an unhealthy GPU is left out of the ResourceSlice instead of tainted", "version", version)
+		d.leaveOutUnhealthy.Store(true)
+	}
 	helper, err := kubeletplugin.Start(ctx, d, pluginOpts...)
 	if err != nil {
 		return fmt.Errorf("dra driver: start the kubelet plugin: %w", err)
@@ -103,7 +108,7 @@ func (d *Driver) Run(ctx context.Context, opts RunOptions) error {
 	if opts.Backend != nil {
 		go func() {
 			if err := opts.Backend.WatchHealth(ctx, events); err != nil {
-				d.log.Warn("GPU health is not watched; unhealthy GPUs stay published", "err", err)
+				d.log.Warn("GPU health is not watched; a GPU turning unhealthy is tainted at the next periodic publication only", "err", err)
 			}
 		}()
 	}
@@ -122,6 +127,7 @@ func (d *Driver) Run(ctx context.Context, opts RunOptions) error {
 		case ev := <-events:
 			d.log.Warn("GPU health changed; publishing the slice again", "uuid", ev.UUID, "healthy", ev.Healthy, "reason", ev.Reason)
 			d.countHealthChange(ev, health)
+			d.healthEvent(ev)
 			publish()
 		case <-tick.C:
 			publish()
@@ -168,4 +174,20 @@ func (d *Driver) countHealthChange(ev gpu.HealthEvent, last map[string]bool) {
 			return
 		}
 	}
+}
+
+// taintsDropped reports whether the API server is older than 1.36, whose
+// DRADeviceTaints is off by default: it drops a device's taints on write,
+// so a tainted GPU would look healthy to the scheduler. A version that
+// cannot be read or parsed counts as newer. It returns the version read.
+func taintsDropped(client kubernetes.Interface) (bool, string) {
+	info, err := client.Discovery().ServerVersion()
+	if err != nil {
+		return false, ""
+	}
+	v, err := utilversion.ParseGeneric(info.GitVersion)
+	if err != nil {
+		return false, info.GitVersion
+	}
+	return v.LessThan(utilversion.MajorMinor(1, 36)), info.GitVersion
 }

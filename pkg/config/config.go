@@ -268,7 +268,19 @@ type DRA struct {
 	// CDIDir is where the driver writes a CDI spec per prepared claim;
 	// containerd must read CDI specs from it.
 	CDIDir string `toml:"cdi_dir"` // default "/var/run/cdi"
+	// UnhealthyTaintEffect is the effect of the taint an unhealthy GPU is
+	// published with: NoSchedule keeps the claims already on it and
+	// places no new one there; NoExecute also evicts the pods whose
+	// claims use it.
+	UnhealthyTaintEffect string `toml:"unhealthy_taint_effect"` // "NoSchedule" (default) | "NoExecute"
 }
+
+// The effects an unhealthy GPU's taint can have (DRA.UnhealthyTaintEffect),
+// spelled as Kubernetes spells them.
+const (
+	TaintEffectNoSchedule = "NoSchedule"
+	TaintEffectNoExecute  = "NoExecute"
+)
 
 // Serves reports whether the GPU with this UUID goes to the DRA driver.
 func (d DRA) Serves(uuid string) bool {
@@ -336,6 +348,8 @@ func Default() *Config {
 		DRA: DRA{
 			DriverName: DefaultDRADriverName,
 			CDIDir:     "/var/run/cdi",
+
+			UnhealthyTaintEffect: TaintEffectNoSchedule,
 		},
 	}
 }

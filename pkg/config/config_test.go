@@ -39,7 +39,7 @@ func TestDefault(t *testing.T) {
 		Runtime: Runtime{Next: []string{"nvidia-container-runtime", "runc"}},
 		Metrics: Metrics{Listen: ""},
 		Limits:  Limits{CoresPolicy: "hard", LogLevel: "warn"},
-		DRA:     DRA{DriverName: "gpu.nri-vgpu.io", CDIDir: "/var/run/cdi"},
+		DRA:     DRA{DriverName: "gpu.nri-vgpu.io", CDIDir: "/var/run/cdi", UnhealthyTaintEffect: "NoSchedule"},
 	}
 	got := Default()
 	if !reflect.DeepEqual(got, want) {
@@ -229,6 +229,7 @@ enabled = true
 gpus = ["GPU-bbbb"]
 driver_name = "vgpu.example.com"
 cdi_dir = "/etc/cdi"
+unhealthy_taint_effect = "NoExecute"
 `
 	cfg, err := Parse("override.toml", []byte(doc))
 	if err != nil {
@@ -263,7 +264,7 @@ cdi_dir = "/etc/cdi"
 		Runtime: Runtime{Next: []string{"/usr/local/bin/runc"}},
 		Metrics: Metrics{Listen: "127.0.0.1:9400"},
 		Limits:  Limits{CoresPolicy: "burst", LogLevel: "debug"},
-		DRA:     DRA{Enabled: true, GPUs: []string{"GPU-bbbb"}, DriverName: "vgpu.example.com", CDIDir: "/etc/cdi"},
+		DRA:     DRA{Enabled: true, GPUs: []string{"GPU-bbbb"}, DriverName: "vgpu.example.com", CDIDir: "/etc/cdi", UnhealthyTaintEffect: "NoExecute"},
 		Source:  "override.toml",
 	}
 	if !reflect.DeepEqual(cfg, want) {
@@ -474,6 +475,7 @@ func TestValidationErrors(t *testing.T) {
 		{"dra driver name upper case", "[dra]\ndriver_name = \"GPU.example.com\"\n", 2, "dra.driver_name", `not "GPU.example.com"`},
 		{"dra driver name too long", "[dra]\ndriver_name = \"" + strings.Repeat("a", 64) + "\"\n", 2, "dra.driver_name", "1 to 63 characters"},
 		{"dra cdi_dir relative", "[dra]\ncdi_dir = \"cdi\"\n", 2, "dra.cdi_dir", `must be an absolute path, not "cdi"`},
+		{"dra taint effect unknown", "[dra]\nunhealthy_taint_effect = \"PreferNoSchedule\"\n", 2, "dra.unhealthy_taint_effect", `must be one of "NoSchedule", "NoExecute", not "PreferNoSchedule"`},
 		{"backend", "[gpu]\nbackend = \"cuda\"\n", 2, "gpu.backend", `must be one of "nvml", "simulated", not "cuda"`},
 		{"simulated without GPUs", "[gpu]\nbackend = \"simulated\"\n", 2, "gpu.backend", "no [[gpu.simulated]] GPU is described"},
 		{"uuid prefix", strings.Replace(simulatedDoc, `"GPU-11111111`, `"gpu-11111111`, 1), 11, "gpu.simulated[1].uuid", `not "gpu-11111111-1111-1111-1111-111111111111"`},

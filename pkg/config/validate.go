@@ -337,6 +337,7 @@ func (d *DRA) validate(ck *checker) {
 		ck.add("dra.driver_name", "%w", err)
 	}
 	checkAbs(ck, "dra.cdi_dir", d.CDIDir)
+	checkOneOf(ck, "dra.unhealthy_taint_effect", d.UnhealthyTaintEffect, TaintEffectNoSchedule, TaintEffectNoExecute)
 }
 
 // checkDriverName requires what Kubernetes requires of a DRA driver name: a

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,6 +39,9 @@ type draScheduler struct {
 	driver *harness.Process
 	log    string
 	dir    string // the driver's config, run_dir, state_dir, cdi_dir
+	// taintEffect is dra.unhealthy_taint_effect in the config writeConfig
+	// writes; empty: the default.
+	taintEffect string
 }
 
 // writeConfig writes the driver's configuration file: the simulated GPUs
@@ -53,6 +57,9 @@ func (s *draScheduler) writeConfig(t *testing.T, unhealthy ...int) string {
 	}
 	fmt.Fprintf(&cfg, "[paths]\nrun_dir = %q\nstate_dir = %q\n[dra]\nenabled = true\ncdi_dir = %q\n",
 		filepath.Join(s.dir, "run"), filepath.Join(s.dir, "state"), filepath.Join(s.dir, "cdi"))
+	if s.taintEffect != "" {
+		fmt.Fprintf(&cfg, "unhealthy_taint_effect = %q\n", s.taintEffect)
+	}
 	configPath := filepath.Join(s.dir, "config.toml")
 	if err := os.WriteFile(configPath, []byte(cfg.String()), 0o644); err != nil {
 		t.Fatal(err)
@@ -356,13 +363,17 @@ func TestDRASchedulerFillsTwoGPUs(t *testing.T) {
 	s.waitUnschedulable(t, ctx, "one-more")
 }
 
-// A GPU that turns unhealthy leaves the node's ResourceSlice in the API
-// server, so the scheduler places no claim on it, and comes back when it
-// recovers. The simulated GPUs' health changes by a configuration reload
-// (SIGHUP), which the driver receives as health events.
-func TestDRASliceFollowsGPUHealth(t *testing.T) {
+// A GPU that turns unhealthy stays in the node's ResourceSlice with the
+// taint nri-vgpu.io/unhealthy, its reason as the value: the real scheduler
+// places no new claim on it (a pod that fits only there waits,
+// unschedulable), with NoSchedule the pod already on it keeps its claim,
+// with NoExecute kube-controller-manager's device taint eviction controller
+// evicts the pods on it, and on recovery the taint goes and the waiting pod
+// is placed there. The simulated GPUs' health changes by a configuration
+// reload (SIGHUP), which the driver receives as health events.
+func TestDRAUnhealthyGPUIsTainted(t *testing.T) {
 	s := startDRAScheduler(t)
-	ctx := testContext(t, 3*time.Minute)
+	ctx := testContext(t, 5*time.Minute)
 	both := []string{draDeviceName(0), draDeviceName(1)}
 	slices.Sort(both)
 	s.waitSlice(t, ctx, both)
@@ -374,19 +385,112 @@ func TestDRASliceFollowsGPUHealth(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	reload(1)
-	s.waitSlice(t, ctx, []string{draDeviceName(0)})
-	// 10 GiB fit on one healthy GPU only: a second such claim waits.
+	const reason = "health-changed-in-the-simulated-configuration"
+
+	// Two 16 GiB GPUs: a takes 10 GiB of one, the sick one; b 12 GiB of
+	// the other, which then has 4 GiB left; c, 5 GiB, fits only beside a.
 	s.claimPod(t, ctx, "a", "10Gi", "30")
-	if p := s.waitScheduled(t, ctx, "a"); p.device != draDeviceName(0) {
-		t.Errorf("claim a went to %s, want %s, the healthy GPU", p.device, draDeviceName(0))
+	sick := slices.Index([]string{draDeviceName(0), draDeviceName(1)}, s.waitScheduled(t, ctx, "a").device)
+	other := 1 - sick
+	reload(sick)
+	s.waitTaints(t, ctx, map[string]string{
+		draDeviceName(sick):  "nri-vgpu.io/unhealthy=" + reason + ":NoSchedule",
+		draDeviceName(other): "",
+	})
+	s.claimPod(t, ctx, "b", "12Gi", "30")
+	if p := s.waitScheduled(t, ctx, "b"); p.device != draDeviceName(other) {
+		t.Fatalf("claim b went to %s, want %s, the healthy GPU", p.device, draDeviceName(other))
 	}
-	s.claimPod(t, ctx, "b", "10Gi", "30")
-	s.waitUnschedulable(t, ctx, "b")
+	s.claimPod(t, ctx, "c", "5Gi", "30")
+	s.waitUnschedulable(t, ctx, "c")
+	// NoSchedule: a keeps its pod and its claim.
+	if pod, err := s.k.Client.CoreV1().Pods(podNamespace).Get(ctx, "a", metav1.GetOptions{}); err != nil || pod.DeletionTimestamp != nil {
+		t.Fatalf("pod a on the GPU tainted NoSchedule: %v, deletion %v; want it kept", err, pod.GetDeletionTimestamp())
+	}
 
 	reload()
-	s.waitSlice(t, ctx, both)
-	if p := s.waitScheduled(t, ctx, "b"); p.device != draDeviceName(1) {
-		t.Errorf("claim b went to %s, want %s, the recovered GPU", p.device, draDeviceName(1))
+	s.waitTaints(t, ctx, map[string]string{draDeviceName(sick): "", draDeviceName(other): ""})
+	if p := s.waitScheduled(t, ctx, "c"); p.device != draDeviceName(sick) {
+		t.Fatalf("claim c went to %s, want %s, the recovered GPU", p.device, draDeviceName(sick))
+	}
+
+	// NoExecute: the pods on the GPU are evicted, the other GPU's pod stays.
+	if err := s.driver.Stop(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	s.taintEffect = "NoExecute"
+	s.start(t, filepath.Join(s.dir, "nri-vgpu-dra-driver"), s.writeConfig(t, sick), s.k.Kubeconfig)
+	s.waitTaints(t, ctx, map[string]string{
+		// Unhealthy from the start: no health event, no reason.
+		draDeviceName(sick):  "nri-vgpu.io/unhealthy=:NoExecute",
+		draDeviceName(other): "",
+	})
+	s.waitEvicted(t, ctx, "a")
+	s.waitEvicted(t, ctx, "c")
+	if pod, err := s.k.Client.CoreV1().Pods(podNamespace).Get(ctx, "b", metav1.GetOptions{}); err != nil || pod.DeletionTimestamp != nil {
+		t.Errorf("pod b on the healthy GPU: %v, deletion %v; want it kept", err, pod.GetDeletionTimestamp())
+	}
+}
+
+// waitTaints waits until the driver's ResourceSlice for the node lists the
+// devices of want, each with the taints want says ("key=value:effect",
+// comma-separated; "" for none), each taint with its timeAdded.
+func (s *draScheduler) waitTaints(t *testing.T, ctx context.Context, want map[string]string) {
+	t.Helper()
+	got := map[string]string{}
+	for {
+		list, err := s.k.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err == nil {
+			got = map[string]string{}
+			for _, sl := range list.Items {
+				if sl.Spec.Driver != draDriver || sl.Spec.NodeName == nil || *sl.Spec.NodeName != s.k.NodeName {
+					continue
+				}
+				for _, d := range sl.Spec.Devices {
+					var taints []string
+					for _, tn := range d.Taints {
+						taints = append(taints, tn.Key+"="+tn.Value+":"+string(tn.Effect))
+						if tn.TimeAdded == nil {
+							t.Errorf("%s: taint %s has no timeAdded", d.Name, tn.Key)
+						}
+					}
+					got[d.Name] = strings.Join(taints, ",")
+				}
+			}
+			if maps.Equal(got, want) {
+				return
+			}
+		}
+		select {
+		case <-s.driver.Exited():
+			t.Fatalf("the DRA driver exited: %v; log:\n%s", s.driver.Err(), harness.Tail(s.log, 10))
+		case <-ctx.Done():
+			t.Fatalf("ResourceSlice devices and taints = %q (%v), want %q", got, err, want)
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+// waitEvicted waits until the device taint eviction controller has marked
+// the pod disrupted by a device taint and deleted it (no kubelet finishes
+// the deletion: the pod stays, terminating).
+func (s *draScheduler) waitEvicted(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	var pod *corev1.Pod
+	for {
+		var err error
+		pod, err = s.k.Client.CoreV1().Pods(podNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := podCondition(pod, corev1.DisruptionTarget)
+		if pod.DeletionTimestamp != nil && c.Status == corev1.ConditionTrue && c.Reason == "DeletionByDeviceTaintManager" {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("pod %s not evicted: deletion %v, conditions %+v", name, pod.DeletionTimestamp, pod.Status.Conditions)
+		case <-time.After(300 * time.Millisecond):
+		}
 	}
 }

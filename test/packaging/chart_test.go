@@ -405,3 +405,47 @@ func TestChartDRADriver(t *testing.T) {
 		t.Errorf("DeviceClass %s selects %+v, want the devices of driver vgpu.example.com", dc.Name, dc.Spec.Selectors)
 	}
 }
+
+// draDriver.unhealthyTaintEffect reaches the driver as its flag, over the
+// configuration's; empty (the default) leaves the configuration's. A value
+// the driver would refuse fails the render instead of a pod.
+func TestChartDRAUnhealthyTaintEffect(t *testing.T) {
+	for _, tt := range []struct {
+		set  []string
+		want string // the flag, "" for none
+	}{
+		{nil, ""},
+		{[]string{"--set", "draDriver.unhealthyTaintEffect=NoExecute"}, "--unhealthy-taint-effect=NoExecute"},
+		{[]string{"--set", "draDriver.unhealthyTaintEffect=NoSchedule"}, "--unhealthy-taint-effect=NoSchedule"},
+	} {
+		m := render(t, append([]string{"--set", "draDriver.enabled=true"}, tt.set...)...)
+		c := mainContainer(t, m.daemonSets["dra-driver"])
+		var got string
+		for _, a := range c.Args {
+			if strings.HasPrefix(a, "--unhealthy-taint-effect") {
+				got = a
+			}
+		}
+		if got != tt.want {
+			t.Errorf("%q: the driver's taint effect flag is %q, want %q", tt.set, got, tt.want)
+		}
+	}
+	out, err := exec.Command(os.Getenv("HELM"), "template", "nri-vgpu", chartPath, "--kube-version", "1.30.0", "--set", "draDriver.enabled=true",
+		"--set", "draDriver.unhealthyTaintEffect=PreferNoSchedule").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `draDriver.unhealthyTaintEffect must be NoSchedule or NoExecute, not "PreferNoSchedule"`) {
+		t.Errorf("an unknown effect renders (err %v):\n%.300s", err, out)
+	}
+}
+
+// draDriver.extendedResourceName names the extended resource the
+// DeviceClass serves; empty (the default), the class serves none.
+func TestChartDRAExtendedResourceName(t *testing.T) {
+	m := render(t, "--set", "draDriver.enabled=true")
+	if len(m.deviceClasses) != 1 || m.deviceClasses[0].Spec.ExtendedResourceName != nil {
+		t.Errorf("by default the DeviceClass serves an extended resource: %+v", m.deviceClasses)
+	}
+	m = render(t, "--set", "draDriver.enabled=true", "--set", "draDriver.extendedResourceName=nvidia.com/gpu")
+	if len(m.deviceClasses) != 1 || m.deviceClasses[0].Spec.ExtendedResourceName == nil || *m.deviceClasses[0].Spec.ExtendedResourceName != "nvidia.com/gpu" {
+		t.Errorf("DeviceClass %+v, want extendedResourceName nvidia.com/gpu", m.deviceClasses)
+	}
+}

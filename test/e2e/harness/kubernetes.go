@@ -423,8 +423,10 @@ current-context: e2e
 	if c.opts.ControlPlaneOnly {
 		// No node lifecycle: the node has no kubelet to report it Ready,
 		// and would be tainted unreachable. The resourceclaim controller
-		// frees the claims of deleted pods.
-		controllers = "garbagecollector,resourceclaim-controller"
+		// frees the claims of deleted pods; the device taint eviction
+		// controller evicts the pods whose claims use a device tainted
+		// NoExecute.
+		controllers = "garbagecollector,resourceclaim-controller,device-taint-eviction-controller"
 	}
 	if err := c.run("kube-controller-manager", "--kubeconfig", c.Kubeconfig, "--leader-elect=false",
 		"--controllers", controllers,
