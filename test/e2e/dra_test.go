@@ -87,13 +87,19 @@ func (s *draScheduler) start(t *testing.T, bin, configPath, kubeconfig string) {
 
 func startDRAScheduler(t *testing.T) *draScheduler {
 	t.Helper()
+	return startDRASchedulerOn(t, harness.KubernetesVersion)
+}
+
+// startDRASchedulerOn is startDRAScheduler on Kubernetes version.
+func startDRASchedulerOn(t *testing.T, version string) *draScheduler {
+	t.Helper()
 	ctx := testContext(t, 3*time.Minute)
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "nri-vgpu-dra-driver")
 	if err := harness.GoBuild(ctx, "./cmd/dra-driver", bin, false); err != nil {
 		t.Fatal(err)
 	}
-	k, err := harness.StartCluster(ctx, harness.ClusterOptions{ControlPlaneOnly: true, Logf: t.Logf})
+	k, err := harness.StartCluster(ctx, harness.ClusterOptions{Version: version, ControlPlaneOnly: true, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +294,11 @@ func (s *draScheduler) deletePod(t *testing.T, ctx context.Context, name string)
 // any one GPU's free capacity stays pending while the node has that much in
 // total, and schedules once a claim is freed.
 func TestDRASchedulerFitsClaimsOnOneGPU(t *testing.T) {
-	s := startDRAScheduler(t)
+	forEachKubernetes(t, testDRASchedulerFitsClaimsOnOneGPU)
+}
+
+func testDRASchedulerFitsClaimsOnOneGPU(t *testing.T, version string) {
+	s := startDRASchedulerOn(t, version)
 	ctx := testContext(t, 3*time.Minute)
 	want := []string{draDeviceName(0), draDeviceName(1)}
 	slices.Sort(want)
@@ -333,8 +343,10 @@ func TestDRASchedulerFitsClaimsOnOneGPU(t *testing.T) {
 
 // Claims of half a GPU fill both GPUs exactly: every byte and percent is
 // handed out, none is stranded between GPUs, and one more claim waits.
-func TestDRASchedulerFillsTwoGPUs(t *testing.T) {
-	s := startDRAScheduler(t)
+func TestDRASchedulerFillsTwoGPUs(t *testing.T) { forEachKubernetes(t, testDRASchedulerFillsTwoGPUs) }
+
+func testDRASchedulerFillsTwoGPUs(t *testing.T, version string) {
+	s := startDRASchedulerOn(t, version)
 	ctx := testContext(t, 3*time.Minute)
 	want := []string{draDeviceName(0), draDeviceName(1)}
 	slices.Sort(want)
@@ -360,8 +372,10 @@ func TestDRASchedulerFillsTwoGPUs(t *testing.T) {
 // server, so the scheduler places no claim on it, and comes back when it
 // recovers. The simulated GPUs' health changes by a configuration reload
 // (SIGHUP), which the driver receives as health events.
-func TestDRASliceFollowsGPUHealth(t *testing.T) {
-	s := startDRAScheduler(t)
+func TestDRASliceFollowsGPUHealth(t *testing.T) { forEachKubernetes(t, testDRASliceFollowsGPUHealth) }
+
+func testDRASliceFollowsGPUHealth(t *testing.T, version string) {
+	s := startDRASchedulerOn(t, version)
 	ctx := testContext(t, 3*time.Minute)
 	both := []string{draDeviceName(0), draDeviceName(1)}
 	slices.Sort(both)
