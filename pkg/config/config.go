@@ -109,6 +109,15 @@ type SimulatedGPU struct {
 	Minor    int    `toml:"minor"`
 	PCIBusID string `toml:"pci_bus_id"` // optional; derived from the minor when empty
 	Healthy  *bool  `toml:"healthy"`    // default true
+
+	// What the GPU is, as the NVML backend reports it. Each is optional:
+	// a GPU without one is published without that attribute.
+	Architecture          string `toml:"architecture"`            // e.g. "Ampere"
+	Brand                 string `toml:"brand"`                   // e.g. "Nvidia"
+	CUDAComputeCapability string `toml:"cuda_compute_capability"` // "major.minor", e.g. "8.0"
+	DriverVersion         string `toml:"driver_version"`          // e.g. "550.54.15"
+	CUDADriverVersion     string `toml:"cuda_driver_version"`     // "major.minor", e.g. "12.4"
+	PCIeRoot              string `toml:"pcie_root"`               // sysfs' name, e.g. "pci0000:00"
 }
 
 // IsHealthy reports the configured health (true when unset).

@@ -109,6 +109,13 @@ func simulatedDevices(gpus []config.SimulatedGPU) ([]Device, error) {
 			Minor:    g.Minor,
 			PCIBusID: bus,
 			Healthy:  g.IsHealthy(),
+
+			Architecture:          g.Architecture,
+			Brand:                 g.Brand,
+			CUDAComputeCapability: g.CUDAComputeCapability,
+			DriverVersion:         g.DriverVersion,
+			CUDADriverVersion:     g.CUDADriverVersion,
+			PCIeRoot:              g.PCIeRoot,
 		})
 	}
 	if err := errors.Join(errs...); err != nil {
