@@ -6,7 +6,8 @@
 #   kube-controller-manager, kubectl           (k8s.io/kubernetes from the Go
 #                                              module proxy)
 #   etcd                                       the version each Kubernetes release
-#                                              requires (v3.7.0 for v1.37.2)
+#                                              requires (v3.7.0 for v1.37.2,
+#                                              v3.6.8 for v1.36.3)
 #   CNI plugins (bridge, host-local)           Debian's containernetworking-plugins:
 #                                              the network of the cluster's pods
 #
