@@ -185,13 +185,13 @@ func (n *NVML) driverVersions() (driver, cuda string) {
 	if v, ret := n.lib.SystemGetDriverVersion(); ret == nvml.SUCCESS {
 		driver = v
 	} else {
-		slog.Warn("NVML: getting the driver version failed; the GPUs are published without it", "err", ret)
+		slog.Warn("NVML: getting the driver version failed; it is left unknown", "err", ret)
 	}
 	// NVML encodes CUDA major.minor as 1000 × major + 10 × minor.
 	if v, ret := n.lib.SystemGetCudaDriverVersion(); ret == nvml.SUCCESS && v > 0 {
 		cuda = fmt.Sprintf("%d.%d", v/1000, v%1000/10)
 	} else {
-		slog.Warn("NVML: getting the CUDA driver version failed; the GPUs are published without it", "err", ret, "version", v)
+		slog.Warn("NVML: getting the CUDA driver version failed; it is left unknown", "err", ret, "version", v)
 	}
 	return driver, cuda
 }
@@ -203,7 +203,7 @@ func (n *NVML) driverVersions() (driver, cuda string) {
 // meet.
 func identify(lib nvdev.Interface, h nvml.Device, d *Device, sysfs string) {
 	missing := func(what string, err error) {
-		slog.Warn("GPU published without its "+what, "uuid", d.UUID, "err", err)
+		slog.Warn("cannot read the GPU's "+what+"; it is left unknown", "uuid", d.UUID, "err", err)
 	}
 	dev, err := lib.NewDevice(h)
 	if err != nil {
