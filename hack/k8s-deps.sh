@@ -2,18 +2,22 @@
 # Builds the Kubernetes and etcd binaries the cluster end-to-end tests and
 # `make demo-cluster` run, from source, into a cache directory:
 #
-#   kubelet, kube-apiserver, kube-scheduler,   Kubernetes v1.37.2 (k8s.io/kubernetes
-#   kube-controller-manager, kubectl           from the Go module proxy)
-#   etcd                                       the version that Kubernetes release
-#                                              requires (v3.7.0 for v1.37.2)
+#   kubelet, kube-apiserver, kube-scheduler,   Kubernetes v1.37.2 and v1.36.3
+#   kube-controller-manager, kubectl           (k8s.io/kubernetes from the Go
+#                                              module proxy)
+#   etcd                                       the version each Kubernetes release
+#                                              requires (v3.7.0 for v1.37.2,
+#                                              v3.6.8 for v1.36.3)
 #   CNI plugins (bridge, host-local)           Debian's containernetworking-plugins:
 #                                              the network of the cluster's pods
 #
 # Usage: hack/k8s-deps.sh [VERSION...]
 #
 # The Kubernetes versions are the arguments, else $NRI_VGPU_E2E_KUBERNETES
-# (space-separated), else v1.37.2. Any release from v1.34.0 on builds the
-# same way; v1.34.4 (etcd v3.6.4) is known to pass the cluster tests.
+# (space-separated), else v1.37.2 and v1.36.3. Any release from v1.34.0 on
+# builds the same way; v1.34.4 (etcd v3.6.4) is known to pass TestCluster
+# and TestHelmChart (the DRA tests need 1.36 or newer: consumable capacity
+# is off by default before).
 #
 # Idempotent: binaries in the cache that run and report the pinned versions
 # are reused. Prints what it builds on stderr; stdout gets one line, the
@@ -35,9 +39,9 @@
 #   NRI_VGPU_E2E_KUBERNETES  Kubernetes versions, when no arguments are given
 set -euo pipefail
 
-# The same version, first, as harness.KubernetesVersion (test/e2e/harness
-# checks it).
-DEFAULT_VERSIONS=(v1.37.2)
+# The same versions as harness.KubernetesVersions, harness.KubernetesVersion
+# first (test/e2e/harness checks it).
+DEFAULT_VERSIONS=(v1.37.2 v1.36.3)
 
 versions=()
 if (($#)); then

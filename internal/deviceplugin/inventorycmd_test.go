@@ -50,12 +50,19 @@ func useMockNVML(t *testing.T, gpus []mockGPU, countRet nvml.Return) {
 			},
 			GetSupportedEventTypesFunc: func() (uint64, nvml.Return) { return g.events, nvml.SUCCESS },
 			RegisterEventsFunc:         func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS },
+			GetArchitectureFunc: func() (nvml.DeviceArchitecture, nvml.Return) {
+				return nvml.DEVICE_ARCH_HOPPER, nvml.SUCCESS
+			},
+			GetBrandFunc:                 func() (nvml.BrandType, nvml.Return) { return nvml.BRAND_NVIDIA, nvml.SUCCESS },
+			GetCudaComputeCapabilityFunc: func() (int, int, nvml.Return) { return 9, 0, nvml.SUCCESS },
 		}
 	}
 	lib := &mock.Interface{
-		InitFunc:           func() nvml.Return { return nvml.SUCCESS },
-		ShutdownFunc:       func() nvml.Return { return nvml.SUCCESS },
-		DeviceGetCountFunc: func() (int, nvml.Return) { return len(devs), countRet },
+		InitFunc:                       func() nvml.Return { return nvml.SUCCESS },
+		ShutdownFunc:                   func() nvml.Return { return nvml.SUCCESS },
+		SystemGetDriverVersionFunc:     func() (string, nvml.Return) { return "550.54.15", nvml.SUCCESS },
+		SystemGetCudaDriverVersionFunc: func() (int, nvml.Return) { return 12040, nvml.SUCCESS },
+		DeviceGetCountFunc:             func() (int, nvml.Return) { return len(devs), countRet },
 		DeviceGetHandleByIndexFunc: func(i int) (nvml.Device, nvml.Return) {
 			return devs[i], nvml.SUCCESS
 		},

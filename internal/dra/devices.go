@@ -11,9 +11,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/Masterminds/semver/v3"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/utils/ptr"
 
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
@@ -31,6 +33,20 @@ const (
 	AttributeModel = "model"
 	AttributeIndex = "index"
 	AttributeMinor = "minor"
+
+	// The attributes NVIDIA's DRA driver publishes for a full GPU, by its
+	// names and types, so that a selector written for it matches here
+	// once it names this driver (Contract 8).
+	AttributeType                  = "type"                  // "gpu"
+	AttributeProductName           = "productName"           // as model
+	AttributeBrand                 = "brand"                 // "Nvidia", "Tesla", ...
+	AttributeArchitecture          = "architecture"          // "Ampere", "Hopper", ...
+	AttributeCUDAComputeCapability = "cudaComputeCapability" // version "8.0.0"
+	AttributeDriverVersion         = "driverVersion"         // version "550.54.15"
+	AttributeCUDADriverVersion     = "cudaDriverVersion"     // version "12.4.0"
+
+	// TypeGPU is the type attribute of a full GPU.
+	TypeGPU = "gpu"
 )
 
 // TaintUnhealthy is the key of the taint an unhealthy GPU is published
@@ -123,13 +139,8 @@ func Devices(cfg *config.Config, devs []gpu.Device, unhealthy map[string]Unhealt
 	for _, g := range gpus {
 		maxCores := int64(g.MaxCores())
 		out = append(out, resourceapi.Device{
-			Name: g.Name,
-			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-				AttributeUUID:  {StringValue: ptr.To(g.UUID)},
-				AttributeModel: {StringValue: ptr.To(g.Device.Name)},
-				AttributeIndex: {IntValue: ptr.To(int64(g.Index))},
-				AttributeMinor: {IntValue: ptr.To(int64(g.Minor))},
-			},
+			Name:       g.Name,
+			Attributes: attributes(g.Device),
 			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
 				CapacityMemory: {
 					Value: *bytesQuantity(g.Memory),
@@ -181,6 +192,60 @@ func taintValue(reason string) string {
 	}
 	s := string(v[:min(len(v), 63)])
 	return strings.TrimFunc(s, func(r rune) bool { return r == '-' || r == '_' || r == '.' })
+}
+
+// attributes are what a selector can match of d: ours, NVIDIA's DRA
+// driver's, and the standard PCI ones. An attribute whose value the
+// inventory does not know is left out, so that a selector on it does not
+// match rather than match a made-up value.
+func attributes(d gpu.Device) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+		AttributeUUID:        {StringValue: ptr.To(d.UUID)},
+		AttributeModel:       {StringValue: ptr.To(d.Name)},
+		AttributeIndex:       {IntValue: ptr.To(int64(d.Index))},
+		AttributeMinor:       {IntValue: ptr.To(int64(d.Minor))},
+		AttributeType:        {StringValue: ptr.To(TypeGPU)},
+		AttributeProductName: {StringValue: ptr.To(d.Name)},
+	}
+	for name, v := range map[resourceapi.QualifiedName]string{
+		AttributeBrand:        d.Brand,
+		AttributeArchitecture: d.Architecture,
+	} {
+		if v != "" {
+			attrs[name] = resourceapi.DeviceAttribute{StringValue: ptr.To(v)}
+		}
+	}
+	for name, v := range map[resourceapi.QualifiedName]string{
+		AttributeCUDAComputeCapability: d.CUDAComputeCapability,
+		AttributeDriverVersion:         d.DriverVersion,
+		AttributeCUDADriverVersion:     d.CUDADriverVersion,
+	} {
+		if v, ok := semverOf(v); ok {
+			attrs[name] = resourceapi.DeviceAttribute{VersionValue: ptr.To(v)}
+		}
+	}
+	if a, err := deviceattribute.GetPCIBusIDAttribute(d.PCIBusID); err == nil {
+		attrs[a.Name] = a.Value
+	}
+	if d.PCIeRoot != "" {
+		attrs[deviceattribute.StandardDeviceAttributePCIeRoot] = resourceapi.DeviceAttribute{StringValue: ptr.To(d.PCIeRoot)}
+	}
+	return attrs
+}
+
+// semverOf turns a version as NVML reports it ("8.0", "550.54.15",
+// "535.104.05") into the semantic version a version attribute must be
+// ("8.0.0", "550.54.15", "535.104.5"), by the library and rules NVIDIA's
+// DRA driver uses, so that the same comparisons hold on both drivers.
+func semverOf(v string) (string, bool) {
+	if v == "" {
+		return "", false
+	}
+	sv, err := semver.NewVersion(v)
+	if err != nil {
+		return "", false
+	}
+	return sv.String(), true
 }
 
 func bytesQuantity(b uint64) *resource.Quantity {

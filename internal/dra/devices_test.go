@@ -1,6 +1,7 @@
 package dra
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -153,23 +154,109 @@ func checkCapacity(t *testing.T, what string, got resourceapi.DeviceCapacity, wa
 	eq("max", p.ValidRange.Max, want.max)
 }
 
+// attr is what a test expects of one attribute: its type and value.
+type attr struct {
+	kind  string // "string", "int", "version"
+	value string // ints in decimal
+}
+
+func attrOf(a resourceapi.DeviceAttribute) attr {
+	switch {
+	case a.StringValue != nil && a.IntValue == nil && a.VersionValue == nil && a.BoolValue == nil:
+		return attr{"string", *a.StringValue}
+	case a.IntValue != nil && a.StringValue == nil && a.VersionValue == nil && a.BoolValue == nil:
+		return attr{"int", fmt.Sprint(*a.IntValue)}
+	case a.VersionValue != nil && a.StringValue == nil && a.IntValue == nil && a.BoolValue == nil:
+		return attr{"version", *a.VersionValue}
+	}
+	return attr{"?", fmt.Sprintf("%+v", a)}
+}
+
 func TestDevicesAttributes(t *testing.T) {
-	got, err := Devices(draConfig(), []gpu.Device{gpuB}, nil)
+	bare := gpuB
+	bare.PCIBusID = "0000:3b:00.0"
+	tests := []struct {
+		name string
+		dev  gpu.Device
+		want map[resourceapi.QualifiedName]attr
+	}{
+		{
+			// Every attribute, NVIDIA's DRA driver's by its names and
+			// types; versions as semantic versions.
+			name: "described",
+			dev:  describedA100,
+			want: map[resourceapi.QualifiedName]attr{
+				"uuid":                            {"string", "GPU-8e1c3f5a-0d2b-4c6e-9f71-2a3b4c5d6e7f"},
+				"model":                           {"string", "NVIDIA A100-SXM4-40GB"},
+				"index":                           {"int", "3"},
+				"minor":                           {"int", "3"},
+				"type":                            {"string", "gpu"},
+				"productName":                     {"string", "NVIDIA A100-SXM4-40GB"},
+				"brand":                           {"string", "Nvidia"},
+				"architecture":                    {"string", "Ampere"},
+				"cudaComputeCapability":           {"version", "8.0.0"},
+				"driverVersion":                   {"version", "535.104.5"},
+				"cudaDriverVersion":               {"version", "12.2.0"},
+				"resource.kubernetes.io/pciBusID": {"string", "0000:07:00.0"},
+				"resource.kubernetes.io/pcieRoot": {"string", "pci0000:00"},
+			},
+		},
+		{
+			// Nothing beyond the inventory known: no made-up values.
+			name: "undescribed",
+			dev:  bare,
+			want: map[resourceapi.QualifiedName]attr{
+				"uuid":                            {"string", "GPU-4a7b3c1e-9d2f-4e8a-b6c5-1f0e2d3c4b5a"},
+				"model":                           {"string", "Tesla T4"},
+				"index":                           {"int", "1"},
+				"minor":                           {"int", "1"},
+				"type":                            {"string", "gpu"},
+				"productName":                     {"string", "Tesla T4"},
+				"resource.kubernetes.io/pciBusID": {"string", "0000:3b:00.0"},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Devices(draConfig(), []gpu.Device{tt.dev}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			attrs := got[0].Attributes
+			for name, w := range tt.want {
+				a, ok := attrs[name]
+				if !ok {
+					t.Errorf("attribute %s missing, want %s %q", name, w.kind, w.value)
+				} else if g := attrOf(a); g != w {
+					t.Errorf("attribute %s = %s %q, want %s %q", name, g.kind, g.value, w.kind, w.value)
+				}
+			}
+			for name, a := range attrs {
+				if _, ok := tt.want[name]; !ok {
+					t.Errorf("attribute %s = %+v published, want none", name, attrOf(a))
+				}
+			}
+		})
+	}
+}
+
+// A version NVML reports in a form that is no version is left out, as a
+// PCI address the standard attribute cannot hold.
+func TestDevicesAttributesUnparsable(t *testing.T) {
+	d := describedA100
+	d.DriverVersion = "r535"
+	d.PCIBusID = "00000000:07:00.0"
+	got, err := Devices(draConfig(), []gpu.Device{d}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := got[0].Attributes
-	if s := a["uuid"].StringValue; s == nil || *s != uuidB {
-		t.Errorf("uuid attribute = %v, want %s", s, uuidB)
+	for _, name := range []resourceapi.QualifiedName{"driverVersion", "resource.kubernetes.io/pciBusID"} {
+		if a, ok := got[0].Attributes[name]; ok {
+			t.Errorf("attribute %s = %+v published, want none", name, attrOf(a))
+		}
 	}
-	if s := a["model"].StringValue; s == nil || *s != "Tesla T4" {
-		t.Errorf("model attribute = %v, want Tesla T4", s)
-	}
-	if i := a["minor"].IntValue; i == nil || *i != 1 {
-		t.Errorf("minor attribute = %v, want 1", i)
-	}
-	if i := a["index"].IntValue; i == nil || *i != 1 {
-		t.Errorf("index attribute = %v, want 1", i)
+	if a := got[0].Attributes["cudaDriverVersion"]; attrOf(a) != (attr{"version", "12.2.0"}) {
+		t.Errorf("cudaDriverVersion = %+v, want version 12.2.0", attrOf(a))
 	}
 }
 

@@ -113,6 +113,15 @@ type SimulatedGPU struct {
 	// plugin or DRA driver serves its MIG devices), so nri-vgpu never
 	// advertises it and only shows it in status.
 	MIG bool `toml:"mig"`
+
+	// What the GPU is, as the NVML backend reports it. Each is optional:
+	// a GPU without one is published without that attribute.
+	Architecture          string `toml:"architecture"`            // e.g. "Ampere"
+	Brand                 string `toml:"brand"`                   // e.g. "Nvidia"
+	CUDAComputeCapability string `toml:"cuda_compute_capability"` // "major.minor", e.g. "8.0"
+	DriverVersion         string `toml:"driver_version"`          // e.g. "550.54.15"
+	CUDADriverVersion     string `toml:"cuda_driver_version"`     // "major.minor", e.g. "12.4"
+	PCIeRoot              string `toml:"pcie_root"`               // sysfs' name, e.g. "pci0000:00"
 }
 
 // IsHealthy reports the configured health (true when unset).

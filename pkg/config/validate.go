@@ -136,6 +136,19 @@ var uuidPattern = regexp.MustCompile(`^GPU-[0-9A-Za-z][0-9A-Za-z-]*$`)
 // pciBusIDPattern is NVML's form, "00000000:07:00.0" (4- or 8-digit domain).
 var pciBusIDPattern = regexp.MustCompile(`^([0-9a-fA-F]{4}|[0-9a-fA-F]{8}):[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$`)
 
+// The forms of a simulated GPU's description, as NVML reports them on a
+// real one: "8.0" and "12.4" (major.minor), "550.54.15", and sysfs' name of
+// a PCIe root complex.
+var (
+	majorMinorPattern    = regexp.MustCompile(`^[0-9]+\.[0-9]+$`)
+	driverVersionPattern = regexp.MustCompile(`^[0-9]+(\.[0-9]+){1,2}$`)
+	pcieRootPattern      = regexp.MustCompile(`^pci[0-9a-f]{4}:[0-9a-f]{2}$`)
+)
+
+// maxDescriptionLength is the longest architecture or brand: what a
+// Kubernetes device attribute's string holds.
+const maxDescriptionLength = 64
+
 // MaxMinor is the largest minor of a /dev/nvidia<minor> GPU node; 255 is
 // /dev/nvidiactl.
 const MaxMinor = 254
@@ -181,6 +194,32 @@ func (g *GPU) validate(ck *checker, dp *DevicePlugin) {
 			}
 		}
 		checkSimulatedMemory(ck, p+".memory", uint64(s.Memory), dp.SplitCountFor(s.Name), dp.MemoryScaling)
+		checkSimulatedDescription(ck, p, s)
+	}
+}
+
+// checkSimulatedDescription checks the optional description of a simulated
+// GPU against the forms NVML gives, so that what the DRA driver publishes
+// from it is what a real GPU would publish.
+func checkSimulatedDescription(ck *checker, p string, s SimulatedGPU) {
+	for _, f := range []struct{ key, v string }{{"architecture", s.Architecture}, {"brand", s.Brand}} {
+		if f.v != "" && (strings.TrimSpace(f.v) != f.v || len(f.v) > maxDescriptionLength) {
+			ck.add(p+"."+f.key, "must be at most %d characters without leading or trailing spaces, not %q", maxDescriptionLength, f.v)
+		}
+	}
+	for _, f := range []struct{ key, v, example string }{
+		{"cuda_compute_capability", s.CUDAComputeCapability, "8.0"},
+		{"cuda_driver_version", s.CUDADriverVersion, "12.4"},
+	} {
+		if f.v != "" && !majorMinorPattern.MatchString(f.v) {
+			ck.add(p+"."+f.key, "must be major.minor such as %q, not %q", f.example, f.v)
+		}
+	}
+	if s.DriverVersion != "" && !driverVersionPattern.MatchString(s.DriverVersion) {
+		ck.add(p+".driver_version", `must be a driver version such as "550.54.15", not %q`, s.DriverVersion)
+	}
+	if s.PCIeRoot != "" && !pcieRootPattern.MatchString(s.PCIeRoot) {
+		ck.add(p+".pcie_root", `must be a PCIe root complex as sysfs names it, such as "pci0000:00", not %q`, s.PCIeRoot)
 	}
 }
 

@@ -29,6 +29,21 @@ type Device struct {
 	// devices are NVIDIA's device plugin's or DRA driver's), so it is
 	// listed by ServedElsewhere and never by Devices.
 	MIG bool
+
+	// What the GPU is, by the names NVIDIA's tools give: each is "" when
+	// the driver does not say (or names it unknown).
+	Architecture string // "Ampere", "Hopper", "Ada Lovelace", ...
+	Brand        string // "Nvidia", "Tesla", "GeForce", ...
+	// CUDAComputeCapability is "major.minor", e.g. "8.0".
+	CUDAComputeCapability string
+	// DriverVersion is the NVIDIA driver's version as nvidia-smi prints
+	// it, e.g. "550.54.15"; CUDADriverVersion the CUDA version it
+	// supports, "major.minor", e.g. "12.4".
+	DriverVersion     string
+	CUDADriverVersion string
+	// PCIeRoot is the PCIe root complex the GPU is under, as sysfs names
+	// it: "pci0000:00".
+	PCIeRoot string
 }
 
 // HealthEvent reports that a GPU's health changed (or, for NVML, that a

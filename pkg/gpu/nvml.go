@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	nvdev "github.com/NVIDIA/go-nvlib/pkg/nvlib/device"
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
@@ -26,6 +29,9 @@ import (
 //	68  video processor (NVDEC) exception
 //	109 context switch timeout
 var IgnoredXIDs = []uint64{13, 31, 43, 45, 68, 109}
+
+// defaultSysfs is where the GPUs' PCIe root complexes are looked up.
+const defaultSysfs = "/sys"
 
 // defaultEventTimeout bounds each EventSetWait: the longest WatchHealth takes
 // to notice that its context is done or that the backend was closed.
@@ -51,6 +57,8 @@ type NVML struct {
 	search *librarySearch
 	// eventTimeout is the EventSetWait timeout; tests shorten it.
 	eventTimeout time.Duration
+	// sysfs is where sysfs is mounted (defaultSysfs); tests move it.
+	sysfs string
 
 	mu          sync.Mutex
 	initialized bool // lib.Init succeeded; Close must call lib.Shutdown
@@ -74,13 +82,13 @@ var (
 // NewNVML returns an NVML backend on lib, a mock in tests. Nothing is
 // loaded until the first call.
 func NewNVML(lib nvml.Interface) *NVML {
-	return &NVML{lib: lib, eventTimeout: defaultEventTimeout, done: make(chan struct{})}
+	return &NVML{lib: lib, eventTimeout: defaultEventTimeout, sysfs: defaultSysfs, done: make(chan struct{})}
 }
 
 // newNVMLForDriver returns an NVML backend on the libnvidia-ml.so.1 of the
 // driver d describes, found at the first call (see librarySearch).
 func newNVMLForDriver(d config.Driver) *NVML {
-	return &NVML{search: newLibrarySearch(d), eventTimeout: defaultEventTimeout, done: make(chan struct{})}
+	return &NVML{search: newLibrarySearch(d), eventTimeout: defaultEventTimeout, sysfs: defaultSysfs, done: make(chan struct{})}
 }
 
 // Name returns "nvml".
@@ -167,6 +175,8 @@ func (n *NVML) enumerate() ([]nvmlDevice, []Device, error) {
 	}
 	devs := make([]nvmlDevice, 0, count)
 	elsewhere := []Device{}
+	driver, cuda := n.driverVersions()
+	lib := nvdev.New(n.lib)
 	for i := range count {
 		h, ret := n.lib.DeviceGetHandleByIndex(i)
 		if ret != nvml.SUCCESS {
@@ -182,9 +192,89 @@ func (n *NVML) enumerate() ([]nvmlDevice, []Device, error) {
 			elsewhere = append(elsewhere, d.Device)
 			continue
 		}
+		d.DriverVersion, d.CUDADriverVersion = driver, cuda
+		identify(lib, h, &d.Device, n.sysfs)
 		devs = append(devs, *d)
 	}
 	return devs, elsewhere, nil
+}
+
+// driverVersions returns the driver's version ("550.54.15") and the CUDA
+// version it supports ("12.4"), each "" when NVML does not say: they only
+// describe the GPUs, so their absence fails nothing.
+func (n *NVML) driverVersions() (driver, cuda string) {
+	if v, ret := n.lib.SystemGetDriverVersion(); ret == nvml.SUCCESS {
+		driver = v
+	} else {
+		slog.Warn("NVML: getting the driver version failed; it is left unknown", "err", ret)
+	}
+	// NVML encodes CUDA major.minor as 1000 × major + 10 × minor.
+	if v, ret := n.lib.SystemGetCudaDriverVersion(); ret == nvml.SUCCESS && v > 0 {
+		cuda = fmt.Sprintf("%d.%d", v/1000, v%1000/10)
+	} else {
+		slog.Warn("NVML: getting the CUDA driver version failed; it is left unknown", "err", ret, "version", v)
+	}
+	return driver, cuda
+}
+
+// identify fills in d what describes the GPU beyond the inventory
+// (architecture, brand, compute capability, PCIe root complex), by the
+// names NVIDIA's go-nvlib gives. What the driver does not report, or names
+// unknown, stays "": a guessed value would match selectors the GPU does not
+// meet.
+func identify(lib nvdev.Interface, h nvml.Device, d *Device, sysfs string) {
+	missing := func(what string, err error) {
+		slog.Warn("cannot read the GPU's "+what+"; it is left unknown", "uuid", d.UUID, "err", err)
+	}
+	dev, err := lib.NewDevice(h)
+	if err != nil {
+		missing("architecture, brand and compute capability", err)
+	} else {
+		if arch, err := dev.GetArchitectureAsString(); err != nil {
+			missing("architecture", err)
+		} else if arch != "Unknown" {
+			d.Architecture = arch
+		}
+		if brand, err := dev.GetBrandAsString(); err != nil {
+			missing("brand", err)
+		} else if brand != "Unknown" {
+			d.Brand = brand
+		}
+		if cc, err := dev.GetCudaComputeCapabilityAsString(); err != nil {
+			missing("CUDA compute capability", err)
+		} else {
+			d.CUDAComputeCapability = cc
+		}
+	}
+	root, err := pcieRoot(sysfs, d.PCIBusID)
+	if err != nil {
+		missing("PCIe root", err)
+	}
+	d.PCIeRoot = root
+}
+
+// pcieRoot returns the PCIe root complex of the PCI device busID
+// ("0000:07:00.0") as Kubernetes resolves it for its standard pcieRoot
+// attribute: the first directory of the device's path under devices/,
+// which its sysfs link bus/pci/devices/<busID> points to
+// (../../../devices/pci0000:00/0000:00:01.0/0000:07:00.0 gives
+// "pci0000:00").
+func pcieRoot(sysfs, busID string) (string, error) {
+	link := filepath.Join("bus", "pci", "devices", busID)
+	target, err := os.Readlink(filepath.Join(sysfs, link))
+	if err != nil {
+		return "", fmt.Errorf("resolving the PCIe root of %s: %w", busID, err)
+	}
+	if !filepath.IsAbs(target) {
+		target = filepath.Join(filepath.Dir(link), target)
+	} else if rel, err := filepath.Rel(sysfs, target); err == nil {
+		target = rel
+	}
+	root, rest, _ := strings.Cut(strings.TrimPrefix(target, "devices/"), "/")
+	if !strings.HasPrefix(target, "devices/pci") || filepath.Base(rest) != busID {
+		return "", fmt.Errorf("resolving the PCIe root of %s: %s links to %s, want devices/pci…/%s", busID, link, target, busID)
+	}
+	return root, nil
 }
 
 // describe reads what the inventory needs about one GPU, and whether it is

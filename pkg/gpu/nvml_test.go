@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -54,12 +56,41 @@ func dgxDevice(srv *server.Server, i int) *server.Device {
 	return srv.Devices[i].(*server.Device)
 }
 
+// fakeSysfs returns a sysfs root whose bus/pci/devices holds a link for
+// each PCI address in links, to the target given (relative to that
+// directory, as the kernel makes them, or absolute).
+func fakeSysfs(t *testing.T, links map[string]string) string {
+	t.Helper()
+	root := t.TempDir()
+	dir := filepath.Join(root, "bus", "pci", "devices")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for bus, target := range links {
+		if err := os.Symlink(target, filepath.Join(dir, bus)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
 func TestNVMLDevices(t *testing.T) {
 	srv := newDGX(t)
 	var inits atomic.Int32
 	srv.InitFunc = func() nvml.Return { inits.Add(1); return nvml.SUCCESS }
 	n := NewNVML(srv)
+	// GPUs 0 to 3 behind a switch of root complex pci0000:00, 4 to 6
+	// directly under pci0000:80; GPU 7 has no sysfs entry.
+	links := map[string]string{}
+	for i := range 4 {
+		links[fmt.Sprintf("0000:%02x:00.0", 0x0a+i)] = fmt.Sprintf("../../../devices/pci0000:00/0000:00:01.0/0000:09:00.0/0000:%02x:00.0", 0x0a+i)
+	}
+	for i := 4; i < 7; i++ {
+		links[fmt.Sprintf("0000:%02x:00.0", 0x0a+i)] = fmt.Sprintf("../../../devices/pci0000:80/0000:%02x:00.0", 0x0a+i)
+	}
+	n.sysfs = fakeSysfs(t, links)
 	t.Cleanup(func() { _ = n.Close() })
+	roots := []string{"pci0000:00", "pci0000:00", "pci0000:00", "pci0000:00", "pci0000:80", "pci0000:80", "pci0000:80", ""}
 
 	got, err := n.Devices()
 	if err != nil {
@@ -77,6 +108,14 @@ func TestNVMLDevices(t *testing.T) {
 			Minor:    i,
 			PCIBusID: fmt.Sprintf("0000:%02x:00.0", 0x0a+i),
 			Healthy:  true,
+			// The dgxa100 mock: an Ampere of brand NVIDIA, compute
+			// capability 8.0, driver 550.54.15 with CUDA 12040.
+			Architecture:          "Ampere",
+			Brand:                 "Nvidia",
+			CUDAComputeCapability: "8.0",
+			DriverVersion:         "550.54.15",
+			CUDADriverVersion:     "12.4",
+			PCIeRoot:              roots[i],
 		}
 		if d != want {
 			t.Errorf("GPU %d:\n got %+v\nwant %+v", i, d, want)
@@ -89,6 +128,54 @@ func TestNVMLDevices(t *testing.T) {
 	}
 	if c := inits.Load(); c != 1 {
 		t.Errorf("nvmlInit called %d times, want 1", c)
+	}
+}
+
+// What the driver does not report, names unknown, or that sysfs does not
+// resolve, is left empty rather than guessed, and the GPU is still listed.
+func TestNVMLUnknownDescriptions(t *testing.T) {
+	srv := newDGX(t)
+	srv.SystemGetDriverVersionFunc = func() (string, nvml.Return) { return "", nvml.ERROR_NOT_SUPPORTED }
+	srv.SystemGetCudaDriverVersionFunc = func() (int, nvml.Return) { return 0, nvml.SUCCESS }
+	d0 := dgxDevice(srv, 0)
+	d0.GetArchitectureFunc = func() (nvml.DeviceArchitecture, nvml.Return) { return nvml.DEVICE_ARCH_UNKNOWN, nvml.SUCCESS }
+	d0.GetBrandFunc = func() (nvml.BrandType, nvml.Return) { return nvml.BRAND_UNKNOWN, nvml.SUCCESS }
+	d0.GetCudaComputeCapabilityFunc = func() (int, int, nvml.Return) { return 0, 0, nvml.ERROR_NOT_SUPPORTED }
+	d1 := dgxDevice(srv, 1)
+	d1.GetArchitectureFunc = func() (nvml.DeviceArchitecture, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
+	d1.GetBrandFunc = func() (nvml.BrandType, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
+	n := NewNVML(srv)
+	n.sysfs = fakeSysfs(t, map[string]string{
+		// Not under a root complex.
+		"0000:0a:00.0": "../../../devices/virtual/0000:0a:00.0",
+		// A link to another device.
+		"0000:0b:00.0": "../../../devices/pci0000:00/0000:0c:00.0",
+	})
+	// An absolute link into the same sysfs resolves.
+	abs := filepath.Join(n.sysfs, "devices", "pci0000:40", "0000:40:01.0", "0000:0c:00.0")
+	if err := os.Symlink(abs, filepath.Join(n.sysfs, "bus", "pci", "devices", "0000:0c:00.0")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+
+	got, err := n.Devices()
+	if err != nil {
+		t.Fatalf("Devices: %v", err)
+	}
+	if len(got) != 8 {
+		t.Fatalf("Devices: got %d GPUs, want 8", len(got))
+	}
+	type described struct{ arch, brand, cc, driver, cuda, root string }
+	want := []described{
+		{"", "", "", "", "", ""},
+		{"", "", "8.0", "", "", ""},
+		{"Ampere", "Nvidia", "8.0", "", "", "pci0000:40"},
+	}
+	for i, w := range want {
+		d := got[i]
+		if g := (described{d.Architecture, d.Brand, d.CUDAComputeCapability, d.DriverVersion, d.CUDADriverVersion, d.PCIeRoot}); g != w {
+			t.Errorf("GPU %d: got %+v, want %+v", i, g, w)
+		}
 	}
 }
 

@@ -115,6 +115,13 @@ func simulatedDevices(gpus []config.SimulatedGPU) ([]Device, error) {
 			PCIBusID: bus,
 			Healthy:  g.IsHealthy(),
 			MIG:      g.MIG,
+
+			Architecture:          g.Architecture,
+			Brand:                 g.Brand,
+			CUDAComputeCapability: g.CUDAComputeCapability,
+			DriverVersion:         g.DriverVersion,
+			CUDADriverVersion:     g.CUDADriverVersion,
+			PCIeRoot:              g.PCIeRoot,
 		})
 	}
 	if err := errors.Join(errs...); err != nil {

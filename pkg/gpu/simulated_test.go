@@ -46,6 +46,24 @@ func TestNewSimulated(t *testing.T) {
 	if !again[0].Healthy {
 		t.Error("changing the returned slice changed the backend")
 	}
+
+	// The description is the configuration's, as given.
+	described := simGPU("GPU-d", 1)
+	described.Architecture, described.Brand, described.CUDAComputeCapability = "Hopper", "Nvidia", "9.0"
+	described.DriverVersion, described.CUDADriverVersion, described.PCIeRoot = "550.54.15", "12.4", "pci0000:40"
+	s2, err := NewSimulated([]config.SimulatedGPU{described})
+	if err != nil {
+		t.Fatalf("NewSimulated: %v", err)
+	}
+	devs, _ := s2.Devices()
+	wantD := Device{
+		Index: 0, UUID: "GPU-d", Name: "Simulated A100", Memory: 16 << 30, Minor: 1, PCIBusID: "0000:02:00.0", Healthy: true,
+		Architecture: "Hopper", Brand: "Nvidia", CUDAComputeCapability: "9.0",
+		DriverVersion: "550.54.15", CUDADriverVersion: "12.4", PCIeRoot: "pci0000:40",
+	}
+	if len(devs) != 1 || devs[0] != wantD {
+		t.Errorf("Devices with a description:\n got %+v\nwant %+v", devs, wantD)
+	}
 }
 
 func TestSimulatedMIG(t *testing.T) {

@@ -33,14 +33,31 @@ import (
 // restarts of the kubelet and the driver keep the claim prepared, and
 // deleting the pod unprepares it. Then two containers of one pod share a
 // claim, each in its own pid namespace. On each containerd version
-// selected: the README names 1.7 (with CDI enabled) and 2.x.
+// selected (the README names 1.7 with CDI enabled, and 2.x) under the
+// first Kubernetes release selected, and on containerd 2.x under each
+// other one.
 func TestDRAClaimPodUnderTheKubelet(t *testing.T) {
-	forEachContainerd(t, testDRAClaimPodUnderTheKubelet)
+	first := true
+	forEachKubernetes(t, func(t *testing.T, version string) {
+		if first {
+			first = false
+			forEachContainerd(t, func(t *testing.T, containerd string) {
+				testDRAClaimPodUnderTheKubelet(t, version, containerd)
+			})
+			return
+		}
+		if !slices.Contains(containerdVersions, harness.ContainerdVersion) {
+			t.Skipf("containerd %s is not selected", harness.ContainerdVersion)
+		}
+		t.Run(harness.ContainerdVersion, func(t *testing.T) {
+			testDRAClaimPodUnderTheKubelet(t, version, harness.ContainerdVersion)
+		})
+	})
 }
 
-func testDRAClaimPodUnderTheKubelet(t *testing.T, containerd string) {
+func testDRAClaimPodUnderTheKubelet(t *testing.T, kubernetes, containerd string) {
 	draGPU := testGPUs[1]
-	n := startClusterNodeOn(t, harness.KubernetesVersion, containerd, vgpuOptions{
+	n := startClusterNodeOn(t, kubernetes, containerd, vgpuOptions{
 		extraConfig: "[dra]\nenabled = true\ngpus = [\"" + draGPU.UUID + "\"]\n",
 	})
 	ctx := testContext(t, 10*time.Minute)

@@ -44,8 +44,13 @@ type draScheduler struct {
 	taintEffect string
 }
 
+// draPCIeRoots are the PCIe root complexes of testGPUs in the driver's
+// configuration.
+var draPCIeRoots = []string{"pci0000:00", "pci0000:80"}
+
 // writeConfig writes the driver's configuration file: the simulated GPUs
-// testGPUs, those listed in unhealthy marked so.
+// testGPUs, described as A100s under driver 550.54.15 (each under its own
+// PCIe root complex), those listed in unhealthy marked so.
 func (s *draScheduler) writeConfig(t *testing.T, unhealthy ...int) string {
 	t.Helper()
 	// Two 16 GiB GPUs split in 16: a claim takes at least 1 GiB and 6 %.
@@ -54,6 +59,8 @@ func (s *draScheduler) writeConfig(t *testing.T, unhealthy ...int) string {
 	for i, g := range testGPUs {
 		fmt.Fprintf(&cfg, "[[gpu.simulated]]\nuuid = %q\nname = %q\nmemory = %d\nminor = %d\nhealthy = %t\n",
 			g.UUID, g.Name, g.Memory, g.Minor, !slices.Contains(unhealthy, i))
+		fmt.Fprintf(&cfg, "architecture = \"Ampere\"\nbrand = \"Nvidia\"\ncuda_compute_capability = \"8.0\"\n"+
+			"driver_version = \"550.54.15\"\ncuda_driver_version = \"12.4\"\npcie_root = %q\n", draPCIeRoots[i])
 	}
 	fmt.Fprintf(&cfg, "[paths]\nrun_dir = %q\nstate_dir = %q\n[dra]\nenabled = true\ncdi_dir = %q\n",
 		filepath.Join(s.dir, "run"), filepath.Join(s.dir, "state"), filepath.Join(s.dir, "cdi"))
@@ -94,13 +101,19 @@ func (s *draScheduler) start(t *testing.T, bin, configPath, kubeconfig string) {
 
 func startDRAScheduler(t *testing.T) *draScheduler {
 	t.Helper()
+	return startDRASchedulerOn(t, harness.KubernetesVersion)
+}
+
+// startDRASchedulerOn is startDRAScheduler on Kubernetes version.
+func startDRASchedulerOn(t *testing.T, version string) *draScheduler {
+	t.Helper()
 	ctx := testContext(t, 3*time.Minute)
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "nri-vgpu-dra-driver")
 	if err := harness.GoBuild(ctx, "./cmd/dra-driver", bin, false); err != nil {
 		t.Fatal(err)
 	}
-	k, err := harness.StartCluster(ctx, harness.ClusterOptions{ControlPlaneOnly: true, Logf: t.Logf})
+	k, err := harness.StartCluster(ctx, harness.ClusterOptions{Version: version, ControlPlaneOnly: true, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +308,11 @@ func (s *draScheduler) deletePod(t *testing.T, ctx context.Context, name string)
 // any one GPU's free capacity stays pending while the node has that much in
 // total, and schedules once a claim is freed.
 func TestDRASchedulerFitsClaimsOnOneGPU(t *testing.T) {
-	s := startDRAScheduler(t)
+	forEachKubernetes(t, testDRASchedulerFitsClaimsOnOneGPU)
+}
+
+func testDRASchedulerFitsClaimsOnOneGPU(t *testing.T, version string) {
+	s := startDRASchedulerOn(t, version)
 	ctx := testContext(t, 3*time.Minute)
 	want := []string{draDeviceName(0), draDeviceName(1)}
 	slices.Sort(want)
@@ -340,8 +357,10 @@ func TestDRASchedulerFitsClaimsOnOneGPU(t *testing.T) {
 
 // Claims of half a GPU fill both GPUs exactly: every byte and percent is
 // handed out, none is stranded between GPUs, and one more claim waits.
-func TestDRASchedulerFillsTwoGPUs(t *testing.T) {
-	s := startDRAScheduler(t)
+func TestDRASchedulerFillsTwoGPUs(t *testing.T) { forEachKubernetes(t, testDRASchedulerFillsTwoGPUs) }
+
+func testDRASchedulerFillsTwoGPUs(t *testing.T, version string) {
+	s := startDRASchedulerOn(t, version)
 	ctx := testContext(t, 3*time.Minute)
 	want := []string{draDeviceName(0), draDeviceName(1)}
 	slices.Sort(want)
@@ -371,8 +390,10 @@ func TestDRASchedulerFillsTwoGPUs(t *testing.T) {
 // evicts the pods on it, and on recovery the taint goes and the waiting pod
 // is placed there. The simulated GPUs' health changes by a configuration
 // reload (SIGHUP), which the driver receives as health events.
-func TestDRAUnhealthyGPUIsTainted(t *testing.T) {
-	s := startDRAScheduler(t)
+func TestDRAUnhealthyGPUIsTainted(t *testing.T) { forEachKubernetes(t, testDRAUnhealthyGPUIsTainted) }
+
+func testDRAUnhealthyGPUIsTainted(t *testing.T, version string) {
+	s := startDRASchedulerOn(t, version)
 	ctx := testContext(t, 5*time.Minute)
 	both := []string{draDeviceName(0), draDeviceName(1)}
 	slices.Sort(both)
@@ -492,5 +513,102 @@ func (s *draScheduler) waitEvicted(t *testing.T, ctx context.Context, name strin
 			t.Fatalf("pod %s not evicted: deletion %v, conditions %+v", name, pod.DeletionTimestamp, pod.Status.Conditions)
 		case <-time.After(300 * time.Millisecond):
 		}
+	}
+}
+
+// The real API server accepts the attributes NVIDIA's DRA driver publishes,
+// as published here, and the real scheduler places claims by selectors in
+// NVIDIA's documented forms, with the domain naming this driver: on the
+// GPU whose PCIe root complex a claim names, on a GPU matching product,
+// architecture and versions; not for a newer driver than the node's, and
+// not with NVIDIA's domain left in.
+func TestDRASchedulerSelectsByNVIDIAAttributes(t *testing.T) {
+	forEachKubernetes(t, testDRASchedulerSelectsByNVIDIAAttributes)
+}
+
+func testDRASchedulerSelectsByNVIDIAAttributes(t *testing.T, version string) {
+	s := startDRASchedulerOn(t, version)
+	ctx := testContext(t, 3*time.Minute)
+	want := []string{draDeviceName(0), draDeviceName(1)}
+	slices.Sort(want)
+	for _, d := range s.waitSlice(t, ctx, want) {
+		if d.Name != draDeviceName(1) {
+			continue
+		}
+		for name, w := range map[resourceapi.QualifiedName]string{
+			"type": "gpu", "productName": "NVIDIA A100-SXM4-40GB", "brand": "Nvidia", "architecture": "Ampere",
+			"resource.kubernetes.io/pcieRoot": "pci0000:80", "resource.kubernetes.io/pciBusID": "0000:02:00.0",
+		} {
+			if a := d.Attributes[name]; a.StringValue == nil || *a.StringValue != w {
+				t.Errorf("device %s: attribute %s = %+v, want %q", d.Name, name, a, w)
+			}
+		}
+		for name, w := range map[resourceapi.QualifiedName]string{
+			"cudaComputeCapability": "8.0.0", "driverVersion": "550.54.15", "cudaDriverVersion": "12.4.0",
+		} {
+			if a := d.Attributes[name]; a.VersionValue == nil || *a.VersionValue != w {
+				t.Errorf("device %s: attribute %s = %+v, want version %s", d.Name, name, a, w)
+			}
+		}
+	}
+
+	selected := func(name, expr string) {
+		t.Helper()
+		claim := gpuClaim(name, "1Gi", "6")
+		claim.Spec.Devices.Requests[0].Exactly.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: expr}}}
+		if _, err := s.k.Client.ResourceV1().ResourceClaims(podNamespace).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: podNamespace},
+			Spec: corev1.PodSpec{
+				ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &name}},
+				Containers: []corev1.Container{{
+					Name: "cuda", Image: "registry.invalid/never-pulled:1",
+					Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}},
+				}},
+			},
+		}
+		if _, err := s.k.Client.CoreV1().Pods(podNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	selected("by-root", `device.attributes["resource.kubernetes.io"].pcieRoot == "pci0000:80"`)
+	if p := s.waitScheduled(t, ctx, "by-root"); p.device != draDeviceName(1) {
+		t.Errorf("claim on PCIe root pci0000:80 went to %s, want %s", p.device, draDeviceName(1))
+	}
+	selected("by-model", `device.attributes["gpu.nri-vgpu.io"].productName.lowerAscii().matches("^.*a100.*$") && `+
+		`device.attributes["gpu.nri-vgpu.io"].type == "gpu" && device.attributes["gpu.nri-vgpu.io"].brand == "Nvidia" && `+
+		`device.attributes["gpu.nri-vgpu.io"].architecture == "Ampere" && `+
+		`device.attributes["gpu.nri-vgpu.io"].cudaComputeCapability.compareTo(semver("8.0.0")) >= 0 && `+
+		`device.attributes["gpu.nri-vgpu.io"].driverVersion.compareTo(semver("550.54.15")) >= 0 && `+
+		`device.attributes["gpu.nri-vgpu.io"].cudaDriverVersion.compareTo(semver("12.4.0")) >= 0`)
+	s.waitScheduled(t, ctx, "by-model")
+	selected("newer-driver", `device.attributes["gpu.nri-vgpu.io"].driverVersion.compareTo(semver("560.0.0")) >= 0`)
+	s.waitUnschedulable(t, ctx, "newer-driver")
+	// NVIDIA's domain left in: the device has no such attribute, which
+	// the scheduler reports as a CEL runtime error, and places nothing.
+	selected("nvidia-domain", `device.attributes["gpu.nvidia.com"].productName.lowerAscii().matches("^.*a100.*$")`)
+	for {
+		pod, err := s.k.Client.CoreV1().Pods(podNamespace).Get(ctx, "nvidia-domain", metav1.GetOptions{})
+		if err == nil && pod.Spec.NodeName != "" {
+			t.Fatal("pod nvidia-domain was scheduled, want it pending")
+		}
+		c := podScheduledCondition(pod)
+		if c != nil && c.Status == corev1.ConditionFalse && strings.Contains(c.Message, "CEL runtime error: no such key: productName") {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("pod nvidia-domain: %v, want the scheduler to report a CEL runtime error on productName", c)
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+	claim, err := s.k.Client.ResourceV1().ResourceClaims(podNamespace).Get(ctx, "nvidia-domain", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claim.Status.Allocation != nil {
+		t.Errorf("claim nvidia-domain is allocated: %+v", claim.Status.Allocation)
 	}
 }

@@ -35,7 +35,9 @@ import (
 // else does. No kubelet runs (the driver is a process, as the pods of a
 // control plane without a node cannot reach the API server), so this runs
 // beside the tests that hold the machine's kubelet.
-func TestHelmChartDRADriver(t *testing.T) {
+func TestHelmChartDRADriver(t *testing.T) { forEachKubernetes(t, testHelmChartDRADriver) }
+
+func testHelmChartDRADriver(t *testing.T, version string) {
 	root, err := harness.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +53,7 @@ func TestHelmChartDRADriver(t *testing.T) {
 	if err := harness.GoBuild(ctx, "./cmd/dra-driver", bin, false); err != nil {
 		t.Fatal(err)
 	}
-	k, err := harness.StartCluster(ctx, harness.ClusterOptions{ControlPlaneOnly: true, RBAC: true, Logf: t.Logf})
+	k, err := harness.StartCluster(ctx, harness.ClusterOptions{Version: version, ControlPlaneOnly: true, RBAC: true, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}

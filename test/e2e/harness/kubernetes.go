@@ -34,23 +34,32 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/internal/mountinfo"
 )
 
-// KubernetesVersion is the Kubernetes release hack/k8s-deps.sh builds and
-// the cluster tests run: kubelet, kube-apiserver, kube-scheduler,
-// kube-controller-manager and kubectl, with the etcd it requires.
+// KubernetesVersion is the newest Kubernetes release hack/k8s-deps.sh
+// builds and the cluster tests run: kubelet, kube-apiserver,
+// kube-scheduler, kube-controller-manager and kubectl, with the etcd it
+// requires. The demo runs it.
 const KubernetesVersion = "v1.37.2"
+
+// KubernetesVersions are the releases the cluster tests run by default:
+// KubernetesVersion and the newest release of the minor before it, the
+// first on which the DRA features the driver relies on (consumable
+// capacity, extended resources from a DeviceClass, device taints) are
+// beta and on by default.
+var KubernetesVersions = []string{KubernetesVersion, "v1.36.3"}
 
 // EnvKubernetesVersions selects, as a space- or comma-separated list, the
 // Kubernetes releases the cluster tests run against (default:
-// KubernetesVersion alone). hack/k8s-deps.sh reads it too, to build just
-// those; v1.34.4, the newest release of an older supported minor, is known
-// to work.
+// KubernetesVersions). hack/k8s-deps.sh reads it too, to build just
+// those; v1.34.4, the newest release of an older minor, is known to pass
+// TestCluster and TestHelmChart (the DRA tests need consumable capacity,
+// off by default before 1.36).
 const EnvKubernetesVersions = "NRI_VGPU_E2E_KUBERNETES"
 
 // kubernetesVersionRE matches the releases hack/k8s-deps.sh builds.
 var kubernetesVersionRE = regexp.MustCompile(`^v1\.(3[4-9]|[4-9][0-9])\.[0-9]+$`)
 
 // SelectedKubernetesVersions are the releases named in
-// $NRI_VGPU_E2E_KUBERNETES, else KubernetesVersion.
+// $NRI_VGPU_E2E_KUBERNETES, else KubernetesVersions.
 func SelectedKubernetesVersions() ([]string, error) {
 	env := os.Getenv(EnvKubernetesVersions)
 	var versions []string
@@ -63,7 +72,7 @@ func SelectedKubernetesVersions() ([]string, error) {
 		}
 	}
 	if len(versions) == 0 {
-		versions = []string{KubernetesVersion}
+		versions = slices.Clone(KubernetesVersions)
 	}
 	return versions, nil
 }

@@ -16,8 +16,8 @@ func TestSelectedKubernetesVersions(t *testing.T) {
 		env  string
 		want []string // nil: an error
 	}{
-		{"", []string{"v1.37.2"}},
-		{" ", []string{"v1.37.2"}},
+		{"", []string{"v1.37.2", "v1.36.3"}},
+		{" ", []string{"v1.37.2", "v1.36.3"}},
 		{"v1.34.4", []string{"v1.34.4"}},
 		{"v1.37.2,v1.34.4 v1.37.2", []string{"v1.37.2", "v1.34.4"}},
 		{"v1.33.9", nil},
@@ -115,7 +115,7 @@ func TestKubernetesBinDir(t *testing.T) {
 }
 
 // TestK8sScriptPinsTheSameVersion: hack/k8s-deps.sh builds by default the
-// release the cluster tests run.
+// releases the cluster tests run, the newest first.
 func TestK8sScriptPinsTheSameVersion(t *testing.T) {
 	root, err := RepoRoot()
 	if err != nil {
@@ -129,8 +129,8 @@ func TestK8sScriptPinsTheSameVersion(t *testing.T) {
 	if m == nil {
 		t.Fatal("hack/k8s-deps.sh has no DEFAULT_VERSIONS=(...) line")
 	}
-	if got := strings.Fields(string(m[1])); !slices.Equal(got, []string{KubernetesVersion}) {
-		t.Errorf("hack/k8s-deps.sh builds %v by default, the cluster tests run %s", got, KubernetesVersion)
+	if got := strings.Fields(string(m[1])); !slices.Equal(got, KubernetesVersions) || got[0] != KubernetesVersion {
+		t.Errorf("hack/k8s-deps.sh builds %v by default, the cluster tests run %v (%s first)", got, KubernetesVersions, KubernetesVersion)
 	}
 }
 
