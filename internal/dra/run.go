@@ -61,6 +61,13 @@ func (d *Driver) Run(ctx context.Context, opts RunOptions) error {
 	if opts.RegistryDir != "" {
 		pluginOpts = append(pluginOpts, kubeletplugin.RegistrarDirectoryPath(opts.RegistryDir))
 	}
+	// Before the kubelet can prepare a claim: a pod joining it later is
+	// accepted only through this socket.
+	stopPods, err := d.ServePods(ctx, opts.Client)
+	if err != nil {
+		return err
+	}
+	defer stopPods()
 	helper, err := kubeletplugin.Start(ctx, d, pluginOpts...)
 	if err != nil {
 		return fmt.Errorf("dra driver: start the kubelet plugin: %w", err)
