@@ -67,6 +67,13 @@ func (d *Driver) Run(ctx context.Context, opts RunOptions) error {
 		d.log.Warn("the API server drops device taints; an unhealthy GPU is left out of the ResourceSlice instead of tainted", "version", version)
 		d.leaveOutUnhealthy.Store(true)
 	}
+	// Before the kubelet can prepare a claim: a pod joining it later is
+	// accepted only through this socket.
+	stopPods, err := d.ServePods(ctx, opts.Client)
+	if err != nil {
+		return err
+	}
+	defer stopPods()
 	helper, err := kubeletplugin.Start(ctx, d, pluginOpts...)
 	if err != nil {
 		return fmt.Errorf("dra driver: start the kubelet plugin: %w", err)

@@ -23,7 +23,7 @@ import (
 func (p *Plugin) createWithClaim(ctx context.Context, pod *api.PodSandbox, ctr *api.Container, uid string, devices []string) (*api.ContainerAdjustment, error) {
 	log := logging.FromContext(ctx)
 	start := time.Now()
-	gpus, id, err := p.verifyClaim(podUID(pod, ctr), uid, devices)
+	gpus, id, err := p.verifyClaim(ctx, podUID(pod, ctr), uid, devices)
 	if err != nil {
 		log.Warn("claim rejected", "claim", uid, "err", err)
 		return nil, fmt.Errorf("nri-vgpu: %w", err)
@@ -43,14 +43,28 @@ func (p *Plugin) createWithClaim(ctx context.Context, pod *api.PodSandbox, ctr *
 }
 
 // verifyClaim checks a container's claim markers against the claim's host
-// state and returns the marked GPUs and the claim's directory.
-func (p *Plugin) verifyClaim(pod, uid string, devices []string) ([]allocation.GPU, string, error) {
+// state and returns the marked GPUs and the claim's directory. The claim's
+// pods are first read again by the DRA driver (refreshPods); when it cannot
+// be asked, the record as it is decides.
+func (p *Plugin) verifyClaim(ctx context.Context, pod, uid string, devices []string) ([]allocation.GPU, string, error) {
+	if _, _, err := p.claimRecord(uid); err != nil {
+		return nil, "", err
+	}
+	refreshErr := p.refreshPods(ctx, uid)
 	info, id, err := p.claimRecord(uid)
 	if err != nil {
 		return nil, "", err
 	}
+	if refreshErr != nil {
+		logging.FromContext(ctx).Warn("the DRA driver could not read the claim's pods again; its record as it is decides",
+			"claim", uid, "err", refreshErr)
+	}
 	if !slices.Contains(info.Claim.PodUIDs, pod) {
-		return nil, "", fmt.Errorf("%w: claim %s/%s is not reserved for pod %s", draclaim.ErrRejected, info.Claim.Namespace, info.Claim.Name, pod)
+		why := ""
+		if refreshErr != nil {
+			why = fmt.Sprintf(" (its pods could not be read again: %v)", refreshErr)
+		}
+		return nil, "", fmt.Errorf("%w: claim %s/%s is not reserved for pod %s%s", draclaim.ErrRejected, info.Claim.Namespace, info.Claim.Name, pod, why)
 	}
 	var gpus []allocation.GPU
 	for _, dev := range devices {
@@ -89,4 +103,28 @@ func (p *Plugin) claimRecord(uid string) (*hoststate.Info, string, error) {
 		return nil, "", fmt.Errorf("claim %s: %w", uid, err)
 	}
 	return info, id, nil
+}
+
+// refreshWait bounds the wait for the DRA driver's refresh of a claim's
+// pods when the runtime gives no request timeout.
+const refreshWait = time.Second
+
+// refreshPods asks the DRA driver to bring the record of the claim up to
+// date with the claim's status.reservedFor. The kubelet prepares a claim once
+// per node, so a pod that joins a claim prepared before it reaches the record
+// only this way, and a pod that left it leaves the record this way. The driver reads the claim from the API server with its
+// own client; nothing of the pod or the container goes into the request but
+// the claim's UID, which the marker names. The wait is at most half the
+// runtime's request timeout: containerd drops a plugin that does not answer
+// in time.
+func (p *Plugin) refreshPods(ctx context.Context, uid string) error {
+	wait := refreshWait
+	p.mu.Lock()
+	if p.stub != nil && p.stub.RequestTimeout() > 0 {
+		wait = p.stub.RequestTimeout() / 2
+	}
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	return draclaim.RefreshPods(ctx, draclaim.SocketPath(p.cfg.Paths.RunDir), uid)
 }

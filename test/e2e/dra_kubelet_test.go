@@ -20,9 +20,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/client-go/util/jsonpath"
 
+	"github.com/nri-vgpu/nri-vgpu/pkg/draclaim"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/test/e2e/harness"
 )
@@ -179,6 +181,196 @@ func testDRAClaimPodUnderTheKubelet(t *testing.T, kubernetes, containerd string)
 	t.Run("containers sharing the claim without a shared pid namespace", func(t *testing.T) {
 		sharedClaimPair(t, ctx, n, draGPU.UUID)
 	})
+	t.Run("pods joining and leaving a running claim", func(t *testing.T) {
+		claimOverTime(t, ctx, n, draGPU.UUID)
+	})
+}
+
+// claimOverTime: a standalone claim serves the pods created after its
+// first pod runs (the kubelet prepares it once), at their first attempt,
+// all of them held to the claim's one quota; a pod that leaves takes
+// nothing from the others; a pod the claim is not reserved for, carrying
+// the claim's marker through a volume of its own, is refused.
+func claimOverTime(t *testing.T, ctx context.Context, n *clusterNode, gpuUUID string) {
+	t.Helper()
+	if images.cudaTestErr != nil {
+		t.Fatalf("the CUDA test image: %v", images.cudaTestErr)
+	}
+	// The cluster runs no resourceclaim controller: the claims of the
+	// earlier cases, whose pods are gone, stay reserved and allocated. What
+	// the controller would do, done here: they are freed.
+	claims := n.k.Client.ResourceV1().ResourceClaims(podNamespace)
+	release := func(name string, keep ...types.UID) {
+		t.Helper()
+		c, err := claims.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Status.ReservedFor = slices.DeleteFunc(c.Status.ReservedFor, func(r resourceapi.ResourceClaimConsumerReference) bool {
+			return !slices.Contains(keep, r.UID)
+		})
+		if len(c.Status.ReservedFor) == 0 {
+			c.Status.Allocation = nil
+		}
+		if _, err := claims.UpdateStatus(ctx, c, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	earlier, err := claims.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range earlier.Items {
+		release(c.Name)
+	}
+	claimName := "overtime"
+	created, err := n.k.Client.ResourceV1().ResourceClaims(podNamespace).Create(ctx, gpuClaim(claimName, "6Gi", "30"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := t.TempDir()
+	env := fakeDriverEnv(gpuUUID, "/tmp")
+	idle := "trap 'exit 0' TERM; while :; do sleep 1 & wait $!; done"
+	claimPod := func(name, ops string) *corev1.Pod {
+		pod := podSpec(name, cudaTestImage, 0)
+		pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &claimName}}
+		pod.Spec.Volumes = []corev1.Volume{{Name: "shared", VolumeSource: corev1.VolumeSource{
+			HostPath: &corev1.HostPathVolumeSource{Path: shared}}}}
+		main := &pod.Spec.Containers[0]
+		main.Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
+		main.VolumeMounts = []corev1.VolumeMount{{Name: "shared", MountPath: "/shared"}}
+		script := idle
+		if ops != "" {
+			script = fmt.Sprintf("%s cudaprog -m direct %s >/shared/%s.log 2>&1 & %s", env, ops, name, idle)
+		}
+		main.Command = []string{"/bin/sh", "-c", script}
+		return pod
+	}
+	waitFile := func(name, log string) {
+		t.Helper()
+		if err := waitFor(ctx, 90*time.Second, func() bool {
+			_, err := os.Stat(filepath.Join(shared, name))
+			return err == nil
+		}); err != nil {
+			out, _ := os.ReadFile(filepath.Join(shared, log))
+			t.Fatalf("no %s: the program's log:\n%s", name, out)
+		}
+	}
+	// A pod that joins a running claim starts at its first attempt: a
+	// refused container would leave a Failed event before the kubelet's
+	// retry let it run.
+	firstAttempt := func(pod *corev1.Pod) {
+		t.Helper()
+		events, err := n.k.Client.CoreV1().Events(podNamespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range events.Items {
+			if e.Reason == "Failed" {
+				t.Errorf("pod %s ran only after a refusal: %s", pod.Name, e.Message)
+			}
+		}
+	}
+	defer os.WriteFile(filepath.Join(shared, "release"), nil, 0o644)
+
+	// Pod 1 runs and holds 4 GiB of the claim's 6.
+	one := claimPod("overtime-1", "init alloc:4GiB touch:/shared/one-held waitfile:/shared/release")
+	oneID := n.runPod(t, ctx, one)
+	waitFile("one-held", "overtime-1.log")
+
+	// Pods 2 and 3 are created once the claim is prepared and in use.
+	two := claimPod("overtime-2", "init waitfile:/shared/go alloc:3GiB:2 alloc:2GiB touch:/shared/two-held waitfile:/shared/release")
+	twoID := n.runPod(t, ctx, two)
+	three := claimPod("overtime-3", "")
+	threeID := n.runPod(t, ctx, three)
+	firstAttempt(two)
+	firstAttempt(three)
+	c, err := n.k.Client.ResourceV1().ResourceClaims(podNamespace).Get(ctx, claimName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Status.ReservedFor) != 3 {
+		t.Errorf("the claim is reserved for %+v, want the three pods", c.Status.ReservedFor)
+	}
+
+	// Pod 2 gets 2 GiB beside pod 1's 4 (not 3): one quota for the pods.
+	if err := os.WriteFile(filepath.Join(shared, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFile("two-held", "overtime-2.log")
+	// Pod 3 sees the claim's 6 GiB used and gets nothing more.
+	n.cudaprog(t, ctx, threeID, env, "direct", "init", "info:0:6GiB", "alloc:1MiB:2")
+	for _, id := range []string{oneID, twoID, threeID} {
+		if lf, err := limits.ParseLimits([]byte(n.sh(t, ctx, id, "cat "+limitsInContainer))); err != nil {
+			t.Fatal(err)
+		} else if want := []limits.GPULimit{{UUID: gpuUUID, Memory: 6 << 30, Cores: 30}}; !slices.Equal(lf.GPUs, want) {
+			t.Errorf("container %s: limits %+v, want the claim's %+v", id, lf.GPUs, want)
+		}
+	}
+
+	// Pod 2 leaves (the claim controller's part done here): its 2 GiB
+	// come back, pods 1 and 3 keep the claim, still held to its 6 GiB.
+	podUID := func(pod *corev1.Pod) types.UID {
+		t.Helper()
+		p, err := n.k.Client.CoreV1().Pods(podNamespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.UID
+	}
+	oneUID, twoUID, threeUID := podUID(one), podUID(two), podUID(three)
+	n.deletePod(t, ctx, two)
+	release(claimName, oneUID, threeUID)
+	n.cudaprog(t, ctx, threeID, env, "direct", "init", "alloc:3GiB:2", "alloc:2GiB")
+	n.cudaprog(t, ctx, oneID, env, "direct", "init", "alloc:3GiB:2", "alloc:2GiB")
+	if out, _ := os.ReadFile(filepath.Join(shared, "overtime-1.log")); strings.Contains(string(out), "FAIL") {
+		t.Errorf("pod 1's program after pod 2 left:\n%s", out)
+	}
+	// A pod joining after one left runs too.
+	four := claimPod("overtime-4", "")
+	fourID := n.runPod(t, ctx, four)
+	firstAttempt(four)
+	n.cudaprog(t, ctx, fourID, env, "direct", "init", "info:2GiB:6GiB")
+	// The claim's record follows: pod 2 is gone from it, pod 4 in it.
+	data, err := os.ReadFile(filepath.Join(n.runDir, "containers", "claim-"+string(created.UID), "container.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec := string(data); strings.Contains(rec, string(twoUID)) || !strings.Contains(rec, string(podUID(four))) ||
+		!strings.Contains(rec, string(oneUID)) || !strings.Contains(rec, string(threeUID)) {
+		t.Errorf("the claim's record after pod 2 left and pod 4 joined:\n%s", rec)
+	}
+
+	// A pod the claim is not reserved for, with the claim's marker as a
+	// volume of its own, is refused.
+	dev, err := draclaim.DeviceName(gpuUUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outsider := podSpec("overtime-outsider", cudaTestImage, 0)
+	outsider.Spec.Volumes = []corev1.Volume{{Name: "marker", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	outsider.Spec.Containers[0].Command = []string{"/bin/sh", "-c", idle}
+	outsider.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "marker", MountPath: draclaim.MarkerPath(string(created.UID), dev)}}
+	n.create(t, ctx, outsider)
+	var last *corev1.Pod
+	if err := waitFor(ctx, 60*time.Second, func() bool {
+		p, err := n.k.Client.CoreV1().Pods(podNamespace).Get(ctx, outsider.Name, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		last = p
+		for _, cs := range p.Status.ContainerStatuses {
+			if w := cs.State.Waiting; w != nil && strings.Contains(w.Message, "is not reserved for pod "+string(p.UID)) {
+				return true
+			}
+		}
+		return false
+	}); err != nil {
+		t.Errorf("a pod the claim is not reserved for was not refused: %s", describePod(last))
+	}
+	if last != nil && last.Status.Phase == corev1.PodRunning {
+		t.Errorf("a pod the claim is not reserved for runs")
+	}
 }
 
 // sharedClaimPair: two containers of one pod share a claim without sharing a
