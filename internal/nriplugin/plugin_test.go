@@ -116,6 +116,7 @@ func TestGPUContainerGetsEveryEdit(t *testing.T) {
 		"/etc/ld.so.preload":                             filepath.Join(h.cfg.Paths.RunDir, "ld.so.preload"),
 		"/run/nri-vgpu/limits":                           filepath.Join(dir, "limits"),
 		"/run/nri-vgpu/region":                           filepath.Join(dir, "region"),
+		"/run/nri-vgpu/ledger":                           filepath.Join(dir, "ledger"),
 		"/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15": "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15",
 	} {
 		m, ok := mountAt(s, dst)
