@@ -354,7 +354,9 @@ func provisionContainer(containers *safepath.Dir, info *Info, lf *limits.LimitsF
 	if err := provisionLedger(dir); err != nil {
 		return err
 	}
-	data, err := lf.Marshal()
+	sharded := *lf
+	sharded.LedgerShards = limits.LedgerShards
+	data, err := sharded.Marshal()
 	if err != nil {
 		return fmt.Errorf("limits file %s: %w", dir.Join(LimitsFileName), err)
 	}

@@ -71,7 +71,8 @@ func TestProvision(t *testing.T) {
 		"gpu.0.memory=8589934592\n" + // 8 GiB = 8 × 1073741824
 		"gpu.0.cores=50\n" +
 		"cores.policy=burst\n" +
-		"log.level=debug\n"
+		"log.level=debug\n" +
+		"ledger.shards=64\n" // the record has its ledger directory
 	if got, err := os.ReadFile(want.Limits); err != nil || string(got) != wantLimits {
 		t.Errorf("limits file = %q (%v), want %q", got, err, wantLimits)
 	}

@@ -136,7 +136,8 @@ func TestGPUContainerGetsEveryEdit(t *testing.T) {
 		"gpu.1.memory=21474836480\n" + // 20 GiB = 20 × 1073741824
 		"gpu.1.cores=50\n" +
 		"cores.policy=hard\n" +
-		"log.level=warn\n"
+		"log.level=warn\n" +
+		"ledger.shards=64\n"
 	if got, err := os.ReadFile(filepath.Join(dir, "limits")); err != nil || string(got) != want {
 		t.Errorf("limits file = %q (%v), want %q", got, err, want)
 	}
