@@ -124,6 +124,36 @@ func TestHookPin(t *testing.T) {
 	}
 }
 
+// TestHookPinChecksTheLedger: the built hook checks the ledger directory
+// like the other pinned paths: a root whose /run/nri-vgpu/ledger is a
+// symbolic link (the runtime would have mounted the shards elsewhere, and
+// the tenant could swap them) is refused, naming it.
+func TestHookPinChecksTheLedger(t *testing.T) {
+	hook := makeHook(t)
+	bundle := t.TempDir()
+	root := filepath.Join(bundle, "rootfs")
+	for _, d := range []string{"etc", "run/nri-vgpu"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc/ld.so.preload"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/tmp", filepath.Join(root, "run/nri-vgpu/ledger")); err != nil {
+		t.Fatal(err)
+	}
+	pintest.WriteBundle(t, bundle)
+	pinHook := oci.PinHook(hook)
+	cmd := exec.Command(pinHook.Path, pinHook.Args[1:]...)
+	cmd.Stdin = strings.NewReader(`{"ociVersion":"1.2.0","id":"c1","status":"creating","bundle":"` + bundle + `"}`)
+	out, _ := cmd.CombinedOutput()
+	want := "nri-vgpu-hook: /run/nri-vgpu/ledger in the image is a symbolic link; refusing\n"
+	if code := cmd.ProcessState.ExitCode(); code != 1 || string(out) != want {
+		t.Errorf("nri-vgpu-hook hook pin: exit %d, %q; want exit 1, %q", code, out, want)
+	}
+}
+
 // TestNVIDIACDIHooks runs the built hook as the generated driver edits name
 // it (argv[0] "nvidia-cdi-hook", oci.CDIHookName): NVIDIA's create-symlinks
 // makes its link in the container's root, and update-ldcache runs the

@@ -1,7 +1,8 @@
 // Package hoststate owns what nri-vgpu keeps on the host for its vGPU
 // containers under run_dir: the preload file all of them share and one
 // directory per container, <run_dir>/containers/<id>, holding the
-// container's limits file, its usage region directory and container.json.
+// container's limits file, its ledger shards, its usage region directory
+// and container.json.
 //
 // A Store (New) is the one handle on these records. Their lifecycle is
 // provision → read → release: the NRI plugin, the runtime wrapper and the
@@ -26,8 +27,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nri-vgpu/nri-vgpu/internal/atomicfile"
 	"github.com/nri-vgpu/nri-vgpu/internal/safepath"
@@ -42,6 +46,7 @@ import (
 //
 //	<run_dir>/ld.so.preload                  the preload file, one line: oci.ContainerShimPath
 //	<run_dir>/containers/<id>/limits         the container's limits file (Contract 4)
+//	<run_dir>/containers/<id>/ledger/0..63   the container's ledger shards (Contract 5)
 //	<run_dir>/containers/<id>/region/        the container's usage region (Contract 5)
 //	<run_dir>/containers/<id>/container.json Info, for operators
 const (
@@ -49,6 +54,7 @@ const (
 	ContainersDirName = "containers"
 	LimitsFileName    = "limits"
 	RegionDirName     = "region"
+	LedgerDirName     = "ledger"
 	InfoFileName      = "container.json"
 )
 
@@ -61,6 +67,14 @@ const (
 // through bind mounts, which runc (1.1 and later) and crun open on the
 // host before entering a user namespace.
 const ContainersDirMode = 0o700
+
+// Modes of the ledger directory and its shards: the shim only takes locks
+// on them, which a read-only descriptor allows, so nobody but root may
+// write there (a tenant that could replace a shard would split the ledger).
+const (
+	LedgerDirMode   = 0o755
+	LedgerShardMode = 0o444
+)
 
 // ProvisionGrace is how long a container directory without a readable
 // container.json is taken to be still being provisioned: Provision writes
@@ -268,7 +282,8 @@ func New(cfg *config.Config) *Store { return &Store{cfg: cfg} }
 
 // Provision creates on the host what the edits of a vGPU container point at
 // and returns those files for oci.Compute: the preload file (if missing or
-// different), the container's directory with its limits file (written
+// different), the container's directory with its ledger directory
+// (limits.LedgerShards empty shards), its limits file (written
 // atomically), its usage region directory (mode 0777, so that any user in
 // the container can create the region) and, last, container.json. The shim
 // library must exist: a container must never start without its limits, and
@@ -305,17 +320,23 @@ func (s *Store) Provision(info *Info, lf *limits.LimitsFile) (oci.HostFiles, err
 		}
 		return oci.HostFiles{}, err
 	}
-	return hostFiles(cfg, info.ID), nil
+	return hostFiles(cfg, info.ID, true), nil
 }
 
-// hostFiles names the host files of record id that its edits mount.
-func hostFiles(cfg *config.Config, id string) oci.HostFiles {
+// hostFiles names the host files of record id that its edits mount; a
+// record without a ledger directory (made by the previous release) mounts
+// none.
+func hostFiles(cfg *config.Config, id string, ledger bool) oci.HostFiles {
 	dir := ContainerDir(cfg, id)
-	return oci.HostFiles{
+	f := oci.HostFiles{
 		Preload: PreloadPath(cfg),
 		Limits:  filepath.Join(dir, LimitsFileName),
 		Region:  filepath.Join(dir, RegionDirName),
 	}
+	if ledger {
+		f.Ledger = filepath.Join(dir, LedgerDirName)
+	}
+	return f
 }
 
 // provisionContainer fills the directory of one container below containers.
@@ -328,7 +349,14 @@ func provisionContainer(containers *safepath.Dir, info *Info, lf *limits.LimitsF
 		return fmt.Errorf("container directory: %w", err)
 	}
 	defer dir.Close()
-	data, err := lf.Marshal()
+	// Before the limits file: a limits file that names ledger shards
+	// implies that they exist.
+	if err := provisionLedger(dir); err != nil {
+		return err
+	}
+	sharded := *lf
+	sharded.LedgerShards = limits.LedgerShards
+	data, err := sharded.Marshal()
 	if err != nil {
 		return fmt.Errorf("limits file %s: %w", dir.Join(LimitsFileName), err)
 	}
@@ -340,6 +368,50 @@ func provisionContainer(containers *safepath.Dir, info *Info, lf *limits.LimitsF
 	}
 	// Written last: see ProvisionGrace.
 	return writeInfo(dir, info)
+}
+
+// provisionLedger creates the ledger directory below the container's
+// directory dir and its shards 0 .. limits.LedgerShards-1, each an empty
+// regular file of root's, LedgerShardMode whatever the umask. A shard that
+// exists is kept as it is (processes of a container provisioned again may
+// hold locks on it: a new file would give later processes a ledger of
+// their own); anything but a regular file there fails.
+func provisionLedger(dir *safepath.Dir) error {
+	ledger, err := dir.EnsureDir(LedgerDirName, LedgerDirMode)
+	if err != nil {
+		return fmt.Errorf("ledger directory: %w", err)
+	}
+	defer ledger.Close()
+	for k := range limits.LedgerShards {
+		if err := ensureShard(ledger, strconv.Itoa(k)); err != nil {
+			return fmt.Errorf("ledger shard: %w", err)
+		}
+	}
+	return nil
+}
+
+// ensureShard creates the empty shard name in the ledger directory unless
+// it exists, and gives it LedgerShardMode. It never blocks on a FIFO and
+// never follows a link.
+func ensureShard(ledger *safepath.Dir, name string) error {
+	f, err := ledger.Open(name, unix.O_RDONLY|unix.O_CREAT|unix.O_NONBLOCK, LedgerShardMode)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file (%v)", ledger.Join(name), fi.Mode().Type())
+	}
+	if fi.Mode()&fs.ModePerm != LedgerShardMode {
+		if err := f.Chmod(LedgerShardMode); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // provisionRegion creates the usage region directory below the container's
@@ -438,8 +510,10 @@ func writeInfo(dir *safepath.Dir, info *Info) error {
 // Files returns the host files of a directory that Provision made, for
 // oci.Compute: a container that uses another's files (the containers of a
 // claim use the claim's) mounts these. The limits file must be a regular
-// file and the region a directory, neither reached through a link; a
-// missing directory gives an error wrapping ErrNotFound.
+// file, the region and the ledger directories, none reached through a
+// link; a missing directory gives an error wrapping ErrNotFound. A record
+// without a ledger directory (made by the previous release) has no ledger
+// shards: its Ledger is empty, and its limits file names none.
 func (s *Store) Files(id string) (oci.HostFiles, error) {
 	if err := ValidID(id); err != nil {
 		return oci.HostFiles{}, err
@@ -459,7 +533,15 @@ func (s *Store) Files(id string) (oci.HostFiles, error) {
 		return oci.HostFiles{}, fmt.Errorf("usage region directory: %w", c.notFound(id, err))
 	}
 	region.Close()
-	return hostFiles(s.cfg, id), nil
+	ledger, err := c.d.OpenDir(filepath.Join(id, LedgerDirName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return hostFiles(s.cfg, id, false), nil
+	}
+	if err != nil {
+		return oci.HostFiles{}, fmt.Errorf("ledger directory: %w", err)
+	}
+	ledger.Close()
+	return hostFiles(s.cfg, id, true), nil
 }
 
 // Release deletes the host directory of a container; a missing directory

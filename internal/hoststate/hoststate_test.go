@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -59,6 +60,7 @@ func TestProvision(t *testing.T) {
 		Preload: filepath.Join(cfg.Paths.RunDir, "ld.so.preload"),
 		Limits:  filepath.Join(dir, "limits"),
 		Region:  filepath.Join(dir, "region"),
+		Ledger:  filepath.Join(dir, "ledger"),
 	}
 	if files != want {
 		t.Errorf("Provision returned %+v, want %+v", files, want)
@@ -69,7 +71,8 @@ func TestProvision(t *testing.T) {
 		"gpu.0.memory=8589934592\n" + // 8 GiB = 8 × 1073741824
 		"gpu.0.cores=50\n" +
 		"cores.policy=burst\n" +
-		"log.level=debug\n"
+		"log.level=debug\n" +
+		"ledger.shards=64\n" // the record has its ledger directory
 	if got, err := os.ReadFile(want.Limits); err != nil || string(got) != wantLimits {
 		t.Errorf("limits file = %q (%v), want %q", got, err, wantLimits)
 	}
@@ -80,8 +83,8 @@ func TestProvision(t *testing.T) {
 			t.Errorf("%s: mode %v (%v), want a regular file 0644", name, st.Mode(), err)
 		}
 	}
-	if entries, err := os.ReadDir(dir); err != nil || len(entries) != 3 {
-		t.Errorf("container directory holds %v (%v), want only container.json, limits and region", entries, err)
+	if entries, err := os.ReadDir(dir); err != nil || len(entries) != 4 {
+		t.Errorf("container directory holds %v (%v), want only container.json, ledger, limits and region", entries, err)
 	}
 	st, err := os.Stat(want.Region)
 	if err != nil {
@@ -122,6 +125,182 @@ func TestProvision(t *testing.T) {
 	}
 	if ids, _ := scanIDs(cfg); len(ids) != 0 {
 		t.Errorf("container dirs left: %v", ids)
+	}
+}
+
+// checkLedger checks that dir is a ledger directory as the shim's ledger
+// needs it and no tenant can change: root's, 0755, holding exactly the
+// empty regular files 0 .. 63 of root's, each 0444.
+func checkLedger(t *testing.T, dir string) {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		t.Fatalf("ledger directory: %v", err)
+	}
+	if st.Mode != unix.S_IFDIR|0o755 || st.Uid != 0 || st.Gid != 0 {
+		t.Errorf("ledger directory: mode %#o, owner %d:%d; want a directory 0755 of 0:0", st.Mode, st.Uid, st.Gid)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	want := make([]string, 64)
+	for k := range want {
+		want[k] = fmt.Sprint(k)
+	}
+	slices.Sort(want)
+	if !slices.Equal(names, want) {
+		t.Errorf("ledger directory holds %q, want %q", names, want)
+	}
+	for _, name := range want {
+		var st unix.Stat_t
+		if err := unix.Lstat(filepath.Join(dir, name), &st); err != nil {
+			t.Errorf("ledger shard %s: %v", name, err)
+			continue
+		}
+		if st.Mode != unix.S_IFREG|0o444 || st.Uid != 0 || st.Gid != 0 || st.Size != 0 {
+			t.Errorf("ledger shard %s: mode %#o, owner %d:%d, %d bytes; want an empty regular file 0444 of 0:0", name, st.Mode, st.Uid, st.Gid, st.Size)
+		}
+	}
+}
+
+// Every record gets its ledger directory before its limits file, with
+// modes that do not depend on the umask; provisioning it again keeps the
+// shards (processes may hold locks on them) and corrects a mode; Release
+// and Sweep remove it with the record.
+func TestProvisionLedger(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the shards are root's only when root provisions them")
+	}
+	cfg := newConfig(t)
+	lf := (&allocation.Allocation{GPUs: []allocation.GPU{gpu0}}).Limits("")
+	old := setUmask(0o077)
+	files, err := New(cfg).Provision(&Info{ID: ctrID}, lf)
+	setUmask(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(cfg.Paths.RunDir, "containers", ctrID, "ledger"); files.Ledger != want {
+		t.Fatalf("Provision: Ledger = %q, want %q", files.Ledger, want)
+	}
+	checkLedger(t, files.Ledger)
+
+	var before unix.Stat_t
+	if err := unix.Stat(filepath.Join(files.Ledger, "7"), &before); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(files.Ledger, "9"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(files.Ledger, "63")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(cfg).Provision(&Info{ID: ctrID}, lf); err != nil {
+		t.Fatalf("second Provision: %v", err)
+	}
+	checkLedger(t, files.Ledger)
+	var after unix.Stat_t
+	if err := unix.Stat(filepath.Join(files.Ledger, "7"), &after); err != nil {
+		t.Fatal(err)
+	}
+	if after.Ino != before.Ino {
+		t.Error("provisioning again replaced ledger shard 7: processes created later would keep a ledger of their own")
+	}
+	got, err := New(cfg).Files(ctrID)
+	if err != nil || got != files {
+		t.Errorf("Files = %+v (%v), want %+v", got, err, files)
+	}
+
+	if err := New(cfg).Release(ctrID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(files.Ledger); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("ledger directory after Release: %v, want it gone", err)
+	}
+	if _, err := New(cfg).Provision(&Info{ID: ctrID}, lf); err != nil {
+		t.Fatal(err)
+	}
+	if removed, err := New(cfg).Sweep(func(*Record) bool { return false }); err != nil || len(removed) != 1 {
+		t.Fatalf("Sweep removed %v (%v), want the record", removed, err)
+	}
+	if _, err := os.Lstat(files.Ledger); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("ledger directory after Sweep: %v, want it gone", err)
+	}
+}
+
+// A shard that is not a regular file (only root can write below the
+// containers directory, but a FIFO must not hang a provision) fails the
+// provision, naming it, without blocking.
+func TestProvisionLedgerRefusesOddShard(t *testing.T) {
+	cfg := newConfig(t)
+	lf := (&allocation.Allocation{GPUs: []allocation.GPU{gpu0}}).Limits("")
+	files, err := New(cfg).Provision(&Info{ID: ctrID}, lf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shard := filepath.Join(files.Ledger, "5")
+	if err := os.Remove(shard); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(shard, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(cfg).Provision(&Info{ID: ctrID}, lf)
+	if want := shard + " is not a regular file"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Provision over a FIFO shard: %v, want an error containing %q", err, want)
+	}
+}
+
+// A record of the previous release has no ledger directory: it is still
+// served (Files names no ledger, so no mount of a missing directory, and
+// its limits file is left as it is), and Release removes it.
+func TestPreviousReleaseRecordWithoutLedger(t *testing.T) {
+	cfg := newConfig(t)
+	id := ClaimID(claimUID)
+	lf := &limits.LimitsFile{GPUs: []limits.GPULimit{{UUID: uuid0, Memory: 8 << 30, Cores: 50}}}
+	provisioned, err := New(cfg).Provision(&Info{ID: id, Source: SourceDRA, Claim: &ClaimInfo{UID: claimUID}}, lf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As the previous release left it.
+	if err := os.RemoveAll(provisioned.Ledger); err != nil {
+		t.Fatal(err)
+	}
+	limitsBefore, err := os.ReadFile(provisioned.Limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := New(cfg).Files(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := provisioned
+	want.Ledger = ""
+	if files != want {
+		t.Errorf("Files of a record without a ledger directory = %+v, want %+v", files, want)
+	}
+	if got, err := os.ReadFile(provisioned.Limits); err != nil || string(got) != string(limitsBefore) {
+		t.Errorf("limits file after Files = %q (%v), want it unchanged", got, err)
+	}
+	// A link in the ledger's place is neither followed nor taken for none.
+	if err := os.Symlink(t.TempDir(), provisioned.Ledger); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(cfg).Files(id); !errors.Is(err, ErrSymlink) {
+		t.Errorf("Files with a link as the ledger directory: %v, want ErrSymlink", err)
+	}
+	if err := os.Remove(provisioned.Ledger); err != nil {
+		t.Fatal(err)
+	}
+	if err := New(cfg).Release(id); err != nil {
+		t.Fatalf("Release of a record without a ledger directory: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Dir(provisioned.Limits)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("record after Release: %v, want it gone", err)
 	}
 }
 
@@ -434,6 +613,7 @@ func TestClaimDirectory(t *testing.T) {
 		Preload: filepath.Join(cfg.Paths.RunDir, "ld.so.preload"),
 		Limits:  filepath.Join(dir, "limits"),
 		Region:  filepath.Join(dir, "region"),
+		Ledger:  filepath.Join(dir, "ledger"),
 	}
 	if files != want {
 		t.Errorf("Files = %+v, want %+v", files, want)

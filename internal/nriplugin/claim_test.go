@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/pkg/draclaim"
 	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
+	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
 )
 
 const (
@@ -93,6 +95,31 @@ func removesMount(adj *api.ContainerAdjustment, dest string) bool {
 	return false
 }
 
+// A claim prepared by the previous release has no ledger directory (and its
+// limits file names no ledger shards): its containers are still created,
+// with every other mount of the claim's and none at the ledger's path.
+func TestClaimContainerOfPreviousRelease(t *testing.T) {
+	cfg := draNodeConfig(t)
+	prepareClaim(t, cfg, claimUID, uuid1, "6Gi", "30", "uid-1")
+	claimDir := hoststate.ContainerDir(cfg, hoststate.ClaimID(claimUID))
+	if err := os.RemoveAll(filepath.Join(claimDir, hoststate.LedgerDirName)); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, cfg)
+	p := pod("sb1", "uid-1")
+	adj, err := h.create(p, withMarker(container("c1", p, ""), claimUID, deviceName(t, uuid1)))
+	if err != nil {
+		t.Fatalf("container of a claim without a ledger directory: %v", err)
+	}
+	s := specFor(t, adj)
+	if m, ok := mountAt(s, oci.ContainerLedgerDir); ok {
+		t.Errorf("mount %s = %+v, want none: the claim has no ledger directory", oci.ContainerLedgerDir, m)
+	}
+	if m, ok := mountAt(s, oci.ContainerLimitsPath); !ok || m.Source != filepath.Join(claimDir, "limits") {
+		t.Errorf("mount %s = %+v, want the claim's limits file", oci.ContainerLimitsPath, m)
+	}
+}
+
 // A container of a pod the claim is reserved for gets the claim's GPU with
 // the claim's limits file and region, which every container of the claim
 // shares, and loses the marker.
@@ -125,6 +152,7 @@ func TestClaimContainer(t *testing.T) {
 		for dst, src := range map[string]string{
 			"/run/nri-vgpu/limits": filepath.Join(claimDir, "limits"),
 			"/run/nri-vgpu/region": filepath.Join(claimDir, "region"),
+			"/run/nri-vgpu/ledger": filepath.Join(claimDir, "ledger"),
 			"/etc/ld.so.preload":   filepath.Join(cfg.Paths.RunDir, "ld.so.preload"),
 		} {
 			if m, ok := mountAt(s, dst); !ok || m.Source != src {

@@ -118,6 +118,7 @@ func TestGPUContainerGetsEveryEdit(t *testing.T) {
 		"/etc/ld.so.preload":                             filepath.Join(h.cfg.Paths.RunDir, "ld.so.preload"),
 		"/run/nri-vgpu/limits":                           filepath.Join(dir, "limits"),
 		"/run/nri-vgpu/region":                           filepath.Join(dir, "region"),
+		"/run/nri-vgpu/ledger":                           filepath.Join(dir, "ledger"),
 		"/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15": "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15",
 	} {
 		m, ok := mountAt(s, dst)
@@ -137,7 +138,8 @@ func TestGPUContainerGetsEveryEdit(t *testing.T) {
 		"gpu.1.memory=21474836480\n" + // 20 GiB = 20 × 1073741824
 		"gpu.1.cores=50\n" +
 		"cores.policy=hard\n" +
-		"log.level=warn\n"
+		"log.level=warn\n" +
+		"ledger.shards=64\n"
 	if got, err := os.ReadFile(filepath.Join(dir, "limits")); err != nil || string(got) != want {
 		t.Errorf("limits file = %q (%v), want %q", got, err, want)
 	}

@@ -57,7 +57,8 @@ func TestLimitsFileCoresPolicyAndLogLevel(t *testing.T) {
 				"gpu.0.memory=8589934592\n" +
 				"gpu.0.cores=20\n" +
 				"cores.policy=" + tt.wantPolicy + "\n" +
-				"log.level=" + tt.logLevel + "\n"
+				"log.level=" + tt.logLevel + "\n" +
+				"ledger.shards=64\n"
 			path := filepath.Join(cfg.Paths.RunDir, "containers", "c1", "limits")
 			if got, err := os.ReadFile(path); err != nil || string(got) != want {
 				t.Errorf("limits file = %q (%v), want %q", got, err, want)

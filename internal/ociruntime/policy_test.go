@@ -114,7 +114,8 @@ func TestCreateWritesPolicyAndLogLevel(t *testing.T) {
 				"gpu.0.memory=1073741824\n" + // 1GiB
 				"gpu.0.cores=30\n" +
 				"cores.policy=" + tt.wantPolicy + "\n" +
-				"log.level=debug\n"
+				"log.level=debug\n" +
+				"ledger.shards=64\n"
 			if string(got) != want {
 				t.Errorf("limits file\n%s\nwant\n%s", got, want)
 			}

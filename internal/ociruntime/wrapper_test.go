@@ -259,6 +259,7 @@ func vgpuSpec(t *testing.T, e *testEnv, self string, env []string, visible strin
 	s.Mounts = []specs.Mount{
 		dev, proc,
 		{Destination: "/etc/ld.so.preload", Type: "bind", Source: filepath.Join(e.cfg.Paths.RunDir, "ld.so.preload"), Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}},
+		{Destination: "/run/nri-vgpu/ledger", Type: "bind", Source: filepath.Join(dir, "ledger"), Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}},
 		{Destination: "/run/nri-vgpu/limits", Type: "bind", Source: filepath.Join(dir, "limits"), Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}},
 		{Destination: "/run/nri-vgpu/region", Type: "bind", Source: filepath.Join(dir, "region"), Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
 		{Destination: "/usr/local/nri-vgpu/libvgpu-shim.so", Type: "bind", Source: e.cfg.Paths.ShimPath, Options: []string{"rbind", "ro", "nosuid", "nodev"}},

@@ -84,7 +84,8 @@ func run(stdin io.Reader) error {
 
 // Sources returns, for each of oci.PinnedPaths, the host source of the last
 // mount at it in mounts (the one the runtime leaves on top), as the
-// runtime mounts it: destinations compared cleaned and absolute.
+// runtime mounts it: destinations compared cleaned and absolute. Only the
+// oci.OptionalPinnedPaths may be missing; they are then left out.
 func Sources(mounts []specs.Mount) (map[string]string, error) {
 	src := map[string]string{}
 	for _, m := range mounts {
@@ -94,7 +95,7 @@ func Sources(mounts []specs.Mount) (map[string]string, error) {
 		}
 	}
 	for _, p := range oci.PinnedPaths {
-		if src[p] == "" {
+		if src[p] == "" && !slices.Contains(oci.OptionalPinnedPaths, p) {
 			return nil, fmt.Errorf("pin hook: the spec has no mount at %s", p)
 		}
 	}

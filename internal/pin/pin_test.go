@@ -18,12 +18,12 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
 )
 
-// rootfs is a container root holding the four pinned paths as plain files
-// and directories, as the runtime leaves them before it mounts.
+// rootfs is a container root holding the pinned paths as plain files and
+// directories, as the runtime leaves them before it mounts.
 func rootfs(t testing.TB) string {
 	t.Helper()
 	root := t.TempDir()
-	for _, d := range []string{"etc", "usr/local/nri-vgpu", "run/nri-vgpu/region", "tmp"} {
+	for _, d := range []string{"etc", "usr/local/nri-vgpu", "run/nri-vgpu/region", "run/nri-vgpu/ledger", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -85,6 +85,8 @@ func TestWalkRefusesTheImagesLinks(t *testing.T) {
 		{"/run/nri-vgpu", "link:/tmp", oci.ContainerLimitsPath, "/run/nri-vgpu in the image is a symbolic link; refusing"},
 		{"/run/nri-vgpu", "link:/tmp", oci.ContainerRegionDir, "/run/nri-vgpu in the image is a symbolic link; refusing"},
 		{"/run/nri-vgpu/region", "link:.", oci.ContainerRegionDir, "/run/nri-vgpu/region in the image is a symbolic link; refusing"},
+		{"/run/nri-vgpu", "link:/tmp", oci.ContainerLedgerDir, "/run/nri-vgpu in the image is a symbolic link; refusing"},
+		{"/run/nri-vgpu/ledger", "link:/tmp", oci.ContainerLedgerDir, "/run/nri-vgpu/ledger in the image is a symbolic link; refusing"},
 		{"/run", "link:/tmp", oci.ContainerLimitsPath, "/run in the image is a symbolic link; refusing"},
 		{"/usr/local/nri-vgpu", "link:/tmp", oci.ContainerShimPath, "/usr/local/nri-vgpu in the image is a symbolic link; refusing"},
 		{"/usr/local", "link:../tmp", oci.ContainerShimPath, "/usr/local in the image is a symbolic link; refusing"},
@@ -140,8 +142,9 @@ func TestAncestors(t *testing.T) {
 }
 
 // TestSourcesNeedsEveryMount: a spec without one of the pinned mounts is
-// refused (the hook would have nothing to check there); the last mount at
-// a destination is the one taken, destinations compared cleaned.
+// refused (the hook would have nothing to check there), but for the ledger
+// directory, which a record of the previous release lacks; the last mount
+// at a destination is the one taken, destinations compared cleaned.
 func TestSourcesNeedsEveryMount(t *testing.T) {
 	mounts := []specs.Mount{
 		{Destination: "/etc/ld.so.preload", Source: "/old"},
@@ -159,6 +162,19 @@ func TestSourcesNeedsEveryMount(t *testing.T) {
 	}
 	if got[oci.ContainerPreloadPath] != "/host/preload" {
 		t.Errorf("source of %s = %q, want the last mount's /host/preload", oci.ContainerPreloadPath, got[oci.ContainerPreloadPath])
+	}
+	if src, ok := got[oci.ContainerLedgerDir]; ok {
+		t.Errorf("Sources without a ledger mount names %s as its source, want no entry (nothing to pin)", src)
+	}
+	if len(got) != 4 {
+		t.Errorf("Sources without a ledger mount = %v, want the four others", got)
+	}
+	mounts = append(mounts, specs.Mount{Destination: oci.ContainerLedgerDir + "/", Source: "/host/ledger"})
+	if got, err = Sources(mounts); err != nil {
+		t.Fatal(err)
+	}
+	if got[oci.ContainerLedgerDir] != "/host/ledger" || len(got) != 5 {
+		t.Errorf("Sources with a ledger mount = %v, want /host/ledger at %s too", got, oci.ContainerLedgerDir)
 	}
 }
 
@@ -178,6 +194,13 @@ func TestPinRefusesAFileThatIsNotTheMount(t *testing.T) {
 	}
 	err := check(openRoot(t, root), []string{oci.ContainerLimitsPath}, sources)
 	want := "nri-vgpu's mount is not at /run/nri-vgpu/limits in the container (the image has something else there); refusing"
+	if err == nil || err.Error() != want {
+		t.Errorf("check error = %v, want %q", err, want)
+	}
+	// The ledger directory the spec mounts is another than the image's.
+	sources[oci.ContainerLedgerDir] = host
+	err = check(openRoot(t, root), []string{oci.ContainerLedgerDir}, sources)
+	want = "nri-vgpu's mount is not at /run/nri-vgpu/ledger in the container (the image has something else there); refusing"
 	if err == nil || err.Error() != want {
 		t.Errorf("check error = %v, want %q", err, want)
 	}
@@ -256,7 +279,7 @@ func mountLikeRunc(root, host string) (map[string]string, error) {
 	for _, p := range oci.PinnedPaths {
 		src := filepath.Join(host, filepath.Base(p))
 		var err error
-		if p == oci.ContainerRegionDir {
+		if p == oci.ContainerRegionDir || p == oci.ContainerLedgerDir {
 			err = os.Mkdir(src, 0o755)
 		} else {
 			err = os.WriteFile(src, []byte("host\n"), 0o644)
@@ -269,9 +292,11 @@ func mountLikeRunc(root, host string) (map[string]string, error) {
 		}
 		sources[p] = src
 	}
-	// The preload is read-only, as the edits mount it.
-	if err := unix.Mount("", filepath.Join(root, oci.ContainerPreloadPath), "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
-		return nil, err
+	// The preload and the ledger are read-only, as the edits mount them.
+	for _, p := range []string{oci.ContainerPreloadPath, oci.ContainerLedgerDir} {
+		if err := unix.Mount("", filepath.Join(root, p), "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+			return nil, err
+		}
 	}
 	return sources, nil
 }
@@ -319,6 +344,15 @@ func TestPinMakesTheParentsMountPoints(t *testing.T) {
 		}
 		if err := os.Remove(filepath.Join(root, "run/nri-vgpu/region")); !errors.Is(err, unix.EBUSY) {
 			t.Errorf("rmdir /run/nri-vgpu/region after the hook: %v, want EBUSY", err)
+		}
+		if err := os.Remove(filepath.Join(root, oci.ContainerLedgerDir)); !errors.Is(err, unix.EBUSY) {
+			t.Errorf("rmdir %s after the hook: %v, want EBUSY", oci.ContainerLedgerDir, err)
+		}
+		if err := os.Rename(filepath.Join(root, oci.ContainerLedgerDir), filepath.Join(root, "run/nri-vgpu/x")); !errors.Is(err, unix.EBUSY) {
+			t.Errorf("rename %s after the hook: %v, want EBUSY", oci.ContainerLedgerDir, err)
+		}
+		if err := os.WriteFile(filepath.Join(root, oci.ContainerLedgerDir, "64"), nil, 0o644); !errors.Is(err, unix.EROFS) {
+			t.Errorf("creating a file in %s after the hook: %v, want EROFS", oci.ContainerLedgerDir, err)
 		}
 		data, err := os.ReadFile(filepath.Join(root, oci.ContainerPreloadPath))
 		if err != nil || string(data) != "host\n" {

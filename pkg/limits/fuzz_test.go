@@ -19,6 +19,7 @@ func FuzzParseLimits(f *testing.F) {
 		"version=1\ngpu.15.uuid=x\n",
 		"version=1\r\ngpu.0.uuid=GPU-a\r\n",
 		"version=1\ngpu.0.memory=18446744073709551616\n",
+		"version=1\ngpu.0.uuid=GPU-a\ngpu.0.memory=0\ngpu.0.cores=100\nledger.shards=64\n",
 	} {
 		f.Add([]byte(seed))
 	}

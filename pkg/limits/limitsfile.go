@@ -38,8 +38,9 @@ func ValidLogLevel(l string) bool {
 }
 
 // Validate checks f against Contract 4: 1..MaxLimitsGPUs GPUs with valid,
-// distinct UUIDs and cores in 1..100, and a known cores policy and log level
-// (empty means the default).
+// distinct UUIDs and cores in 1..100, a known cores policy and log level
+// (empty means the default), and ledger shards 0 (none) or
+// 1..MaxLedgerShards.
 func (f *LimitsFile) Validate() error {
 	if len(f.GPUs) == 0 {
 		return errors.New("no GPUs")
@@ -66,12 +67,16 @@ func (f *LimitsFile) Validate() error {
 	if f.LogLevel != "" && !ValidLogLevel(f.LogLevel) {
 		return fmt.Errorf("log level %q: want error, warn, info or debug", f.LogLevel)
 	}
+	if f.LedgerShards < 0 || f.LedgerShards > MaxLedgerShards {
+		return fmt.Errorf("ledger shards %d outside 1..%d (0: none)", f.LedgerShards, MaxLedgerShards)
+	}
 	return nil
 }
 
 // Marshal validates f and encodes it in the Contract 4 format: a header
 // comment, version=1, then gpu.<n>.uuid, .memory and .cores for n = 0.., then
-// cores.policy and log.level (defaults written out when empty).
+// cores.policy and log.level (defaults written out when empty), and
+// ledger.shards when f has ledger shards.
 func (f *LimitsFile) Marshal() ([]byte, error) {
 	if err := f.Validate(); err != nil {
 		return nil, fmt.Errorf("limits file: %w", err)
@@ -93,6 +98,9 @@ func (f *LimitsFile) Marshal() ([]byte, error) {
 	}
 	fmt.Fprintf(&b, "cores.policy=%s\n", policy)
 	fmt.Fprintf(&b, "log.level=%s\n", level)
+	if f.LedgerShards != 0 {
+		fmt.Fprintf(&b, "ledger.shards=%d\n", f.LedgerShards)
+	}
 	if b.Len() > MaxLimitsSize {
 		// Unreachable with MaxUUIDLen and MaxLimitsGPUs as they are; kept so
 		// that changing either cannot produce a file the shim refuses.
@@ -112,7 +120,8 @@ func (f *LimitsFile) Marshal() ([]byte, error) {
 //   - keys: gpu.<n>.uuid, gpu.<n>.memory (bytes, 0 = no limit), gpu.<n>.cores
 //     (1..100), all three required for each n, n = 0..count-1 without gaps,
 //     count <= MaxLimitsGPUs; cores.policy (hard|burst, default hard);
-//     log.level (error|warn|info|debug, default warn);
+//     log.level (error|warn|info|debug, default warn); ledger.shards
+//     (1..MaxLedgerShards; absent: no ledger shards);
 //   - numbers are decimal without sign or leading zeros; every key at most once.
 //
 // Errors name the line.
@@ -177,6 +186,13 @@ func ParseLimits(data []byte) (*LimitsFile, error) {
 				return nil, fmt.Errorf("line %d: log.level %q: want error, warn, info or debug", n, value)
 			}
 			f.LogLevel = value
+			continue
+		case "ledger.shards":
+			k, err := parseIndex(value)
+			if err != nil || k < 1 || k > MaxLedgerShards {
+				return nil, fmt.Errorf("line %d: ledger.shards: %q is not an integer in 1..%d", n, value, MaxLedgerShards)
+			}
+			f.LedgerShards = k
 			continue
 		}
 		rest, ok := strings.CutPrefix(key, "gpu.")

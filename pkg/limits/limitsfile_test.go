@@ -63,8 +63,27 @@ func TestMarshal(t *testing.T) {
 	}
 }
 
+func TestMarshalLedgerShards(t *testing.T) {
+	f := &LimitsFile{GPUs: []GPULimit{{UUID: "GPU-a", Memory: 1, Cores: 1}}, LedgerShards: LedgerShards}
+	got, err := f.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "# written by nri-vgpu; read by libvgpu-shim.so\nversion=1\ngpu.0.uuid=GPU-a\ngpu.0.memory=1\ngpu.0.cores=1\ncores.policy=hard\nlog.level=warn\nledger.shards=64\n"
+	if string(got) != want {
+		t.Errorf("Marshal with ledger shards:\n%s\nwant:\n%s", got, want)
+	}
+	back, err := ParseLimits(got)
+	if err != nil {
+		t.Fatalf("ParseLimits(Marshal()): %v", err)
+	}
+	if back.LedgerShards != 64 {
+		t.Errorf("ParseLimits(Marshal()).LedgerShards = %d, want 64", back.LedgerShards)
+	}
+}
+
 func TestMarshalLargest(t *testing.T) {
-	f := &LimitsFile{CoresPolicy: CoresPolicyBurst, LogLevel: LogLevelDebug}
+	f := &LimitsFile{CoresPolicy: CoresPolicyBurst, LogLevel: LogLevelDebug, LedgerShards: MaxLedgerShards}
 	for i := range MaxLimitsGPUs {
 		f.GPUs = append(f.GPUs, GPULimit{UUID: fmt.Sprintf("%02d", i) + strings.Repeat("u", MaxUUIDLen-2), Memory: 1<<64 - 1, Cores: 100})
 	}
@@ -101,6 +120,8 @@ func TestMarshalRejects(t *testing.T) {
 		{"cores 101", mod(func(f *LimitsFile) { f.GPUs[0].Cores = 101 }), "limits file: gpu 0 (" + testUUID0 + "): cores 101 outside 1..100"},
 		{"policy", mod(func(f *LimitsFile) { f.CoresPolicy = "soft" }), `limits file: cores policy "soft": want hard or burst`},
 		{"log level", mod(func(f *LimitsFile) { f.LogLevel = "trace" }), `limits file: log level "trace": want error, warn, info or debug`},
+		{"ledger shards 257", mod(func(f *LimitsFile) { f.LedgerShards = 257 }), "limits file: ledger shards 257 outside 1..256 (0: none)"},
+		{"ledger shards -1", mod(func(f *LimitsFile) { f.LedgerShards = -1 }), "limits file: ledger shards -1 outside 1..256 (0: none)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -116,6 +137,7 @@ func TestParseLimitsAccepts(t *testing.T) {
 	one := func(uuid string, mem uint64, cores int) *LimitsFile {
 		return &LimitsFile{GPUs: []GPULimit{{uuid, mem, cores}}, CoresPolicy: CoresPolicyHard, LogLevel: LogLevelWarn}
 	}
+	shards := func(f *LimitsFile, k int) *LimitsFile { f.LedgerShards = k; return f }
 	tests := []struct {
 		name, text string
 		want       *LimitsFile
@@ -135,6 +157,8 @@ func TestParseLimitsAccepts(t *testing.T) {
 			&LimitsFile{GPUs: []GPULimit{{"GPU-a", 5, 1}, {"GPU-b", 6, 2}}, CoresPolicy: CoresPolicyBurst, LogLevel: LogLevelError}},
 		{"largest memory", "version=1\ngpu.0.uuid=GPU-a\ngpu.0.memory=18446744073709551615\ngpu.0.cores=1\n", one("GPU-a", 1<<64-1, 1)},
 		{"comment with any bytes", "version=1 # é \x80 =#=\ngpu.0.uuid=GPU-a\ngpu.0.memory=1\ngpu.0.cores=1\n", one("GPU-a", 1, 1)},
+		{"one ledger shard", "version=1\nledger.shards=1\ngpu.0.uuid=GPU-a\ngpu.0.memory=1\ngpu.0.cores=1\n", shards(one("GPU-a", 1, 1), 1)},
+		{"most ledger shards", "version=1\ngpu.0.uuid=GPU-a\ngpu.0.memory=1\ngpu.0.cores=1\nledger.shards = 256 # K\n", shards(one("GPU-a", 1, 1), 256)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -205,6 +229,14 @@ func TestParseLimitsRejects(t *testing.T) {
 		{"policy", head + gpu0 + "cores.policy=soft\n", `line 5: cores.policy "soft": want hard or burst`},
 		{"policy case", head + gpu0 + "cores.policy=Hard\n", `line 5: cores.policy "Hard": want hard or burst`},
 		{"log level", head + gpu0 + "log.level=trace\n", `line 5: log.level "trace": want error, warn, info or debug`},
+		{"ledger shards 0", head + gpu0 + "ledger.shards=0\n", `line 5: ledger.shards: "0" is not an integer in 1..256`},
+		{"ledger shards 257", head + gpu0 + "ledger.shards=257\n", `line 5: ledger.shards: "257" is not an integer in 1..256`},
+		{"ledger shards empty", head + gpu0 + "ledger.shards=\n", `line 5: ledger.shards: "" is not an integer in 1..256`},
+		{"ledger shards leading zero", head + gpu0 + "ledger.shards=064\n", `line 5: ledger.shards: "064" is not an integer in 1..256`},
+		{"ledger shards signed", head + gpu0 + "ledger.shards=+64\n", `line 5: ledger.shards: "+64" is not an integer in 1..256`},
+		{"ledger shards huge", head + "ledger.shards=99999999999999999999\n" + gpu0, `line 2: ledger.shards: "99999999999999999999" is not an integer in 1..256`},
+		{"ledger shards twice", head + gpu0 + "ledger.shards=64\nledger.shards=64\n", "line 6: duplicate key ledger.shards (first on line 5)"},
+		{"ledger key case", head + gpu0 + "Ledger.shards=64\n", `line 5: unknown key "Ledger.shards"`},
 		{"CRLF", "version=1\r\n" + gpu0, `line 1: control character '\r'`},
 		{"NUL", head + "gpu.0.uuid=GPU-a\x00\n", `line 2: control character '\x00'`},
 		{"NUL in a comment", head + "# \x00\n", `line 2: control character '\x00'`},

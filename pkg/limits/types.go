@@ -15,12 +15,25 @@ const (
 	MaxLimitsSize = 4096
 )
 
+// LedgerShards is how many ledger shards a record gets: the files 0 ..
+// LedgerShards-1 of <record>/ledger/, over which the shim spreads the
+// ledger's locks so that each inode's lock list stays short (Contract 5).
+// Readers accept 1..MaxLedgerShards.
+const (
+	LedgerShards    = 64
+	MaxLedgerShards = 256
+)
+
 // LimitsFile is the content of <run_dir>/containers/<id>/limits, read by the
 // shim at /run/nri-vgpu/limits.
 type LimitsFile struct {
 	GPUs        []GPULimit
 	CoresPolicy string // default "hard"
 	LogLevel    string // default "warn"
+	// LedgerShards is ledger.shards: how many ledger shards the record's
+	// ledger directory holds; 0 (no key) for a record without one, whose
+	// ledger lives on the limits file alone.
+	LedgerShards int
 }
 
 // GPULimit is one gpu.<n>.* group of the limits file.

@@ -36,6 +36,7 @@ func baseSpec() *specs.Spec {
 			{Destination: "/etc//ld.so.preload", Type: "bind", Source: "/elsewhere/preload3", Options: []string{"rbind", "rw"}},
 			{Destination: "/run/nri-vgpu/./limits", Type: "bind", Source: "/elsewhere/limits", Options: []string{"rbind", "rw"}},
 			{Destination: "/run/nri-vgpu/region/usage", Type: "bind", Source: "/elsewhere/usage", Options: []string{"rbind", "rw"}},
+			{Destination: "/run/nri-vgpu/ledger/0", Type: "bind", Source: "/elsewhere/shard", Options: []string{"rbind", "rw"}},
 			{Destination: "run/nri-vgpu/region", Type: "tmpfs", Source: "tmpfs"},
 			{Destination: "/etc", Type: "bind", Source: "/elsewhere/etc", Options: []string{"rbind", "rw"}},
 			{Destination: "/run/nri-vgpu/", Type: "tmpfs", Source: "tmpfs"},

@@ -25,6 +25,7 @@ const (
 	ContainerPreloadPath = "/etc/ld.so.preload"
 	ContainerLimitsPath  = "/run/nri-vgpu/limits"
 	ContainerRegionDir   = "/run/nri-vgpu/region"
+	ContainerLedgerDir   = "/run/nri-vgpu/ledger"
 )
 
 // EnvVisibleDevices is the variable nvidia-container-runtime reads to decide
@@ -57,6 +58,10 @@ type HostFiles struct {
 	Preload string // the preload file, mounted at ContainerPreloadPath
 	Limits  string // the container's limits file, at ContainerLimitsPath
 	Region  string // the container's usage region directory, at ContainerRegionDir
+	// Ledger is the record's ledger directory (its ledger shards), at
+	// ContainerLedgerDir; empty for a record of the previous release,
+	// which has none and whose limits file names none.
+	Ledger string
 	// Hook is the host path of a binary of nri-vgpu that runs the
 	// createContainer hook ("hook pin", see PinHook): the caller's own
 	// executable, or paths.hook_path (nri-vgpu-hook beside the shim, for
@@ -76,12 +81,16 @@ func (f HostFiles) check() error {
 			return fmt.Errorf("compute edits: host path of the %s %q is not absolute", p.what, p.path)
 		}
 	}
+	if f.Ledger != "" && !filepath.IsAbs(f.Ledger) {
+		return fmt.Errorf("compute edits: host path of the ledger directory %q is not absolute", f.Ledger)
+	}
 	return nil
 }
 
 // Compute returns the edits that give a container its GPUs: device nodes
 // and their cgroup rules, driver files per driver.injection, the shim, and
-// the preload file, limits file and usage region at files (Contract 3).
+// the preload file, limits file, usage region and ledger directory at files
+// (Contract 3).
 // The GPUs are a signed allocation's, a Docker request's or a claim's; only
 // their UUIDs and minors matter here, the quotas being in the limits file.
 // It reads host facts but writes nothing.
@@ -142,12 +151,16 @@ func Compute(gpus []allocation.GPU, cfg *config.Config, host Host, files HostFil
 		e.setEnv(EnvVisibleDevices, "void")
 	}
 
-	// The shim, the preload file that loads it, the limits, the region.
+	// The shim, the preload file that loads it, the limits, the region,
+	// the ledger shards.
 	e.addMount(bindMount(cfg.Paths.ShimPath, ContainerShimPath, optsLibraryRO))
 	e.addMount(bindMount(files.Preload, ContainerPreloadPath, optsDataRO))
 	e.addMount(bindMount(files.Limits, ContainerLimitsPath, optsDataRO))
 	e.addMount(bindMount(files.Region, ContainerRegionDir, optsDataRW))
-	// The hook that makes those four paths stay where the loader and the
+	if files.Ledger != "" {
+		e.addMount(bindMount(files.Ledger, ContainerLedgerDir, optsDataRO))
+	}
+	// The hook that makes those paths stay where the loader and the
 	// shim look (PinHook); appended after any CDI createContainer hook, so
 	// it sees the container's mounts as they will be.
 	e.Hooks.CreateContainer = append(e.Hooks.CreateContainer, PinHook(files.Hook))
@@ -156,8 +169,15 @@ func Compute(gpus []allocation.GPU, cfg *config.Config, host Host, files HostFil
 
 // PinnedPaths are the container paths the limiter depends on: the pin hook
 // checks that each is exactly nri-vgpu's mount and makes every directory
-// on the way to them a mount point.
-var PinnedPaths = []string{ContainerPreloadPath, ContainerShimPath, ContainerLimitsPath, ContainerRegionDir}
+// on the way to them a mount point. Each must be mounted, but for those in
+// OptionalPinnedPaths.
+var PinnedPaths = []string{ContainerPreloadPath, ContainerShimPath, ContainerLimitsPath, ContainerRegionDir, ContainerLedgerDir}
+
+// OptionalPinnedPaths are the PinnedPaths a vGPU container may lack: the
+// ledger directory, which a record of the previous release does not have
+// (its limits file names no ledger shards, so the shim never looks there).
+// Where the spec mounts one, it is pinned like the others.
+var OptionalPinnedPaths = []string{ContainerLedgerDir}
 
 // PinHookArgs are the arguments after the binary's name with which a binary
 // of nri-vgpu runs the pin hook.

@@ -31,6 +31,7 @@ var testFiles = HostFiles{
 	Preload: "/run/nri-vgpu/ld.so.preload",
 	Limits:  "/run/nri-vgpu/containers/0123456789abcdef/limits",
 	Region:  "/run/nri-vgpu/containers/0123456789abcdef/region",
+	Ledger:  "/run/nri-vgpu/containers/0123456789abcdef/ledger",
 	Hook:    "/usr/bin/nri-vgpu",
 }
 
@@ -187,6 +188,7 @@ func TestCompute(t *testing.T) {
 				{Destination: "/etc/ld.so.preload", Type: "bind", Source: "/run/nri-vgpu/ld.so.preload", Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}},
 				{Destination: "/run/nri-vgpu/limits", Type: "bind", Source: "/run/nri-vgpu/containers/0123456789abcdef/limits", Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}},
 				{Destination: "/run/nri-vgpu/region", Type: "bind", Source: "/run/nri-vgpu/containers/0123456789abcdef/region", Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
+				{Destination: "/run/nri-vgpu/ledger", Type: "bind", Source: "/run/nri-vgpu/containers/0123456789abcdef/ledger", Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}},
 			} {
 				got, ok := findMount(edits.Mounts, want.Destination)
 				if !ok {
@@ -233,6 +235,9 @@ func TestComputeErrors(t *testing.T) {
 			HostFiles{Limits: testFiles.Limits, Region: testFiles.Region, Hook: testFiles.Hook}, `host path of the preload file "" is not absolute`},
 		{"no pin hook", config.InjectionNone, false, ocitest.StandardNodes, gpus(gpu0),
 			HostFiles{Preload: testFiles.Preload, Limits: testFiles.Limits, Region: testFiles.Region}, `host path of the pin hook binary "" is not absolute`},
+		{"relative ledger directory", config.InjectionNone, false, ocitest.StandardNodes, gpus(gpu0),
+			HostFiles{Preload: testFiles.Preload, Limits: testFiles.Limits, Region: testFiles.Region, Ledger: "containers/x/ledger", Hook: testFiles.Hook},
+			`host path of the ledger directory "containers/x/ledger" is not absolute`},
 		{"unknown injection", "magic", false, ocitest.StandardNodes, gpus(gpu0), testFiles, `unknown driver.injection "magic"`},
 	}
 	for _, tt := range tests {
@@ -243,6 +248,27 @@ func TestComputeErrors(t *testing.T) {
 				t.Fatalf("Compute error = %v, want one containing %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// A record of the previous release has no ledger directory: its container
+// gets every other mount and none at the ledger's path, where the image's
+// own directory (if any) is never read, its limits file naming no shards.
+func TestComputeWithoutLedger(t *testing.T) {
+	e := newEnv(t, config.InjectionNone, false, ocitest.StandardNodes)
+	files := testFiles
+	files.Ledger = ""
+	edits, err := Compute(gpus(gpu0), e.cfg, e.host, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range edits.Mounts {
+		got = append(got, m.Destination)
+	}
+	want := []string{"/usr/local/nri-vgpu/libvgpu-shim.so", "/etc/ld.so.preload", "/run/nri-vgpu/limits", "/run/nri-vgpu/region"}
+	if !slices.Equal(got, want) {
+		t.Errorf("mounts = %q, want %q", got, want)
 	}
 }
 
@@ -474,7 +500,7 @@ func TestApplyToAdjustmentShape(t *testing.T) {
 	adj := &api.ContainerAdjustment{}
 	edits.ApplyToAdjustment(adj, nil)
 	// nvidia-runtime injection of GPU 0: the control, UVM and GPU nodes,
-	// an allow rule each, and the four mounts of Contract 3.
+	// an allow rule each, and the five mounts of Contract 3.
 	var devs, rules, mounts []string
 	for _, d := range adj.GetLinux().GetDevices() {
 		devs = append(devs, fmt.Sprintf("%s %d:%d", d.Path, d.Major, d.Minor))
@@ -488,7 +514,7 @@ func TestApplyToAdjustmentShape(t *testing.T) {
 	uvm := ocitest.UVMMajor
 	wantDevs := []string{"/dev/nvidiactl 195:255", fmt.Sprintf("/dev/nvidia-uvm %d:0", uvm), fmt.Sprintf("/dev/nvidia-uvm-tools %d:1", uvm), "/dev/nvidia0 195:0"}
 	wantRules := []string{"true c 195:255 rwm", fmt.Sprintf("true c %d:0 rwm", uvm), fmt.Sprintf("true c %d:1 rwm", uvm), "true c 195:0 rwm"}
-	wantMounts := []string{"/usr/local/nri-vgpu/libvgpu-shim.so", "/etc/ld.so.preload", "/run/nri-vgpu/limits", "/run/nri-vgpu/region"}
+	wantMounts := []string{"/usr/local/nri-vgpu/libvgpu-shim.so", "/etc/ld.so.preload", "/run/nri-vgpu/limits", "/run/nri-vgpu/region", "/run/nri-vgpu/ledger"}
 	if !slices.Equal(devs, wantDevs) {
 		t.Errorf("adjustment devices = %q, want %q", devs, wantDevs)
 	}

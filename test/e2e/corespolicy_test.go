@@ -40,7 +40,8 @@ func testNodeCoresPolicyAndLogLevel(t *testing.T, containerd string) {
 		"gpu.0.memory=4294967296\n" +
 		"gpu.0.cores=25\n" +
 		"cores.policy=burst\n" +
-		"log.level=debug\n"
+		"log.level=debug\n" +
+		"ledger.shards=64\n"
 	if got := v.sh(t, ctx, id, "cat "+limitsInContainer); got != want {
 		t.Errorf("limits file in the container:\n%s\nwant:\n%s", got, want)
 	}

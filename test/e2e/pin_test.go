@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"maps"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -74,6 +75,67 @@ func testTenantCannotMoveTheLimiterAway(t *testing.T, containerd string) {
 			t.Errorf("touch %s/new with a read-only root: exit %d, %q; want EROFS", dir, res.ExitCode, res.Stderr)
 		}
 	}
+}
+
+// ledgerAttacks are what root in a default pod tries on the ledger shards:
+// a tenant that could add, remove, replace or change a shard, move the
+// directory or mount something over it would give its later processes a
+// ledger apart from the others', and so room past the quota.
+var ledgerAttacks = []struct{ attack, want string }{
+	{"touch /run/nri-vgpu/ledger/64", "Read-only file system"},
+	{"mkfifo /run/nri-vgpu/ledger/65", "Read-only file system"},
+	{"rm -f /run/nri-vgpu/ledger/0", "Read-only file system"},
+	{"mv /run/nri-vgpu/ledger/0 /run/nri-vgpu/ledger/x", "Read-only file system"},
+	{"echo x >> /run/nri-vgpu/ledger/1", "Read-only file system"},
+	{"chmod 666 /run/nri-vgpu/ledger/2", "Read-only file system"},
+	{"ln -s /tmp/x /run/nri-vgpu/ledger/66", "Read-only file system"},
+	{"rmdir /run/nri-vgpu/ledger", "busy"},
+	{"mv /run/nri-vgpu/ledger /run/nri-vgpu/x", "busy"},
+	{"mv /run/nri-vgpu /run/x", "busy"},
+	{"mount -t tmpfs none /run/nri-vgpu/ledger", "denied"},
+	{"mount -o bind /tmp /run/nri-vgpu/ledger", "denied"},
+	{"mount -o bind /tmp /run/nri-vgpu", "denied"},
+}
+
+// TestTenantCannotTouchTheLedger plays root in a GPU container (default
+// capabilities, seccomp unconfined) against its ledger shards: each of
+// ledgerAttacks fails, the directory still holds the host's 64 empty
+// read-only shards that the limits file names, and a fresh process is still
+// refused an allocation past its slice.
+func TestTenantCannotTouchTheLedger(t *testing.T) {
+	forEachContainerd(t, testTenantCannotTouchTheLedger)
+}
+
+func testTenantCannotTouchTheLedger(t *testing.T, containerd string) {
+	v := startVGPU(t, containerd, vgpuOptions{})
+	ctx := testContext(t, 4*time.Minute)
+	rp := v.mustRun(t, ctx, cudaPod(t, "tenant", 1))
+	id := rp.ContainerID("main")
+	uuid := v.allocationOf(t, rp, "main").GPUs[0].UUID
+
+	for _, a := range ledgerAttacks {
+		res, err := v.c.Exec(ctx, id, "/bin/sh", "-c", a.attack)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.ExitCode == 0 {
+			t.Errorf("%q succeeded in the container", a.attack)
+		} else if !strings.Contains(res.Stderr, a.want) {
+			t.Errorf("%q: %s, want an error saying %q", a.attack, strings.TrimSpace(res.Stderr), a.want)
+		}
+	}
+	host := filepath.Join(v.hostContainerDir(id), "ledger")
+	out := v.sh(t, ctx, id, "grep -x ledger.shards=64 /run/nri-vgpu/limits; ls /run/nri-vgpu/ledger | wc -l; "+
+		"stat -c '%a %u %s' /run/nri-vgpu/ledger/0 /run/nri-vgpu/ledger/63 | sort -u; "+
+		"grep ' /run/nri-vgpu/ledger ' /proc/self/mountinfo | cut -d' ' -f6")
+	if want := "ledger.shards=64\n64\n444 0 0\nro,nosuid,nodev,noexec"; !strings.HasPrefix(strings.TrimSpace(out), want) {
+		t.Errorf("the ledger in the container after the attacks:\n%s\nwant it to start with:\n%s", out, want)
+	}
+	if entries, err := os.ReadDir(host); err != nil || len(entries) != 64 {
+		t.Errorf("host ledger directory %s after the attacks: %d entries (%v), want the 64 shards", host, len(entries), err)
+	}
+	v.cudaprog(t, ctx, id, fakeDriverEnv(uuid, "/tmp"), "direct",
+		"init", "info:4GiB:4GiB", "alloc:3GiB", "alloc:2GiB:2", "freeall")
 }
 
 // TestImageLinksRefuseTheContainer: an image whose /etc/ld.so.preload,
