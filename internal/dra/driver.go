@@ -71,8 +71,8 @@ type Driver struct {
 	// statusClient writes the quota of each prepared claim into its status
 	// (status.go); set by Run before the kubelet can call.
 	statusClient kubernetes.Interface
-	healthMu  sync.Mutex
-	unhealthy map[string]Unhealthy // by UUID: the GPUs published with a taint
+	healthMu     sync.Mutex
+	unhealthy    map[string]Unhealthy // by UUID: the GPUs published with a taint
 	// leaveOutUnhealthy is set where the API server would drop a device's
 	// taints (see taintsDropped): an unhealthy GPU is not published there.
 	leaveOutUnhealthy atomic.Bool

@@ -99,12 +99,8 @@ func (s *draScheduler) start(t *testing.T, bin, configPath, kubeconfig string) {
 	})
 }
 
-func startDRAScheduler(t *testing.T) *draScheduler {
-	t.Helper()
-	return startDRASchedulerOn(t, harness.KubernetesVersion)
-}
-
-// startDRASchedulerOn is startDRAScheduler on Kubernetes version.
+// startDRASchedulerOn starts a control plane of Kubernetes version and the
+// DRA driver publishing the two simulated GPUs (draScheduler).
 func startDRASchedulerOn(t *testing.T, version string) *draScheduler {
 	t.Helper()
 	ctx := testContext(t, 3*time.Minute)

@@ -141,7 +141,9 @@ func startKubeletDRADriver(t *testing.T, ctx context.Context, n *clusterNode) *d
 // advertises no such resource: it makes the pod a claim whose request names
 // no capacity, and the allocation consumes one slice of a GPU per unit, on
 // as many distinct GPUs. Beyond the GPUs' count, the pod waits.
-func TestDRASchedulerServesExtendedResource(t *testing.T) { forEachKubernetes(t, testDRASchedulerServesExtendedResource) }
+func TestDRASchedulerServesExtendedResource(t *testing.T) {
+	forEachKubernetes(t, testDRASchedulerServesExtendedResource)
+}
 
 func testDRASchedulerServesExtendedResource(t *testing.T, version string) {
 	s := startDRASchedulerOn(t, version)
