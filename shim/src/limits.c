@@ -78,7 +78,7 @@ static int parse_u64(const char *s, const char *e, uint64_t *out)
 int vgpu_limits_parse(const char *buf, size_t len, struct vgpu_limits *out, char *err, size_t errlen)
 {
 	int have[VGPU_MAX_DEVICES] = {0};
-	int have_policy = 0, have_level = 0, have_version = 0;
+	int have_policy = 0, have_level = 0, have_version = 0, have_shards = 0;
 	int line = 0;
 
 	memset(out, 0, sizeof(*out));
@@ -169,6 +169,19 @@ int vgpu_limits_parse(const char *buf, size_t len, struct vgpu_limits *out, char
 				return -1;
 			}
 			out->log_level = lv;
+			continue;
+		}
+		if (span_eq(ks, ke, "ledger.shards")) {
+			uint64_t k;
+			if (have_shards++) {
+				fail(err, errlen, line, "duplicate key ledger.shards");
+				return -1;
+			}
+			if (parse_u64(vs, ve, &k) != 0 || k < 1 || k > VGPU_LEDGER_MAX_SHARDS) {
+				fail(err, errlen, line, "ledger.shards must be 1..%d", VGPU_LEDGER_MAX_SHARDS);
+				return -1;
+			}
+			out->shards = (int)k;
 			continue;
 		}
 		if (ke - ks > 4 && memcmp(ks, "gpu.", 4) == 0) {

@@ -43,7 +43,11 @@ struct vgpu_limits {
 	struct vgpu_gpu_limit gpu[VGPU_MAX_DEVICES];
 	int policy;    /* enum vgpu_policy */
 	int log_level; /* enum vgpu_level */
+	int shards;    /* ledger.shards: 0 = absent (the ledger on the limits file alone) */
 };
+
+/* The most ledger shards a limits file may name. */
+#define VGPU_LEDGER_MAX_SHARDS 256
 
 /*
  * Parses len bytes of buf (need not be NUL-terminated). Returns 0 on success;

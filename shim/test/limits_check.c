@@ -19,7 +19,7 @@ int main(int argc, char **argv)
 		printf("error: %s\n", err);
 		return 1;
 	}
-	printf("ok gpus=%d policy=%d level=%d\n", l.ngpu, l.policy, l.log_level);
+	printf("ok gpus=%d policy=%d level=%d shards=%d\n", l.ngpu, l.policy, l.log_level, l.shards);
 	for (int i = 0; i < l.ngpu; i++)
 		printf("gpu %d %s %llu %d\n", i, l.gpu[i].uuid, (unsigned long long)l.gpu[i].memory, l.gpu[i].cores);
 	return 0;

@@ -198,7 +198,7 @@ test_limits_parser() {
 	ok "# comment\n\n  version = 1  \ngpu.0.uuid=$UUID0\ngpu.0.memory=0 # none\ngpu.0.cores=100\n"
 	grep -q "gpu 0 $UUID0 0 100" "$T/out"
 	ok "version=1\ngpu.1.uuid=b\ngpu.1.memory=2\ngpu.1.cores=1\ngpu.0.uuid=a\ngpu.0.memory=18446744073709551615\ngpu.0.cores=50\ncores.policy=burst\nlog.level=debug\n"
-	grep -q "ok gpus=2 policy=1 level=3" "$T/out"
+	grep -q "ok gpus=2 policy=1 level=3 shards=0" "$T/out"
 	grep -q "gpu 0 a 18446744073709551615 50" "$T/out"
 	ok "version=1\t# tab\ngpu.0.uuid=MIG-x/1.2:3_a\ngpu.0.memory=1\ngpu.0.cores=1 # caf\xc3\xa9\n"
 	bad ""
@@ -231,6 +231,20 @@ test_limits_parser() {
 	bad "version=1\njust text\n"
 	bad "version=1\ngpu.0.uuid=a\ngpu.0.memory=1\ngpu.0.cores=1\ngpu.1.uuid=a\ngpu.1.memory=1\ngpu.1.cores=1\n"
 	bad "version=1\ngpu.0.uuid=a b\ngpu.0.memory=1\ngpu.0.cores=1\n"
+	# ledger.shards: 1..256, once; absent is 0 (the ledger on the limits file alone).
+	local g="gpu.0.uuid=a\ngpu.0.memory=1\ngpu.0.cores=1\n"
+	ok "version=1\n${g}ledger.shards=1\n"
+	grep -q "shards=1$" "$T/out"
+	ok "version=1\nledger.shards = 64\n$g"
+	grep -q "shards=64$" "$T/out"
+	ok "version=1\n${g}ledger.shards=256\n"
+	grep -q "shards=256$" "$T/out"
+	for v in 0 257 064 -1 x "" 18446744073709551617; do
+		bad "version=1\n${g}ledger.shards=$v\n"
+		grep -q "line 5: ledger.shards must be 1..256" "$T/out" || { echo "    ledger.shards=$v: $(cat "$T/out")"; return 1; }
+	done
+	bad "version=1\n${g}ledger.shards=8\nledger.shards=8\n"
+	grep -q "line 6: duplicate key ledger.shards" "$T/out"
 	# 4096 bytes is the most.
 	{ echo "version=1"; echo "gpu.0.uuid=a"; echo "gpu.0.memory=1"; echo "gpu.0.cores=1"; head -c 4043 /dev/zero | tr '\0' '#'; echo; } >"$f"
 	expect "size of the 4096-byte file" "$(stat -c %s "$f")" 4096
