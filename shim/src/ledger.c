@@ -1652,7 +1652,8 @@ static int others(const struct family *f, int idx, uint64_t *bytes)
 	off_t base = (off_t)idx << DEV_SHIFT;
 	for (int j = 0; j < shards(); j++) {
 		m.home = slot >= 0 && j == home_of(slot);
-		if (scan(shard_checked(j), base + f->hi, base + FAMILY_END(*f), measure_visit, &m) != 0)
+		/* The debts are a quota decision's; the held reports only a report. */
+		if (scan(f == &DEBT ? shard_checked(j) : shard(j), base + f->hi, base + FAMILY_END(*f), measure_visit, &m) != 0)
 			return -1;
 	}
 	if (m.collision) {
