@@ -198,8 +198,24 @@ static void init_once(void)
 		for (int i = 0; i < vgpu.limits.ngpu; i++)
 			if (vgpu.limits.gpu[i].cores < 100)
 				vgpu.throttled = 1;
-		/* The read-only limits file also carries the ledger (ledger.c). */
-		vgpu_ledger_init(lfd, lpath);
+		/* The read-only limits file also carries the ledger (ledger.c), or
+		 * names the directory of its shards: the same override terms as
+		 * the limits file's, and no ledger without the directory. */
+		const char *ldir = NULL;
+		if (vgpu.limits.shards) {
+			struct stat lst;
+			ldir = container ? VGPU_LEDGER_DIR : pick_path(VGPU_LEDGER_DIR, "NRI_VGPU_LEDGER_DIR");
+			if (syscall(SYS_stat, ldir, &st) != 0 || !S_ISDIR(st.st_mode) ||
+			    syscall(SYS_fstat, lfd, &lst) != 0 || st.st_dev != lst.st_dev) {
+				close(lfd);
+				vgpu.mode = VGPU_FAIL_CLOSED;
+				LOGE("limits file %s names %d ledger shards, but %s is not a directory on its file system; "
+				     "every GPU context and memory allocation will fail",
+				     lpath, vgpu.limits.shards, ldir);
+				return;
+			}
+		}
+		vgpu_ledger_init(lfd, lpath, ldir, vgpu.limits.shards);
 		test_hold();
 		vgpu_region_open(rdir, &vgpu.limits); /* says itself when it cannot: quotas do not depend on it */
 		LOGD("limits from %s: %d GPU(s)", lpath, vgpu.limits.ngpu);

@@ -14,7 +14,7 @@
  *  - any process that can open the file can see all of them (F_OFD_GETLK).
  *
  * Per GPU, the container's quota is an interval of the lock space exactly as
- * long as the memory limit: the pool. A process's lease (the bytes it has
+ * long as the memory limit: the pool (with shards, cut into sub-pools: below). A process's lease (the bytes it has
  * taken from the quota: what it holds plus what it may still allocate
  * without asking again, quota.c) is a set of stretches of the pool that it
  * holds read locks on, and no other process holds any lock on. Stretches of
@@ -93,7 +93,33 @@
  * by none: its held bytes go where bytes no process can be named for go
  * (Contract 7).
  *
- * Lock space (64-bit offsets):
+ * Shards. Every lock operation walks the kernel's one list of the locks of
+ * the file it is made on, so with every process's locks on one file a grant
+ * costs time in proportion to the number of processes. A limits file with
+ * `ledger.shards=K` spreads the ledger over K more read-only files, the
+ * shards 0..K-1 of the ledger directory, each with the lock space below:
+ *  - slot k's ranges (ownership, identity, held, SM use, debt, host pid
+ *    claims) lie on shard k mod K, its home shard, at the offsets below;
+ *  - GPU d's pool is cut into K sub-pools: sub-pool j is [0, limit / K) of
+ *    GPU d's block on shard j (sub-pool 0 also has the remainder), so the
+ *    sub-pools sum to the limit and the leases still never pass it. A grant
+ *    takes from its home sub-pool first (extending its last stretch there)
+ *    and from the next ones in order only for what it lacks: a refusal has
+ *    looked at every sub-pool, and a grant that fits at home makes its two
+ *    lock operations on a file whose list holds about N / K processes' locks;
+ *  - the overflow and the debt flags stay on the limits file, which then
+ *    carries no other lock of the shim's: a grant's query of them stays short;
+ *  - readers that enumerate (others' leases, held reports, host pid claims)
+ *    walk every shard.
+ * A shard is opened at its first use (one open per shard and process, ever:
+ * closing a second descriptor of it would drop the process's own locks
+ * there) and kept. It must be a regular file on the limits file's file
+ * system, the one first opened; anything else and every allocation fails.
+ * Without the key the ledger is the limits file alone, with the one pool: a
+ * record of the previous release, whose processes and these then agree.
+ *
+ * Lock space (64-bit offsets; with shards, of each shard, but for the
+ * overflow and the debt flags, which stay on the limits file):
  *   GPU d, pool:           d * 2^58 + [0, limit), stretches (open file description)
  *   GPU d, overflow:       d * 2^58 + 2^48 + [0, 2^47), stretches (open file description)
  *   GPU d, some debt:      d * 2^58 + 2^48 + 2^47, length 1, held by each debtor (open file description)
@@ -219,6 +245,14 @@ _Static_assert((uint64_t)ID_AT + (uint64_t)SLOTS < ((uint64_t)1 << 63), "slot by
 
 static int fd = -1;
 static struct stat ident;                   /* what fd was opened on */
+/* Ledger shards (see the top): nsh files <ldir>/0..nsh-1; 0 = the ledger on
+ * the limits file alone. A shard's descriptor, plus one (0: not open yet),
+ * opened at its first use and kept; the inode it was opened on. */
+static int nsh;
+static char ldir[4096];
+static int shfd1[VGPU_LEDGER_MAX_SHARDS];
+static ino_t shino[VGPU_LEDGER_MAX_SHARDS];
+static pthread_mutex_t shmu = PTHREAD_MUTEX_INITIALIZER; /* opening shards: never two opens of one */
 static int32_t me;                          /* our pid, as getpid() says */
 static int32_t slot = -1;                   /* the slot our ranges belong to; -1 = none yet */
 static char path[4096];                     /* to reopen in a fork child */
@@ -262,34 +296,151 @@ static off_t hp_at(int32_t k, int32_t hp)
 }
 
 /* fcntl through syscall(2): the libc wrapper is fcntl64@GLIBC_2.28 when built here. */
-static int setlk_cmd(int cmd, short type, off_t start, off_t len)
+static int setlk_cmd(int f, int cmd, short type, off_t start, off_t len)
 {
 	if (len <= 0)
 		return 0;
+	if (f < 0) {
+		errno = EBADF;
+		return -1;
+	}
 	struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = start, .l_len = len};
 	for (;;) {
-		if (syscall(SYS_fcntl, fd, cmd, &fl) == 0)
+		if (syscall(SYS_fcntl, f, cmd, &fl) == 0)
 			return 0;
 		if (errno != EINTR)
 			return -1;
 	}
 }
 
-static int setlk(short type, off_t start, off_t len)
+static int setlk(int f, short type, off_t start, off_t len)
 {
-	return setlk_cmd(F_OFD_SETLK, type, start, len);
+	return setlk_cmd(f, F_OFD_SETLK, type, start, len);
 }
 
 /* A host pid claim: held by this process, so readers see who holds it. */
-static int claim_lk(short type, off_t start)
+static int claim_lk(int f, short type, off_t start)
 {
-	return setlk_cmd(F_SETLK, type, start, 1);
+	return setlk_cmd(f, F_SETLK, type, start, 1);
 }
 
 static int same_file(int a, const struct stat *b)
 {
 	struct stat s;
 	return syscall(SYS_fstat, a, &s) == 0 && s.st_ino == b->st_ino && s.st_dev == b->st_dev;
+}
+
+/* The limits file's descriptor: one atomic read (still_ours() may replace it). */
+static int lfd(void)
+{
+	return __atomic_load_n(&fd, __ATOMIC_ACQUIRE);
+}
+
+/* Shards in use: 1 on the limits file alone (shard 0 is the limits file then). */
+static int shards(void)
+{
+	return nsh ? nsh : 1;
+}
+
+/*
+ * Opens shard j: a regular file on the limits file's device (a FIFO, a
+ * directory, a symbolic link, a file of another file system or one that
+ * replaced the shard first opened is refused, and the ledger with it: every
+ * allocation fails closed). The caller holds shmu.
+ */
+static int open_shard(int j)
+{
+	char p[4200];
+	snprintf(p, sizeof(p), "%s/%d", ldir, j);
+	int f = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+	struct stat st;
+	const char *why = NULL;
+	if (f < 0)
+		why = strerror(errno);
+	else if (syscall(SYS_fstat, f, &st) != 0)
+		why = strerror(errno);
+	else if (!S_ISREG(st.st_mode))
+		why = "not a regular file";
+	else if (st.st_dev != ident.st_dev)
+		why = "not on the limits file's file system";
+	else if (shino[j] && st.st_ino != shino[j])
+		why = "replaced since it was first opened";
+	if (why) {
+		static int said;
+		if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+			LOGE("ledger shard %s: %s; GPU memory allocations will fail", p, why);
+		if (f >= 0)
+			close(f);
+		errno = EBADF;
+		return -1;
+	}
+	shino[j] = st.st_ino;
+	return vgpu_high_fd(f);
+}
+
+/* The descriptor of shard j (the limits file without shards), opened at its
+ * first use; -1 with errno when it cannot be. Callable without the process's
+ * mutex: readers run without it. */
+static int shard(int j)
+{
+	if (!nsh)
+		return lfd();
+	int f1 = __atomic_load_n(&shfd1[j], __ATOMIC_ACQUIRE);
+	if (f1)
+		return f1 - 1;
+	/* One open per shard, ever: a second descriptor of it closed again
+	 * would drop this process's own locks there (the slot's identity). */
+	pthread_mutex_lock(&shmu);
+	f1 = shfd1[j];
+	if (!f1) {
+		int f = open_shard(j);
+		f1 = f >= 0 ? f + 1 : 0;
+		__atomic_store_n(&shfd1[j], f1, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&shmu);
+	if (!f1)
+		errno = EBADF;
+	return f1 - 1;
+}
+
+/* Shard j's descriptor for a reading a quota decision rests on: checked to
+ * still be the shard (a program may have closed it and opened another file
+ * under its number, whose locks would read as nobody's), else opened again. */
+static int shard_checked(int j)
+{
+	int f = shard(j);
+	struct stat st;
+	if (!nsh || f < 0 || (syscall(SYS_fstat, f, &st) == 0 && st.st_ino == shino[j] && st.st_dev == ident.st_dev))
+		return f;
+	pthread_mutex_lock(&shmu);
+	if (shfd1[j] == f + 1)
+		__atomic_store_n(&shfd1[j], 0, __ATOMIC_RELEASE); /* the number is the program's now */
+	pthread_mutex_unlock(&shmu);
+	return shard(j);
+}
+
+/* Forgets every shard descriptor; those still on their shard are closed
+ * (the locks of ours there go with them), any other number is left to the
+ * program that now owns it. */
+static void drop_shards(void)
+{
+	pthread_mutex_lock(&shmu);
+	for (int j = 0; j < VGPU_LEDGER_MAX_SHARDS; j++) {
+		int f = shfd1[j] - 1;
+		if (f < 0)
+			continue;
+		struct stat st;
+		if (syscall(SYS_fstat, f, &st) == 0 && st.st_ino == shino[j] && st.st_dev == ident.st_dev)
+			close(f);
+		__atomic_store_n(&shfd1[j], 0, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&shmu);
+}
+
+/* Slot k's home shard: where all of its ranges lie. */
+static int home_of(int32_t k)
+{
+	return (int)((uint32_t)k % (uint32_t)shards());
 }
 
 #define HIGH_FD 300
@@ -305,10 +456,14 @@ int vgpu_high_fd(int fd)
 	return nfd;
 }
 
-void vgpu_ledger_init(int limits_fd, const char *limits_path)
+void vgpu_ledger_init(int limits_fd, const char *limits_path, const char *ledger_dir, int nshards)
 {
 	if (fd >= 0 && fd != limits_fd)
 		close(fd); /* a re-run of the initialisation in a fork child */
+	drop_shards();
+	memset(shino, 0, sizeof(shino));
+	nsh = ledger_dir && nshards > 0 && nshards <= VGPU_LEDGER_MAX_SHARDS ? nshards : 0;
+	snprintf(ldir, sizeof(ldir), "%s", nsh ? ledger_dir : "");
 	memset(&ident, 0, sizeof(ident));
 	fd = vgpu_high_fd(limits_fd);
 	if (fd >= 0 && syscall(SYS_fstat, fd, &ident) != 0) {
@@ -349,6 +504,15 @@ static void after_fork(void)
 {
 	/* Single-threaded here (fork child). A parent thread may have held the mutex. */
 	pthread_mutex_init(&mu, NULL);
+	pthread_mutex_init(&shmu, NULL);
+	/* The shards' descriptors share the parent's descriptions, and its
+	 * locks: closed (that drops nothing of the parent's), opened again at
+	 * the child's first use. */
+	for (int j = 0; j < VGPU_LEDGER_MAX_SHARDS; j++)
+		if (shfd1[j]) {
+			close(shfd1[j] - 1);
+			shfd1[j] = 0;
+		}
 	/* The inherited descriptor shares the parent's open file description,
 	 * and with it the parent's locks: the child must neither change them nor
 	 * publish into them. Closing it drops nothing (the parent still holds
@@ -426,12 +590,13 @@ void vgpu_ledger_held_mark(int d, uint64_t also)
 
 /* The first lock another description or process holds in [start, start +
  * len), in *fl (l_type F_UNLCK: none): one query. 0, or -1 with errno. */
-static int query(off_t start, off_t len, struct flock *fl)
+static int query(int f, off_t start, off_t len, struct flock *fl)
 {
 	*fl = (struct flock){.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = start, .l_len = len};
-	/* Readers query without the process's mutex while still_ours() may
-	 * replace the descriptor: one atomic read of it. */
-	int f = __atomic_load_n(&fd, __ATOMIC_ACQUIRE);
+	if (f < 0) {
+		errno = EBADF;
+		return -1;
+	}
 	while (syscall(SYS_fcntl, f, F_OFD_GETLK, fl) != 0)
 		if (errno != EINTR)
 			return -1;
@@ -439,10 +604,10 @@ static int query(off_t start, off_t len, struct flock *fl)
 }
 
 /* Whether another description or process holds a lock in [start, start + len): one query. */
-static int locked_by_other(off_t start, off_t len, int32_t *holder)
+static int locked_by_other(int f, off_t start, off_t len, int32_t *holder)
 {
 	struct flock fl;
-	if (query(start, len, &fl) != 0)
+	if (query(f, start, len, &fl) != 0)
 		return -1;
 	if (holder)
 		*holder = fl.l_type == F_UNLCK ? 0 : fl.l_pid;
@@ -454,17 +619,17 @@ static int locked_by_other(off_t start, off_t len, int32_t *holder)
  * ours, or any lock in its ranges (of the GPUs the limits file lists: nobody
  * measures the others). 1, 0, or -1 with errno.
  */
-static int slot_taken(int32_t k)
+static int slot_taken(int f, int32_t k)
 {
-	int r = locked_by_other(OWN_AT + k, 1, NULL);
+	int r = locked_by_other(f, OWN_AT + k, 1, NULL);
 	if (!r)
-		r = locked_by_other(ID_AT + k, 1, NULL);
+		r = locked_by_other(f, ID_AT + k, 1, NULL);
 	if (!r)
-		r = locked_by_other(hp_at(k, 0), (off_t)1 << 32, NULL);
+		r = locked_by_other(f, hp_at(k, 0), (off_t)1 << 32, NULL);
 	for (int d = 0; !r && d < vgpu.limits.ngpu && d < VGPU_MAX_DEVICES; d++) {
-		r = locked_by_other(hi_at(&HELD, d, k), (off_t)1 << HELD.span, NULL);
+		r = locked_by_other(f, hi_at(&HELD, d, k), (off_t)1 << HELD.span, NULL);
 		if (!r)
-			r = locked_by_other(lo_at(&HELD, d, k), (off_t)1 << HELD.unit, NULL);
+			r = locked_by_other(f, lo_at(&HELD, d, k), (off_t)1 << HELD.unit, NULL);
 	}
 	return r;
 }
@@ -472,13 +637,14 @@ static int slot_taken(int32_t k)
 /* Set-then-test on slot k: 0 (ours now), or -1 with errno (EBUSY: someone else's). */
 static int try_slot(int32_t k)
 {
-	if (setlk(F_RDLCK, OWN_AT + k, 1) != 0)
+	int f = shard(home_of(k));
+	if (setlk(f, F_RDLCK, OWN_AT + k, 1) != 0)
 		return -1;
-	int r = slot_taken(k);
-	if (r == 0 && claim_lk(F_RDLCK, ID_AT + k) == 0)
+	int r = slot_taken(f, k);
+	if (r == 0 && claim_lk(f, F_RDLCK, ID_AT + k) == 0)
 		return 0;
 	int e = r > 0 ? EBUSY : errno;
-	setlk(F_UNLCK, OWN_AT + k, 1);
+	setlk(f, F_UNLCK, OWN_AT + k, 1);
 	errno = e;
 	return -1;
 }
@@ -547,19 +713,20 @@ static int put(const struct family *f, int d, uint64_t was, uint64_t bytes)
 	off_t hi = (off_t)(bytes >> f->unit), old_hi = (off_t)(was >> f->unit);
 	off_t lo = (off_t)(bytes & mask), old_lo = (off_t)(was & mask);
 	off_t h = hi_at(f, d, slot), l = lo_at(f, d, slot);
-	if (hi > old_hi && setlk(F_RDLCK, h + old_hi, hi - old_hi) != 0)
+	int sf = shard(home_of(slot));
+	if (hi > old_hi && setlk(sf, F_RDLCK, h + old_hi, hi - old_hi) != 0)
 		return -1;
-	if (lo > old_lo && setlk(F_RDLCK, l + old_lo, lo - old_lo) != 0) {
+	if (lo > old_lo && setlk(sf, F_RDLCK, l + old_lo, lo - old_lo) != 0) {
 		int e = errno;
 		if (hi > old_hi)
-			setlk(F_UNLCK, h + old_hi, hi - old_hi);
+			setlk(sf, F_UNLCK, h + old_hi, hi - old_hi);
 		errno = e;
 		return -1;
 	}
 	if (hi < old_hi)
-		setlk(F_UNLCK, h + hi, old_hi - hi);
+		setlk(sf, F_UNLCK, h + hi, old_hi - hi);
 	if (lo < old_lo)
-		setlk(F_UNLCK, l + lo, old_lo - lo);
+		setlk(sf, F_UNLCK, l + lo, old_lo - lo);
 	return 0;
 }
 
@@ -575,6 +742,48 @@ static off_t pool_len(int d)
 {
 	uint64_t limit = vgpu.limits.gpu[d].memory;
 	return limit && limit < (uint64_t)POOL_MAX ? (off_t)limit : POOL_MAX;
+}
+
+/*
+ * A lease's stretches are kept in one space per GPU, sorted: sub-pool j at
+ * [j * POOL_MAX, j * POOL_MAX + its length) (offset 0 of the GPU's block on
+ * shard j), the overflow from OVER_V (OVER_AT on the limits file). Without
+ * shards, sub-pool 0 is the whole pool on the limits file: the space is the
+ * lock space of the previous release.
+ */
+#define OVER_V ((off_t)1 << 56)
+_Static_assert((off_t)VGPU_LEDGER_MAX_SHARDS * POOL_MAX <= OVER_V, "the sub-pools end before the overflow");
+
+static off_t sub_lo(int j)
+{
+	return (off_t)j * POOL_MAX;
+}
+
+/* Sub-pool j's length: the pool's share, the remainder to sub-pool 0. The
+ * sub-pools sum to the pool. */
+static off_t sub_len(int d, int j)
+{
+	off_t p = pool_len(d), k = shards();
+	return p / k + (j == 0 ? p % k : 0);
+}
+
+/* The descriptor and the offset there of point v of GPU d's stretch space. */
+static int where(int d, off_t v, off_t *real)
+{
+	if (v >= OVER_V) {
+		*real = block_of(d) + OVER_AT + (v - OVER_V);
+		return lfd();
+	}
+	*real = block_of(d) + v % POOL_MAX;
+	return shard((int)(v / POOL_MAX));
+}
+
+/* A lock on a stretch [v, v + len), which never crosses a sub-pool's end. */
+static int slk(int d, short type, off_t v, off_t len)
+{
+	off_t r;
+	int f = where(d, v, &r);
+	return setlk(f, type, r, len);
 }
 
 /*
@@ -648,7 +857,7 @@ static uint64_t drop_stretch(int d, struct lease *l, off_t s, off_t e)
 		} else {
 			t->e = s;
 		}
-		setlk(F_UNLCK, block_of(d) + s, e - s);
+		slk(d, F_UNLCK, s, e - s);
 		return (uint64_t)(e - s);
 	}
 	return 0;
@@ -663,11 +872,13 @@ static uint64_t drop_stretch(int d, struct lease *l, off_t s, off_t e)
 static int conflict(int d, off_t s, off_t e, off_t *cs, off_t *ce)
 {
 	struct flock fl;
-	if (query(block_of(d) + s, e - s, &fl) != 0)
+	off_t r;
+	int f = where(d, s, &r);
+	if (query(f, r, e - s, &fl) != 0)
 		return -1;
 	if (fl.l_type == F_UNLCK)
 		return 0;
-	off_t a = fl.l_start - block_of(d), b = fl.l_len > 0 ? a + fl.l_len : INT64_MAX - block_of(d);
+	off_t a = fl.l_start - r + s, b = fl.l_len > 0 ? a + fl.l_len : INT64_MAX / 2;
 	*cs = a > s ? a : s;
 	*ce = b;
 	return 1;
@@ -721,35 +932,35 @@ static int take_stretches(int d, off_t lo, off_t hi, uint64_t least, uint64_t wa
 			errno = E2BIG;
 			return -1;
 		}
-		if (setlk(F_RDLCK, block_of(d) + c, e - c) != 0)
+		if (slk(d, F_RDLCK, c, e - c) != 0)
 			return -1;
 		off_t cs = 0, ce = 0, skip = 0;
 		int r;
 		while ((r = conflict(d, c, e, &cs, &ce)) == 1) {
 			skip = ce;
 			if (cs <= c) {
-				setlk(F_UNLCK, block_of(d) + c, e - c);
+				slk(d, F_UNLCK, c, e - c);
 				e = c;
 				break;
 			}
 			/* Free up to the lock found, perhaps: keep that part and test it again. */
-			setlk(F_UNLCK, block_of(d) + cs, e - cs);
+			slk(d, F_UNLCK, cs, e - cs);
 			e = cs;
 			if (++queries > MAX_QUERIES) {
-				setlk(F_UNLCK, block_of(d) + c, e - c);
+				slk(d, F_UNLCK, c, e - c);
 				errno = E2BIG;
 				return -1;
 			}
 		}
 		if (r < 0) {
 			int err = errno;
-			setlk(F_UNLCK, block_of(d) + c, e - c);
+			slk(d, F_UNLCK, c, e - c);
 			errno = err;
 			return -1;
 		}
 		if (e > c) {
 			if (add_stretch(l, c, e) != 0) {
-				setlk(F_UNLCK, block_of(d) + c, e - c);
+				slk(d, F_UNLCK, c, e - c);
 				errno = ENOSPC;
 				return -1;
 			}
@@ -770,6 +981,29 @@ static int take_stretches(int d, off_t lo, off_t hi, uint64_t least, uint64_t wa
 	return 0;
 }
 
+/*
+ * Takes up to want bytes of GPU d's pool, at least least if it can: from our
+ * home sub-pool first (where our last stretch is, usually: extending it),
+ * then from the next ones in order. A sub-pool is another shard's: looked
+ * at only when the ones before had too little, so a refusal has looked at
+ * every one, and a grant that fits at home costs what it costs at any N.
+ */
+static int take_pool(int d, uint64_t least, uint64_t want, uint64_t *got, struct taken *t)
+{
+	int k = shards(), h = home_of(slot >= 0 ? slot : me);
+	uint64_t got0 = *got;
+	for (int i = 0; i < k && *got - got0 < want; i++) {
+		if (i && *got - got0 >= least)
+			break;
+		int j = (h + i) % k;
+		uint64_t g = *got - got0;
+		if (take_stretches(d, sub_lo(j), sub_lo(j) + sub_len(d, j), least > g ? least - g : 0, want - g, got,
+				   t) != 0)
+			return -1;
+	}
+	return 0;
+}
+
 /* Gives back what one grant took, the last taken first: each step restores
  * the table as it was before that stretch, so no step splits a stretch. */
 static void drop_stretches(int d, struct taken *t)
@@ -785,10 +1019,9 @@ static void drop_stretches(int d, struct taken *t)
 static int over_held(int d)
 {
 	struct lease *l = &lz[d];
-	if (l->n && l->st[l->n - 1].e > OVER_AT)
+	if (l->n && l->st[l->n - 1].e > OVER_V)
 		return 1;
-	off_t cs, ce;
-	return conflict(d, OVER_AT, DEBT_FLAG + 1, &cs, &ce);
+	return locked_by_other(lfd(), block_of(d) + OVER_AT, DEBT_FLAG + 1 - OVER_AT, NULL);
 }
 
 static int leases_of_others(int idx, uint64_t *bytes);
@@ -804,18 +1037,18 @@ static int publish_debt(int d)
 		return 0;
 	if (now && take_slot() != 0)
 		return -1;
-	if (now && !was && setlk(F_RDLCK, block_of(d) + DEBT_FLAG, 1) != 0)
+	if (now && !was && setlk(lfd(), F_RDLCK, block_of(d) + DEBT_FLAG, 1) != 0)
 		return -1;
 	if (put(&DEBT, d, was, now) != 0) {
 		int e = errno;
 		if (!was)
-			setlk(F_UNLCK, block_of(d) + DEBT_FLAG, 1);
+			setlk(lfd(), F_UNLCK, block_of(d) + DEBT_FLAG, 1);
 		errno = e;
 		return -1;
 	}
 	/* Cleared last: the debt's place in the pool was taken before (settle()). */
 	if (!now)
-		setlk(F_UNLCK, block_of(d) + DEBT_FLAG, 1);
+		setlk(lfd(), F_UNLCK, block_of(d) + DEBT_FLAG, 1);
 	owed_pub[d] = now;
 	return 0;
 }
@@ -829,9 +1062,9 @@ static void settle(int d)
 	if (!want)
 		return;
 	struct taken t = {0}, o = {0};
-	take_stretches(d, 0, pool_len(d), want, want, &got, &t);
+	take_pool(d, want, want, &got, &t);
 	if (got < want)
-		take_stretches(d, OVER_AT, OVER_END, want - got, want - got, &got, &o);
+		take_stretches(d, OVER_V, OVER_V + POOL_MAX, want - got, want - got, &got, &o);
 	if (!got)
 		return;
 	owed[d] -= got;
@@ -842,9 +1075,8 @@ static void settle(int d)
 /* The debts the other processes owe on GPU d (0 without a flag): 0, or -1 with errno. */
 static int debts_of_others(int d, uint64_t *bytes)
 {
-	off_t cs, ce;
 	*bytes = 0;
-	int r = conflict(d, DEBT_FLAG, DEBT_FLAG + 1, &cs, &ce);
+	int r = locked_by_other(lfd(), block_of(d) + DEBT_FLAG, 1, NULL);
 	return r <= 0 ? r : others(&DEBT, d, bytes);
 }
 
@@ -892,18 +1124,17 @@ int vgpu_ledger_grow(int idx, uint64_t least, uint64_t want, int force, uint64_t
 	if (take_slot() != 0 && !force)
 		return -1;
 	struct taken t = {0};
-	off_t pool = pool_len(idx);
 	if (force) {
 		/* Counted whether it fits or not: the pool wherever it has room,
 		 * searched whole (what a failed search took stays taken), the
 		 * overflow only for the rest. Overflow while the pool has room
 		 * would make the container read as past its limit. */
-		take_stretches(idx, 0, pool, want, want, got, &t);
+		take_pool(idx, want, want, got, &t);
 		uint64_t rest = want - *got, more = 0;
 		if (!rest)
 			return 0;
 		struct taken o = {0};
-		take_stretches(idx, OVER_AT, OVER_END, rest, rest, &more, &o);
+		take_stretches(idx, OVER_V, OVER_V + POOL_MAX, rest, rest, &more, &o);
 		*got += more;
 		if (more == rest)
 			return 0;
@@ -919,7 +1150,7 @@ int vgpu_ledger_grow(int idx, uint64_t least, uint64_t want, int force, uint64_t
 		*got = want;
 		return 0;
 	}
-	if (take_stretches(idx, 0, pool, least, want, got, &t) != 0) {
+	if (take_pool(idx, least, want, got, &t) != 0) {
 		int e = errno;
 		/* A pool cut into more pieces than a search may walk or a lease
 		 * may keep (locks sprayed over it): no room found, a refusal. */
@@ -999,7 +1230,7 @@ static void shrink_stretches(int idx, uint64_t bytes)
 		off_t s = t->e - (off_t)give, e = t->e;
 		leased[idx] -= drop_stretch(idx, l, s, e); /* a tail: never a split */
 		bytes -= give;
-		l->cursor = s < OVER_AT ? s : l->cursor;
+		l->cursor = s < OVER_V ? s : l->cursor;
 	}
 	/* No stretches while they wait to be taken again (the descriptor was
 	 * closed, still_ours()): less to take again. */
@@ -1032,7 +1263,7 @@ static int retake(int d)
  * another file under its number, whose locks would read as nobody's). */
 int vgpu_ledger_readable(void)
 {
-	int f = __atomic_load_n(&fd, __ATOMIC_ACQUIRE);
+	int f = lfd();
 	return f >= 0 && same_file(f, &ident);
 }
 
@@ -1044,6 +1275,18 @@ int vgpu_ledger_reader(void)
 	int rc = vgpu_ledger_check();
 	pthread_mutex_unlock(&mu);
 	return rc;
+}
+
+/* Whether a process-associated query (F_GETLK) finds a lock at byte at of
+ * file f: it counts a description's lock as another owner's, ours included,
+ * so it finds ours while our description lives. */
+static int process_query_finds(int f, off_t at)
+{
+	struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = at, .l_len = 1};
+	while (syscall(SYS_fcntl, f, F_GETLK, &fl) != 0)
+		if (errno != EINTR)
+			return 0;
+	return fl.l_type != F_UNLCK;
 }
 
 /*
@@ -1063,17 +1306,50 @@ static int description_stands(void)
 	struct flock fl;
 	if (slot < 0 || fd < 0)
 		return 1; /* no slot: nothing of ours under one to lose */
-	if (query(ID_AT + slot, 1, &fl) == 0 && fl.l_type != F_UNLCK && fl.l_pid == me)
+	int f = shard(home_of(slot));
+	if (query(f, ID_AT + slot, 1, &fl) == 0 && fl.l_type != F_UNLCK && fl.l_pid == me)
 		return 1;
-	fl = (struct flock){.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = OWN_AT + slot, .l_len = 1};
-	while (syscall(SYS_fcntl, fd, F_GETLK, &fl) != 0)
-		if (errno != EINTR)
-			return 0;
-	if (fl.l_type == F_UNLCK)
+	if (!process_query_finds(f, OWN_AT + slot))
 		return 0;
-	if (claim_lk(F_RDLCK, ID_AT + slot) != 0 || (claimed_hp && claim_lk(F_RDLCK, hp_at(slot, claimed_hp)) != 0))
+	if (claim_lk(f, F_RDLCK, ID_AT + slot) != 0 ||
+	    (claimed_hp && claim_lk(f, F_RDLCK, hp_at(slot, claimed_hp)) != 0))
 		return 0;
 	claim_seen_ns = claimed_hp ? vgpu_coarse_ns() : 0;
+	return 1;
+}
+
+/*
+ * Whether the shards our stretches lie on are still ours to lock through: the
+ * descriptor still on the shard first opened, and (away from the home shard,
+ * where description_stands() tells) the first stretch there still locked
+ * through it.
+ */
+static int shards_stand(void)
+{
+	if (!nsh)
+		return 1;
+	int k = shards(), h = slot >= 0 ? home_of(slot) : -1, seen = -1;
+	if (h >= 0) {
+		int f = shfd1[h] - 1;
+		struct stat st;
+		if (f < 0 || syscall(SYS_fstat, f, &st) != 0 || st.st_ino != shino[h] || st.st_dev != ident.st_dev)
+			return 0;
+	}
+	for (int d = 0; d < VGPU_MAX_DEVICES && d < vgpu.limits.ngpu; d++)
+		for (int i = 0; i < lz[d].n; i++) {
+			off_t v = lz[d].st[i].s;
+			if (v >= OVER_V)
+				break;
+			int j = (int)(v / POOL_MAX);
+			if (j == h || j == seen || j >= k)
+				continue;
+			seen = j; /* sorted: each shard's first stretch is checked */
+			int f = shfd1[j] - 1;
+			struct stat st;
+			if (f < 0 || syscall(SYS_fstat, f, &st) != 0 || st.st_ino != shino[j] ||
+			    st.st_dev != ident.st_dev || !process_query_finds(f, block_of(d) + v % POOL_MAX))
+				return 0;
+		}
 	return 1;
 }
 
@@ -1087,7 +1363,7 @@ static int description_stands(void)
  */
 static int still_ours(void)
 {
-	if (vgpu_ledger_readable() && description_stands())
+	if (vgpu_ledger_readable() && shards_stand() && description_stands())
 		return 1;
 	if (fd < 0 && !ident.st_ino) {
 		errno = EBADF;
@@ -1099,6 +1375,9 @@ static int still_ours(void)
 		nfd = -1;
 	}
 	__atomic_store_n(&fd, vgpu_high_fd(nfd), __ATOMIC_RELEASE);
+	/* The shards too, opened again at their next use: what of ours is
+	 * still on them goes, and is taken again below with the rest. */
+	drop_shards();
 	if (fd < 0) {
 		errno = EBADF;
 		return 0;
@@ -1118,12 +1397,13 @@ static int still_ours(void)
 	for (int d = 0; d < VGPU_MAX_DEVICES && ok; d++)
 		ok = retake(d) == 0 && (slot < 0 || put(&HELD, d, 0, held[d]) == 0) && publish_debt(d) == 0;
 	if (ok && claimed_hp)
-		ok = claim_lk(F_RDLCK, hp_at(slot, claimed_hp)) == 0;
+		ok = claim_lk(shard(home_of(slot)), F_RDLCK, hp_at(slot, claimed_hp)) == 0;
 	if (!ok) {
 		int e = errno;
 		int old = fd;
 		__atomic_store_n(&fd, -1, __ATOMIC_RELEASE);
 		close(old); /* drops what was published again: the next call starts over */
+		drop_shards();
 		slot = -1;
 		memset(lz, 0, sizeof(lz)); /* leased[] and owed[] stay: what to take again */
 		memset(owed_pub, 0, sizeof(owed_pub));
@@ -1206,7 +1486,7 @@ static int claim_stands(void)
 	if (vgpu_coarse_ns() - claim_seen_ns < CLAIM_FRESH_NS)
 		return 1;
 	struct flock fl;
-	if (fd < 0 || query(hp_at(slot, claimed_hp), 1, &fl) != 0)
+	if (fd < 0 || slot < 0 || query(shard(home_of(slot)), hp_at(slot, claimed_hp), 1, &fl) != 0)
 		return 1; /* cannot tell: still_ours() below deals with a lost descriptor */
 	int ok = fl.l_type != F_UNLCK && fl.l_pid == me;
 	if (ok)
@@ -1224,10 +1504,11 @@ int vgpu_ledger_claim_host_pid(int32_t hp)
 	if (hp && take_slot() != 0)
 		return -1;
 	/* Identity first: a claim names us only while we hold our slot's identity. */
-	if (hp && ((!fresh && claim_lk(F_RDLCK, ID_AT + slot) != 0) || claim_lk(F_RDLCK, hp_at(slot, hp)) != 0))
+	int hf = slot >= 0 ? shard(home_of(slot)) : -1;
+	if (hp && ((!fresh && claim_lk(hf, F_RDLCK, ID_AT + slot) != 0) || claim_lk(hf, F_RDLCK, hp_at(slot, hp)) != 0))
 		return -1;
 	if (claimed_hp && claimed_hp != hp && slot >= 0)
-		claim_lk(F_UNLCK, hp_at(slot, claimed_hp));
+		claim_lk(hf, F_UNLCK, hp_at(slot, claimed_hp));
 	claimed_hp = hp;
 	claim_seen_ns = hp ? vgpu_coarse_ns() : 0;
 	return 0;
@@ -1239,14 +1520,14 @@ int vgpu_ledger_claim_host_pid(int32_t hp)
  * and the parts of the range on either side of it are queried in turn.
  * Returns 0, or -1 with errno.
  */
-static int scan(off_t lo, off_t hi, void (*visit)(off_t s, off_t e, int32_t owner, void *arg), void *arg)
+static int scan(int f, off_t lo, off_t hi, void (*visit)(off_t s, off_t e, int32_t owner, void *arg), void *arg)
 {
 	struct span {
 		off_t lo, hi;
 	} first[64], *todo = first;
 	size_t n = 0, cap = 64;
 	int queries = 0, rc = 0;
-	if (fd < 0) {
+	if (f < 0) {
 		errno = EBADF;
 		return -1;
 	}
@@ -1261,7 +1542,7 @@ static int scan(off_t lo, off_t hi, void (*visit)(off_t s, off_t e, int32_t owne
 			break;
 		}
 		struct flock fl;
-		if (query(sp.lo, sp.hi - sp.lo, &fl) != 0) {
+		if (query(f, sp.lo, sp.hi - sp.lo, &fl) != 0) {
 			rc = -1;
 			break;
 		}
@@ -1302,6 +1583,7 @@ struct measure {
 	const struct family *f;
 	int idx;
 	uint64_t units, bytes;
+	int home; /* scanning our slot's home shard */
 	int collision;
 };
 
@@ -1328,7 +1610,7 @@ static void measure_visit(off_t s, off_t e, int32_t owner, void *arg)
 	/* Someone else's lock in our own slot's ranges: a forgery (no other
 	 * process takes a slot with locks in it). Our measurement of others
 	 * would miss whatever of theirs lies under ours. */
-	if (slot < 0)
+	if (slot < 0 || !m->home)
 		return;
 	off_t h = hi_at(m->f, m->idx, slot), l = lo_at(m->f, m->idx, slot);
 	if (overlaps(s, e, h, h + ((off_t)1 << m->f->span)) || overlaps(s, e, l, l + ((off_t)1 << m->f->unit)))
@@ -1350,7 +1632,10 @@ static int leases_of_others(int idx, uint64_t *bytes)
 	}
 	uint64_t sum = 0;
 	off_t b = block_of(idx);
-	if (scan(b, b + pool_len(idx), sum_visit, &sum) != 0 || scan(b + OVER_AT, b + OVER_END, sum_visit, &sum) != 0)
+	for (int j = 0; j < shards(); j++)
+		if (scan(shard_checked(j), b, b + sub_len(idx, j), sum_visit, &sum) != 0)
+			return -1;
+	if (scan(lfd(), b + OVER_AT, b + OVER_END, sum_visit, &sum) != 0)
 		return -1;
 	*bytes = sum;
 	return 0;
@@ -1365,8 +1650,12 @@ static int others(const struct family *f, int idx, uint64_t *bytes)
 		return -1;
 	}
 	off_t base = (off_t)idx << DEV_SHIFT;
-	if (scan(base + f->hi, base + FAMILY_END(*f), measure_visit, &m) != 0)
-		return -1;
+	for (int j = 0; j < shards(); j++) {
+		m.home = slot >= 0 && j == home_of(slot);
+		/* The debts are a quota decision's; the held reports only a report. */
+		if (scan(f == &DEBT ? shard_checked(j) : shard(j), base + f->hi, base + FAMILY_END(*f), measure_visit, &m) != 0)
+			return -1;
+	}
 	if (m.collision) {
 		errno = EEXIST;
 		return -1;
@@ -1401,7 +1690,7 @@ int vgpu_ledger_others_held(int idx, uint64_t *bytes)
 static int32_t owner_of(int32_t k)
 {
 	int32_t pid = 0;
-	if (locked_by_other(ID_AT + k, 1, &pid) != 1 || pid < 0)
+	if (locked_by_other(shard(home_of(k)), ID_AT + k, 1, &pid) != 1 || pid < 0)
 		return 0;
 	return pid;
 }
@@ -1450,7 +1739,10 @@ int vgpu_ledger_scan_held(int idx, void (*fn)(int32_t pid, int idx, uint64_t byt
 {
 	struct attribute a = {idx, fn, arg, -1, 0};
 	off_t base = (off_t)idx << DEV_SHIFT;
-	return scan(base + HELD.hi, base + FAMILY_END(HELD), attribute_visit, &a);
+	for (int j = 0; j < shards(); j++)
+		if (scan(shard(j), base + HELD.hi, base + FAMILY_END(HELD), attribute_visit, &a) != 0)
+			return -1;
+	return 0;
 }
 
 struct claims {
@@ -1489,9 +1781,10 @@ static void claims_visit(off_t s, off_t e, int32_t owner, void *arg)
 		/* A process lock whose holder has no pid here: the container's
 		 * process in another pid namespace (a forgery would be our own
 		 * namespace's, or an OFD lock, owner -1). */
-		off_t at = lo_at(&UTIL, c->d, (int32_t)(rel >> 32));
+		int32_t k = (int32_t)(rel >> 32);
+		off_t at = lo_at(&UTIL, c->d, k);
 		set_add(c->hidden, (uint32_t)rel, (uint32_t)rel);
-		if (scan(at, at + ((off_t)1 << UTIL.unit), sum_visit, &c->util) != 0)
+		if (scan(shard(home_of(k)), at, at + ((off_t)1 << UTIL.unit), sum_visit, &c->util) != 0)
 			c->failed = 1;
 	}
 	if (!c->set)
@@ -1511,6 +1804,15 @@ static void claims_visit(off_t s, off_t e, int32_t owner, void *arg)
 	}
 }
 
+/* Every shard's host pid claims. */
+static int scan_claims(struct claims *c)
+{
+	for (int j = 0; j < shards(); j++)
+		if (scan(shard(j), HP_AT, HP_END, claims_visit, c) != 0)
+			return -1;
+	return 0;
+}
+
 int vgpu_ledger_host_pids(int d, struct vgpu_hp_set *set, struct vgpu_hp_set *hidden, unsigned *util)
 {
 	set->n = set->all = 0;
@@ -1520,7 +1822,7 @@ int vgpu_ledger_host_pids(int d, struct vgpu_hp_set *set, struct vgpu_hp_set *hi
 		errno = ERANGE;
 		return -1;
 	}
-	if (scan(HP_AT, HP_END, claims_visit, &c) != 0 || c.failed)
+	if (scan_claims(&c) != 0 || c.failed)
 		return -1;
 	*util = c.util > 100 * (uint64_t)SLOTS ? 100 * (unsigned)SLOTS : (unsigned)c.util;
 	return 0;
@@ -1539,7 +1841,7 @@ int vgpu_hp_set_has(const struct vgpu_hp_set *set, unsigned pid)
 int vgpu_ledger_scan_claims(void (*fn)(int32_t pid, int32_t hp, void *arg), void *arg)
 {
 	struct claims c = {.fn = fn, .arg = arg};
-	return scan(HP_AT, HP_END, claims_visit, &c);
+	return scan_claims(&c);
 }
 
 int vgpu_ledger_scan_claims_all(void (*fn)(int32_t pid, int32_t hp, void *arg), void *arg, struct vgpu_hp_set *set)
@@ -1547,5 +1849,5 @@ int vgpu_ledger_scan_claims_all(void (*fn)(int32_t pid, int32_t hp, void *arg), 
 	set->n = 0;
 	set->all = 0;
 	struct claims c = {.fn = fn, .arg = arg, .set = set};
-	return scan(HP_AT, HP_END, claims_visit, &c);
+	return scan_claims(&c);
 }

@@ -12,8 +12,10 @@
  * not open is then unlikely to meet ours. */
 int vgpu_high_fd(int fd);
 
-/* Takes over limits_fd (the limits file, open for reading; path to reopen it). */
-void vgpu_ledger_init(int limits_fd, const char *limits_path);
+/* Takes over limits_fd (the limits file, open for reading; path to reopen it).
+ * nshards > 0: the ledger's shards are files 0..nshards-1 of ledger_dir; 0:
+ * the ledger lives on the limits file alone. */
+void vgpu_ledger_init(int limits_fd, const char *limits_path, const char *ledger_dir, int nshards);
 /* Takes lease on limits index idx (what this process holds or may allocate
  * without asking again) from the container's pool: at least least bytes and
  * up to want, as much as the pool has where it looks, in *got. 0, or -1 with

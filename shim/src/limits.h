@@ -21,6 +21,9 @@
 #ifndef VGPU_REGION_DIR
 #define VGPU_REGION_DIR "/run/nri-vgpu/region"
 #endif
+#ifndef VGPU_LEDGER_DIR
+#define VGPU_LEDGER_DIR "/run/nri-vgpu/ledger"
+#endif
 /* Where a vGPU container has the shim (Contract 3), and the file that makes
  * the loader preload it there. Loaded from that path, the shim is in a vGPU
  * container: it ignores the overrides and fails closed without its files. */

@@ -341,9 +341,23 @@ int main(int argc, char **argv)
 		 statfs("/dev/shm", &sf) == 0 && sf.f_type == TMPFS_MAGIC && access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
 	if (!mkdtemp(tmpl))
 		return 1;
+	/* The ledger's shards, as the host makes them (BENCH_SHARDS=0: none, the
+	 * ledger on the limits file alone). */
+	const char *ks = getenv("BENCH_SHARDS");
+	int nshards = ks ? atoi(ks) : 64;
+	if (nshards > 0) {
+		snprintf(state, sizeof(state), "mkdir -p %s/ledger && cd %s/ledger && touch $(seq 0 %d)", tmpl, tmpl,
+			 nshards - 1);
+		if (system(state) != 0)
+			return 1;
+		snprintf(path, sizeof(path), "%s/ledger", tmpl);
+		setenv("NRI_VGPU_LEDGER_DIR", path, 1);
+	}
 	snprintf(path, sizeof(path), "%s/limits", tmpl);
 	FILE *lf = fopen(path, "w");
 	fprintf(lf, "version=1\ngpu.0.uuid=" UUID "\ngpu.0.memory=8589934592\ngpu.0.cores=100\n");
+	if (nshards > 0)
+		fprintf(lf, "ledger.shards=%d\n", nshards);
 	fclose(lf);
 	setenv("NRI_VGPU_LIMITS", path, 1);
 	setenv("NRI_VGPU_REGION_DIR", tmpl, 1);

@@ -1601,9 +1601,11 @@ static void run(int argc, char **argv)
 				if (l <= 0)
 					continue;
 				to[l] = 0;
-				if (strcmp(to, a[1]))
+				/* A directory (the ledger's): every file of it. */
+				size_t dl = strlen(a[1]);
+				if (strcmp(to, a[1]) && !(strncmp(to, a[1], dl) == 0 && to[dl] == '/'))
 					continue;
-				int fresh = open(a[1], O_RDONLY);
+				int fresh = open(to, O_RDONLY);
 				if (fresh < 0 || dup3(fresh, fd, O_CLOEXEC) != fd)
 					die("dup3 %s%s", a[1], "");
 				close(fresh);

@@ -121,7 +121,37 @@ static int open_limits(int argc, int want, char **argv, const char *usage)
 }
 
 /*
- * Lease: the pool and the overflow above. Held, in units of 2^16: d * 2^58 +
+ * The limits file's ledger.shards (0: none), and shard j's descriptor: the
+ * file j of $NRI_VGPU_LEDGER_DIR (the limits file itself without shards).
+ */
+static int shards_of(int lfd)
+{
+	char buf[4097];
+	ssize_t n = pread(lfd, buf, sizeof(buf) - 1, 0);
+	buf[n > 0 ? n : 0] = 0;
+	const char *k = strstr(buf, "ledger.shards=");
+	return k ? atoi(k + strlen("ledger.shards=")) : 0;
+}
+
+static int shard_fd(int lfd, int k, int j)
+{
+	const char *dir = getenv("NRI_VGPU_LEDGER_DIR");
+	if (!k)
+		return lfd;
+	char p[4200];
+	snprintf(p, sizeof(p), "%s/%d", dir ? dir : "", j);
+	int f = open(p, O_RDONLY);
+	if (f < 0) {
+		perror(p);
+		exit(1);
+	}
+	return f;
+}
+
+/*
+ * Lease: the pool and the overflow above; with K shards, the pool is cut in
+ * K sub-pools, sub-pool j at the same place on shard j, and a slot's ranges
+ * lie on shard slot % K. Held, in units of 2^16: d * 2^58 +
  * 2^57 + 2^56 + pid * 2^31 (bytes / 65536), and + 2^53 + pid * 2^16 (bytes %
  * 65536).
  */
@@ -132,10 +162,13 @@ static int ledger(int argc, char **argv)
 		return -fd;
 	long long pid = atoll(argv[3]), d = atoll(argv[4]);
 	off_t base = (off_t)(d << 58), hb = base + ((off_t)1 << 57) + ((off_t)1 << 56);
-	long long lease = covered(fd, base, base + ((off_t)1 << 47)) +
-			  covered(fd, base + ((off_t)1 << 48), base + ((off_t)1 << 48) + ((off_t)1 << 47));
-	long long held = lock_len(fd, hb + (off_t)(pid << 31), (off_t)1 << 31) * 65536 +
-			 lock_len(fd, hb + ((off_t)1 << 53) + (off_t)(pid << 16), 65536);
+	int k = shards_of(fd);
+	long long lease = covered(fd, base + ((off_t)1 << 48), base + ((off_t)1 << 48) + ((off_t)1 << 47));
+	for (int j = 0; j < (k ? k : 1); j++)
+		lease += covered(shard_fd(fd, k, j), base, base + ((off_t)1 << 47));
+	int hf = shard_fd(fd, k, k ? (int)(pid % k) : 0);
+	long long held = lock_len(hf, hb + (off_t)(pid << 31), (off_t)1 << 31) * 65536 +
+			 lock_len(hf, hb + ((off_t)1 << 53) + (off_t)(pid << 16), 65536);
 	printf("lease=%lld held=%lld\n", lease, held);
 	return 0;
 }

@@ -34,6 +34,10 @@ if [ -e /run/nri-vgpu/limits ]; then
 	exit 1
 fi
 
+# Ledger shards the tests' containers have (0: the ledger on the limits file alone, as a record
+# of the previous release has it). A test sets SHARDS before setup to change it.
+SHARDS=64
+
 ROOT=$(mktemp -d /tmp/shimtest.XXXXXX)
 trap 'rm -rf "$ROOT"' EXIT
 
@@ -46,11 +50,23 @@ setup() {
 	# Where a dlopen of libcuda.so.1 / libnvidia-ml.so.1 finds the fake driver.
 	export LD_LIBRARY_PATH=$B/fake
 	export FAKECUDA_DEVICES="$UUID0:16GiB:132,$UUID1:8GiB:108"
-	export NRI_VGPU_LIMITS=$T/limits NRI_VGPU_REGION_DIR=$T/region
+	export NRI_VGPU_LIMITS=$T/limits NRI_VGPU_REGION_DIR=$T/region NRI_VGPU_LEDGER_DIR=$T/ledger
+	ledger_dir "$T/ledger"
 	unset FAKECUDA_FAIL FAKECUDA_CTX_BYTES FAKECUDA_KERNEL_US FAKECUDA_SAMPLE_MS FAKECUDA_PIDNS_OFFSET \
 		FAKECUDA_CTX_SLEEP_MS
 	limits "${1:-$GiB}" "${2:-100}" "${3:-hard}" "${4:-warn}"
 }
+
+# ledger_dir DIR — DIR with $SHARDS empty shards, as the host makes it (none when SHARDS=0).
+ledger_dir() {
+	if [ "$SHARDS" -gt 0 ]; then
+		mkdir -p "$1"
+		(cd "$1" && touch $(seq 0 $((SHARDS - 1))) && chmod 0444 -- *)
+	fi
+}
+
+# The limits file's ledger.shards line, when the container has shards.
+shards_key() { if [ "$SHARDS" -gt 0 ]; then echo "ledger.shards=$SHARDS"; fi; }
 
 limits() { # limits LIMIT_BYTES CORES POLICY [LOG_LEVEL]
 	cat >"$T/limits" <<-EOF
@@ -61,6 +77,7 @@ limits() { # limits LIMIT_BYTES CORES POLICY [LOG_LEVEL]
 		gpu.0.cores=$2
 		cores.policy=$3
 		log.level=${4:-warn}
+		$(shards_key)
 	EOF
 }
 
@@ -399,6 +416,7 @@ limits2() {
 		gpu.1.uuid=$UUID1
 		gpu.1.memory=$2
 		gpu.1.cores=100
+		$(shards_key)
 	EOF
 }
 
@@ -1149,6 +1167,8 @@ test_racers_region_unusable() {
 }
 
 test_ledger_unusable_fails_closed() {
+	# The ledger on the limits file alone: the offsets forged below are its lock space's.
+	SHARDS=0
 	# Where the shim cannot record what the process holds (here another process holds a write
 	# lock on the limits file, which the read-only mount rules out in a container), GPU memory is
 	# refused with one clear line, and allowed again once it can.
@@ -1165,6 +1185,8 @@ test_ledger_unusable_fails_closed() {
 }
 
 test_ledger_forged_entries() {
+	# The ledger on the limits file alone: the offsets forged below are its lock space's.
+	SHARDS=0
 	# The tenant can add to the ledger, never take away: an entry forged for another pid is
 	# counted, to the byte (16 MiB and 123 bytes leave 48 MiB less 123). Entries forged in a
 	# process's own slot: t_slots.sh.
@@ -1201,7 +1223,9 @@ test_descriptor_replaced() {
 	# locks gone, opens the file again and takes everything again, so a sibling finds the
 	# container full: 32 + 16 + 16 MiB, never more.
 	setup $((64 * MiB))
-	LD_PRELOAD=$SHIM timeout 60 "$PROG" init alloc:32MiB dup3limits:"$T/limits" alloc:16MiB touch:"$T/held" \
+	local carrier=$T/limits
+	if [ "$SHARDS" -gt 0 ]; then carrier=$T/ledger; fi
+	LD_PRELOAD=$SHIM timeout 60 "$PROG" init alloc:32MiB dup3limits:"$carrier" alloc:16MiB touch:"$T/held" \
 		waitfile:"$T/end" >"$T/out.a" 2>"$T/err.a" &
 	local a=$! r=0
 	waitfor "$T/held" $a || { cat "$T/out.a" "$T/err.a"; return 1; }
@@ -1335,9 +1359,11 @@ two_containers() {
 	T2=$(mktemp -d "$ROOT/t.XXXXXX")
 	mkdir -p "$T2/region"
 	cp "$T/limits" "$T2/limits"
+	ledger_dir "$T2/ledger"
 	local d
 	for d in "$T" "$T2"; do
-		NRI_VGPU_LIMITS=$d/limits NRI_VGPU_REGION_DIR=$d/region LD_PRELOAD=$SHIM timeout 60 "$PROG" \
+		NRI_VGPU_LIMITS=$d/limits NRI_VGPU_REGION_DIR=$d/region NRI_VGPU_LEDGER_DIR=$d/ledger LD_PRELOAD=$SHIM \
+			timeout 60 "$PROG" \
 			"$@" touch:"$d/ready" waitfile:"$T/end" >"$d/out" 2>"$d/err" &
 	done
 	waitfor "$T/ready"
@@ -1460,8 +1486,10 @@ test_sm_shares() { # [PIDNS_OFFSET]
 	local pa=$!
 	T=$(mktemp -d "$ROOT/t.XXXXXX")
 	mkdir -p "$T/region"
+	ledger_dir "$T/ledger"
 	limits $GiB 70 hard
-	FAKECUDA_STATE=$state NRI_VGPU_LIMITS=$T/limits NRI_VGPU_REGION_DIR=$T/region LD_PRELOAD=$SHIM \
+	FAKECUDA_STATE=$state NRI_VGPU_LIMITS=$T/limits NRI_VGPU_REGION_DIR=$T/region NRI_VGPU_LEDGER_DIR=$T/ledger \
+		LD_PRELOAD=$SHIM \
 		timeout 60 "$PROG" init launchfor:6:2.5:132 >"$T/out.b" 2>&1
 	wait $pa
 	local sa sb
@@ -1608,6 +1636,7 @@ t fuzz_limits_parser test_fuzz_limits_parser
 . "$HERE/t_gaps.sh"
 . "$HERE/t_hotpath.sh"
 . "$HERE/t_views.sh"
+. "$HERE/t_shards.sh"
 . "$HERE/t_harden.sh"
 . "$HERE/t_slots.sh"
 . "$HERE/t_nvmlown.sh"

@@ -218,6 +218,7 @@ struct kid {
 struct container {
 	char limits[4200];
 	char region[4200];
+	char ledger[4200];
 };
 
 /* Starts child who of container c: a holder, or a granter when grant. */
@@ -244,6 +245,7 @@ static struct kid spawn(const struct container *c, int grant, int who)
 		snprintf(so, sizeof(so), "%d", o);
 		setenv("NRI_VGPU_LIMITS", c->limits, 1);
 		setenv("NRI_VGPU_REGION_DIR", c->region, 1);
+		setenv("NRI_VGPU_LEDGER_DIR", c->ledger, 1);
 		if (preload)
 			setenv("LD_PRELOAD", lib, 1);
 		execl(self, self, "--child", build, grant ? "grant" : "hold", sw, si, so, (char *)NULL);
@@ -344,12 +346,27 @@ static void make_container(const char *dir, const char *name, struct container *
 {
 	snprintf(c->limits, sizeof(c->limits), "%s/%s.limits", dir, name);
 	snprintf(c->region, sizeof(c->region), "%s/%s.region", dir, name);
+	snprintf(c->ledger, sizeof(c->ledger), "%s/%s.ledger", dir, name);
+	/* The ledger's shards, as the host makes them (BENCH_SHARDS=0: none, the
+	 * ledger on the limits file alone). */
+	const char *ks = getenv("BENCH_SHARDS");
+	int k = ks ? atoi(ks) : 64;
+	if (k > 0) {
+		char cmd[8600];
+		snprintf(cmd, sizeof(cmd), "mkdir -p %s && cd %s && touch $(seq 0 %d)", c->ledger, c->ledger, k - 1);
+		if (system(cmd) != 0) {
+			fprintf(stderr, "scalebench: %s failed\n", cmd);
+			exit(1);
+		}
+	}
 	FILE *f = fopen(c->limits, "w");
 	if (!f) {
 		perror(c->limits);
 		exit(1);
 	}
 	fprintf(f, "version=1\ngpu.0.uuid=" UUID "\ngpu.0.memory=8589934592\ngpu.0.cores=100\n");
+	if (k > 0)
+		fprintf(f, "ledger.shards=%d\n", k);
 	if (fclose(f) != 0) {
 		perror(c->limits);
 		exit(1);

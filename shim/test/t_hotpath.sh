@@ -75,6 +75,8 @@ test_lease_racers_never_exceed() {
 }
 
 test_lease_fragmented_pool() {
+	# The ledger on the limits file alone: the offsets forged below are its lock space's.
+	SHARDS=0
 	# A lease is a set of stretches of a pool as long as the limit (src/ledger.c). With locks
 	# forged at four places of a 64 MiB pool (4 MiB each at 8, 24, 40 and 56 MiB), a process
 	# still gets exactly the 48 MiB left, from five holes, in one allocation or in three, and not
@@ -96,6 +98,8 @@ test_lease_fragmented_pool() {
 }
 
 test_lease_pool_in_pieces() {
+	# The ledger on the limits file alone: the offsets forged below are its lock space's.
+	SHARDS=0
 	# A pool cut into 8192 pieces by forged locks (4 KiB free between every two): a lease
 	# gathers up to 256 stretches, so 512 KiB (128 holes) is granted and 2 MiB (512) is refused
 	# as over quota, with nothing said about the ledger being unusable (self-harm: the forger's
@@ -119,6 +123,8 @@ test_lease_pool_in_pieces() {
 }
 
 test_lease_big_lock_skipped() {
+	# The ledger on the limits file alone: the offsets forged below are its lock space's.
+	SHARDS=0
 	# Another process's lease as one lock over all but the last MiB of an 8 GiB pool: a new
 	# process that starts its search inside it jumps over it whole (a search that walked it a
 	# few KiB at a time gave up long before the end and refused), gets the last MiB to the
@@ -133,6 +139,8 @@ test_lease_big_lock_skipped() {
 }
 
 test_lease_forced_in_holes() {
+	# The ledger on the limits file alone: the offsets forged below are its lock space's.
+	SHARDS=0
 	# Memory the driver already holds (here a context's own 16 MiB) is counted in the pool
 	# wherever the pool has room, and in the overflow only past it: with 1 MiB forged at the end
 	# of every 8 MiB of a 64 MiB pool (holes of 7 MiB), the footprint is gathered from three

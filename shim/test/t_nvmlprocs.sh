@@ -14,7 +14,8 @@ np_worker() {
 	other)
 		mkdir -p "$T/c2/region"
 		cp "$T/limits" "$T/c2/limits"
-		NRI_VGPU_LIMITS=$T/c2/limits NRI_VGPU_REGION_DIR=$T/c2/region LD_PRELOAD=$SHIM \
+		ledger_dir "$T/c2/ledger"
+		NRI_VGPU_LIMITS=$T/c2/limits NRI_VGPU_REGION_DIR=$T/c2/region NRI_VGPU_LEDGER_DIR=$T/c2/ledger LD_PRELOAD=$SHIM \
 			"$NPROG" worker "$1" "$2" "$T/$name.pid" "$T/end" ${3:-} >"$T/$name.out" 2>&1 &
 		;;
 	bare) LD_PRELOAD= "$NPROG" worker "$1" "$2" "$T/$name.pid" "$T/end" ${3:-} >"$T/$name.out" 2>&1 & ;;
@@ -124,6 +125,8 @@ test_nvmlprocs_unknown_host_pid() {
 }
 
 test_nvmlprocs_unattributed_bytes() {
+	# The ledger on the limits file alone: the offsets forged below are its lock space's.
+	SHARDS=0
 	# Bytes the ledger counts as held for the container but no process owns (a forged lock across
 	# two processes' ranges: 2^48 bytes) go to the process holding the most: the column still adds
 	# up to "used".
@@ -142,6 +145,8 @@ test_nvmlprocs_unattributed_bytes() {
 }
 
 test_nvmlprocs_forged_identity() {
+	# The ledger on the limits file alone: the offsets forged below are its lock space's.
+	SHARDS=0
 	# A process of the container that takes a lock on another process's identity byte (the
 	# ledger's record of who owns a slot) can at most relabel that process's memory in the
 	# container's own lists: "used" stays what the container holds, the list still adds up to

@@ -159,6 +159,8 @@ forger() {
 }
 
 test_slots_forged() {
+	# The ledger on the limits file alone: the offsets forged below are its lock space's.
+	SHARDS=0
 	# A lock forged on a process's pid slot before it starts (on the ownership byte, on the
 	# identity byte, in its held range) costs only that slot: the process takes another, says
 	# nothing, and the quota is what it was (a held report is a report, not a lease).
@@ -185,6 +187,8 @@ test_slots_forged() {
 }
 
 test_slots_forged_after() {
+	# The ledger on the limits file alone: the offsets forged below are its lock space's.
+	SHARDS=0
 	# A lock forged over the whole pool after a process took its lease, its own stretch included:
 	# what it holds stays its own (1 MiB, and it frees and takes it again), every byte beyond is
 	# refused (self-harm: its container's only), and once the forger is gone the quota is whole.
@@ -204,6 +208,8 @@ test_slots_forged_after() {
 }
 
 test_ledger_forced_debt() {
+	# The ledger on the limits file alone: the offsets forged below are its lock space's.
+	SHARDS=0
 	# A tenant's process holds read locks over GPU 0's whole pool and its whole overflow while
 	# three processes create contexts (300 MiB each on the fake): charges the driver already
 	# handed out, forced, which neither interval has room for. They are kept as each process's
@@ -243,6 +249,8 @@ test_ledger_forced_debt() {
 }
 
 test_slots_none_free() {
+	# The ledger on the limits file alone: the offsets forged below are its lock space's.
+	SHARDS=0
 	# Every ownership byte held by someone else: no slot, GPU memory refused with one line.
 	setup $((64 * MiB))
 	forger
