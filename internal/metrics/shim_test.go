@@ -48,6 +48,7 @@ func TestScrapesTheShimsRegion(t *testing.T) {
 		"LD_LIBRARY_PATH="+filepath.Join(build, "fake"),
 		"NRI_VGPU_LIMITS="+filepath.Join(dir, hoststate.LimitsFileName),
 		"NRI_VGPU_REGION_DIR="+filepath.Join(dir, hoststate.RegionDirName),
+		"NRI_VGPU_LEDGER_DIR="+filepath.Join(dir, hoststate.LedgerDirName),
 		"FAKECUDA_STATE="+state,
 		"FAKECUDA_DEVICES="+uuid+":16GiB:132",
 		"FAKECUDA_KERNEL_US=10",
