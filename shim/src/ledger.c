@@ -1004,6 +1004,62 @@ static int take_pool(int d, uint64_t least, uint64_t want, uint64_t *got, struct
 	return 0;
 }
 
+static int leases_of_others(int idx, uint64_t *bytes);
+
+#ifdef VGPU_TEST_HOOKS
+/* Test builds only (build/testhooks): the first NRI_VGPU_TEST_LOST_SEARCHES
+ * searches of the pool in this process find nothing, as a search does that
+ * another process's, made at the same moment over the same places, made
+ * give up every place it set (see take_pool_settled). */
+static int lost_search(void)
+{
+	static int left = -1;
+	if (left < 0) {
+		const char *e = getenv("NRI_VGPU_TEST_LOST_SEARCHES");
+		left = e ? atoi(e) : 0;
+	}
+	return left > 0 ? left--, 1 : 0;
+}
+#else
+static int lost_search(void)
+{
+	return 0;
+}
+#endif
+
+#define SEARCH_ROUNDS 8      /* searches of one grant, at most */
+#define SEARCH_PAUSE_NS 100000ll /* the first pause between them; each next one twice as long at most */
+
+/*
+ * take_pool, searched again while it comes up short of least though the
+ * leases of all the processes leave the pool room for it. Set-then-test
+ * never lets two processes both keep a place, but it lets both give it up:
+ * two searches over the same places at the same moment each find the
+ * other's lock in its test and move on, and in step they do so in every
+ * sub-pool they both walk, each ending short while the pool has room (seen
+ * under load with two processes filling a slice side by side). A pause of
+ * random length, longer each round, takes them out of step. The check is
+ * made only on a short search: the union of the others' leases, ours and
+ * what is missing must fit the pool, or no search could find it and the
+ * grant is refused at once, as before.
+ */
+static int take_pool_settled(int d, uint64_t least, uint64_t want, uint64_t *got, struct taken *t)
+{
+	uint64_t got0 = *got;
+	for (int round = 0;; round++) {
+		uint64_t g = *got - got0;
+		if (!lost_search() && take_pool(d, least > g ? least - g : 0, want - g, got, t) != 0)
+			return -1;
+		g = *got - got0;
+		uint64_t others = 0;
+		if (g >= least || round + 1 >= SEARCH_ROUNDS || leases_of_others(d, &others) != 0 ||
+		    vgpu_sat_add(vgpu_sat_add(others, leased[d]), least - g) > (uint64_t)pool_len(d))
+			return 0;
+		struct timespec ts = {0, (long)(next_random() % (uint64_t)(SEARCH_PAUSE_NS << round))};
+		nanosleep(&ts, NULL);
+	}
+}
+
 /* Gives back what one grant took, the last taken first: each step restores
  * the table as it was before that stretch, so no step splits a stretch. */
 static void drop_stretches(int d, struct taken *t)
@@ -1024,7 +1080,6 @@ static int over_held(int d)
 	return locked_by_other(lfd(), block_of(d) + OVER_AT, DEBT_FLAG + 1 - OVER_AT, NULL);
 }
 
-static int leases_of_others(int idx, uint64_t *bytes);
 static int others(const struct family *f, int idx, uint64_t *bytes);
 static int still_ours(void);
 
@@ -1129,7 +1184,7 @@ int vgpu_ledger_grow(int idx, uint64_t least, uint64_t want, int force, uint64_t
 		 * searched whole (what a failed search took stays taken), the
 		 * overflow only for the rest. Overflow while the pool has room
 		 * would make the container read as past its limit. */
-		take_pool(idx, want, want, got, &t);
+		take_pool_settled(idx, want, want, got, &t);
 		uint64_t rest = want - *got, more = 0;
 		if (!rest)
 			return 0;
@@ -1150,7 +1205,7 @@ int vgpu_ledger_grow(int idx, uint64_t least, uint64_t want, int force, uint64_t
 		*got = want;
 		return 0;
 	}
-	if (take_pool(idx, least, want, got, &t) != 0) {
+	if (take_pool_settled(idx, least, want, got, &t) != 0) {
 		int e = errno;
 		/* A pool cut into more pieces than a search may walk or a lease
 		 * may keep (locks sprayed over it): no room found, a refusal. */

@@ -20,6 +20,25 @@ test_shards_previous_layout() {
 	return $r
 }
 
+test_shards_search_lost() {
+	# Two processes searching the same sub-pools at the same moment can each make the other give
+	# up every place it set, so that both come up short while the pool has room (the test build
+	# makes the process's first searches come up empty that way). The grant searches again: a
+	# process whose first three searches are lost still gets 48 MiB and then 16 MiB of its empty
+	# 64 MiB quota, and the quota still holds (a byte more is refused). One whose every search is
+	# lost is refused, and says so, instead of searching without end.
+	setup $((64 * MiB))
+	local r=0
+	NRI_VGPU_TEST_LOST_SEARCHES=3 LD_PRELOAD=$B/testhooks/libvgpu-shim.so timeout 60 "$PROG" \
+		init alloc:48MiB alloc:16MiB alloc:1:2 >"$T/out" 2>"$T/err" || r=1
+	expect "three searches lost" "$(cat "$T/out")" ok || { cat "$T/err"; r=1; }
+	NRI_VGPU_TEST_LOST_SEARCHES=1000 LD_PRELOAD=$B/testhooks/libvgpu-shim.so timeout 60 "$PROG" \
+		init alloc:1MiB:2 >"$T/out" 2>"$T/err" || r=1
+	expect "every search lost" "$(cat "$T/out")" ok || r=1
+	grep -q "quota exceeded.*1048576 bytes requested" "$T/err" || { cat "$T/err"; r=1; }
+	return $r
+}
+
 # shard_case NAME SETUP — in a vGPU container whose limits file names one ledger shard, SETUP
 # (bash, in the container's mount namespace) makes /run/nri-vgpu/ledger; a process then tries
 # a context and an allocation. Output in $T/out.NAME, $T/err.NAME.
@@ -143,3 +162,4 @@ t shards_previous_layout test_shards_previous_layout
 t shards_fail_closed test_shards_fail_closed
 t shards_forged_subpools test_shards_forged_subpools
 t shards_race test_shards_race
+t shards_search_lost test_shards_search_lost
