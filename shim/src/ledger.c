@@ -266,6 +266,11 @@ static uint64_t owed_pub[VGPU_MAX_DEVICES]; /* the debt our locks say (flag incl
 static int32_t claimed_hp;                  /* host pid our claim says; 0 = none */
 static int64_t claim_seen_ns;               /* CLOCK_MONOTONIC_COARSE when the claim was last made or seen */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER; /* the process's mutex (see the top) */
+/* A grant's check of the descriptor (still_ours()) stood, in this hold of mu:
+ * the report published next under it needs no second one. A close by another
+ * thread between the two is no different from one just after the second:
+ * the next operation's check finds either. Cleared whenever mu is released. */
+static int stood;
 
 /* Our lease on one GPU: disjoint stretches [s, e) of its pool and overflow
  * (block-relative), sorted, none adjacent to another (the kernel merges
@@ -492,6 +497,7 @@ void vgpu_ledger_lock(void)
 
 void vgpu_ledger_unlock(void)
 {
+	stood = 0;
 	pthread_mutex_unlock(&mu);
 }
 
@@ -505,6 +511,7 @@ static void after_fork(void)
 	/* Single-threaded here (fork child). A parent thread may have held the mutex. */
 	pthread_mutex_init(&mu, NULL);
 	pthread_mutex_init(&shmu, NULL);
+	stood = 0;
 	/* The shards' descriptors share the parent's descriptions, and its
 	 * locks: closed (that drops nothing of the parent's), opened again at
 	 * the child's first use. */
@@ -1166,6 +1173,7 @@ int vgpu_ledger_grow(int idx, uint64_t least, uint64_t want, int force, uint64_t
 	*short_by = 0;
 	if (!still_ours())
 		return -1;
+	stood = 1;
 	if (idx < 0 || idx >= VGPU_MAX_DEVICES || want < least || want > MAX_BYTES ||
 	    leased[idx] + owed[idx] + want > MAX_BYTES) {
 		errno = ERANGE;
@@ -1328,6 +1336,7 @@ int vgpu_ledger_reader(void)
 		return 0;
 	pthread_mutex_lock(&mu);
 	int rc = vgpu_ledger_check();
+	stood = 0;
 	pthread_mutex_unlock(&mu);
 	return rc;
 }
@@ -1482,8 +1491,9 @@ static int publish(const struct family *f, uint64_t *pub, int idx, uint64_t byte
 	 * check and at the next change). */
 	if (bytes == pub[idx] && fd >= 0)
 		return 0;
-	if (!still_ours())
+	if (!(stood && fd >= 0) && !still_ours())
 		return -1;
+	stood = 0;
 	if (bytes == pub[idx])
 		return 0;
 	if (take_slot() != 0)
@@ -1506,6 +1516,7 @@ void vgpu_ledger_publish_util(int idx, unsigned percent)
 	pthread_mutex_lock(&mu);
 	if (publish_util_locked(idx, percent) != 0)
 		LOGD("ledger: cannot publish SM use on GPU %d: %s", idx, strerror(errno));
+	stood = 0;
 	pthread_mutex_unlock(&mu);
 }
 

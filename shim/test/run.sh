@@ -1237,6 +1237,21 @@ test_descriptor_replaced() {
 	return $r
 }
 
+test_grant_checks_descriptor_once() {
+	# A grant checks that the shim's descriptor is still its own description (a query of the
+	# slot's identity byte, which this process holds: the query names it) once, and the report
+	# of what the process holds, published right after under the same hold of the process's
+	# mutex, rests on that check instead of asking again. One start and one allocation: the
+	# slot is taken at the context, so the grant asks once; twice is the check repeated.
+	command -v strace >/dev/null || { echo "    strace is missing (hack/deps.sh installs it)"; return 1; }
+	setup $GiB
+	LD_PRELOAD=$SHIM timeout 60 strace -f -o "$T/trace" -e trace=fcntl "$PROG" init alloc:1MiB \
+		>"$T/out" 2>"$T/err" || { cat "$T/out" "$T/err"; return 1; }
+	local n
+	n=$(grep -c "F_OFD_GETLK, {l_type=F_RDLCK, l_whence=SEEK_SET, l_start=[0-9]*, l_len=1, l_pid=[1-9]" "$T/trace")
+	expect "queries finding this process's identity byte" "$n" 1
+}
+
 test_descriptors_closed_reports() {
 	# A program that closes the shim's descriptor and opens other files under its number: what
 	# it then reads of the container (cuMemGetInfo, and the quota checks outside a grant that
@@ -1608,6 +1623,7 @@ t ledger_forged_entries test_ledger_forged_entries
 t descriptors_closed test_descriptors_closed
 t descriptors_closed_reports test_descriptors_closed_reports
 t descriptor_replaced test_descriptor_replaced
+t grant_checks_descriptor_once test_grant_checks_descriptor_once
 t context_footprint_claims_forged test_context_footprint_claims_forged
 t hostpid_discovery test_hostpid_discovery
 t hostpid_same_namespace_concurrent test_hostpid_same_namespace_concurrent
