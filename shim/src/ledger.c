@@ -27,9 +27,10 @@
  * description). If none does it is ours; if one does, it is given back and
  * the search moves past that lock. Of two processes racing for overlapping
  * stretches both may retreat, but never both stay: the one that tests second
- * sees the first's lock. A grant therefore costs two lock operations (and
- * one query of the overflow, below) whatever the number of processes,
- * where the pool has room where the process looks: it
+ * sees the first's lock. (A search left short by such retreats while the
+ * pool has room searches again: take_pool_settled.) A grant therefore costs
+ * two lock operations (and one query of the overflow, below) whatever the
+ * number of processes, where the pool has room where the process looks: it
  * first extends its last stretch, a new process starts at a random place.
  * Only a nearly full pool makes it walk from lock to lock.
  *
