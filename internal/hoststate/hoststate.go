@@ -467,8 +467,12 @@ func writeEmptyRegion(dir *safepath.Dir, lf *limits.LimitsFile) error {
 	}
 	defer rd.Close()
 	path := rd.Join(region.FileName)
-	if on, err := isMountPoint(dir, rd); err != nil || !on {
-		return fmt.Errorf("usage region %s: its directory is not the tmpfs just mounted (%v)", path, err)
+	on, err := isMountPoint(dir, rd)
+	if err != nil {
+		return fmt.Errorf("usage region %s: %w", path, err)
+	}
+	if !on {
+		return fmt.Errorf("usage region %s: its directory is not the tmpfs just mounted", path)
 	}
 	data, err := region.Empty(lf)
 	if err != nil {
