@@ -285,7 +285,7 @@ func New(cfg *config.Config) *Store { return &Store{cfg: cfg} }
 // different), the container's directory with its ledger directory
 // (limits.LedgerShards empty shards), its limits file (written
 // atomically), its usage region directory (mode 0777, so that any user in
-// the container can create the region) on a tmpfs of its own, with the
+// the container can make the region anew) on a tmpfs of its own, with the
 // empty usage region of the limits file (region.Empty; only on a tmpfs
 // mounted now: a record provisioned again keeps what its processes
 // reported) and, last, container.json. The shim
