@@ -285,7 +285,10 @@ func New(cfg *config.Config) *Store { return &Store{cfg: cfg} }
 // different), the container's directory with its ledger directory
 // (limits.LedgerShards empty shards), its limits file (written
 // atomically), its usage region directory (mode 0777, so that any user in
-// the container can create the region) and, last, container.json. The shim
+// the container can make the region anew) on a tmpfs of its own, with the
+// empty usage region of the limits file (region.Empty; only on a tmpfs
+// mounted now: a record provisioned again keeps what its processes
+// reported) and, last, container.json. The shim
 // library must exist: a container must never start without its limits, and
 // a missing bind-mount source would fail it later with a less clear
 // message. When Provision fails, it removes what it made of the container's
@@ -363,7 +366,7 @@ func provisionContainer(containers *safepath.Dir, info *Info, lf *limits.LimitsF
 	if err := atomicfile.WriteIn(dir, LimitsFileName, data, 0o644); err != nil {
 		return fmt.Errorf("limits file: %w", err)
 	}
-	if err := provisionRegion(dir); err != nil {
+	if err := provisionRegion(dir, &sharded); err != nil {
 		return err
 	}
 	// Written last: see ProvisionGrace.
@@ -417,15 +420,66 @@ func ensureShard(ledger *safepath.Dir, name string) error {
 // provisionRegion creates the usage region directory below the container's
 // directory dir: exactly 0777 whatever the umask, set on the directory
 // opened without following a link (no sticky bit: processes of different
-// users share the one region file).
-func provisionRegion(dir *safepath.Dir) error {
-	region, err := dir.EnsureDir(RegionDirName, 0o777)
+// users share the one region file), with a tmpfs of its own. On a tmpfs it
+// mounts now, it writes the empty usage region of the limits file lf
+// (writeEmptyRegion); a tmpfs that was there already (the record
+// provisioned again) and what is on it are left as they are: its
+// container's processes report there, and the shim makes the file itself
+// when it is missing.
+func provisionRegion(dir *safepath.Dir, lf *limits.LimitsFile) error {
+	rd, err := dir.EnsureDir(RegionDirName, 0o777)
 	if err != nil {
 		return fmt.Errorf("usage region directory: %w", err)
 	}
-	defer region.Close()
-	if err := mountRegionFS(dir, region); err != nil {
+	defer rd.Close()
+	mounted, err := mountRegionFS(dir, rd)
+	if err != nil {
 		return fmt.Errorf("usage region directory: %w", err)
+	}
+	if !mounted {
+		return nil
+	}
+	if err := writeEmptyRegion(dir, lf); err != nil {
+		// Unmounted, so that the failed record's directory can be removed.
+		if uerr := unmountRegionFS(dir); uerr != nil {
+			return fmt.Errorf("%w (and unmounting its file system: %w)", err, uerr)
+		}
+		return err
+	}
+	return nil
+}
+
+// writeEmptyRegion writes the empty usage region of the limits file lf
+// (region.Empty) on the tmpfs just mounted on the region directory of the
+// container's directory dir, before its container exists. The container's
+// first process then finds a sound region and takes its slot in it, where
+// without one it makes the file and rebuilds it from every ledger shard.
+// The file is mode 0666 whatever the umask (any user of the container
+// opens it for writing, as the shim's own), and appears at its name only
+// whole and only where nothing is (a hard link from a temporary file);
+// nothing is reached through a link.
+func writeEmptyRegion(dir *safepath.Dir, lf *limits.LimitsFile) error {
+	// The descriptor opened before the mount names the directory under the
+	// tmpfs: the tmpfs is reached anew, and checked to be the one there.
+	rd, err := dir.OpenDir(RegionDirName)
+	if err != nil {
+		return fmt.Errorf("usage region: %w", err)
+	}
+	defer rd.Close()
+	path := rd.Join(region.FileName)
+	on, err := isMountPoint(dir, rd)
+	if err != nil {
+		return fmt.Errorf("usage region %s: %w", path, err)
+	}
+	if !on {
+		return fmt.Errorf("usage region %s: its directory is not the tmpfs just mounted", path)
+	}
+	data, err := region.Empty(lf)
+	if err != nil {
+		return fmt.Errorf("usage region %s: %w", path, err)
+	}
+	if err := atomicfile.CreateIn(rd, region.FileName, data, 0o666); err != nil {
+		return fmt.Errorf("usage region %s: %w", path, err)
 	}
 	return nil
 }
@@ -676,9 +730,11 @@ func (r *Record) Info() (*Info, error) {
 func (r *Record) Limits() (*limits.LimitsFile, error) { return r.c.limits(r.ID) }
 
 // Usage reads the record's usage region without its lock (see
-// region.ReadUsage). A region that no process has created yet returns an
-// error wrapping fs.ErrNotExist; a link or anything but a regular file in
-// its place (the container can plant either) one wrapping region.ErrInvalid.
+// region.ReadUsage). Provision writes an empty one; a missing region (a
+// record of the previous release whose container has not used a GPU yet,
+// or one its container deleted) returns an error wrapping fs.ErrNotExist;
+// a link or anything but a regular file in its place (the container can
+// plant either) one wrapping region.ErrInvalid.
 func (r *Record) Usage() (*region.Usage, error) { return r.c.usage(r.ID) }
 
 // Claim reads the record's container.json and checks that it is the
@@ -829,7 +885,7 @@ func (c *containers) usage(id string) (*region.Usage, error) {
 // release unmounts the region filesystem of record id and removes its
 // directory.
 func (c *containers) release(id string) error {
-	if err := unmountRegionFS(c.d, id); err != nil {
+	if err := unmountRecordFS(c.d, id); err != nil {
 		return fmt.Errorf("remove container directory: %w", err)
 	}
 	if err := c.d.RemoveAll(id); err != nil {

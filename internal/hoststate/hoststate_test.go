@@ -524,6 +524,12 @@ func TestUsage(t *testing.T) {
 	usagePath := func(id string) string { return filepath.Join(ContainerDir(cfg, id), "region", "usage") }
 	regiontest.Write(t, usagePath("good"), []region.DeviceUsage{{UUID: uuid0, Limit: 8 << 30, Used: 1 << 30, Cores: 50}},
 		[]region.ProcessUsage{{PID: 7, HostPID: 1007, StartTime: 1, Used: []uint64{1 << 30}, Launches: []uint64{3}}})
+	// The tenant deletes the region the host made and plants a link, or a FIFO.
+	for _, id := range []string{"linked", "fifo"} {
+		if err := os.Remove(usagePath(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := os.Symlink(usagePath("good"), usagePath("linked")); err != nil {
 		t.Fatal(err)
 	}

@@ -22,28 +22,36 @@ const (
 var regionFSOpts = fmt.Sprintf("size=%d,nr_inodes=%d,mode=0777", RegionFSSize, regionFSInodes)
 
 // mountRegionFS mounts a size-limited tmpfs on the open region directory,
-// unless one is already there (the same container provisioned again).
-func mountRegionFS(parent, region *safepath.Dir) error {
+// unless one is already there (the same container provisioned again), and
+// reports whether it mounted one now.
+func mountRegionFS(parent, region *safepath.Dir) (bool, error) {
 	mounted, err := isMountPoint(parent, region)
 	if err != nil || mounted {
-		return err
+		return false, err
 	}
 	if err := unix.Mount("nri-vgpu-region", region.ProcPath(), "tmpfs",
 		unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, regionFSOpts); err != nil {
-		return fmt.Errorf("mounting a %d-byte tmpfs on %s (nri-vgpu needs CAP_SYS_ADMIN in the host's mount namespace): %w",
+		return false, fmt.Errorf("mounting a %d-byte tmpfs on %s (nri-vgpu needs CAP_SYS_ADMIN in the host's mount namespace): %w",
 			RegionFSSize, region.Join(""), err)
 	}
-	return nil
+	return true, nil
 }
 
-// unmountRegionFS detaches the tmpfs of container id's region directory, if
+// unmountRecordFS detaches the tmpfs of container id's region directory, if
 // there is one; a missing directory is not an error.
-func unmountRegionFS(containers *safepath.Dir, id string) error {
+func unmountRecordFS(containers *safepath.Dir, id string) error {
 	dir, err := containers.OpenDir(id)
 	if err != nil {
 		return ignoreMissing(err)
 	}
 	defer dir.Close()
+	return unmountRegionFS(dir)
+}
+
+// unmountRegionFS detaches the tmpfs of the region directory in the
+// container's directory dir, if there is one; a missing region directory
+// is not an error.
+func unmountRegionFS(dir *safepath.Dir) error {
 	region, err := dir.OpenDir(RegionDirName)
 	if err != nil {
 		return ignoreMissing(err)
@@ -56,7 +64,7 @@ func unmountRegionFS(containers *safepath.Dir, id string) error {
 	// MNT_DETACH: the container may still have it mounted (its bind mount
 	// keeps the tmpfs alive until the container's mount namespace goes).
 	if err := unix.Unmount(region.ProcPath(), unix.MNT_DETACH); err != nil {
-		return fmt.Errorf("unmounting the region filesystem of %s: %w", id, err)
+		return fmt.Errorf("unmounting the region filesystem %s: %w", region.Join(""), err)
 	}
 	return nil
 }

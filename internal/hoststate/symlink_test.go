@@ -126,6 +126,9 @@ func TestReleaseFollowsNoLink(t *testing.T) {
 	}
 	region := filepath.Join(ContainerDir(cfg, ctrID), RegionDirName)
 	plant(t, lt.dir, filepath.Join(region, "dir"))
+	if err := os.Remove(filepath.Join(region, "usage")); err != nil { // the host's, deleted by the tenant
+		t.Fatal(err)
+	}
 	plant(t, lt.file, filepath.Join(region, "usage"))
 	plant(t, lt.dir, ContainerDir(cfg, "linked"))
 	for _, id := range []string{ctrID, "linked"} {

@@ -438,10 +438,12 @@ func (s *scrape) container(r *hoststate.Record, gpuOf func(uuid string) *gpuTota
 		s.fail(SourceContainerInfo, infoPath, err)
 	}
 
-	// No region yet means no process of the container has used a GPU: it
-	// holds nothing, held nothing, launched nothing and was never held
-	// back. An unreadable region leaves the container's usage series out of
-	// this scrape rather than report 0.
+	// The host writes an empty region when it provisions a record; a
+	// record of the previous release has none until a process of its
+	// container uses a GPU, so a missing region means that it holds
+	// nothing, held nothing, launched nothing and was never held back. An
+	// unreadable region leaves the container's usage series out of this
+	// scrape rather than report 0.
 	regionPath := r.Path(hoststate.RegionDirName, region.FileName)
 	usage, err := r.Usage()
 	haveUsage, noRegion := true, false

@@ -67,8 +67,8 @@ func testConfig(t testing.TB) *config.Config {
 }
 
 // prepare creates a container's host directory the way the NRI plugin does:
-// the limits file (pkg/limits), container.json and the empty region
-// directory.
+// the limits file (pkg/limits), container.json and the region directory
+// with the empty region the host writes.
 func prepare(t testing.TB, cfg *config.Config, id, pod, name string, gpus ...allocation.GPU) {
 	t.Helper()
 	info := &hoststate.Info{ID: id, Name: name, Pod: pod, GPUs: gpus, Source: "nri"}
@@ -126,9 +126,9 @@ func scrapeErrors(counts map[string]int) string {
 // A node with two GPUs in the inventory: c1 (pod ml/a) runs two processes
 // on A, with the version 1 region of an earlier release's shim (no peak or
 // throttled time, so none exported); c2 (pod ml/b) holds slices of A and of
-// a GPU gone from the inventory and has run no process yet (no region:
-// nothing held or throttled); B is idle; a directory still being created
-// has no limits file yet.
+// a GPU gone from the inventory and has run no process yet (the empty
+// region the host made: nothing held or throttled); B is idle; a directory
+// still being created has no limits file yet.
 func TestCollect(t *testing.T) {
 	cfg := testConfig(t)
 	prepare(t, cfg, "c1", "ml/a", "train", allocation.GPU{UUID: uuidA, Slices: 2, Memory: 8 << 30, Cores: 20})

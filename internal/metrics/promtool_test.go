@@ -24,7 +24,7 @@ import (
 // realisticNode fills cfg's run_dir with what a busy node holds: containers
 // of the device plugin with processes (one with a version 1 region of an
 // earlier release's shim), a DRA claim serving two pods, a container not
-// started yet (no region), one whose region is suspect, one whose limits
+// started yet (the empty region the host made), one whose region is suspect, one whose limits
 // file is broken, and runtime.json. It returns an inventory of its two GPUs
 // and a utilisation source for its processes.
 func realisticNode(t *testing.T, cfg *config.Config) (Inventory, utilization.Source) {

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"os"
 	"testing"
 
 	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
@@ -61,4 +62,32 @@ func TestCollectPeakAndThrottled(t *testing.T) {
 	// The region made anew: peak and throttled time start over.
 	write(1*gib, 1*gib, 250_000_000)
 	compare(t, c, believed("1073741824", "1073741824", "0.25"), names...)
+}
+
+// A container that has not used the GPU yet holds nothing, held nothing and
+// was never throttled: as the empty region the host made when it
+// provisioned it says, and as a record of the previous release, which has
+// no region until its container's first process makes one, is taken to say.
+func TestCollectEmptyRegion(t *testing.T) {
+	cfg := testConfig(t)
+	a := allocation.GPU{UUID: uuidA, Slices: 2, Memory: 8 * gib, Cores: 20}
+	prepare(t, cfg, "c-new", "ml/c-new", "train", a)
+	prepare(t, cfg, "c-old", "ml/c-old", "train", a)
+	if err := os.Remove(regionPath(cfg, "c-old")); err != nil {
+		t.Fatal(err)
+	}
+	var want string
+	for _, f := range []struct{ header, name string }{
+		{usedHeader, "nri_vgpu_container_memory_used_bytes"},
+		{peakHeader, "nri_vgpu_container_memory_peak_bytes"},
+		{throttledHeader, "nri_vgpu_container_sm_throttled_seconds_total"},
+		{launchesHeader, "nri_vgpu_container_kernel_launches_total"},
+		{suspectHeader, "nri_vgpu_container_region_suspect"},
+	} {
+		want += f.header + series(f.name, "c-new", "0") + series(f.name, "c-old", "0")
+	}
+	// A region that could not be read would have no such series.
+	compare(t, NewCollector(cfg, twoA100s, nil), want, "nri_vgpu_container_memory_used_bytes",
+		"nri_vgpu_container_memory_peak_bytes", "nri_vgpu_container_sm_throttled_seconds_total",
+		"nri_vgpu_container_kernel_launches_total", "nri_vgpu_container_region_suspect")
 }

@@ -17,10 +17,11 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 )
 
-// The real shim, against the fake driver, writes the region of a container
-// prepared like the NRI plugin does; the scrape shows what its process holds
-// and launched, and keeps the launches after the process exits.
-func TestScrapesTheShimsRegion(t *testing.T) {
+// buildShim builds the shim, its test programs and the fake driver, and
+// returns their directory; it skips the test where they cannot be built or
+// run as a test needs.
+func buildShim(t *testing.T) string {
+	t.Helper()
 	if _, err := exec.LookPath("gcc"); err != nil {
 		t.Skip("gcc not installed")
 	}
@@ -32,7 +33,14 @@ func TestScrapesTheShimsRegion(t *testing.T) {
 	if out, err := exec.Command("make", "-s", "-C", shim).CombinedOutput(); err != nil {
 		t.Fatalf("building the shim: %v\n%s", err, out)
 	}
-	build := filepath.Join(shim, "build")
+	return filepath.Join(shim, "build")
+}
+
+// The real shim, against the fake driver, writes the region of a container
+// prepared like the NRI plugin does; the scrape shows what its process holds
+// and launched, and keeps the launches after the process exits.
+func TestScrapesTheShimsRegion(t *testing.T) {
+	build := buildShim(t)
 
 	const uuid = "GPU-11111111-2222-3333-4444-555555555555"
 	cfg := testConfig(t)

@@ -2,6 +2,7 @@ package status
 
 import (
 	"bytes"
+	"os"
 	"strings"
 	"testing"
 
@@ -61,6 +62,47 @@ func TestCollectPeakAndThrottled(t *testing.T) {
 	} {
 		if rows[id] != want {
 			t.Errorf("row %s = %q, want %q\n%s", id, rows[id], want, table.String())
+		}
+	}
+}
+
+// A container that has not used the GPU yet shows the empty region the
+// host made when it provisioned it: nothing in use, no peak, nothing
+// throttled. A record without a region (made by the previous release,
+// which left the region to the container's first process) shows nothing
+// known, and no warning either.
+func TestCollectEmptyRegion(t *testing.T) {
+	cfg := testConfig(t)
+	a := allocation.GPU{UUID: uuidA, Slices: 2, Memory: 8 * gib, Cores: 20}
+	prepare(t, cfg, "c-new", "ml/new", a)
+	prepare(t, cfg, "c-old", "ml/old", a)
+	if err := os.Remove(regionPath(cfg, "c-old")); err != nil {
+		t.Fatal(err)
+	}
+
+	r := collect(t, cfg)
+	if len(r.GPUs) != 1 || len(r.GPUs[0].Containers) != 2 || len(r.Warnings) != 0 {
+		t.Fatalf("GPUs = %+v, warnings %q; want A with c-new and c-old, no warning", r.GPUs, r.Warnings)
+	}
+	cNew, cOld := r.GPUs[0].Containers[0], r.GPUs[0].Containers[1]
+	if cNew.MemoryUsed == nil || *cNew.MemoryUsed != 0 || cNew.MemoryPeak == nil || *cNew.MemoryPeak != 0 ||
+		cNew.ThrottledSeconds == nil || *cNew.ThrottledSeconds != 0 || cNew.Suspect {
+		t.Errorf("c-new = %+v, want 0 bytes used, a peak of 0, 0 s throttled", cNew)
+	}
+	if cOld.MemoryUsed != nil || cOld.MemoryPeak != nil || cOld.ThrottledSeconds != nil || cOld.Suspect {
+		t.Errorf("c-old = %+v, want nothing known", cOld)
+	}
+	var table bytes.Buffer
+	if err := r.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"c-new ml/new ctr-c-new 2 8GiB 0B 0B 20% 0.0s", "c-old ml/old ctr-c-old 2 8GiB - - 20% -"} {
+		found := false
+		for _, l := range strings.Split(table.String(), "\n") {
+			found = found || strings.Join(strings.Fields(l), " ") == want
+		}
+		if !found {
+			t.Errorf("no row %q in\n%s", want, table.String())
 		}
 	}
 }

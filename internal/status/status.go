@@ -66,8 +66,10 @@ type Container struct {
 	Slices      int    `json:"slices,omitempty"` // 0 when unknown
 	MemoryLimit uint64 `json:"memoryLimit"`      // bytes; 0 = no limit
 	// MemoryUsed is what the container's processes hold on this GPU, from
-	// its usage region; nil when no process has used the GPU yet (no
-	// region), the region cannot be read, or its counters are suspect.
+	// its usage region (0 in the empty region the host writes at
+	// provision); nil when there is no region (a record of the previous
+	// release whose container has not used a GPU yet), the region cannot
+	// be read, or its counters are suspect.
 	MemoryUsed *uint64 `json:"memoryUsed,omitempty"`
 	// MemoryPeak is the most bytes the container's processes have held on
 	// this GPU at once, and ThrottledSeconds how long launches of its
@@ -85,8 +87,8 @@ type Container struct {
 	Cores         int    `json:"cores"`
 }
 
-// UsageFunc reads the usage region of a record. A region that does not
-// exist yet returns an error wrapping fs.ErrNotExist.
+// UsageFunc reads the usage region of a record. A missing region (see
+// hoststate.Record.Usage) returns an error wrapping fs.ErrNotExist.
 type UsageFunc func(r *hoststate.Record) (*region.Usage, error)
 
 // Collect builds the report from run_dir. devices is the node's inventory
@@ -254,7 +256,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 			if c.MemoryLimit > 0 {
 				limit = quantity.FormatBytes(c.MemoryLimit)
 			}
-			// "-": not known (no region yet, or one of an earlier shim
+			// "-": not known (no region, or one of an earlier shim
 			// without peak and throttled time); suspect counters are
 			// shown as suspect once, under MEMORY USED.
 			usedMem, peak, throttled := "-", "-", "-"

@@ -61,7 +61,7 @@ func TestCollect(t *testing.T) {
 				Processes: []region.ProcessUsage{{PID: 7, Used: []uint64{3 << 30}, Launches: []uint64{0}}},
 			}, nil
 		case "c2":
-			return nil, fmt.Errorf("usage region: %w", fs.ErrNotExist) // no process ran yet
+			return nil, fmt.Errorf("usage region: %w", fs.ErrNotExist) // a previous release's record, no process ran yet
 		}
 		return nil, fmt.Errorf("unexpected container %s", rec.ID)
 	}
@@ -176,7 +176,7 @@ func TestRegionUsage(t *testing.T) {
 		return u, err
 	}
 	if _, err := usage(); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("RegionUsage without a region = %v, want fs.ErrNotExist (no process ran yet)", err)
+		t.Errorf("RegionUsage without a region = %v, want fs.ErrNotExist (a previous release's record, no process ran yet)", err)
 	}
 	if err := os.WriteFile(filepath.Join(regionDir, region.FileName), []byte("not a region"), 0o644); err != nil {
 		t.Fatal(err)

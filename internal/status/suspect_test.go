@@ -196,6 +196,10 @@ func TestCollectFollowsNoLink(t *testing.T) {
 	}
 	a := allocation.GPU{UUID: uuidA, Slices: 2, Memory: 8 * gib, Cores: 20}
 	prepare(t, cfg, "c-region", "ml/region", a)
+	// The tenant deletes the region the host made and plants a link.
+	if err := os.Remove(regionPath(cfg, "c-region")); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Symlink(believable, regionPath(cfg, "c-region")); err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,10 @@
 // Package region reads the usage region of a vGPU container (Contract 5): the
 // fixed-size binary file that every process of the container maps and the
 // shim library (shim/include/region.h, the one definition of the layout)
-// updates under an fcntl OFD lock. This is its read-only Go mirror, for
-// `nri-vgpu status` and metrics: it reads without the lock and checks what
-// it read, since the container can write anything into the file.
+// updates under an fcntl OFD lock. This is its Go mirror: `nri-vgpu status`
+// and metrics read it without the lock and check what they read, since the
+// container can write anything into the file; the host writes the empty
+// region a record starts with (Empty) before its container exists.
 package region
 
 import (

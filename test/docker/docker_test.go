@@ -17,6 +17,7 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/internal/ociruntime"
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
+	"github.com/nri-vgpu/nri-vgpu/pkg/region"
 )
 
 func setup(t *testing.T) context.Context {
@@ -254,8 +255,10 @@ func TestContainerWithoutRequestUntouched(t *testing.T) {
 
 // TestShimAsNonRootUser runs the shim's test program as an unprivileged
 // user: the bind mounts reach the container although the host's
-// containers directory is open to root only, and the user can create the
-// usage region in its 0777 directory.
+// containers directory is open to root only, and the user reports into the
+// usage region the host made (root's, 0666) rather than making its own in
+// the 0777 directory (which it would do, silently, if it could not open
+// the host's for writing).
 func TestShimAsNonRootUser(t *testing.T) {
 	ctx := setup(t)
 	if !env.haveShim {
@@ -267,10 +270,18 @@ func TestShimAsNonRootUser(t *testing.T) {
 	args := vgpuRun(vars, "sh", "-c", script)
 	args = append([]string{args[0], "--user", "1000:1000"}, args[1:]...)
 	out := docker(t, ctx, args...)
-	for _, want := range []string{"1000\n", "info free=268435456 total=1073741824\n", "ok\n", "GPU memory quota exceeded", " 1000 "} {
+	for _, want := range []string{"1000\n", "info free=268435456 total=1073741824\n", "ok\n", "GPU memory quota exceeded"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+	hosts := false
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		hosts = hosts || len(f) > 4 && f[len(f)-1] == region.FileName && f[0] == "-rw-rw-rw-" && f[2] == "0" && f[3] == "0"
+	}
+	if !hosts {
+		t.Errorf("no usage region of root's, mode 0666, in the listing:\n%s", out)
 	}
 	st, err := os.Stat(filepath.Join(env.runDir, hoststate.ContainersDirName))
 	if err != nil || st.Mode().Perm() != hoststate.ContainersDirMode {

@@ -194,6 +194,11 @@ func testGPUPodReceivesItsSlice(t *testing.T, containerd string) {
 
 	t.Run("region", func(t *testing.T) {
 		v.sh(t, ctx, id, "test -d "+regionInContainer+" && touch "+regionInContainer+"/.probe && rm "+regionInContainer+"/.probe")
+		// Before any process used a GPU: the empty region the host made,
+		// root's, open to every user of the container, whole (280,896 bytes).
+		if got := v.sh(t, ctx, id, "stat -c '%a %u %s' "+regionInContainer+"/usage"); got != "666 0 280896\n" {
+			t.Errorf("usage region in the container: mode, owner, size %q; want the host's: 666 0 280896", got)
+		}
 	})
 }
 
