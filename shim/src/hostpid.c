@@ -282,22 +282,25 @@ static int32_t decide(struct vgpu_hostpid_scan *s, CUcontext ctx, const char **w
 	}
 	unsigned *cand = malloc((nafter ? nafter : 1) * sizeof(*cand)), ncand = 0;
 	unsigned *before = sorted_pids(s->before, s->nbefore);
-	int32_t known = known_pid(), pick = 0;
+	int32_t pick = 0;
 	for (unsigned i = 0; cand && before && i < nafter; i++) {
 		unsigned pid = after[i].pid;
 		if (pid && pid <= INT32_MAX && !bsearch(&pid, before, s->nbefore, sizeof(*before), cmp_pid))
 			cand[ncand++] = pid;
 	}
 	free(before);
+	if (ncand == 1) {
+		/* Ours, whatever /proc would say: the usual start asks it nothing
+		 * (the pid namespace's link is a lookup in /proc at every start). */
+		pick = (int32_t)cand[0];
+		*how = "the one new process";
+	}
+	int32_t known = ncand > 1 ? known_pid() : 0;
 	for (unsigned i = 0; known && i < ncand; i++)
 		if (cand[i] == (unsigned)known) {
 			pick = known;
 			*how = "the pid /proc shows";
 		}
-	if (!pick && ncand == 1) {
-		pick = (int32_t)cand[0];
-		*how = "the one new process";
-	}
 	if (!pick && ncand > 1) {
 		pick = probe(s->nvml, ctx, cand, ncand);
 		*how = "probe allocation";

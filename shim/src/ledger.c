@@ -250,13 +250,13 @@ static struct stat ident;                   /* what fd was opened on */
  * the limits file alone. A shard's descriptor, plus one (0: not open yet),
  * opened at its first use and kept; the inode it was opened on. */
 static int nsh;
-static char ldir[4096];
+static char *ldir; /* on the heap, as region.c's paths; NULL: none to be had (fails closed) */
 static int shfd1[VGPU_LEDGER_MAX_SHARDS];
 static ino_t shino[VGPU_LEDGER_MAX_SHARDS];
 static pthread_mutex_t shmu = PTHREAD_MUTEX_INITIALIZER; /* opening shards: never two opens of one */
 static int32_t me;                          /* our pid, as getpid() says */
 static int32_t slot = -1;                   /* the slot our ranges belong to; -1 = none yet */
-static char path[4096];                     /* to reopen in a fork child */
+static char *path;                          /* to reopen in a fork child; NULL as ldir */
 static uint64_t leased[VGPU_MAX_DEVICES];   /* lease our locks say, per GPU: the sum of the stretches */
 static uint64_t held[VGPU_MAX_DEVICES];     /* held bytes our locks say, per GPU */
 /* The least and the most held[] said since vgpu_ledger_held_mark (see there). */
@@ -357,8 +357,13 @@ static int shards(void)
 static int open_shard(int j)
 {
 	char p[4200];
-	snprintf(p, sizeof(p), "%s/%d", ldir, j);
-	int f = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+	int f = -1;
+	if (!ldir)
+		errno = ENOMEM;
+	else if (snprintf(p, sizeof(p), "%s/%d", ldir, j) >= (int)sizeof(p))
+		errno = ENAMETOOLONG;
+	else
+		f = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
 	struct stat st;
 	const char *why = NULL;
 	if (f < 0)
@@ -469,7 +474,8 @@ void vgpu_ledger_init(int limits_fd, const char *limits_path, const char *ledger
 	drop_shards();
 	memset(shino, 0, sizeof(shino));
 	nsh = ledger_dir && nshards > 0 && nshards <= VGPU_LEDGER_MAX_SHARDS ? nshards : 0;
-	snprintf(ldir, sizeof(ldir), "%s", nsh ? ledger_dir : "");
+	free(ldir);
+	ldir = strdup(nsh ? ledger_dir : "");
 	memset(&ident, 0, sizeof(ident));
 	fd = vgpu_high_fd(limits_fd);
 	if (fd >= 0 && syscall(SYS_fstat, fd, &ident) != 0) {
@@ -479,7 +485,8 @@ void vgpu_ledger_init(int limits_fd, const char *limits_path, const char *ledger
 	}
 	me = (int32_t)getpid();
 	slot = -1;
-	snprintf(path, sizeof(path), "%s", limits_path);
+	free(path);
+	path = strdup(limits_path);
 	/* lz[] (64 KiB) is not cleared here: zero in a new process, and a fork
 	 * child's are cleared by its fork handler (after_fork) before it can re-run
 	 * this; writing it would fault in 16 pages for nothing. */
@@ -546,7 +553,7 @@ static void after_fork(void)
 	snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
 	int nfd = ok ? open(self, O_RDONLY | O_CLOEXEC) : -1;
 	if (nfd < 0 && ok)
-		nfd = open(path, O_RDONLY | O_CLOEXEC);
+		nfd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
 	if (nfd >= 0 && !same_file(nfd, &was)) {
 		close(nfd);
 		nfd = -1;
@@ -1434,7 +1441,7 @@ static int still_ours(void)
 		errno = EBADF;
 		return 0;
 	}
-	int nfd = open(path, O_RDONLY | O_CLOEXEC);
+	int nfd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
 	if (nfd >= 0 && !same_file(nfd, &ident)) {
 		close(nfd);
 		nfd = -1;

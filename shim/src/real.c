@@ -208,7 +208,9 @@ void *vgpu_lib_handle(int lib)
 	return h;
 }
 
-const struct vgpu_hook vgpu_hooks[HOOK_COUNT] = {
+/* Read-only after relocation (RELRO) whatever its size: a large object would
+ * otherwise go to the writable large data section (Makefile). */
+const struct vgpu_hook vgpu_hooks[HOOK_COUNT] __attribute__((section(".data.rel.ro"))) = {
 #define HOOK(lib, name, base, ver, ptsz) [HOOK_##name] = {#name, #base, lib, ver, ptsz},
 #include "hooks.def"
 #undef HOOK

@@ -76,7 +76,9 @@
 #define REPORT_TRY_NS 0ll          /* a grant's or a free's report: one try, the keeper writes it later */
 #define OPEN_WAIT_NS 5000000000ll   /* opening the region waits this long for its lock at most */
 
-static char region_dir[4096], region_path[4200];
+/* On the heap: page-sized buffers here would cost a page fault each at every
+ * start. NULL only when they could not be had (no region then). */
+static char *region_dir, *region_path;
 static struct vgpu_region *region; /* the mapped file; NULL while there is none */
 static int rfd = -1;
 static dev_t rdev;                 /* the file rfd was opened on: a program that closes */
@@ -813,7 +815,7 @@ static void check_locked(void)
 			return;
 		}
 		detach_locked();
-	} else if (retry_at && now_ns() < retry_at) {
+	} else if ((retry_at && now_ns() < retry_at) || !region_path) {
 		return;
 	}
 	int created = attach_locked();
@@ -908,15 +910,32 @@ int vgpu_region_open(const char *dir, const struct vgpu_limits *l)
 	(void)l; /* the same as vgpu.limits, which every later check reads */
 	vgpu_ledger_lock();
 	detach_locked(); /* a re-run of the initialisation in a fork child */
-	snprintf(region_dir, sizeof(region_dir), "%s", dir);
-	snprintf(region_path, sizeof(region_path), "%s/%s", region_dir, VGPU_REGION_FILE);
+	free(region_dir);
+	free(region_path);
+	region_path = NULL;
+	region_dir = strdup(dir);
+	if (!region_dir || asprintf(&region_path, "%s/%s", dir, VGPU_REGION_FILE) < 0) {
+		free(region_dir);
+		region_dir = region_path = NULL;
+		vgpu_ledger_unlock();
+		LOGW("usage region in %s unusable (out of memory); quotas are still enforced, usage is not reported "
+		     "to the host",
+		     dir);
+		return -1;
+	}
 	attached = 0;
 	retry_at = 0;
 	self = (int32_t)getpid();
 	read_self();
+	/* A sound file is only mapped: no lock taken, the mapping not touched,
+	 * so neither the file's lock nor the SIGBUS guard (a start that has
+	 * nothing of them to give back makes four system calls fewer). */
+	if (attach_quietly() == 0) {
+		vgpu_ledger_unlock();
+		return 0;
+	}
 	guard_begin();
-	if (attach_quietly() != 0)
-		check_locked(); /* made or put right under the lock (attach_locked takes it) */
+	check_locked(); /* made or put right under the lock (attach_locked takes it) */
 	int ok = region != NULL;
 	unlock();
 	return ok ? 0 : -1;

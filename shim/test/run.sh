@@ -1347,6 +1347,26 @@ test_hostpid_discovery() {
 	done
 }
 
+test_hostpid_no_namespace_lookup() {
+	# A start whose context is the one new process in NVML's list takes that pid as its host pid
+	# without asking /proc for its pid namespace (a lookup there costs every start some
+	# microseconds; only several new processes at once need what /proc knows), and it is
+	# still its own, in the container's pid namespace and in the initial one.
+	command -v strace >/dev/null || { echo "    strace is missing (hack/deps.sh installs it)"; return 1; }
+	local off
+	for off in 0 $PIDNS; do
+		setup
+		pidns $off
+		LD_PRELOAD=$SHIM timeout 60 strace -f -o "$T/trace" -e trace=readlink,readlinkat "$PROG" init alloc:1MiB \
+			touch:"$T/ready" waitfile:"$T/end" >"$T/out" 2>"$T/err" &
+		waitfor "$T/ready"
+		expect_hostpids 1 $off
+		touch "$T/end"
+		wait
+		expect "pid namespace lookups (offset $off)" "$(grep -c '/proc/self/ns/pid' "$T/trace")" 0
+	done
+}
+
 test_hostpid_same_namespace_concurrent() {
 	# Two processes of one container create their first contexts at the same
 	# time, each taking 0.3 s before and after it shows in NVML's list.
@@ -1626,6 +1646,7 @@ t descriptor_replaced test_descriptor_replaced
 t grant_checks_descriptor_once test_grant_checks_descriptor_once
 t context_footprint_claims_forged test_context_footprint_claims_forged
 t hostpid_discovery test_hostpid_discovery
+t hostpid_no_namespace_lookup test_hostpid_no_namespace_lookup
 t hostpid_same_namespace_concurrent test_hostpid_same_namespace_concurrent
 t hostpid_other_container_concurrent test_hostpid_other_container_concurrent
 t hostpid_ambiguous_stays_unknown test_hostpid_ambiguous_stays_unknown
