@@ -20,6 +20,7 @@ import (
 	"github.com/nri-vgpu/nri-vgpu/internal/hoststate"
 	"github.com/nri-vgpu/nri-vgpu/pkg/allocation"
 	"github.com/nri-vgpu/nri-vgpu/pkg/config"
+	"github.com/nri-vgpu/nri-vgpu/pkg/gpu"
 	"github.com/nri-vgpu/nri-vgpu/pkg/limits"
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci"
 	"github.com/nri-vgpu/nri-vgpu/pkg/oci/ocitest"
@@ -623,6 +624,36 @@ func TestBackendInventoryServedElsewhere(t *testing.T) {
 	for _, d := range devs {
 		if d.UUID == mig.UUID {
 			t.Errorf("Devices lists the GPU in MIG mode: %+v", d)
+		}
+	}
+}
+
+// A backend that says it is closed (NVML shut down under the plugin) is
+// opened again at the inventory's next call, whichever list asked: the
+// shared GPUs and those served elsewhere alike.
+func TestBackendInventoryReopensAClosedBackend(t *testing.T) {
+	cfg := newConfig(t)
+	inv := NewBackendInventory(cfg)
+	t.Cleanup(func() { _ = inv.Close() })
+	lists := []struct {
+		name string
+		call func() ([]gpu.Device, error)
+	}{
+		{"Devices", inv.Devices},
+		{"ServedElsewhere", inv.ServedElsewhere},
+	}
+	for _, l := range lists {
+		if _, err := l.call(); err != nil {
+			t.Fatalf("%s: %v", l.name, err)
+		}
+		if err := inv.b.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.call(); !errors.Is(err, gpu.ErrClosed) {
+			t.Fatalf("%s on the closed backend: %v, want ErrClosed", l.name, err)
+		}
+		if _, err := l.call(); err != nil {
+			t.Errorf("%s after the backend said it was closed: %v, want it opened again", l.name, err)
 		}
 	}
 }

@@ -156,28 +156,25 @@ func NewBackendInventory(cfg *config.Config) *BackendInventory {
 
 // Devices implements Inventory.
 func (i *BackendInventory) Devices() ([]gpu.Device, error) {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	if i.b == nil {
-		b, err := gpu.New(i.cfg)
-		if err != nil {
-			return nil, fmt.Errorf("GPU backend %q: %w", i.cfg.GPU.Backend, err)
-		}
-		i.b = b
-	}
-	devs, err := i.b.Devices()
-	if err != nil {
-		if errors.Is(err, gpu.ErrClosed) {
-			i.b = nil
-		}
-		return nil, fmt.Errorf("GPU backend %q: %w", i.cfg.GPU.Backend, err)
-	}
-	return devs, nil
+	return i.list(func(b gpu.Backend) ([]gpu.Device, error) { return b.Devices() })
 }
 
 // ServedElsewhere implements gpu.ElsewhereLister: the GPUs in MIG mode, for
 // the metrics.
 func (i *BackendInventory) ServedElsewhere() ([]gpu.Device, error) {
+	return i.list(func(b gpu.Backend) ([]gpu.Device, error) {
+		l, ok := b.(gpu.ElsewhereLister)
+		if !ok {
+			return nil, nil
+		}
+		return l.ServedElsewhere()
+	})
+}
+
+// list asks the backend, opened if it is not (first use, or closed after a
+// failure), for a list of devices; a backend that says it is closed is
+// opened again at the next call.
+func (i *BackendInventory) list(ask func(gpu.Backend) ([]gpu.Device, error)) ([]gpu.Device, error) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	if i.b == nil {
@@ -187,12 +184,11 @@ func (i *BackendInventory) ServedElsewhere() ([]gpu.Device, error) {
 		}
 		i.b = b
 	}
-	l, ok := i.b.(gpu.ElsewhereLister)
-	if !ok {
-		return nil, nil
-	}
-	devs, err := l.ServedElsewhere()
+	devs, err := ask(i.b)
 	if err != nil {
+		if errors.Is(err, gpu.ErrClosed) {
+			i.b = nil
+		}
 		return nil, fmt.Errorf("GPU backend %q: %w", i.cfg.GPU.Backend, err)
 	}
 	return devs, nil

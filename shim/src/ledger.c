@@ -1342,10 +1342,9 @@ int vgpu_ledger_reader(void)
 {
 	if (vgpu_ledger_readable())
 		return 0;
-	pthread_mutex_lock(&mu);
+	vgpu_ledger_lock();
 	int rc = vgpu_ledger_check();
-	stood = 0;
-	pthread_mutex_unlock(&mu);
+	vgpu_ledger_unlock();
 	return rc;
 }
 
@@ -1521,11 +1520,10 @@ static int publish_util_locked(int idx, unsigned percent)
 
 void vgpu_ledger_publish_util(int idx, unsigned percent)
 {
-	pthread_mutex_lock(&mu);
+	vgpu_ledger_lock();
 	if (publish_util_locked(idx, percent) != 0)
 		LOGD("ledger: cannot publish SM use on GPU %d: %s", idx, strerror(errno));
-	stood = 0;
-	pthread_mutex_unlock(&mu);
+	vgpu_ledger_unlock();
 }
 
 int vgpu_ledger_publish_held(int idx, uint64_t bytes)

@@ -76,12 +76,13 @@ func containerPort(c corev1.Container, p intstr.IntOrString) int32 {
 }
 
 // checkProbes holds a daemon's probes to its health listener: liveness on
-// /healthz, readiness on /readyz, both on the port --health-listen opens.
-func checkProbes(t *testing.T, c corev1.Container) {
+// /healthz, readiness on /readyz, both on the port the flag (--health-listen,
+// or the DRA driver's --metrics-listen) opens.
+func checkProbes(t *testing.T, c corev1.Container, flag string) {
 	t.Helper()
-	health := listenPort(t, c, "--health-listen")
+	health := listenPort(t, c, flag)
 	if health == 0 {
-		t.Fatalf("container %s: no --health-listen in %q", c.Name, c.Args)
+		t.Fatalf("container %s: no %s in %q", c.Name, flag, c.Args)
 	}
 	for _, p := range []struct {
 		name  string
@@ -93,8 +94,8 @@ func checkProbes(t *testing.T, c corev1.Container) {
 			continue
 		}
 		if got := containerPort(c, p.probe.HTTPGet.Port); p.probe.HTTPGet.Path != p.path || got != health {
-			t.Errorf("container %s: %s probe GET %s on port %d, want %s on %d (--health-listen)",
-				c.Name, p.name, p.probe.HTTPGet.Path, got, p.path, health)
+			t.Errorf("container %s: %s probe GET %s on port %d, want %s on %d (%s)",
+				c.Name, p.name, p.probe.HTTPGet.Path, got, p.path, health, flag)
 		}
 	}
 }
@@ -102,7 +103,7 @@ func checkProbes(t *testing.T, c corev1.Container) {
 func TestManifestsProbes(t *testing.T) {
 	m := loadManifests(t)
 	for _, component := range []string{"device-plugin", "nri-plugin"} {
-		t.Run(component, func(t *testing.T) { checkProbes(t, mainContainer(t, m.daemonSets[component])) })
+		t.Run(component, func(t *testing.T) { checkProbes(t, mainContainer(t, m.daemonSets[component]), "--health-listen") })
 	}
 }
 
@@ -116,7 +117,7 @@ func TestChartMetrics(t *testing.T) {
 		if got := listenPort(t, c, "--metrics-listen"); got != 9999 {
 			t.Errorf("--metrics-listen port %d, want metrics.port 9999; args %q", got, c.Args)
 		}
-		checkProbes(t, c)
+		checkProbes(t, c, "--health-listen")
 		checkHostProc(t, ds, true)
 		services := servicesOf(m, "nri-plugin")
 		if len(services) != 1 {
@@ -324,6 +325,18 @@ func TestChartValues(t *testing.T) {
 			}
 		}
 	})
+}
+
+// The DRA driver answers /healthz and /readyz beside its metrics: with
+// metrics.enabled its pod is probed there (not ready until it has registered
+// with the kubelet), and without it, where nothing listens, not at all.
+func TestChartDRADriverProbes(t *testing.T) {
+	c := mainContainer(t, render(t, "--set", "draDriver.enabled=true", "--set", "metrics.enabled=true").daemonSets["dra-driver"])
+	checkProbes(t, c, "--metrics-listen")
+	c = mainContainer(t, render(t, "--set", "draDriver.enabled=true", "--set", "metrics.enabled=false").daemonSets["dra-driver"])
+	if c.LivenessProbe != nil || c.ReadinessProbe != nil {
+		t.Errorf("DRA driver without metrics: probes %+v, %+v on no listener", c.LivenessProbe, c.ReadinessProbe)
+	}
 }
 
 // draDriver.enabled adds the DRA driver: a DaemonSet under an account of its

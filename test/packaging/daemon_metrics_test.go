@@ -110,7 +110,7 @@ func TestChartDaemonMetrics(t *testing.T) {
 		checkDaemonMetrics(t, m, "device-plugin", 9456)
 		checkDaemonMetrics(t, m, "dra-driver", 9457)
 		c := mainContainer(t, m.daemonSets["device-plugin"])
-		checkProbes(t, c)
+		checkProbes(t, c, "--health-listen")
 		if len(c.Ports) != 1 {
 			t.Errorf("device plugin ports %+v, want the one health port that also serves the metrics", c.Ports)
 		}
@@ -120,7 +120,7 @@ func TestChartDaemonMetrics(t *testing.T) {
 		checkDaemonMetrics(t, m, "device-plugin", 9600)
 		checkDaemonMetrics(t, m, "dra-driver", 9601)
 		c := mainContainer(t, m.daemonSets["device-plugin"])
-		checkProbes(t, c)
+		checkProbes(t, c, "--health-listen")
 		if containerPort(c, intstr.FromString("metrics")) != 9600 {
 			t.Errorf("device plugin ports %+v lack metrics 9600", c.Ports)
 		}
